@@ -1,0 +1,117 @@
+/**
+ * @module
+ * The kubelet's only entry point, upstream's NewKubeletCommand: parse the flags, build the
+ * configuration (defaults, --config, --config-dir, flags), build the dependencies, run until
+ * SIGTERM or SIGINT. Every start-up error is one log line naming what is wrong, and exit 1.
+ */
+
+import { ConfigError } from "./src/config_schema.ts";
+import { unsecuredDependencies } from "./src/dependencies.ts";
+import { createLogger, type LogFormat, type Logger } from "./src/klog.ts";
+import { loadKubeletConfiguration } from "./src/kubelet_config.ts";
+import { kubeletConfigurationFields } from "./src/kubelet_config_types.ts";
+import { type CommandLine, FlagError, parseCommandLine, usage } from "./src/kubelet_flags.ts";
+import { run } from "./src/kubelet_server.ts";
+import { checkPermissions } from "./src/permissions.ts";
+import { KUBELET_VERSION, versionInfo } from "./src/version.ts";
+
+/** How long shutdown may take after SIGTERM before the process exits anyway. */
+const SHUTDOWN_DEADLINE_MS = 15_000;
+
+function print(text: string): void {
+  Deno.stdout.writeSync(new TextEncoder().encode(text.endsWith("\n") ? text : `${text}\n`));
+}
+
+/** The logging settings the command line gives, before any file is read. */
+function flagLogging(cl: CommandLine): { format: LogFormat; verbosity: number } {
+  let format: LogFormat = "text";
+  let verbosity = 0;
+  for (const f of cl.config) {
+    if (f.path.join(".") === "logging.format") format = f.value as LogFormat;
+    if (f.path.join(".") === "logging.verbosity") verbosity = f.value as number;
+  }
+  return { format, verbosity };
+}
+
+/** Runs the kubelet with `args`; resolves to the process exit code. */
+export async function main(args: readonly string[]): Promise<number> {
+  let log: Logger = createLogger({ format: "text" });
+  let cl: CommandLine;
+  try {
+    cl = parseCommandLine(args, kubeletConfigurationFields);
+  } catch (e) {
+    if (!(e instanceof FlagError)) throw e;
+    log.error(e, "Failed to parse kubelet flag");
+    print("Run 'kubelet --help' for usage.");
+    return 1;
+  }
+  if (cl.help) {
+    print(usage(kubeletConfigurationFields));
+    return 0;
+  }
+  if (cl.version !== undefined && cl.version !== "false") {
+    print(
+      cl.version === "raw"
+        ? JSON.stringify(versionInfo(), null, 2)
+        : `Kubernetes ${KUBELET_VERSION}`,
+    );
+    return 0;
+  }
+  log = createLogger(flagLogging(cl));
+
+  try {
+    checkPermissions([
+      { permission: "read", path: cl.flags.kubeletConfigFile, source: "--config" },
+      { permission: "read", path: cl.flags.kubeletDropinConfigDirectory, source: "--config-dir" },
+    ]);
+    const { config } = await loadKubeletConfiguration({
+      configFile: cl.flags.kubeletConfigFile,
+      dropinDir: cl.flags.kubeletDropinConfigDirectory,
+      flags: cl.config,
+    });
+    log = createLogger({
+      format: config.logging.format === "json" ? "json" : "text",
+      verbosity: config.logging.verbosity,
+      vmodule: config.logging.vmodule?.map((e) => ({
+        filePattern: e.filePattern ?? "",
+        verbosity: e.verbosity ?? 0,
+      })),
+    });
+    for (const w of cl.warnings) log.warning(w);
+    log.info("kubelet version", { kubeletVersion: KUBELET_VERSION });
+    log.v(1).info("KubeletConfiguration", { config: JSON.stringify(config) });
+
+    const deps = unsecuredDependencies({ logger: log });
+    const root = new AbortController();
+    const onSignal = (name: Deno.Signal) => () => {
+      if (root.signal.aborted) {
+        log.warning("Second signal received, exiting now", { signal: name });
+        Deno.exit(1);
+      }
+      log.info("Received signal, shutting down", { signal: name });
+      root.abort(new Error(`received ${name}`));
+      const deadline = setTimeout(() => {
+        log.error(null, "Shutdown did not finish in time, exiting", {
+          deadline: `${SHUTDOWN_DEADLINE_MS / 1000}s`,
+        });
+        Deno.exit(1);
+      }, SHUTDOWN_DEADLINE_MS);
+      Deno.unrefTimer(deadline);
+    };
+    for (const sig of ["SIGTERM", "SIGINT"] as const) Deno.addSignalListener(sig, onSignal(sig));
+    await run({ flags: cl.flags, config }, deps, root.signal);
+    log.info("Kubelet stopped");
+    return 0;
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      log.error(e, "Failed to load kubelet configuration");
+      return 1;
+    }
+    log.error(e instanceof Error ? e.message : e, "command failed");
+    return 1;
+  }
+}
+
+if (import.meta.main) {
+  Deno.exit(await main(Deno.args));
+}

@@ -1,0 +1,84 @@
+/**
+ * @module
+ * Time as the agent's managers see it: a `Clock` they are given rather than the global timers,
+ * so tests drive time with {@link FakeClock} instead of sleeping. Corresponds to upstream's
+ * `k8s.io/utils/clock` (`clock.Clock` and `testing.FakeClock`).
+ */
+
+/** The time source every manager takes. */
+export interface Clock {
+  /** Milliseconds since the epoch. */
+  now(): number;
+  /** Resolves after `ms`, or rejects with the signal's reason when it aborts first. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
+}
+
+/** The wall clock. */
+export const realClock: Clock = {
+  now: () => Date.now(),
+  sleep(ms, signal) {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) return reject(signal.reason);
+      const onAbort = () => {
+        clearTimeout(timer);
+        reject(signal?.reason);
+      };
+      const timer = setTimeout(() => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+      }, ms);
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  },
+};
+
+interface Waiter {
+  readonly at: number;
+  readonly resolve: () => void;
+}
+
+/** A clock that moves only when a test calls {@link FakeClock.step}. */
+export class FakeClock implements Clock {
+  #now: number;
+  #waiters: Waiter[] = [];
+
+  constructor(start = Date.UTC(2026, 0, 1)) {
+    this.#now = start;
+  }
+
+  now(): number {
+    return this.#now;
+  }
+
+  sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) return reject(signal.reason);
+      const waiter: Waiter = {
+        at: this.#now + Math.max(0, ms),
+        resolve: () => {
+          signal?.removeEventListener("abort", onAbort);
+          resolve();
+        },
+      };
+      const onAbort = () => {
+        this.#waiters = this.#waiters.filter((w) => w !== waiter);
+        reject(signal?.reason);
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.#waiters.push(waiter);
+    });
+  }
+
+  /** How many sleeps are pending. */
+  get waiters(): number {
+    return this.#waiters.length;
+  }
+
+  /** Moves time forward and wakes every sleep that is due, in time order. */
+  step(ms: number): void {
+    this.#now += ms;
+    const due = this.#waiters.filter((w) => w.at <= this.#now).sort((a, b) => a.at - b.at);
+    this.#waiters = this.#waiters.filter((w) => w.at > this.#now);
+    for (const w of due) w.resolve();
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * @module
+ * The agent's injected dependencies: everything a manager reaches outside the process through.
+ * Built once by {@link unsecuredDependencies} from the KubeletServer, replaced piecemeal by
+ * tests. Corresponds to upstream's `kubelet.Dependencies` and `UnsecuredDependencies`
+ * (cmd/kubelet/app/server.go); later pieces (the CRI runtime and image services, the kube
+ * client, the mounter) join it as they are built, each behind an interface like these.
+ */
+
+import { type Clock, realClock } from "./clock.ts";
+import type { Logger } from "./klog.ts";
+
+/** What the kubelet asks of the host's OS (upstream `kubecontainer.OSInterface`). */
+export interface OSInterface {
+  hostname(): string;
+  mkdirAll(path: string, mode?: number): Promise<void>;
+  stat(path: string): Promise<Deno.FileInfo>;
+  readTextFile(path: string, signal?: AbortSignal): Promise<string>;
+}
+
+/** The real host. */
+export const realOS: OSInterface = {
+  hostname: () => Deno.hostname(),
+  mkdirAll: (path, mode = 0o755) => Deno.mkdir(path, { recursive: true, mode }),
+  stat: (path) => Deno.stat(path),
+  readTextFile: (path, signal) => Deno.readTextFile(path, { signal }),
+};
+
+/** A reference to the object an event is about (upstream `v1.ObjectReference`, trimmed). */
+export interface ObjectRef {
+  readonly kind: string;
+  readonly name: string;
+  readonly namespace?: string;
+  readonly uid?: string;
+}
+
+/** Records events (upstream `record.EventRecorder`). */
+export interface EventRecorder {
+  event(object: ObjectRef, type: "Normal" | "Warning", reason: string, message: string): void;
+}
+
+/**
+ * The recorder of standalone mode: with no apiserver to post to, upstream's broadcaster only
+ * logs events, at verbosity 3; so does this one.
+ */
+export function loggingRecorder(logger: Logger): EventRecorder {
+  return {
+    event(object, type, reason, message) {
+      logger.v(3).info("Event occurred", {
+        object: object.namespace ? `${object.namespace}/${object.name}` : object.name,
+        kind: object.kind,
+        type,
+        reason,
+        message,
+      });
+    },
+  };
+}
+
+/** Everything the kubelet is given rather than builds. */
+export interface Dependencies {
+  readonly logger: Logger;
+  readonly os: OSInterface;
+  readonly clock: Clock;
+  readonly recorder: EventRecorder;
+}
+
+/** Builds the default dependencies (upstream's UnsecuredDependencies: nothing is dialled yet). */
+export function unsecuredDependencies(opts: { logger: Logger }): Dependencies {
+  return {
+    logger: opts.logger,
+    os: realOS,
+    clock: realClock,
+    recorder: loggingRecorder(opts.logger),
+  };
+}

@@ -1,0 +1,127 @@
+/**
+ * @module
+ * KubeletServer (flags plus configuration) and the start-up path that upstream's
+ * `cmd/kubelet/app/server.go` walks: `run` checks what must hold before anything starts, then
+ * `runKubelet` names the node, creates and initialises the Kubelet and starts it (or RunOnce).
+ */
+
+import { isIP } from "node:net";
+import type { Dependencies } from "./dependencies.ts";
+import { Kubelet, NotSupportedError } from "./kubelet.ts";
+import type { KubeletConfiguration } from "./kubelet_config_types.ts";
+import type { KubeletFlags } from "./kubelet_flags.ts";
+import { checkPermissions, type PathNeed, unixSocketPath } from "./permissions.ts";
+
+/** Everything the command line and the configuration files say (upstream options.KubeletServer). */
+export interface KubeletServer {
+  readonly flags: KubeletFlags;
+  readonly config: KubeletConfiguration;
+}
+
+/** A configuration that cannot start; the message names the flag or field and value. */
+export class StartError extends Error {
+  override name = "StartError";
+}
+
+/** The paths the agent will touch, with what names each, for the permission-set check. */
+export function pathNeeds(s: KubeletServer): PathNeed[] {
+  const { flags, config } = s;
+  const needs: PathNeed[] = [
+    { permission: "read", path: flags.kubeConfig, source: "--kubeconfig" },
+    { permission: "read", path: flags.bootstrapKubeconfig, source: "--bootstrap-kubeconfig" },
+    { permission: "read", path: flags.rootDirectory, source: "--root-dir" },
+    { permission: "write", path: flags.rootDirectory, source: "--root-dir" },
+    { permission: "read", path: flags.certDirectory, source: "--cert-dir" },
+    { permission: "write", path: flags.certDirectory, source: "--cert-dir" },
+    { permission: "read", path: flags.lockFilePath, source: "--lock-file" },
+    { permission: "write", path: flags.lockFilePath, source: "--lock-file" },
+    { permission: "read", path: config.staticPodPath ?? "", source: "staticPodPath" },
+    { permission: "read", path: config.tlsCertFile ?? "", source: "tlsCertFile" },
+    { permission: "read", path: config.tlsPrivateKeyFile ?? "", source: "tlsPrivateKeyFile" },
+    {
+      permission: "read",
+      path: config.authentication.x509.clientCAFile ?? "",
+      source: "authentication.x509.clientCAFile",
+    },
+    { permission: "read", path: config.resolvConf ?? "", source: "resolvConf" },
+    { permission: "read", path: config.podLogsDir ?? "", source: "podLogsDir" },
+    { permission: "write", path: config.podLogsDir ?? "", source: "podLogsDir" },
+  ];
+  for (
+    const [field, endpoint] of [
+      ["containerRuntimeEndpoint", config.containerRuntimeEndpoint],
+      ["imageServiceEndpoint", config.imageServiceEndpoint ?? ""],
+    ] as const
+  ) {
+    const path = unixSocketPath(endpoint);
+    if (path === undefined) continue;
+    needs.push({ permission: "read", path, source: field }, {
+      permission: "write",
+      path,
+      source: field,
+    });
+  }
+  return needs;
+}
+
+/** The node's name: --hostname-override or the hostname, lower-cased (nodeutil.GetHostname). */
+export function nodeHostname(override: string, hostname: () => string): string {
+  const name = (override !== "" ? override : hostname()).trim().toLowerCase();
+  if (name === "") throw new StartError("empty hostname is invalid");
+  return name;
+}
+
+/** Parses --node-ip as upstream's ParseNodeIPArgument: one IP or a dual-stack pair. */
+export function parseNodeIPs(text: string): string[] {
+  if (text === "") return [];
+  const ips = text.split(",").map((s) => s.trim());
+  for (const ip of ips) {
+    if (isIP(ip) === 0) {
+      throw new StartError(
+        `could not parse --node-ip ${JSON.stringify(text)}: '${ip}' is not an IP address`,
+      );
+    }
+  }
+  if (ips.length > 2 || (ips.length === 2 && isIP(ips[0] ?? "") === isIP(ips[1] ?? ""))) {
+    throw new StartError(
+      `could not parse --node-ip ${
+        JSON.stringify(text)
+      }: must contain either a single IP or a dual-stack pair of IPs`,
+    );
+  }
+  return ips;
+}
+
+/** Upstream's `run`: checks, then RunKubelet; resolves when the kubelet has stopped. */
+export async function run(
+  s: KubeletServer,
+  deps: Dependencies,
+  signal: AbortSignal,
+): Promise<void> {
+  checkPermissions(pathNeeds(s));
+  if (s.flags.cloudProvider !== "" && s.flags.cloudProvider !== "external") {
+    throw new StartError(
+      `--cloud-provider=${s.flags.cloudProvider} is not supported: only '' and 'external' are (in-tree cloud providers were removed upstream)`,
+    );
+  }
+  if (s.flags.kubeConfig !== "" || s.flags.bootstrapKubeconfig !== "") {
+    throw new NotSupportedError(
+      "API server mode (--kubeconfig, --bootstrap-kubeconfig) is not supported yet: run without them for standalone mode",
+    );
+  }
+  if (s.flags.runOnce) throw new NotSupportedError("--runonce is not supported yet");
+  await runKubelet(s, deps, signal);
+}
+
+/** Upstream's RunKubelet: names the node, creates and initialises the Kubelet, starts it. */
+export async function runKubelet(
+  s: KubeletServer,
+  deps: Dependencies,
+  signal: AbortSignal,
+): Promise<void> {
+  const hostname = nodeHostname(s.flags.hostnameOverride, deps.os.hostname);
+  const nodeIPs = parseNodeIPs(s.flags.nodeIP);
+  const kubelet = new Kubelet({ server: s, deps, nodeName: hostname, hostname, nodeIPs });
+  await kubelet.setupDataDirs();
+  await kubelet.run(signal);
+}

@@ -1,0 +1,79 @@
+/**
+ * @module
+ * Starts the agent (`main.ts`) as a subprocess for tests, the way an operator runs it: with a
+ * command line, under either `--allow-all` or the agent's own permission set `-P=kubelet`.
+ */
+
+import { fileURLToPath } from "node:url";
+
+/** The repository root, where deno.json (and its permission set) lives. */
+export const REPO_ROOT = fileURLToPath(new URL("../", import.meta.url));
+
+/** How to run the agent. */
+export interface AgentOptions {
+  /** "all" runs with --allow-all; "kubelet" with the deno.json permission set. @default "all" */
+  readonly permissions?: "all" | "kubelet";
+  readonly env?: Record<string, string>;
+}
+
+function command(args: readonly string[], opts: AgentOptions): Deno.Command {
+  const perms = opts.permissions === "kubelet" ? ["-P=kubelet", "--no-prompt"] : ["--allow-all"];
+  return new Deno.Command(Deno.execPath(), {
+    args: ["run", "--quiet", ...perms, "main.ts", ...args],
+    cwd: REPO_ROOT,
+    env: { NO_COLOR: "1", ...opts.env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  });
+}
+
+/** Runs the agent to completion and returns its exit code and output. */
+export async function runAgent(
+  args: readonly string[],
+  opts: AgentOptions = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const out = await command(args, opts).output();
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+
+/** A running agent whose stderr is collected as it comes. */
+export interface RunningAgent {
+  readonly process: Deno.ChildProcess;
+  /** All stderr so far. */
+  stderr(): string;
+  /** Resolves when stderr contains `text`, rejects after `ms`. */
+  waitFor(text: string | RegExp, ms?: number): Promise<void>;
+}
+
+/** Starts the agent and returns while it runs. */
+export function spawnAgent(args: readonly string[], opts: AgentOptions = {}): RunningAgent {
+  const child = command(args, opts).spawn();
+  let err = "";
+  const dec = new TextDecoder();
+  const pump = (async () => {
+    for await (const chunk of child.stderr) err += dec.decode(chunk, { stream: true });
+  })();
+  void child.stdout.cancel();
+  const matches = (t: string | RegExp) => (typeof t === "string" ? err.includes(t) : t.test(err));
+  return {
+    process: child,
+    stderr: () => err,
+    async waitFor(text, ms = 20_000) {
+      const end = Date.now() + ms;
+      while (!matches(text)) {
+        if (Date.now() > end) {
+          throw new Error(`agent did not log ${text} within ${ms} ms; stderr:\n${err}`);
+        }
+        const done = await Promise.race([
+          pump.then(() => true),
+          new Promise((r) => setTimeout(() => r(false), 25)),
+        ]);
+        if (done && !matches(text)) {
+          throw new Error(`agent exited without logging ${text}; stderr:\n${err}`);
+        }
+      }
+    },
+  };
+}

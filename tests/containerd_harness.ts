@@ -1,0 +1,652 @@
+/**
+ * @module
+ * A private containerd 1.6 for integration tests and the demo: its own config, root, state,
+ * socket and CNI config under one directory, started as a child process and stopped again.
+ * The pod network itself (bridge `kts0`, {@link POD_SUBNET}) is one per host and shared by
+ * every instance, so tests that run in parallel never hand out the same pod address twice.
+ *
+ * It owns the containerd process and the files it writes under `dir`; it talks to containerd
+ * only through `ctr` (to see that the socket answers, and on stop to remove what still runs)
+ * and to the CNI plugins (to release pod networks on stop). It stands
+ * in for the node's container runtime, which upstream's node e2e tests get from the host
+ * (`/run/containerd/containerd.sock`).
+ *
+ * Facts it is built on (see /work/shared/ENVIRONMENT.md): CAP_SYS_RESOURCE is missing here, so
+ * the CRI plugin needs `restrict_oom_score_adj = true`; runc works with the hybrid cgroup
+ * layout, crun does not; no public registry is reachable, so the sandbox image must be imported
+ * under {@link SANDBOX_IMAGE} before any pod can start.
+ */
+
+/** The pause image every pod sandbox runs; tests must import an image under this name. */
+// Debian's containerd 1.6.20 has the same built-in default (`containerd config default`);
+// earlier 1.6 releases said "k8s.gcr.io/pause:3.6", so the config sets it explicitly.
+export const SANDBOX_IMAGE = "registry.k8s.io/pause:3.6";
+
+/** The pod network the bridge CNI config hands out addresses from. */
+export const POD_SUBNET = "10.88.0.0/16";
+
+/** Where Debian's containernetworking-plugins puts the CNI binaries. */
+export const CNI_BIN_DIR = "/usr/lib/cni";
+
+/** The CNI plugins the generated network config (and containerd's own loopback) calls. */
+const CNI_PLUGINS = ["bridge", "host-local", "portmap", "loopback"] as const;
+
+/** Options for {@link startContainerd}. */
+export interface ContainerdOptions {
+  /** Directory that holds config, root, state, CNI config and (by default) socket and log. */
+  dir: string;
+  /**
+   * Path of the gRPC socket; its parent directory is created.
+   * @default `${dir}/containerd.sock`
+   */
+  socket?: string;
+  /** Aborting it stops containerd (and aborts a start that is still waiting). */
+  signal?: AbortSignal;
+  /**
+   * File that receives containerd's stdout and stderr (appended).
+   * @default `${dir}/containerd.log`
+   */
+  logFile?: string;
+  /**
+   * How long to wait for the socket to answer.
+   * @default 20000
+   */
+  startTimeoutMs?: number;
+  /**
+   * How long stop() waits after SIGTERM before it sends SIGKILL.
+   * @default 10000
+   */
+  stopTimeoutMs?: number;
+  /**
+   * Whether stop() first does what CRI StopPodSandbox would for every pod still running (kill
+   * and delete its tasks, so no shim or container outlives containerd; CNI DEL, so its address
+   * and iptables rules go; remove its network namespace), and afterwards unmounts what is left
+   * under `dir`, so `dir` can be removed.
+   * @default true
+   */
+  cleanupOnStop?: boolean;
+}
+
+/** A running containerd started by {@link startContainerd}. */
+export interface ContainerdHandle {
+  /** CRI endpoint as the kubelet's `containerRuntimeEndpoint` wants it: `unix:///...`. */
+  endpoint: string;
+  /** Absolute path of the gRPC socket. */
+  socket: string;
+  /** Process id of containerd. */
+  pid: number;
+  /** Path of the generated config.toml. */
+  configFile: string;
+  /** Path of the log file. */
+  logFile: string;
+  /** Stops containerd: SIGTERM, then SIGKILL after a bound. Idempotent. */
+  stop(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** containerd did not come up, or the environment cannot run it. */
+export class ContainerdStartError extends Error {
+  override name = "ContainerdStartError";
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+  }
+}
+
+/** Runtime packages are missing and cannot be installed. */
+export class MissingPackagesError extends Error {
+  override name = "MissingPackagesError";
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+  }
+}
+
+// Longest path a Linux unix socket address holds (sun_path is 108 bytes with the NUL).
+const MAX_SOCKET_PATH = 107;
+const POLL_INTERVAL_MS = 100;
+
+/** Starts a private containerd under `opts.dir` and waits until its socket answers. */
+export async function startContainerd(opts: ContainerdOptions): Promise<ContainerdHandle> {
+  opts.signal?.throwIfAborted();
+  const dir = absolute(opts.dir);
+  const socket = absolute(opts.socket ?? `${dir}/containerd.sock`);
+  const logFile = absolute(opts.logFile ?? `${dir}/containerd.log`);
+  const configFile = `${dir}/config.toml`;
+  const startTimeoutMs = opts.startTimeoutMs ?? 20_000;
+  const stopTimeoutMs = opts.stopTimeoutMs ?? 10_000;
+  const cleanupOnStop = opts.cleanupOnStop ?? true;
+
+  if (new TextEncoder().encode(socket).length > MAX_SOCKET_PATH) {
+    throw new ContainerdStartError(
+      `Cannot start containerd: socket path must be at most ${MAX_SOCKET_PATH} bytes: ` +
+        `current value is '${socket}'`,
+    );
+  }
+  const containerdPath = await findProgram("containerd");
+  for (const program of ["containerd", "ctr", "runc"]) {
+    if (!(await findProgram(program))) {
+      throw new ContainerdStartError(
+        `Cannot start containerd: '${program}' is not on PATH; call ensureRuntimePackages() ` +
+          `or install containerd and runc`,
+      );
+    }
+  }
+  if (await ctrAnswers(socket)) {
+    throw new ContainerdStartError(
+      `Cannot start containerd: another containerd already serves ${socket} ` +
+        `(left over from an earlier run?); stop it first`,
+    );
+  }
+
+  await Deno.mkdir(dir, { recursive: true });
+  await Deno.mkdir(parent(socket), { recursive: true });
+  await Deno.mkdir(parent(logFile), { recursive: true });
+  const cniConfDir = `${dir}/cni/net.d`;
+  await Deno.mkdir(cniConfDir, { recursive: true });
+  await Deno.writeTextFile(
+    `${cniConfDir}/10-kubelet-ts-bridge.conflist`,
+    JSON.stringify(CNI_NETWORK, null, 2) + "\n",
+  );
+  await Deno.writeTextFile(configFile, containerdConfig({ dir, socket, cniConfDir }));
+
+  const log = await Deno.open(logFile, { create: true, append: true });
+  const logWriter = log.writable.getWriter();
+  const encoder = new TextEncoder();
+  await logWriter.write(
+    encoder.encode(`--- ${new Date().toISOString()} containerd --config ${configFile}\n`),
+  );
+
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command(containerdPath ?? "containerd", {
+      args: ["--config", configFile],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+  } catch (err) {
+    await logWriter.close().catch(() => {});
+    throw new ContainerdStartError(`Cannot start containerd: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+
+  // Both streams go to one file; a chunk is written whole, so lines from the two interleave
+  // only at chunk boundaries (containerd writes its log to stderr anyway).
+  const copy = async (stream: ReadableStream<Uint8Array>) => {
+    for await (const chunk of stream) await logWriter.write(chunk);
+  };
+  const copied = Promise.allSettled([copy(child.stdout), copy(child.stderr)]).then(async () => {
+    await logWriter.close().catch(() => {});
+  });
+
+  let exited = false;
+  const status = child.status.then((s) => {
+    exited = true;
+    return s;
+  });
+
+  let stopping: Promise<void> | undefined;
+  const onAbort = () => void stop();
+  const stop = (): Promise<void> => {
+    stopping ??= (async () => {
+      opts.signal?.removeEventListener("abort", onAbort);
+      if (cleanupOnStop && !exited) await removeWorkloads(socket);
+      if (!exited) {
+        signalChild(child, "SIGTERM");
+        const timer = setTimeout(() => signalChild(child, "SIGKILL"), stopTimeoutMs);
+        try {
+          await status;
+        } finally {
+          clearTimeout(timer);
+        }
+      }
+      await copied;
+      if (cleanupOnStop) await unmountUnder(dir);
+    })();
+    return stopping;
+  };
+  opts.signal?.addEventListener("abort", onAbort, { once: true });
+
+  const handle: ContainerdHandle = {
+    endpoint: `unix://${socket}`,
+    socket,
+    pid: child.pid,
+    configFile,
+    logFile,
+    stop,
+    [Symbol.asyncDispose]: stop,
+  };
+
+  try {
+    await waitUntilServing({ socket, status, isExited: () => exited, startTimeoutMs, opts });
+    opts.signal?.throwIfAborted(); // aborted while the last poll was answered
+  } catch (err) {
+    await stop();
+    if (opts.signal?.aborted) throw opts.signal.reason;
+    const tail = await logTail(logFile, 40);
+    throw new ContainerdStartError(
+      `${(err as Error).message}\n--- last lines of ${logFile} ---\n${tail}`,
+      { cause: err },
+    );
+  }
+  return handle;
+}
+
+async function waitUntilServing(args: {
+  socket: string;
+  status: Promise<Deno.CommandStatus>;
+  isExited: () => boolean;
+  startTimeoutMs: number;
+  opts: ContainerdOptions;
+}): Promise<void> {
+  const deadline = Date.now() + args.startTimeoutMs;
+  while (true) {
+    args.opts.signal?.throwIfAborted();
+    if (args.isExited()) {
+      const s = await args.status;
+      throw new ContainerdStartError(
+        `containerd exited during start-up (code ${s.code}${s.signal ? `, ${s.signal}` : ""})`,
+      );
+    }
+    if (await ctrAnswers(args.socket)) return;
+    if (Date.now() >= deadline) {
+      throw new ContainerdStartError(
+        `containerd did not answer on ${args.socket} within ${args.startTimeoutMs} ms`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, POLL_INTERVAL_MS));
+  }
+}
+
+/** Whether `ctr --address <socket> version` succeeds (it checks client and server). */
+async function ctrAnswers(socket: string): Promise<boolean> {
+  if (!(await socketAccepts(socket))) return false;
+  const out = await ctr(socket, ["version"], 5_000);
+  return out.success;
+}
+
+/**
+ * Whether something listens on the unix socket. A plain connect fails at once on a missing or
+ * stale socket, where ctr would keep redialling until its connect timeout.
+ */
+async function socketAccepts(socket: string): Promise<boolean> {
+  try {
+    const conn = await Deno.connect({ transport: "unix", path: socket });
+    conn.close();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+let ctrPath: string | undefined;
+
+async function ctr(
+  socket: string,
+  args: string[],
+  timeoutMs: number,
+): Promise<{ success: boolean; stdout: string }> {
+  try {
+    ctrPath ??= await findProgram("ctr") ?? "ctr";
+    const out = await new Deno.Command(ctrPath, {
+      args: [
+        ...["--address", socket, "--connect-timeout", "2s"],
+        ...["--timeout", `${Math.ceil(timeoutMs / 1000)}s`, ...args],
+      ],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "null",
+      signal: AbortSignal.timeout(timeoutMs + 1_000),
+    }).output();
+    return { success: out.success, stdout: new TextDecoder().decode(out.stdout) };
+  } catch {
+    return { success: false, stdout: "" };
+  }
+}
+
+/**
+ * What a CRI StopPodSandbox would have done for every pod still running, best effort and
+ * bounded: kill and delete every task (shims are separate processes that would outlive
+ * containerd), then release each sandbox's network (CNI DEL: its IP address and iptables rules)
+ * and remove its network namespace.
+ */
+async function removeWorkloads(socket: string): Promise<void> {
+  if (!(await socketAccepts(socket))) return;
+  const sandboxes = await sandboxNetworks(socket); // read while the containers still exist
+  await removeTasks(socket);
+  await Promise.allSettled(sandboxes.map(releaseNetwork));
+}
+
+async function removeTasks(socket: string): Promise<void> {
+  const namespaces = await ctr(socket, ["namespaces", "list", "--quiet"], 5_000);
+  if (!namespaces.success) return;
+  await Promise.allSettled(
+    lines(namespaces.stdout).map(async (ns) => {
+      const tasks = await ctr(socket, ["--namespace", ns, "tasks", "list", "--quiet"], 5_000);
+      if (!tasks.success) return;
+      await Promise.allSettled(
+        lines(tasks.stdout).map((id) =>
+          ctr(socket, ["--namespace", ns, "tasks", "delete", "--force", id], 10_000)
+        ),
+      );
+    }),
+  );
+}
+
+/** The CRI sandboxes (namespace k8s.io) this containerd holds, with their netns paths. */
+async function sandboxNetworks(socket: string): Promise<{ id: string; netns?: string }[]> {
+  const ns = ["--namespace", "k8s.io"];
+  const list = await ctr(socket, [...ns, "containers", "list", "--quiet"], 5_000);
+  if (!list.success) return [];
+  const found = await Promise.all(
+    lines(list.stdout).map(async (id) => {
+      const info = await ctr(socket, [...ns, "containers", "info", id], 5_000);
+      if (!info.success) return undefined;
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(info.stdout);
+      } catch {
+        return undefined;
+      }
+      if (field(parsed, "Labels", "io.cri-containerd.kind") !== "sandbox") return undefined;
+      const namespaces = field(parsed, "Spec", "linux", "namespaces");
+      const network = Array.isArray(namespaces)
+        ? namespaces.find((n) => field(n, "type") === "network")
+        : undefined;
+      const netns = field(network, "path");
+      return { id, netns: typeof netns === "string" && netns !== "" ? netns : undefined };
+    }),
+  );
+  return found.filter((s) => s !== undefined);
+}
+
+/** CNI DEL of {@link CNI_NETWORK} for one sandbox, then its network namespace goes. */
+async function releaseNetwork(sandbox: { id: string; netns?: string }): Promise<void> {
+  let netns = sandbox.netns;
+  if (netns !== undefined && !(await exists(netns))) netns = undefined;
+  // libcni's DelNetworkList: every plugin of the list, last first.
+  for (const plugin of [...CNI_NETWORK.plugins].reverse()) {
+    const conf = { cniVersion: CNI_NETWORK.cniVersion, name: CNI_NETWORK.name, ...plugin };
+    try {
+      const child = new Deno.Command(`${CNI_BIN_DIR}/${plugin.type}`, {
+        env: {
+          CNI_COMMAND: "DEL",
+          CNI_CONTAINERID: sandbox.id,
+          CNI_NETNS: netns ?? "",
+          CNI_IFNAME: "eth0", // containerd's name for the pod's first network
+          CNI_PATH: CNI_BIN_DIR,
+        },
+        stdin: "piped",
+        stdout: "null",
+        stderr: "null",
+        signal: AbortSignal.timeout(10_000),
+      }).spawn();
+      const writer = child.stdin.getWriter();
+      await writer.write(new TextEncoder().encode(JSON.stringify(conf)));
+      await writer.close();
+      await child.status;
+    } catch {
+      // best effort, like the rest of the clean-up
+    }
+  }
+  if (netns !== undefined) {
+    await new Deno.Command("umount", { args: [netns], stdout: "null", stderr: "null" })
+      .output().catch(() => {});
+    await Deno.remove(netns).catch(() => {});
+  }
+}
+
+/** `obj[k0][k1]...` when every step is an object, else undefined. */
+function field(obj: unknown, ...keys: string[]): unknown {
+  let cur = obj;
+  for (const key of keys) {
+    if (typeof cur !== "object" || cur === null) return undefined;
+    cur = (cur as Record<string, unknown>)[key];
+  }
+  return cur;
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Lazily unmounts whatever is still mounted under `dir` (sandbox /dev/shm, rootfs), deepest first. */
+async function unmountUnder(dir: string): Promise<void> {
+  let mountinfo: string;
+  try {
+    mountinfo = await Deno.readTextFile("/proc/self/mountinfo");
+  } catch {
+    return;
+  }
+  const points = lines(mountinfo)
+    .map((line) => unescapeMountPath(line.split(" ")[4] ?? ""))
+    .filter((p) => p.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
+  for (const point of points) {
+    try {
+      await new Deno.Command("umount", { args: ["-l", point], stdout: "null", stderr: "null" })
+        .output();
+    } catch {
+      // best effort: a leftover mount only keeps `dir` from being removed
+    }
+  }
+}
+
+function unescapeMountPath(p: string): string {
+  return p.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)));
+}
+
+function signalChild(child: Deno.ChildProcess, signal: Deno.Signal): void {
+  try {
+    child.kill(signal);
+  } catch {
+    // already exited
+  }
+}
+
+/** The containerd 1.6 config (version 2 schema) for one private instance. */
+function containerdConfig(args: { dir: string; socket: string; cniConfDir: string }): string {
+  const { dir, socket, cniConfDir } = args;
+  const cri = `plugins."io.containerd.grpc.v1.cri"`;
+  return `# Generated by tests/containerd_harness.ts; rewritten on every start.
+version = 2
+root = ${toml(`${dir}/root`)}
+state = ${toml(`${dir}/state`)}
+# Storage drivers this machine has no use for; keeps the log free of their start-up errors.
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+[grpc]
+  address = ${toml(socket)}
+
+[ttrpc]
+  address = ${toml(`${socket}.ttrpc`)}
+
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = ${toml(`${dir}/opt`)}
+
+[${cri}]
+  sandbox_image = ${toml(SANDBOX_IMAGE)}
+  # CAP_SYS_RESOURCE is missing here: a negative oom_score_adj fails and so would every sandbox.
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  disable_apparmor = true
+
+  [${cri}.containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [${cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [${cri}.containerd.runtimes.runc.options]
+        # The kubelet demo and tests use cgroupDriver: cgroupfs.
+        SystemdCgroup = false
+
+  [${cri}.cni]
+    bin_dir = ${toml(CNI_BIN_DIR)}
+    conf_dir = ${toml(cniConfDir)}
+    max_conf_num = 1
+`;
+}
+
+/**
+ * The pod network, one per host: a bridge with host-local addresses from {@link POD_SUBNET},
+ * portmap for hostPort, and loopback. Every harness instance (tests run in parallel) attaches
+ * pods to the same bridge, so they share host-local's address store (its default,
+ * /var/lib/cni/networks/kubelet-ts, locked per allocation) rather than hand out the same
+ * address twice. containerd's CRI plugin also brings `lo` up by itself with the loopback
+ * binary; the chained one passes the bridge's result through unchanged.
+ */
+const CNI_NETWORK = {
+  cniVersion: "1.0.0",
+  name: "kubelet-ts",
+  plugins: [
+    {
+      type: "bridge",
+      bridge: "kts0",
+      isGateway: true,
+      ipMasq: true,
+      hairpinMode: true,
+      ipam: {
+        type: "host-local",
+        ranges: [[{ subnet: POD_SUBNET }]],
+        routes: [{ dst: "0.0.0.0/0" }],
+      },
+    },
+    { type: "portmap", capabilities: { portMappings: true } },
+    { type: "loopback" },
+  ],
+};
+
+/** A TOML basic string. */
+function toml(s: string): string {
+  return JSON.stringify(s);
+}
+
+/** The programs (or files) each runtime package provides, checked before calling apt. */
+const RUNTIME_PACKAGES: ReadonlyArray<{ pkg: string; provides: readonly string[] }> = [
+  { pkg: "containerd", provides: ["containerd", "ctr"] },
+  { pkg: "runc", provides: ["runc"] },
+  {
+    pkg: "containernetworking-plugins",
+    provides: CNI_PLUGINS.map((p) => `${CNI_BIN_DIR}/${p}`),
+  },
+  { pkg: "iptables", provides: ["iptables"] },
+];
+
+let aptUpdated = false;
+
+/**
+ * Installs containerd, runc, the CNI plugins and iptables with apt-get when any of their
+ * programs is missing. Does nothing when all are present; throws when not root.
+ */
+export async function ensureRuntimePackages(): Promise<void> {
+  const missing: { pkg: string; programs: string[] }[] = [];
+  for (const { pkg, provides } of RUNTIME_PACKAGES) {
+    const absent: string[] = [];
+    for (const program of provides) if (!(await findProgram(program))) absent.push(program);
+    if (absent.length > 0) missing.push({ pkg, programs: absent });
+  }
+  if (missing.length === 0) return;
+
+  const programs = missing.flatMap((m) => m.programs).join(", ");
+  const pkgs = missing.map((m) => m.pkg);
+  if (Deno.uid() !== 0) {
+    throw new MissingPackagesError(
+      `Cannot run containerd: missing ${programs}; install them as root with ` +
+        `'apt-get update && apt-get install -y ${pkgs.join(" ")}'`,
+    );
+  }
+  if (!aptUpdated) {
+    await run("apt-get", ["update"]);
+    aptUpdated = true;
+  }
+  await run("apt-get", ["install", "-y", "--no-install-recommends", ...pkgs]);
+  const still: string[] = [];
+  for (const { programs } of missing) {
+    for (const program of programs) if (!(await findProgram(program))) still.push(program);
+  }
+  if (still.length > 0) {
+    throw new MissingPackagesError(
+      `apt-get installed ${pkgs.join(" ")} but these are still missing: ${still.join(", ")}`,
+    );
+  }
+}
+
+async function run(cmd: string, args: string[]): Promise<void> {
+  console.error(`+ ${cmd} ${args.join(" ")}`);
+  const out = await new Deno.Command(cmd, {
+    args,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    env: { DEBIAN_FRONTEND: "noninteractive" },
+  }).output();
+  if (!out.success) {
+    const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+    throw new MissingPackagesError(
+      `'${cmd} ${args.join(" ")}' failed with code ${out.code}:\n${lastLines(text, 20)}`,
+    );
+  }
+}
+
+// sbin directories are searched even when PATH lacks them (iptables lives in /usr/sbin).
+const EXTRA_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"];
+
+/** Absolute path of an executable found on PATH (or as given, when absolute), else undefined. */
+export async function findProgram(name: string): Promise<string | undefined> {
+  const candidates = name.startsWith("/")
+    ? [name]
+    : [...(Deno.env.get("PATH") ?? "").split(":").filter(Boolean), ...EXTRA_PATH].map((d) =>
+      `${d}/${name}`
+    );
+  for (const path of candidates) {
+    try {
+      const info = await Deno.stat(path);
+      if (info.isFile && info.mode !== null && (info.mode & 0o111) !== 0) return path;
+    } catch {
+      // not there
+    }
+  }
+  return undefined;
+}
+
+async function logTail(file: string, n: number): Promise<string> {
+  try {
+    return lastLines(await Deno.readTextFile(file), n);
+  } catch (err) {
+    return `(cannot read ${file}: ${(err as Error).message})`;
+  }
+}
+
+function lastLines(text: string, n: number): string {
+  return text.trimEnd().split("\n").slice(-n).join("\n");
+}
+
+function lines(text: string): string[] {
+  return text.split("\n").map((l) => l.trim()).filter(Boolean);
+}
+
+function absolute(path: string): string {
+  const p = path.startsWith("/") ? path : `${Deno.cwd()}/${path}`;
+  return p.replace(/\/+$/, "") || "/";
+}
+
+function parent(path: string): string {
+  return path.slice(0, path.lastIndexOf("/")) || "/";
+}

@@ -1,0 +1,167 @@
+/**
+ * The agent as a process: bad input is one clear line and exit 1 before anything starts; the
+ * permission set denies what lies outside it; SIGTERM ends it with exit 0.
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { runAgent, spawnAgent } from "./agent_process.ts";
+
+const HEADER = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+async function withConfig(
+  text: string,
+  fn: (file: string, dir: string) => Promise<void>,
+): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "kubelet-main-" });
+  try {
+    const file = join(dir, "kubelet.yaml");
+    await Deno.writeTextFile(file, text);
+    await fn(file, dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** Asserts exit 1 and one error line that contains every fragment, with no stack trace. */
+function assertOneError(r: { code: number; stderr: string }, ...fragments: string[]): void {
+  assert.equal(r.code, 1, r.stderr);
+  const errors = r.stderr.split("\n").filter((l) => l.startsWith("E"));
+  assert.equal(errors.length, 1, `expected one error line:\n${r.stderr}`);
+  for (const f of fragments) {
+    assert.ok(errors[0]?.includes(f), `missing ${JSON.stringify(f)} in:\n${errors[0]}`);
+  }
+  assert.doesNotMatch(r.stderr, /^\s+at /m, "stack trace printed");
+}
+
+Deno.test("main rejects a missing config file, naming it", async () => {
+  const r = await runAgent(["--config", "/nonexistent/kubelet.yaml"]);
+  assertOneError(r, "/nonexistent/kubelet.yaml", "no such file");
+});
+
+Deno.test("main rejects a YAML syntax error with file and line", async () => {
+  await withConfig(
+    `${HEADER}syncFrequency: 1m\nevictionHard: {memory.available: 100Mi\n`,
+    async (file) => {
+      const r = await runAgent(["--config", file]);
+      assertOneError(r, `${file}:`, "is not valid YAML or JSON");
+    },
+  );
+});
+
+Deno.test("main rejects a wrong apiVersion with file, line, field and value", async () => {
+  await withConfig(
+    "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n",
+    async (file) => {
+      const r = await runAgent(["--config", file]);
+      assertOneError(
+        r,
+        `${file}:1`,
+        "field 'apiVersion'",
+        "'kubelet.config.k8s.io/v1'",
+        "kubelet.config.k8s.io/v1beta1",
+      );
+    },
+  );
+});
+
+Deno.test("main rejects a wrong kind", async () => {
+  await withConfig(
+    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeProxyConfiguration\n",
+    async (file) => {
+      const r = await runAgent(["--config", file]);
+      assertOneError(r, `${file}:2`, "field 'kind'", "'KubeProxyConfiguration'");
+    },
+  );
+});
+
+Deno.test("main rejects an unknown field with its path and line", async () => {
+  await withConfig(
+    `${HEADER}port: 10250\nauthentication:\n  anonymous:\n    enable: true\n`,
+    async (file) => {
+      const r = await runAgent(["--config", file]);
+      assertOneError(r, `${file}:6`, "field 'authentication.anonymous.enable'", "unknown field");
+    },
+  );
+});
+
+Deno.test("main rejects a value of the wrong type with path, line and value", async () => {
+  await withConfig(`${HEADER}nodeStatusUpdateFrequency: 10\n`, async (file) => {
+    const r = await runAgent(["--config", file]);
+    assertOneError(
+      r,
+      `${file}:3`,
+      "field 'nodeStatusUpdateFrequency'",
+      "must be a duration such as 10s",
+      "current value is 10",
+    );
+  });
+});
+
+Deno.test("main rejects an out-of-range value with path, line and value", async () => {
+  await withConfig(`${HEADER}imageGCHighThresholdPercent: 150\n`, async (file) => {
+    const r = await runAgent(["--config", file]);
+    assertOneError(r, `${file}:3`, "field 'imageGCHighThresholdPercent'", "150");
+  });
+});
+
+Deno.test("main rejects a bad flag value naming the flag", async () => {
+  const r = await runAgent(["--node-status-update-frequency", "10"]);
+  assertOneError(r, "--node-status-update-frequency", '\\"10\\"');
+});
+
+Deno.test("main rejects an unknown flag", async () => {
+  const r = await runAgent(["--no-such-flag=1"]);
+  assertOneError(r, "unknown flag: --no-such-flag");
+});
+
+Deno.test("main prints upstream-style version and help", async () => {
+  const v = await runAgent(["--version"]);
+  assert.equal(v.code, 0);
+  assert.match(v.stdout, /^Kubernetes v1\.\d+\.\d+/);
+  const h = await runAgent(["--help"]);
+  assert.equal(h.code, 0);
+  assert.match(h.stdout, /--config string/);
+  assert.match(h.stdout, /--kubeconfig string/);
+});
+
+Deno.test("main under its permission set is denied a read outside it, naming the permission", async () => {
+  // These machines run cgroup v1, which upstream refuses by default since failCgroupV1 exists.
+  const r = await runAgent(["--fail-cgroupv1=false", "--kubeconfig", "/etc/shadow"], {
+    permissions: "kubelet",
+  });
+  assertOneError(r, "read access to '/etc/shadow'", "--kubeconfig", "--allow-read=/etc/shadow");
+  const c = await runAgent(["--config", "/etc/shadow"], { permissions: "kubelet" });
+  assertOneError(c, "read access to '/etc/shadow'", "--config");
+});
+
+Deno.test("main exits 0 on SIGTERM after stopping its servers", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kubelet-sigterm-" });
+  try {
+    const port = 20000 + Math.floor(Math.random() * 20000);
+    const file = join(dir, "kubelet.yaml");
+    await Deno.writeTextFile(
+      file,
+      `${HEADER}failCgroupV1: false\nhealthzPort: ${port}\ncontainerRuntimeEndpoint: unix://${dir}/cri.sock\npodLogsDir: ${dir}/pods-logs\n`,
+    );
+    const agent = spawnAgent([
+      "--config",
+      file,
+      "--root-dir",
+      join(dir, "root"),
+      "--cert-dir",
+      join(dir, "pki"),
+    ]);
+    await agent.waitFor("Started kubelet");
+    const res = await fetch(`http://127.0.0.1:${port}/healthz`);
+    assert.equal(await res.text(), "ok");
+    agent.process.kill("SIGTERM");
+    const status = await agent.process.status;
+    assert.equal(status.code, 0, agent.stderr());
+    assert.match(agent.stderr(), /Received signal, shutting down/);
+    await assert.rejects(fetch(`http://127.0.0.1:${port}/healthz`));
+    assert.ok((await Deno.stat(join(dir, "root", "pods"))).isDirectory);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
