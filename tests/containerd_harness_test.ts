@@ -6,20 +6,10 @@
  */
 
 import assert from "node:assert/strict";
-import { findProgram, startContainerd } from "./containerd_harness.ts";
+import { startContainerd } from "./containerd_harness.ts";
+import { requireRoot } from "./requirements.ts";
 
-async function whyNotRunnable(): Promise<string | undefined> {
-  if (Deno.build.os !== "linux") return `containerd tests need Linux, not ${Deno.build.os}`;
-  if (Deno.uid() !== 0) return `containerd tests need root (uid is ${Deno.uid()})`;
-  for (const program of ["containerd", "ctr", "runc"]) {
-    if (!(await findProgram(program))) return `'${program}' is not installed`;
-  }
-  return undefined;
-}
-
-const reason = await whyNotRunnable();
-const inCI = Deno.env.get("CI") === "true";
-if (reason && !inCI) console.warn(`SKIPPING containerd harness tests: ${reason}`);
+const gate = await requireRoot("containerd harness tests", ["containerd", "ctr", "runc"]);
 
 function isAlive(pid: number): boolean {
   try {
@@ -41,9 +31,9 @@ async function ctrVersion(socket: string): Promise<Deno.CommandOutput> {
 
 Deno.test({
   name: "startContainerd serves ctr version and stop removes the process",
-  ignore: reason !== undefined && !inCI,
+  ignore: gate.ignore,
   async fn() {
-    if (reason) throw new Error(`CI=true but containerd tests cannot run: ${reason}`);
+    gate.check();
     const dir = await Deno.makeTempDir({ prefix: "containerd-harness-" });
     try {
       const containerd = await startContainerd({ dir, signal: AbortSignal.timeout(120_000) });
@@ -74,9 +64,9 @@ Deno.test({
 
 Deno.test({
   name: "startContainerd refuses a socket another containerd already serves",
-  ignore: reason !== undefined && !inCI,
+  ignore: gate.ignore,
   async fn() {
-    if (reason) throw new Error(`CI=true but containerd tests cannot run: ${reason}`);
+    gate.check();
     const dir = await Deno.makeTempDir({ prefix: "containerd-harness-" });
     try {
       await using first = await startContainerd({ dir: `${dir}/a`, socket: `${dir}/c.sock` });

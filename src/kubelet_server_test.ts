@@ -1,0 +1,113 @@
+import assert from "node:assert/strict";
+import { FakeClock } from "./clock.ts";
+import type { Dependencies, OSInterface } from "./dependencies.ts";
+import { createLogger } from "./klog.ts";
+import { NotSupportedError } from "./kubelet.ts";
+import { loadKubeletConfiguration } from "./kubelet_config.ts";
+import { newKubeletFlags } from "./kubelet_flags.ts";
+import {
+  type KubeletServer,
+  nodeHostname,
+  parseNodeIPs,
+  pathNeeds,
+  run,
+  StartError,
+} from "./kubelet_server.ts";
+
+async function server(
+  flags: Partial<ReturnType<typeof newKubeletFlags>> = {},
+): Promise<KubeletServer> {
+  const { config } = await loadKubeletConfiguration({
+    configFile: "",
+    dropinDir: "",
+    flags: [],
+    cgroupV1: false,
+  });
+  config.healthzPort = 0;
+  config.containerRuntimeEndpoint = "unix:///run/test/cri.sock";
+  return { flags: { ...newKubeletFlags(), rootDirectory: "/srv/kubelet", ...flags }, config };
+}
+
+function fakeDeps(lines: string[], os: Partial<OSInterface> = {}): Dependencies {
+  return {
+    logger: createLogger({ write: (l) => lines.push(l), now: () => new Date(0), pid: 1 }),
+    clock: new FakeClock(0),
+    recorder: { event() {} },
+    os: {
+      hostname: () => "Node-A.Example",
+      mkdirAll: () => Promise.resolve(),
+      stat: () => Promise.reject(new Deno.errors.NotFound("no socket")),
+      readTextFile: () => Promise.reject(new Deno.errors.NotFound("no file")),
+      ...os,
+    },
+  };
+}
+
+Deno.test("nodeHostname lower-cases the override or the hostname", () => {
+  assert.equal(nodeHostname("", () => "Node-A"), "node-a");
+  assert.equal(nodeHostname(" Other ", () => "Node-A"), "other");
+  assert.throws(() => nodeHostname("", () => ""), StartError);
+});
+
+Deno.test("parseNodeIPs accepts one IP or a dual-stack pair", () => {
+  assert.deepEqual(parseNodeIPs(""), []);
+  assert.deepEqual(parseNodeIPs("10.0.0.5"), ["10.0.0.5"]);
+  assert.deepEqual(parseNodeIPs("10.0.0.5,fd00::5"), ["10.0.0.5", "fd00::5"]);
+  assert.throws(() => parseNodeIPs("10.0.0.5,10.0.0.6"), /dual-stack pair/);
+  assert.throws(() => parseNodeIPs("node-a"), /'node-a' is not an IP address/);
+});
+
+Deno.test("pathNeeds lists the runtime socket for read and write", async () => {
+  const needs = pathNeeds(await server());
+  assert.ok(needs.some((n) => n.permission === "write" && n.path === "/run/test/cri.sock"));
+  assert.ok(
+    needs.some((n) =>
+      n.permission === "write" && n.path === "/srv/kubelet" && n.source === "--root-dir"
+    ),
+  );
+});
+
+Deno.test("run uses the injected OS: node name, data directories, runtime check", async () => {
+  const lines: string[] = [];
+  const made: string[] = [];
+  const deps = fakeDeps(lines, { mkdirAll: (p) => Promise.resolve(void made.push(p)) });
+  const ctl = new AbortController();
+  const done = run(await server(), deps, ctl.signal);
+  while (!lines.some((l) => l.includes("Started kubelet"))) {
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  ctl.abort();
+  await done;
+  assert.deepEqual(made, [
+    "/srv/kubelet",
+    "/srv/kubelet/pods",
+    "/srv/kubelet/plugins",
+    "/srv/kubelet/plugins_registry",
+    "/srv/kubelet/pod-resources",
+    "/srv/kubelet/checkpoints",
+  ]);
+  assert.ok(
+    lines.some((l) => l.includes('"Started kubelet" nodeName="node-a.example" mode="standalone"')),
+    lines.join("\n"),
+  );
+  assert.ok(
+    lines.some((l) => l.startsWith("E") && l.includes("Container runtime endpoint does not exist")),
+  );
+});
+
+Deno.test("run refuses what is not supported yet, loudly", async () => {
+  const deps = fakeDeps([]);
+  const signal = new AbortController().signal;
+  await assert.rejects(
+    run(await server({ kubeConfig: "/etc/kubernetes/kubelet.conf" }), deps, signal),
+    NotSupportedError,
+  );
+  await assert.rejects(
+    run(await server({ runOnce: true }), deps, signal),
+    /--runonce is not supported yet/,
+  );
+  await assert.rejects(
+    run(await server({ cloudProvider: "aws" }), deps, signal),
+    /--cloud-provider=aws is not supported/,
+  );
+});

@@ -1,0 +1,41 @@
+/**
+ * `deno task demo` end to end: it installs what is missing, starts a private containerd, starts
+ * the agent in standalone mode under its permission set against that containerd, and stops
+ * both cleanly when DEMO_SECONDS runs out.
+ */
+
+import assert from "node:assert/strict";
+import { REPO_ROOT } from "./agent_process.ts";
+import { requireRoot } from "./requirements.ts";
+
+const gate = await requireRoot("the demo test", ["containerd", "ctr", "runc"]);
+
+Deno.test({
+  name: "demo starts containerd and the agent in standalone mode and stops both",
+  ignore: gate.ignore,
+  sanitizeResources: false,
+  async fn() {
+    gate.check();
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["task", "demo"],
+      cwd: REPO_ROOT,
+      env: { DEMO_SECONDS: "4", NO_COLOR: "1" },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 0, text);
+    assert.match(
+      text,
+      /demo: containerd serves unix:\/\/\/run\/kubelet-ts\/demo\/containerd\.sock/,
+    );
+    assert.match(
+      text,
+      /"Container runtime endpoint found" endpoint="unix:\/\/\/run\/kubelet-ts\/demo\/containerd\.sock"/,
+    );
+    assert.match(text, /"Started kubelet" nodeName="[^"]+" mode="standalone"/);
+    assert.match(text, /"Kubelet stopped"/);
+    assert.match(text, /demo: stopping containerd/);
+  },
+});
