@@ -17,6 +17,9 @@
  * under {@link SANDBOX_IMAGE} before any pod can start.
  */
 
+import { aptInstallMissing, type AptPackage, findProgram, lastLines } from "./apt.ts";
+export { findProgram, MissingPackagesError } from "./apt.ts";
+
 /** The pause image every pod sandbox runs; tests must import an image under this name. */
 // Debian's containerd 1.6.20 has the same built-in default (`containerd config default`);
 // earlier 1.6 releases said "k8s.gcr.io/pause:3.6", so the config sets it explicitly.
@@ -87,14 +90,6 @@ export interface ContainerdHandle {
 /** containerd did not come up, or the environment cannot run it. */
 export class ContainerdStartError extends Error {
   override name = "ContainerdStartError";
-  constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-  }
-}
-
-/** Runtime packages are missing and cannot be installed. */
-export class MissingPackagesError extends Error {
-  override name = "MissingPackagesError";
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
   }
@@ -539,7 +534,7 @@ function toml(s: string): string {
 }
 
 /** The programs (or files) each runtime package provides, checked before calling apt. */
-const RUNTIME_PACKAGES: ReadonlyArray<{ pkg: string; provides: readonly string[] }> = [
+const RUNTIME_PACKAGES: readonly AptPackage[] = [
   { pkg: "containerd", provides: ["containerd", "ctr"] },
   { pkg: "runc", provides: ["runc"] },
   {
@@ -549,81 +544,12 @@ const RUNTIME_PACKAGES: ReadonlyArray<{ pkg: string; provides: readonly string[]
   { pkg: "iptables", provides: ["iptables"] },
 ];
 
-let aptUpdated = false;
-
 /**
  * Installs containerd, runc, the CNI plugins and iptables with apt-get when any of their
  * programs is missing. Does nothing when all are present; throws when not root.
  */
 export async function ensureRuntimePackages(): Promise<void> {
-  const missing: { pkg: string; programs: string[] }[] = [];
-  for (const { pkg, provides } of RUNTIME_PACKAGES) {
-    const absent: string[] = [];
-    for (const program of provides) if (!(await findProgram(program))) absent.push(program);
-    if (absent.length > 0) missing.push({ pkg, programs: absent });
-  }
-  if (missing.length === 0) return;
-
-  const programs = missing.flatMap((m) => m.programs).join(", ");
-  const pkgs = missing.map((m) => m.pkg);
-  if (Deno.uid() !== 0) {
-    throw new MissingPackagesError(
-      `Cannot run containerd: missing ${programs}; install them as root with ` +
-        `'apt-get update && apt-get install -y ${pkgs.join(" ")}'`,
-    );
-  }
-  if (!aptUpdated) {
-    await run("apt-get", ["update"]);
-    aptUpdated = true;
-  }
-  await run("apt-get", ["install", "-y", "--no-install-recommends", ...pkgs]);
-  const still: string[] = [];
-  for (const { programs } of missing) {
-    for (const program of programs) if (!(await findProgram(program))) still.push(program);
-  }
-  if (still.length > 0) {
-    throw new MissingPackagesError(
-      `apt-get installed ${pkgs.join(" ")} but these are still missing: ${still.join(", ")}`,
-    );
-  }
-}
-
-async function run(cmd: string, args: string[]): Promise<void> {
-  console.error(`+ ${cmd} ${args.join(" ")}`);
-  const out = await new Deno.Command(cmd, {
-    args,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-    env: { DEBIAN_FRONTEND: "noninteractive" },
-  }).output();
-  if (!out.success) {
-    const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-    throw new MissingPackagesError(
-      `'${cmd} ${args.join(" ")}' failed with code ${out.code}:\n${lastLines(text, 20)}`,
-    );
-  }
-}
-
-// sbin directories are searched even when PATH lacks them (iptables lives in /usr/sbin).
-const EXTRA_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"];
-
-/** Absolute path of an executable found on PATH (or as given, when absolute), else undefined. */
-export async function findProgram(name: string): Promise<string | undefined> {
-  const candidates = name.startsWith("/")
-    ? [name]
-    : [...(Deno.env.get("PATH") ?? "").split(":").filter(Boolean), ...EXTRA_PATH].map((d) =>
-      `${d}/${name}`
-    );
-  for (const path of candidates) {
-    try {
-      const info = await Deno.stat(path);
-      if (info.isFile && info.mode !== null && (info.mode & 0o111) !== 0) return path;
-    } catch {
-      // not there
-    }
-  }
-  return undefined;
+  await aptInstallMissing(RUNTIME_PACKAGES);
 }
 
 async function logTail(file: string, n: number): Promise<string> {
@@ -632,10 +558,6 @@ async function logTail(file: string, n: number): Promise<string> {
   } catch (err) {
     return `(cannot read ${file}: ${(err as Error).message})`;
   }
-}
-
-function lastLines(text: string, n: number): string {
-  return text.trimEnd().split("\n").slice(-n).join("\n");
 }
 
 function lines(text: string): string[] {

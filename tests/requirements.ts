@@ -5,7 +5,7 @@
  * and fails with that reason, so CI never passes by skipping.
  */
 
-import { findProgram } from "./containerd_harness.ts";
+import { findProgram } from "./apt.ts";
 
 /** Why tests needing root and `programs` cannot run here, or undefined when they can. */
 export async function whyNotRunnable(programs: readonly string[]): Promise<string | undefined> {
