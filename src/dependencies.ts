@@ -9,6 +9,8 @@
 
 import { type Clock, realClock } from "./clock.ts";
 import type { Logger } from "./klog.ts";
+import type { ImageManagerService } from "./remote_image.ts";
+import type { RuntimeService } from "./remote_runtime.ts";
 
 /** What the kubelet asks of the host's OS (upstream `kubecontainer.OSInterface`). */
 export interface OSInterface {
@@ -63,6 +65,10 @@ export interface Dependencies {
   readonly os: OSInterface;
   readonly clock: Clock;
   readonly recorder: EventRecorder;
+  /** The CRI runtime service; set by preInitRuntimeService unless a test injects one. */
+  readonly runtimeService?: RuntimeService;
+  /** The CRI image service; set by preInitRuntimeService unless a test injects one. */
+  readonly imageService?: ImageManagerService;
 }
 
 /** Builds the default dependencies (upstream's UnsecuredDependencies: nothing is dialled yet). */

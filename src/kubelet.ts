@@ -11,7 +11,11 @@ import { join } from "node:path";
 import type { Dependencies } from "./dependencies.ts";
 import { serveHealthz } from "./healthz.ts";
 import type { KubeletServer } from "./kubelet_server.ts";
-import { unixSocketPath } from "./permissions.ts";
+import { RuntimeState } from "./runtime_state.ts";
+import { waitForRuntime } from "./runtime_service.ts";
+
+/** How often updateRuntimeUp asks the runtime for its Status (upstream: 5 s). */
+export const RUNTIME_UP_PERIOD_MS = 5_000;
 
 /** A requested mode or feature that this build does not implement yet. */
 export class NotSupportedError extends Error {
@@ -30,9 +34,12 @@ export interface KubeletOptions {
 /** The node agent. */
 export class Kubelet {
   readonly #opts: KubeletOptions;
+  /** The runtime's health as updateRuntimeUp last saw it. */
+  readonly runtimeState: RuntimeState;
 
   constructor(opts: KubeletOptions) {
     this.#opts = opts;
+    this.runtimeState = new RuntimeState(opts.deps.clock);
   }
 
   /** The directories upstream's setupDataDirs creates under the root directory. */
@@ -80,7 +87,30 @@ export class Kubelet {
       });
       stopped.push(healthz.finished);
     }
-    await this.#checkRuntimeEndpoint();
+    const runtime = deps.runtimeService;
+    if (!runtime) throw new Error("the kubelet needs a runtime service (preInitRuntimeService)");
+    let version;
+    try {
+      version = await waitForRuntime({
+        runtime,
+        endpoint: config.containerRuntimeEndpoint,
+        logger: log,
+        clock: deps.clock,
+        signal,
+      });
+    } catch (e) {
+      if (signal.aborted) {
+        await Promise.allSettled(stopped);
+        return;
+      }
+      throw e;
+    }
+    log.info("Container runtime initialized", {
+      containerRuntime: version.runtimeName,
+      version: version.runtimeVersion,
+      apiVersion: version.runtimeApiVersion,
+    });
+    stopped.push(this.#updateRuntimeUpLoop(signal));
     if (config.staticPodPath) {
       log.error(
         new NotSupportedError("running pods is not supported yet"),
@@ -97,28 +127,33 @@ export class Kubelet {
     await Promise.allSettled(stopped);
   }
 
-  async #checkRuntimeEndpoint(): Promise<void> {
-    const { config } = this.#opts.server;
-    const log = this.#opts.deps.logger;
-    const path = unixSocketPath(config.containerRuntimeEndpoint);
-    if (path === undefined) {
-      throw new NotSupportedError(
-        `containerRuntimeEndpoint '${config.containerRuntimeEndpoint}' is not supported: only unix:// endpoints are supported on Linux`,
-      );
-    }
-    try {
-      const info = await this.#opts.deps.os.stat(path);
-      if (!info.isSocket) {
-        log.error(null, "Container runtime endpoint is not a socket", {
-          endpoint: config.containerRuntimeEndpoint,
-        });
-      } else {
-        log.info("Container runtime endpoint found", { endpoint: config.containerRuntimeEndpoint });
+  /**
+   * upstream's updateRuntimeUp, every 5 s until `signal` aborts: CRI Status into the runtime
+   * state. Logs when the state changes rather than on every failing check.
+   */
+  async #updateRuntimeUpLoop(signal: AbortSignal): Promise<void> {
+    const { deps } = this.#opts;
+    const runtime = deps.runtimeService;
+    if (!runtime) throw new Error("updateRuntimeUp needs a runtime service");
+    let last = "";
+    while (!signal.aborted) {
+      let now: string;
+      try {
+        const res = await runtime.status(false, signal);
+        this.runtimeState.recordStatus(res.status?.conditions ?? []);
+        now = [this.runtimeState.runtimeErrors(), this.runtimeState.networkErrors()].filter(Boolean)
+          .join("; ");
+        if (now !== last) {
+          if (now === "") deps.logger.info("Container runtime and network are ready");
+          else deps.logger.error(null, "Container runtime not ready", { reason: now });
+        }
+      } catch (e) {
+        if (signal.aborted) break;
+        now = `sanity check failed: ${e instanceof Error ? e.message : String(e)}`;
+        if (now !== last) deps.logger.error(e, "Container runtime sanity check failed");
       }
-    } catch {
-      log.error(null, "Container runtime endpoint does not exist; is the runtime running?", {
-        endpoint: config.containerRuntimeEndpoint,
-      });
+      last = now;
+      await deps.clock.sleep(RUNTIME_UP_PERIOD_MS, signal).catch(() => {});
     }
   }
 }

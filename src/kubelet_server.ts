@@ -11,6 +11,7 @@ import { Kubelet, NotSupportedError } from "./kubelet.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import type { KubeletFlags } from "./kubelet_flags.ts";
 import { checkPermissions, type PathNeed, unixSocketPath } from "./permissions.ts";
+import { preInitRuntimeService, type RuntimeServices } from "./runtime_service.ts";
 
 /** Everything the command line and the configuration files say (upstream options.KubeletServer). */
 export interface KubeletServer {
@@ -110,7 +111,24 @@ export async function run(
     );
   }
   if (s.flags.runOnce) throw new NotSupportedError("--runonce is not supported yet");
-  await runKubelet(s, deps, signal);
+  let services: RuntimeServices | undefined;
+  if (!deps.runtimeService || !deps.imageService) {
+    services = preInitRuntimeService({
+      containerRuntimeEndpoint: s.config.containerRuntimeEndpoint,
+      imageServiceEndpoint: s.config.imageServiceEndpoint,
+      timeoutMs: s.config.runtimeRequestTimeout,
+    });
+    deps = {
+      ...deps,
+      runtimeService: services.runtimeService,
+      imageService: services.imageService,
+    };
+  }
+  try {
+    await runKubelet(s, deps, signal);
+  } finally {
+    services?.close();
+  }
 }
 
 /** Upstream's RunKubelet: names the node, creates and initialises the Kubelet, starts it. */

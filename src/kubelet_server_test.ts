@@ -13,9 +13,11 @@ import {
   run,
   StartError,
 } from "./kubelet_server.ts";
+import { startFakeRuntime } from "./fake_remote_runtime.ts";
 
 async function server(
   flags: Partial<ReturnType<typeof newKubeletFlags>> = {},
+  endpoint = "unix:///run/test/cri.sock",
 ): Promise<KubeletServer> {
   const { config } = await loadKubeletConfiguration({
     configFile: "",
@@ -24,7 +26,7 @@ async function server(
     cgroupV1: false,
   });
   config.healthzPort = 0;
-  config.containerRuntimeEndpoint = "unix:///run/test/cri.sock";
+  config.containerRuntimeEndpoint = endpoint;
   return { flags: { ...newKubeletFlags(), rootDirectory: "/srv/kubelet", ...flags }, config };
 }
 
@@ -67,17 +69,20 @@ Deno.test("pathNeeds lists the runtime socket for read and write", async () => {
   );
 });
 
-Deno.test("run uses the injected OS: node name, data directories, runtime check", async () => {
+Deno.test("run uses the injected OS and negotiates CRI v1 with the runtime", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kubelet-server-" });
+  await using fake = await startFakeRuntime({ socket: `${dir}/cri.sock` });
   const lines: string[] = [];
   const made: string[] = [];
   const deps = fakeDeps(lines, { mkdirAll: (p) => Promise.resolve(void made.push(p)) });
   const ctl = new AbortController();
-  const done = run(await server(), deps, ctl.signal);
+  const done = run(await server({}, fake.endpoint), deps, ctl.signal);
   while (!lines.some((l) => l.includes("Started kubelet"))) {
     await new Promise((r) => setTimeout(r, 1));
   }
   ctl.abort();
   await done;
+  await Deno.remove(dir, { recursive: true });
   assert.deepEqual(made, [
     "/srv/kubelet",
     "/srv/kubelet/pods",
@@ -87,11 +92,15 @@ Deno.test("run uses the injected OS: node name, data directories, runtime check"
     "/srv/kubelet/checkpoints",
   ]);
   assert.ok(
-    lines.some((l) => l.includes('"Started kubelet" nodeName="node-a.example" mode="standalone"')),
+    lines.some((l) =>
+      l.includes('"Container runtime initialized" containerRuntime="fake-runtime"') &&
+      l.includes('apiVersion="v1"')
+    ),
     lines.join("\n"),
   );
   assert.ok(
-    lines.some((l) => l.startsWith("E") && l.includes("Container runtime endpoint does not exist")),
+    lines.some((l) => l.includes('"Started kubelet" nodeName="node-a.example" mode="standalone"')),
+    lines.join("\n"),
   );
 });
 

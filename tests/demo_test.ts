@@ -32,7 +32,7 @@ Deno.test({
     );
     assert.match(
       text,
-      /"Container runtime endpoint found" endpoint="unix:\/\/\/run\/kubelet-ts\/demo\/containerd\.sock"/,
+      /"Container runtime initialized" containerRuntime="containerd" version="[^"]+" apiVersion="v1"/,
     );
     assert.match(text, /"Started kubelet" nodeName="[^"]+" mode="standalone"/);
     assert.match(text, /"Kubelet stopped"/);

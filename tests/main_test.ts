@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
+import { startFakeRuntime } from "../src/fake_remote_runtime.ts";
 import { runAgent, spawnAgent } from "./agent_process.ts";
 
 const HEADER = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
@@ -135,33 +136,95 @@ Deno.test("main under its permission set is denied a read outside it, naming the
   assertOneError(c, "read access to '/etc/shadow'", "--config");
 });
 
-Deno.test("main exits 0 on SIGTERM after stopping its servers", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "kubelet-sigterm-" });
-  try {
-    const port = 20000 + Math.floor(Math.random() * 20000);
-    const file = join(dir, "kubelet.yaml");
-    await Deno.writeTextFile(
-      file,
-      `${HEADER}failCgroupV1: false\nhealthzPort: ${port}\ncontainerRuntimeEndpoint: unix://${dir}/cri.sock\npodLogsDir: ${dir}/pods-logs\n`,
-    );
-    const agent = spawnAgent([
-      "--config",
-      file,
-      "--root-dir",
-      join(dir, "root"),
-      "--cert-dir",
-      join(dir, "pki"),
-    ]);
-    await agent.waitFor("Started kubelet");
-    const res = await fetch(`http://127.0.0.1:${port}/healthz`);
-    assert.equal(await res.text(), "ok");
-    agent.process.kill("SIGTERM");
-    const status = await agent.process.status;
-    assert.equal(status.code, 0, agent.stderr());
-    assert.match(agent.stderr(), /Received signal, shutting down/);
-    await assert.rejects(fetch(`http://127.0.0.1:${port}/healthz`));
-    assert.ok((await Deno.stat(join(dir, "root", "pods"))).isDirectory);
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+/** A config for a running agent: its own healthz port and runtime socket under `dir`. */
+async function agentConfig(dir: string): Promise<{ file: string; port: number; socket: string }> {
+  const port = 20000 + Math.floor(Math.random() * 20000);
+  const socket = join(dir, "cri.sock");
+  const file = join(dir, "kubelet.yaml");
+  await Deno.writeTextFile(
+    file,
+    `${HEADER}failCgroupV1: false\nhealthzPort: ${port}\ncontainerRuntimeEndpoint: unix://${socket}\npodLogsDir: ${dir}/pod-logs\n`,
+  );
+  return { file, port, socket };
+}
+
+function agentArgs(dir: string, file: string): string[] {
+  return ["--config", file, "--root-dir", join(dir, "root"), "--cert-dir", join(dir, "pki")];
+}
+
+Deno.test({
+  name: "main exits 0 on SIGTERM after stopping its servers",
+  sanitizeResources: false,
+  async fn() {
+    const dir = await Deno.makeTempDir({ prefix: "kubelet-sigterm-" });
+    try {
+      const { file, port, socket } = await agentConfig(dir);
+      await using _runtime = await startFakeRuntime({ socket });
+      const agent = spawnAgent(agentArgs(dir, file));
+      await agent.waitFor("Started kubelet");
+      assert.match(
+        agent.stderr(),
+        /"Container runtime initialized" containerRuntime="fake-runtime"/,
+      );
+      const res = await fetch(`http://127.0.0.1:${port}/healthz`);
+      assert.equal(await res.text(), "ok");
+      agent.process.kill("SIGTERM");
+      const status = await agent.process.status;
+      assert.equal(status.code, 0, agent.stderr());
+      assert.match(agent.stderr(), /Received signal, shutting down/);
+      await assert.rejects(fetch(`http://127.0.0.1:${port}/healthz`));
+      assert.ok((await Deno.stat(join(dir, "root", "pods"))).isDirectory);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "main waits for a runtime that is down at start, naming its socket once, and goes on when it comes up",
+  sanitizeResources: false,
+  async fn() {
+    const dir = await Deno.makeTempDir({ prefix: "kubelet-noruntime-" });
+    try {
+      const { file, socket } = await agentConfig(dir);
+      const agent = spawnAgent(agentArgs(dir, file));
+      await agent.waitFor("Container runtime is not reachable");
+      // Let it retry a few times: the error is logged once per state change, not per retry.
+      await new Promise((r) => setTimeout(r, 1500));
+      const errors = agent.stderr().split("\n").filter((l) => l.startsWith("E"));
+      assert.equal(errors.length, 1, agent.stderr());
+      assert.ok(errors[0]?.includes(`endpoint="unix://${socket}"`), errors[0]);
+      assert.doesNotMatch(agent.stderr(), /^\s+at /m, "stack trace printed");
+      await using _runtime = await startFakeRuntime({ socket });
+      await agent.waitFor("Started kubelet");
+      assert.match(agent.stderr(), /"Container runtime is reachable again"/);
+      agent.process.kill("SIGTERM");
+      assert.equal((await agent.process.status).code, 0, agent.stderr());
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name: "main exits 1 when the runtime does not serve CRI v1",
+  sanitizeResources: false,
+  async fn() {
+    const dir = await Deno.makeTempDir({ prefix: "kubelet-criv1-" });
+    try {
+      const { file, socket } = await agentConfig(dir);
+      await using runtime = await startFakeRuntime({ socket });
+      runtime.injectError("Version", 12, "unknown service runtime.v1.RuntimeService", 1000);
+      const r = await runAgent(agentArgs(dir, file));
+      assertOneError(
+        r,
+        "validate CRI v1 runtime API for endpoint",
+        `unix://${socket}`,
+        "Unimplemented",
+      );
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
 });
