@@ -354,8 +354,7 @@ export class FakeRuntimeService {
       : undefined;
     if (failure) {
       // As containerd: a failed start leaves the container exited, code 128, no event.
-      Object.assign(c, { state: C.CONTAINER_EXITED, finishedAt: this.#now(), exitCode: 128 });
-      Object.assign(c, { reason: "StartError", message: failure.message });
+      this.#setExited(c, 128, "StartError", failure.message);
       throw failure;
     }
     c.state = C.CONTAINER_RUNNING;
@@ -459,12 +458,16 @@ export class FakeRuntimeService {
     return c;
   }
 
-  #exit(c: FakeContainer, exitCode: number, reason: string, message: string): void {
+  #setExited(c: FakeContainer, exitCode: number, reason: string, message: string): void {
     c.state = C.CONTAINER_EXITED;
     c.finishedAt = this.#now();
     c.exitCode = exitCode;
     c.reason = reason;
     c.message = message;
+  }
+
+  #exit(c: FakeContainer, exitCode: number, reason: string, message: string): void {
+    this.#setExited(c, exitCode, reason, message);
     this.#emit(c.id, E.CONTAINER_STOPPED_EVENT, this.#sandboxes.get(c.sandboxId));
   }
 

@@ -1,0 +1,101 @@
+import assert from "node:assert/strict";
+import { FakeClock } from "./clock.ts";
+import type { Dependencies } from "./dependencies.ts";
+import { startFakeRuntime } from "./fake_remote_runtime.ts";
+import { createLogger } from "./klog.ts";
+import { Kubelet, RUNTIME_UP_PERIOD_MS } from "./kubelet.ts";
+import { loadKubeletConfiguration } from "./kubelet_config.ts";
+import { newKubeletFlags } from "./kubelet_flags.ts";
+import { preInitRuntimeService } from "./runtime_service.ts";
+
+async function until(what: string, cond: () => boolean): Promise<void> {
+  const end = Date.now() + 5_000;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+
+Deno.test("Kubelet updateRuntimeUp keeps the runtime state from CRI Status every period", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kubelet-runtime-up-" });
+  await using fake = await startFakeRuntime({ socket: `${dir}/cri.sock` });
+  const { config } = await loadKubeletConfiguration({
+    configFile: "",
+    dropinDir: "",
+    flags: [],
+    cgroupV1: false,
+  });
+  config.healthzPort = 0;
+  config.containerRuntimeEndpoint = fake.endpoint;
+  const services = preInitRuntimeService({
+    containerRuntimeEndpoint: fake.endpoint,
+    timeoutMs: 5_000,
+  });
+  const lines: string[] = [];
+  const clock = new FakeClock();
+  const deps: Dependencies = {
+    logger: createLogger({ write: (l) => lines.push(l), now: () => new Date(0), pid: 1 }),
+    clock,
+    recorder: { event() {} },
+    os: {
+      hostname: () => "node",
+      mkdirAll: () => Promise.resolve(),
+      stat: () => Promise.reject(new Deno.errors.NotFound()),
+      readTextFile: () => Promise.reject(new Deno.errors.NotFound()),
+    },
+    runtimeService: services.runtimeService,
+    imageService: services.imageService,
+  };
+  const kubelet = new Kubelet({
+    server: { flags: newKubeletFlags(), config },
+    deps,
+    nodeName: "node",
+    hostname: "node",
+    nodeIPs: [],
+  });
+  const ctl = new AbortController();
+  const running = kubelet.run(ctl.signal);
+  try {
+    await until("the first Status", () => kubelet.runtimeState.runtimeErrors() === undefined);
+    assert.equal(kubelet.runtimeState.networkErrors(), undefined);
+
+    fake.service.setCondition(
+      "NetworkReady",
+      false,
+      "NetworkPluginNotReady",
+      "cni plugin not initialized",
+    );
+    const statusCalls = fake.callCount("Status");
+    await until("the loop to sleep", () => clock.waiters > 0);
+    assert.equal(
+      kubelet.runtimeState.networkErrors(),
+      undefined,
+      "nothing changes before the period ends",
+    );
+    clock.step(RUNTIME_UP_PERIOD_MS);
+    await until("the next Status", () => kubelet.runtimeState.networkErrors() !== undefined);
+    assert.equal(fake.callCount("Status"), statusCalls + 1);
+    assert.equal(
+      kubelet.runtimeState.networkErrors(),
+      "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:cni plugin not initialized",
+    );
+    assert.ok(lines.some((l) => l.startsWith("E") && l.includes('"Container runtime not ready"')));
+
+    fake.service.setCondition("RuntimeReady", false, "Broken", "runtime broke");
+    await until("the loop to sleep again", () => clock.waiters > 0);
+    clock.step(RUNTIME_UP_PERIOD_MS);
+    await until(
+      "the runtime error",
+      () => (kubelet.runtimeState.runtimeErrors() ?? "").includes("Broken"),
+    );
+    assert.equal(
+      kubelet.runtimeState.runtimeErrors(),
+      "container runtime not ready: RuntimeReady=false reason:Broken message:runtime broke",
+    );
+  } finally {
+    ctl.abort();
+    await running;
+    services.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
