@@ -102,6 +102,7 @@ export function rpcName(path: string): string {
 export class CriConnection {
   readonly endpoint: string;
   readonly #client: grpc.Client;
+  readonly #streams = new Set<grpc.ClientReadableStream<unknown>>();
   #closed = false;
 
   constructor(opts: ConnectionOptions) {
@@ -172,6 +173,8 @@ export class CriConnection {
     opts: CallOptions = {},
   ): AsyncGenerator<Res> {
     const rpc = rpcName(method.path);
+    if (opts.signal?.aborted) return;
+    if (this.#closed) throw new CriError(rpc, grpc.status.UNAVAILABLE, "the connection is closed");
     const call = this.#client.makeServerStreamRequest(
       method.path,
       (v: Req) => method.requestSerialize(v),
@@ -182,24 +185,28 @@ export class CriConnection {
     );
     const onAbort = () => call.cancel();
     opts.signal?.addEventListener("abort", onAbort, { once: true });
+    this.#streams.add(call);
     try {
       for await (const item of call) yield item as Res;
     } catch (e) {
       const err = e as grpc.ServiceError;
-      if (err.code === grpc.status.CANCELLED && opts.signal?.aborted) return;
+      if (err.code === grpc.status.CANCELLED && (opts.signal?.aborted || this.#closed)) return;
       throw new CriError(rpc, err.code ?? grpc.status.UNKNOWN, err.details ?? String(e), {
         cause: e,
       });
     } finally {
+      this.#streams.delete(call);
       opts.signal?.removeEventListener("abort", onAbort);
       call.cancel();
     }
   }
 
-  /** Closes the channel; idempotent. */
+  /** Ends open streams and closes the channel; idempotent. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
+    for (const call of this.#streams) call.cancel();
+    this.#streams.clear();
     this.#client.close();
   }
 }

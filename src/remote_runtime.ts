@@ -271,15 +271,25 @@ export class RemoteRuntimeService {
     return this.#unary(S.status, api.StatusRequest.create({ verbose }), signal);
   }
 
+  /**
+   * Checkpoints a container. As upstream: a requested timeout longer than runtimeRequestTimeout
+   * is the deadline; a shorter one is raised to runtimeRequestTimeout, in the request too.
+   */
   async checkpointContainer(
     request: api.CheckpointContainerRequest,
     signal?: AbortSignal,
   ): Promise<void> {
-    const seconds = Number(request.timeout);
-    await this.#conn.unary(S.checkpointContainer, request, {
-      signal,
-      timeoutMs: seconds > 0 ? seconds * 1000 : this.#timeout,
-    });
+    if (request.timeout < 0n) {
+      throw new Error("CheckpointContainer requires the timeout value to be > 0");
+    }
+    const defaultSeconds = BigInt(Math.floor(this.#timeout / 1000));
+    const req = request.timeout > defaultSeconds
+      ? request
+      : { ...request, timeout: defaultSeconds };
+    const timeoutMs = request.timeout > defaultSeconds
+      ? Number(request.timeout) * 1000
+      : this.#timeout;
+    await this.#conn.unary(S.checkpointContainer, req, { signal, timeoutMs });
   }
 
   /** Container events until `signal` aborts (containerd 1.7+; 1.6 answers Unimplemented). */
