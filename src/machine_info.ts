@@ -1,0 +1,94 @@
+/**
+ * @module
+ * The machine facts node status reports: CPUs, memory, hugepages, the root filesystem's size,
+ * machine ID, system UUID, boot ID, kernel and OS image. Read from /proc, /sys and /etc as
+ * cAdvisor's `MachineInfo` does (the fuller cAdvisor equivalent, with statistics, is its own
+ * issue). Every source is a path under a root so tests read fixture trees.
+ */
+
+import { join } from "node:path";
+
+/** What node status needs of cAdvisor's MachineInfo and VersionInfo. */
+export interface MachineInfo {
+  readonly numCores: number;
+  readonly memoryCapacity: number;
+  /** Hugepages by page size in bytes: count of pages. */
+  readonly hugePages: ReadonlyMap<number, number>;
+  readonly machineID: string;
+  readonly systemUUID: string;
+  readonly bootID: string;
+  readonly kernelVersion: string;
+  readonly osImage: string;
+}
+
+async function read(root: string, path: string): Promise<string | undefined> {
+  try {
+    return (await Deno.readTextFile(join(root, path))).trim();
+  } catch {
+    return undefined;
+  }
+}
+
+/** Counts the CPUs in a cpulist such as "0-3,6". */
+export function countCpuList(list: string): number {
+  let n = 0;
+  for (const part of list.split(",")) {
+    const [a, b] = part.trim().split("-");
+    if (a === undefined || a === "") continue;
+    n += b === undefined ? 1 : Number(b) - Number(a) + 1;
+  }
+  return n;
+}
+
+/** Reads machine info under `root` (default "/"). */
+export async function readMachineInfo(root = "/"): Promise<MachineInfo> {
+  const online = await read(root, "sys/devices/system/cpu/online");
+  const cpuinfo = await read(root, "proc/cpuinfo");
+  const numCores = online
+    ? countCpuList(online)
+    : (cpuinfo?.match(/^processor\s*:/gm)?.length ?? 0);
+  const meminfo = (await read(root, "proc/meminfo")) ?? "";
+  const memKb = Number(/^MemTotal:\s+(\d+) kB/m.exec(meminfo)?.[1] ?? 0);
+  const hugePages = new Map<number, number>();
+  try {
+    for await (const e of Deno.readDir(join(root, "sys/kernel/mm/hugepages"))) {
+      const kb = /^hugepages-(\d+)kB$/.exec(e.name)?.[1];
+      if (!kb) continue;
+      const count = Number(await read(root, `sys/kernel/mm/hugepages/${e.name}/nr_hugepages`) ?? 0);
+      hugePages.set(Number(kb) * 1024, count);
+    }
+  } catch {
+    // no hugepage support
+  }
+  const osRelease = (await read(root, "etc/os-release")) ??
+    (await read(root, "usr/lib/os-release")) ?? "";
+  const pretty = /^PRETTY_NAME=(.*)$/m.exec(osRelease)?.[1]?.replace(/^"(.*)"$/, "$1");
+  return {
+    numCores,
+    memoryCapacity: memKb * 1024,
+    hugePages,
+    machineID: (await read(root, "etc/machine-id")) ??
+      (await read(root, "var/lib/dbus/machine-id")) ?? "",
+    systemUUID: ((await read(root, "sys/class/dmi/id/product_uuid")) ?? "").toLowerCase(),
+    bootID: (await read(root, "proc/sys/kernel/random/boot_id")) ?? "",
+    kernelVersion: (await read(root, "proc/sys/kernel/osrelease")) ?? "",
+    osImage: pretty ?? "Linux",
+  };
+}
+
+/** Size in bytes of the filesystem holding `path` (`df`, until statfs is read natively). */
+export async function filesystemCapacity(path: string): Promise<number | undefined> {
+  try {
+    const out = await new Deno.Command("df", {
+      args: ["-B1", "--output=size", path],
+      stdout: "piped",
+      stderr: "null",
+    })
+      .output();
+    if (!out.success) return undefined;
+    const size = Number(new TextDecoder().decode(out.stdout).trim().split("\n")[1]);
+    return Number.isFinite(size) ? size : undefined;
+  } catch {
+    return undefined;
+  }
+}

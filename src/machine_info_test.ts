@@ -1,0 +1,53 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { countCpuList, filesystemCapacity, readMachineInfo } from "./machine_info.ts";
+
+async function fixture(files: Record<string, string>): Promise<string> {
+  const root = await Deno.makeTempDir({ prefix: "machine-info-" });
+  for (const [path, text] of Object.entries(files)) {
+    await Deno.mkdir(join(root, path, ".."), { recursive: true });
+    await Deno.writeTextFile(join(root, path), text);
+  }
+  return root;
+}
+
+Deno.test("countCpuList reads kernel cpulists", () => {
+  assert.equal(countCpuList("0-3"), 4);
+  assert.equal(countCpuList("0-3,6,8-9"), 7);
+  assert.equal(countCpuList("0"), 1);
+});
+
+Deno.test("readMachineInfo reads a fixture tree as cAdvisor would", async () => {
+  const root = await fixture({
+    "sys/devices/system/cpu/online": "0-1\n",
+    "proc/meminfo": "MemTotal:       24576000 kB\nMemFree:        1000 kB\n",
+    "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages": "4\n",
+    "sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages": "0\n",
+    "etc/os-release": 'NAME="Debian GNU/Linux"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n',
+    "etc/machine-id": "0123456789abcdef0123456789abcdef\n",
+    "sys/class/dmi/id/product_uuid": "4C4C4544-0042-3510-8052-B4C04F5A4D32\n",
+    "proc/sys/kernel/random/boot_id": "b6a0e6a4-6e0a-4bcb-a4a8-0d0d55e2b7b9\n",
+    "proc/sys/kernel/osrelease": "6.18.0-test\n",
+  });
+  try {
+    const m = await readMachineInfo(root);
+    assert.equal(m.numCores, 2);
+    assert.equal(m.memoryCapacity, 24576000 * 1024);
+    assert.deepEqual([...m.hugePages.entries()].sort(), [[1073741824, 0], [2097152, 4]]);
+    assert.equal(m.osImage, "Debian GNU/Linux 12 (bookworm)");
+    assert.equal(m.machineID, "0123456789abcdef0123456789abcdef");
+    assert.equal(m.systemUUID, "4c4c4544-0042-3510-8052-b4c04f5a4d32");
+    assert.equal(m.bootID, "b6a0e6a4-6e0a-4bcb-a4a8-0d0d55e2b7b9");
+    assert.equal(m.kernelVersion, "6.18.0-test");
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("readMachineInfo matches this machine", async () => {
+  const m = await readMachineInfo();
+  assert.equal(m.numCores, navigator.hardwareConcurrency);
+  assert.equal(m.kernelVersion, Deno.osRelease());
+  assert.ok(m.memoryCapacity > 0);
+  assert.ok(((await filesystemCapacity("/")) ?? 0) > 0);
+});
