@@ -9,6 +9,7 @@
 
 import { type Clock, realClock } from "./clock.ts";
 import type { Logger } from "./klog.ts";
+import type { KubeClient } from "./kube_client.ts";
 import type { ImageManagerService } from "./remote_image.ts";
 import type { RuntimeService } from "./remote_runtime.ts";
 
@@ -69,6 +70,10 @@ export interface Dependencies {
   readonly runtimeService?: RuntimeService;
   /** The CRI image service; set by preInitRuntimeService unless a test injects one. */
   readonly imageService?: ImageManagerService;
+  /** The apiserver client (kubeAPIQPS/kubeAPIBurst); undefined in standalone mode. */
+  readonly kubeClient?: KubeClient;
+  /** The unthrottled client for node status and lease heartbeats; undefined in standalone mode. */
+  readonly heartbeatClient?: KubeClient;
 }
 
 /** Builds the default dependencies (upstream's UnsecuredDependencies: nothing is dialled yet). */

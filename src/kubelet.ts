@@ -11,6 +11,11 @@ import { join } from "node:path";
 import type { Dependencies } from "./dependencies.ts";
 import { serveHealthz } from "./healthz.ts";
 import type { KubeletServer } from "./kubelet_server.ts";
+import type { V1Taint } from "@kubernetes/client-node";
+import { NodeStatusManager } from "./kubelet_node_status.ts";
+import { filesystemCapacity, readMachineInfo } from "./machine_info.ts";
+import { NodeLeaseController } from "./node_lease.ts";
+import { KUBELET_VERSION } from "./version.ts";
 import { RuntimeState } from "./runtime_state.ts";
 import { waitForRuntime } from "./runtime_service.ts";
 
@@ -36,6 +41,9 @@ export class Kubelet {
   readonly #opts: KubeletOptions;
   /** The runtime's health as updateRuntimeUp last saw it. */
   readonly runtimeState: RuntimeState;
+  /** Node registration and status, in API server mode. */
+  nodeStatus: NodeStatusManager | undefined;
+  #runtimeVersion = "";
 
   constructor(opts: KubeletOptions) {
     this.#opts = opts;
@@ -89,6 +97,7 @@ export class Kubelet {
     }
     const runtime = deps.runtimeService;
     if (!runtime) throw new Error("the kubelet needs a runtime service (preInitRuntimeService)");
+    if (deps.kubeClient && deps.heartbeatClient) stopped.push(...this.#startNodeHeartbeats(signal));
     let version;
     try {
       version = await waitForRuntime({
@@ -105,6 +114,7 @@ export class Kubelet {
       }
       throw e;
     }
+    this.#runtimeVersion = `${version.runtimeName}://${version.runtimeVersion}`;
     log.info("Container runtime initialized", {
       containerRuntime: version.runtimeName,
       version: version.runtimeVersion,
@@ -118,13 +128,62 @@ export class Kubelet {
         { staticPodPath: config.staticPodPath },
       );
     }
-    log.info("Started kubelet", { nodeName: this.#opts.nodeName, mode: "standalone" });
+    log.info("Started kubelet", {
+      nodeName: this.#opts.nodeName,
+      mode: deps.kubeClient ? "apiserver" : "standalone",
+    });
     await new Promise<void>((resolve) => {
       if (signal.aborted) resolve();
       else signal.addEventListener("abort", () => resolve(), { once: true });
     });
     log.info("Shutting down kubelet");
     await Promise.allSettled(stopped);
+  }
+
+  /** Starts node registration, status updates and the node lease (API server mode). */
+  #startNodeHeartbeats(signal: AbortSignal): Promise<void>[] {
+    const { server, deps, nodeName, hostname, nodeIPs } = this.#opts;
+    const { config, flags } = server;
+    const kubeClient = deps.kubeClient!;
+    const heartbeatClient = deps.heartbeatClient!;
+    const machine = readMachineInfo();
+    const status = new NodeStatusManager({
+      client: kubeClient,
+      heartbeatClient,
+      config,
+      nodeName,
+      hostname,
+      nodeIPs,
+      nodeLabels: flags.nodeLabels,
+      registerWithTaints: (config.registerWithTaints ?? []) as V1Taint[],
+      registerSchedulable: flags.registerSchedulable,
+      enableControllerAttachDetach: config.enableControllerAttachDetach,
+      providerID: config.providerID,
+      kubeletVersion: KUBELET_VERSION,
+      clock: deps.clock,
+      logger: deps.logger,
+      machineInfo: () => machine,
+      rootfsCapacity: () => filesystemCapacity(flags.rootDirectory),
+      containerRuntimeVersion: () => this.#runtimeVersion,
+      listImages: async (s) => (await deps.imageService?.listImages(undefined, s)) ?? [],
+      notReadyReasons: () =>
+        [
+          this.runtimeState.runtimeErrors(),
+          this.runtimeState.networkErrors(),
+          this.runtimeState.storageErrors(),
+        ]
+          .filter((e): e is string => e !== undefined),
+    });
+    this.nodeStatus = status;
+    const lease = new NodeLeaseController({
+      client: heartbeatClient,
+      nodeName,
+      leaseDurationSeconds: config.nodeLeaseDurationSeconds,
+      clock: deps.clock,
+      logger: deps.logger,
+      getNode: () => status.node,
+    });
+    return [status.run(signal), lease.run(signal)];
   }
 
   /**

@@ -12,6 +12,14 @@ import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import type { KubeletFlags } from "./kubelet_flags.ts";
 import { checkPermissions, type PathNeed, unixSocketPath } from "./permissions.ts";
 import { preInitRuntimeService, type RuntimeServices } from "./runtime_service.ts";
+import { KubeClient } from "./kube_client.ts";
+import { loadKubeconfig } from "./kubeconfig.ts";
+import { detectNodeIP } from "./node_address.ts";
+import { GOARCH } from "./node_status.ts";
+import { KUBELET_VERSION } from "./version.ts";
+
+/** The User-Agent of the kubelet's API requests, in client-go's form. */
+export const USER_AGENT = `kubelet/${KUBELET_VERSION} (linux/${GOARCH}) kubernetes/kubelet-ts`;
 
 /** Everything the command line and the configuration files say (upstream options.KubeletServer). */
 export interface KubeletServer {
@@ -105,12 +113,34 @@ export async function run(
       `--cloud-provider=${s.flags.cloudProvider} is not supported: only '' and 'external' are (in-tree cloud providers were removed upstream)`,
     );
   }
-  if (s.flags.kubeConfig !== "" || s.flags.bootstrapKubeconfig !== "") {
+  if (s.flags.bootstrapKubeconfig !== "") {
     throw new NotSupportedError(
-      "API server mode (--kubeconfig, --bootstrap-kubeconfig) is not supported yet: run without them for standalone mode",
+      "TLS bootstrap (--bootstrap-kubeconfig) is not supported yet: give a --kubeconfig with a client certificate",
     );
   }
   if (s.flags.runOnce) throw new NotSupportedError("--runonce is not supported yet");
+  let clients: KubeClient[] = [];
+  if (s.flags.kubeConfig !== "" && !deps.kubeClient) {
+    const rest = await loadKubeconfig(s.flags.kubeConfig);
+    const kubeClient = new KubeClient({
+      config: rest,
+      clock: deps.clock,
+      qps: s.config.kubeAPIQPS,
+      burst: s.config.kubeAPIBurst,
+      userAgent: USER_AGENT,
+    });
+    // Upstream's heartbeat client: no throttling, and a deadline of the shorter of the status
+    // period and the lease duration, so a hung request never outlives a heartbeat.
+    const heartbeatClient = kubeClient.with({
+      qps: -1,
+      timeoutMs: Math.min(
+        s.config.nodeStatusUpdateFrequency,
+        s.config.nodeLeaseDurationSeconds * 1000,
+      ),
+    });
+    clients = [kubeClient, heartbeatClient];
+    deps = { ...deps, kubeClient, heartbeatClient };
+  }
   let services: RuntimeServices | undefined;
   if (!deps.runtimeService || !deps.imageService) {
     services = preInitRuntimeService({
@@ -128,6 +158,7 @@ export async function run(
     await runKubelet(s, deps, signal);
   } finally {
     services?.close();
+    for (const c of clients) c.close();
   }
 }
 
@@ -139,6 +170,10 @@ export async function runKubelet(
 ): Promise<void> {
   const hostname = nodeHostname(s.flags.hostnameOverride, deps.os.hostname);
   const nodeIPs = parseNodeIPs(s.flags.nodeIP);
+  if (nodeIPs.length === 0) {
+    const detected = await detectNodeIP();
+    if (detected) nodeIPs.push(detected);
+  }
   const kubelet = new Kubelet({ server: s, deps, nodeName: hostname, hostname, nodeIPs });
   await kubelet.setupDataDirs();
   await kubelet.run(signal);

@@ -108,8 +108,12 @@ Deno.test("run refuses what is not supported yet, loudly", async () => {
   const deps = fakeDeps([]);
   const signal = new AbortController().signal;
   await assert.rejects(
-    run(await server({ kubeConfig: "/etc/kubernetes/kubelet.conf" }), deps, signal),
+    run(await server({ bootstrapKubeconfig: "/etc/kubernetes/bootstrap-kubelet.conf" }), deps, signal),
     NotSupportedError,
+  );
+  await assert.rejects(
+    run(await server({ kubeConfig: "/nonexistent/kubelet.conf" }), deps, signal),
+    /\/nonexistent\/kubelet\.conf: cannot read kubeconfig/,
   );
   await assert.rejects(
     run(await server({ runOnce: true }), deps, signal),

@@ -1,0 +1,220 @@
+/**
+ * @module
+ * Registers the Node and keeps its status current: registerWithAPIServer (create, or reconcile
+ * an existing Node's default labels and annotations), a fast status update at start so the node
+ * turns Ready as soon as the runtime is, then every nodeStatusUpdateFrequency (with 4 % jitter)
+ * a status patch, skipped while nothing but heartbeats changed and nodeStatusReportFrequency has
+ * not passed. Failures are logged once per change of state; a Node deleted while the kubelet runs
+ * is registered again. Corresponds to upstream `pkg/kubelet/kubelet_node_status.go`.
+ */
+
+import type { V1Node, V1NodeStatus } from "@kubernetes/client-node";
+import type * as api from "../proto/runtime/v1/api.ts";
+import type { Clock } from "./clock.ts";
+import type { Logger } from "./klog.ts";
+import { isStatus, type KubeClient } from "./kube_client.ts";
+import type { KubeletConfiguration } from "./kubelet_config_types.ts";
+import type { MachineInfo } from "./machine_info.ts";
+import {
+  initialNode,
+  type InitialNodeOptions,
+  nodeStatus,
+  nodeStatusHasChanged,
+} from "./node_status.ts";
+
+/** Upstream's nodeStatusUpdateRetry. */
+export const NODE_STATUS_UPDATE_RETRY = 5;
+
+/** What the node status manager needs; each a narrow function, as upstream's setters take. */
+export interface NodeStatusOptions extends InitialNodeOptions {
+  readonly client: KubeClient;
+  /** Unthrottled client for status heartbeats. */
+  readonly heartbeatClient: KubeClient;
+  readonly config: KubeletConfiguration;
+  readonly nodeIPs: readonly string[];
+  readonly kubeletVersion: string;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly machineInfo: () => Promise<MachineInfo>;
+  readonly rootfsCapacity: () => Promise<number | undefined>;
+  /** "containerd://1.6.20" once the runtime answered Version. */
+  readonly containerRuntimeVersion: () => string;
+  readonly listImages: (signal?: AbortSignal) => Promise<api.Image[]>;
+  /** Why the node is not ready, from the runtime state; empty when it is. */
+  readonly notReadyReasons: () => string[];
+  /** Random number in [0, 1), for jitter. @default Math.random */
+  readonly random?: () => number;
+}
+
+/** Registers the node and reports its status. */
+export class NodeStatusManager {
+  readonly #o: NodeStatusOptions;
+  #node: V1Node | undefined;
+  #registered = false;
+  #lastReport = 0;
+  #lastStatus: V1NodeStatus | undefined;
+  #failing = false;
+
+  constructor(opts: NodeStatusOptions) {
+    this.#o = opts;
+  }
+
+  /** The Node as last read or written. */
+  get node(): V1Node | undefined {
+    return this.#node;
+  }
+
+  get registered(): boolean {
+    return this.#registered;
+  }
+
+  #path(sub = ""): string {
+    return `/api/v1/nodes/${this.#o.nodeName}${sub}`;
+  }
+
+  /** One registration attempt (upstream tryRegisterWithAPIServer); true when registered. */
+  async tryRegister(signal?: AbortSignal): Promise<boolean> {
+    const { client, logger } = this.#o;
+    const node = initialNode(this.#o);
+    try {
+      this.#node = await client.create("/api/v1/nodes", node, signal);
+      logger.info("Successfully registered node", { node: this.#o.nodeName });
+      return (this.#registered = true);
+    } catch (e) {
+      if (!isStatus(e, 409)) throw e;
+    }
+    const existing = await client.get<V1Node>(this.#path(), signal);
+    const patch = reconcileExisting(node, existing);
+    this.#node = patch
+      ? await client.patch<V1Node>(this.#path(), patch, "strategic", signal)
+      : existing;
+    logger.info("Node was previously registered", { node: this.#o.nodeName });
+    return (this.#registered = true);
+  }
+
+  /** Registers, retrying with backoff (100 ms doubling to 7 s) until done or aborted. */
+  async registerWithAPIServer(signal: AbortSignal): Promise<void> {
+    let delay = 100;
+    let logged = false;
+    while (!signal.aborted && !this.#registered) {
+      try {
+        await this.tryRegister(signal);
+        return;
+      } catch (e) {
+        if (signal.aborted) return;
+        if (!logged) {
+          this.#o.logger.error(e, "Unable to register node with API server; retrying", {
+            node: this.#o.nodeName,
+          });
+        }
+        logged = true;
+      }
+      await this.#o.clock.sleep(delay, signal).catch(() => {});
+      delay = Math.min(delay * 2, 7_000);
+    }
+  }
+
+  /** Computes the status and patches it when it changed or the report period passed. */
+  async updateNodeStatus(signal?: AbortSignal): Promise<void> {
+    const o = this.#o;
+    let lastError: unknown;
+    for (let i = 0; i < NODE_STATUS_UPDATE_RETRY; i++) {
+      try {
+        await this.#tryUpdate(signal);
+        return;
+      } catch (e) {
+        if (signal?.aborted) throw e;
+        if (isStatus(e, 404)) {
+          // Someone deleted the Node: register it again on the next round.
+          this.#registered = false;
+          o.logger.error(e, "Node not found; it will be registered again", { node: o.nodeName });
+          throw e;
+        }
+        lastError = e;
+      }
+    }
+    throw lastError;
+  }
+
+  async #tryUpdate(signal?: AbortSignal): Promise<void> {
+    const o = this.#o;
+    const now = o.clock.now();
+    const status = nodeStatus({
+      config: o.config,
+      machine: await o.machineInfo(),
+      rootfsCapacity: await o.rootfsCapacity(),
+      hostname: o.hostname,
+      nodeIPs: o.nodeIPs,
+      kubeletVersion: o.kubeletVersion,
+      containerRuntimeVersion: o.containerRuntimeVersion(),
+      images: await o.listImages(signal).catch(() => []),
+      notReadyReasons: o.notReadyReasons(),
+      now,
+    }, this.#lastStatus ?? this.#node?.status);
+    const due = now - this.#lastReport >= (o.config.nodeStatusReportFrequency ?? 300_000);
+    if (!due && !nodeStatusHasChanged(this.#lastStatus, status)) return;
+    this.#node = await o.heartbeatClient.patch<V1Node>(
+      this.#path("/status"),
+      { status },
+      "strategic",
+      signal,
+    );
+    this.#lastStatus = status;
+    this.#lastReport = now;
+  }
+
+  /** Registers (when --register-node), then reports status until `signal` aborts. */
+  async run(signal: AbortSignal): Promise<void> {
+    const o = this.#o;
+    const random = o.random ?? Math.random;
+    let fast = true;
+    while (!signal.aborted) {
+      if (o.config.registerNode && !this.#registered) await this.registerWithAPIServer(signal);
+      if (signal.aborted) break;
+      try {
+        await this.updateNodeStatus(signal);
+        if (this.#failing) o.logger.info("Node status updated again", { node: o.nodeName });
+        this.#failing = false;
+      } catch (e) {
+        if (signal.aborted) break;
+        if (!this.#failing && !isStatus(e, 404)) {
+          o.logger.error(e, "Unable to update node status", { node: o.nodeName });
+        }
+        this.#failing = true;
+      }
+      // fastStatusUpdateOnce: poll quickly until the node reports Ready, then settle into the period.
+      if (fast && o.notReadyReasons().length === 0 && !this.#failing) fast = false;
+      const period = fast ? 100 : o.config.nodeStatusUpdateFrequency * (1 + 0.04 * random());
+      await o.clock.sleep(period, signal).catch(() => {});
+    }
+  }
+}
+
+/**
+ * What an existing Node needs to match this kubelet (upstream reconcileCMADAnnotation and
+ * updateDefaultLabels): a strategic merge patch, or undefined when nothing differs.
+ */
+export function reconcileExisting(
+  wanted: V1Node,
+  existing: V1Node,
+): Record<string, unknown> | undefined {
+  const defaults = [
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+  ];
+  const labels: Record<string, string> = {};
+  for (const key of defaults) {
+    const v = wanted.metadata?.labels?.[key];
+    if (v !== undefined && existing.metadata?.labels?.[key] !== v) labels[key] = v;
+  }
+  const annotations: Record<string, string | null> = {};
+  const cmad = "volumes.kubernetes.io/controller-managed-attach-detach";
+  const want = wanted.metadata?.annotations?.[cmad];
+  const have = existing.metadata?.annotations?.[cmad];
+  if (want !== have) annotations[cmad] = want ?? null;
+  if (Object.keys(labels).length === 0 && Object.keys(annotations).length === 0) return undefined;
+  return { metadata: { labels, annotations } };
+}
