@@ -16,6 +16,8 @@ import { NodeStatusManager } from "./kubelet_node_status.ts";
 import { filesystemCapacity, readMachineInfo } from "./machine_info.ts";
 import { NodeLeaseController } from "./node_lease.ts";
 import { KUBELET_VERSION } from "./version.ts";
+import * as grpc from "@grpc/grpc-js";
+import { isCriCode } from "./cri_connection.ts";
 import { RuntimeState } from "./runtime_state.ts";
 import { waitForRuntime } from "./runtime_service.ts";
 
@@ -210,7 +212,14 @@ export class Kubelet {
         if (signal.aborted) break;
         now = `sanity check failed: ${e instanceof Error ? e.message : String(e)}`;
         if (now !== last) deps.logger.error(e, "Container runtime sanity check failed");
+        // Upstream waits for the 30 s sync threshold before it calls the runtime down; a
+        // runtime whose socket does not answer is down now, and the node says so at once.
+        if (isCriCode(e, grpc.status.UNAVAILABLE)) {
+          this.runtimeState.setRuntimeState(`container runtime is down: ${e.details}`);
+        }
       }
+      // A change of readiness is reported now rather than at the next status period.
+      if (now !== last) this.nodeStatus?.poke();
       last = now;
       await deps.clock.sleep(RUNTIME_UP_PERIOD_MS, signal).catch(() => {});
     }

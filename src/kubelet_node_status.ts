@@ -54,9 +54,15 @@ export class NodeStatusManager {
   #lastReport = 0;
   #lastStatus: V1NodeStatus | undefined;
   #failing = false;
+  #wake: AbortController | undefined;
 
   constructor(opts: NodeStatusOptions) {
     this.#o = opts;
+  }
+
+  /** Ends the current wait so the next status update happens now (a readiness change). */
+  poke(): void {
+    this.#wake?.abort();
   }
 
   /** The Node as last read or written. */
@@ -185,7 +191,8 @@ export class NodeStatusManager {
       // fastStatusUpdateOnce: poll quickly until the node reports Ready, then settle into the period.
       if (fast && o.notReadyReasons().length === 0 && !this.#failing) fast = false;
       const period = fast ? 100 : o.config.nodeStatusUpdateFrequency * (1 + 0.04 * random());
-      await o.clock.sleep(period, signal).catch(() => {});
+      this.#wake = new AbortController();
+      await o.clock.sleep(period, AbortSignal.any([signal, this.#wake.signal])).catch(() => {});
     }
   }
 }

@@ -108,7 +108,11 @@ Deno.test("run refuses what is not supported yet, loudly", async () => {
   const deps = fakeDeps([]);
   const signal = new AbortController().signal;
   await assert.rejects(
-    run(await server({ bootstrapKubeconfig: "/etc/kubernetes/bootstrap-kubelet.conf" }), deps, signal),
+    run(
+      await server({ bootstrapKubeconfig: "/etc/kubernetes/bootstrap-kubelet.conf" }),
+      deps,
+      signal,
+    ),
     NotSupportedError,
   );
   await assert.rejects(
