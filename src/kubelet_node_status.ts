@@ -144,6 +144,12 @@ export class NodeStatusManager {
 
   async #tryUpdate(signal?: AbortSignal): Promise<void> {
     const o = this.#o;
+    // Read the Node first, as upstream does (from the apiserver's cache: resourceVersion=0): a
+    // Node deleted under us shows up here as NotFound even while nothing is to be reported.
+    this.#node = await o.heartbeatClient.request<V1Node>("GET", this.#path(), {
+      query: { resourceVersion: "0" },
+      signal,
+    });
     const now = o.clock.now();
     const status = nodeStatus({
       config: o.config,

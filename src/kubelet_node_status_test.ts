@@ -1,0 +1,165 @@
+import assert from "node:assert/strict";
+import type { V1Node } from "@kubernetes/client-node";
+import { FakeClock } from "./clock.ts";
+import { applyDefaults } from "./config_schema.ts";
+import { createLogger } from "./klog.ts";
+import { KubeClient } from "./kube_client.ts";
+import { applyDependentDefaults, kubeletConfigurationFields } from "./kubelet_config_types.ts";
+import { NodeStatusManager, reconcileExisting } from "./kubelet_node_status.ts";
+import { initialNode } from "./node_status.ts";
+
+/** A loopback stand-in for the apiserver's node endpoints. */
+function nodeServer() {
+  const nodes = new Map<string, V1Node>();
+  const requests: string[] = [];
+  let uid = 0;
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    const url = new URL(req.url);
+    requests.push(`${req.method} ${url.pathname}`);
+    const [, , , , name, sub] = url.pathname.split("/");
+    const notFound = () =>
+      Response.json({ kind: "Status", reason: "NotFound", message: "nodes not found" }, {
+        status: 404,
+      });
+    if (req.method === "POST") {
+      const body = await req.json() as V1Node;
+      if (nodes.has(body.metadata!.name!)) {
+        return Response.json({ reason: "AlreadyExists" }, { status: 409 });
+      }
+      body.metadata!.uid = `uid-${++uid}`;
+      nodes.set(body.metadata!.name!, body);
+      return Response.json(body, { status: 201 });
+    }
+    const node = nodes.get(name ?? "");
+    if (!node) return notFound();
+    if (req.method === "GET") return Response.json(node);
+    if (req.method === "PATCH") {
+      const patch = await req.json() as {
+        status?: V1Node["status"];
+        metadata?: V1Node["metadata"];
+      };
+      if (sub === "status") node.status = patch.status;
+      else node.metadata!.labels = { ...node.metadata!.labels, ...patch.metadata?.labels };
+      return Response.json(node);
+    }
+    return new Response("unexpected", { status: 500 });
+  });
+  return { server, nodes, requests, url: `http://127.0.0.1:${(server.addr as Deno.NetAddr).port}` };
+}
+
+function manager(url: string, clock: FakeClock, notReady: string[] = []) {
+  const client = new KubeClient({
+    config: { server: url, insecureSkipTLSVerify: false, source: "t" },
+    clock,
+    qps: -1,
+    userAgent: "t",
+  });
+  const config = applyDefaults(kubeletConfigurationFields, {});
+  applyDependentDefaults(config, {});
+  const m = new NodeStatusManager({
+    client,
+    heartbeatClient: client,
+    config,
+    nodeName: "node-a",
+    hostname: "node-a",
+    nodeIPs: ["10.0.0.5"],
+    nodeLabels: { role: "worker" },
+    registerWithTaints: [],
+    registerSchedulable: true,
+    enableControllerAttachDetach: true,
+    kubeletVersion: "v1.36.3",
+    clock,
+    logger: createLogger({ write: () => {}, now: () => new Date(0), pid: 1 }),
+    machineInfo: () =>
+      Promise.resolve({
+        numCores: 2,
+        memoryCapacity: 2 ** 33,
+        hugePages: new Map(),
+        machineID: "m",
+        systemUUID: "s",
+        bootID: "b",
+        kernelVersion: "k",
+        osImage: "o",
+      }),
+    rootfsCapacity: () => Promise.resolve(2 ** 36),
+    containerRuntimeVersion: () => "containerd://1.6.20",
+    listImages: () => Promise.resolve([]),
+    notReadyReasons: () => notReady,
+  });
+  return { client, m };
+}
+
+Deno.test("NodeStatusManager registers, skips unchanged reports until the report period, re-registers a deleted Node", async () => {
+  const s = nodeServer();
+  const clock = new FakeClock(Date.UTC(2026, 11, 2, 12, 0, 0));
+  const { client, m } = manager(s.url, clock);
+  try {
+    assert.equal(await m.tryRegister(), true);
+    assert.equal(s.nodes.get("node-a")?.metadata?.labels?.role, "worker");
+    await m.updateNodeStatus();
+    assert.equal(
+      s.nodes.get("node-a")?.status?.conditions?.find((c) => c.type === "Ready")?.status,
+      "True",
+    );
+    const patches = () =>
+      s.requests.filter((r) => r === "PATCH /api/v1/nodes/node-a/status").length;
+    assert.equal(patches(), 1);
+    clock.step(10_000);
+    await m.updateNodeStatus();
+    assert.equal(
+      patches(),
+      1,
+      "only heartbeat times changed: no report before nodeStatusReportFrequency",
+    );
+    clock.step(5 * 60_000);
+    await m.updateNodeStatus();
+    assert.equal(patches(), 2, "the report period passed");
+
+    s.nodes.delete("node-a");
+    await assert.rejects(m.updateNodeStatus(), /404/);
+    assert.equal(m.registered, false);
+    assert.equal(await m.tryRegister(), true);
+    assert.equal(s.nodes.get("node-a")?.metadata?.uid, "uid-2");
+  } finally {
+    client.close();
+    await s.server.shutdown();
+  }
+});
+
+Deno.test("NodeStatusManager reconciles an existing Node's default labels instead of recreating it", async () => {
+  const s = nodeServer();
+  const clock = new FakeClock(0);
+  const { client, m } = manager(s.url, clock);
+  try {
+    s.nodes.set("node-a", {
+      metadata: { name: "node-a", uid: "uid-0", labels: { "kubernetes.io/hostname": "old" } },
+    });
+    assert.equal(await m.tryRegister(), true);
+    assert.equal(s.nodes.get("node-a")?.metadata?.uid, "uid-0", "not recreated");
+    assert.equal(s.nodes.get("node-a")?.metadata?.labels?.["kubernetes.io/hostname"], "node-a");
+  } finally {
+    client.close();
+    await s.server.shutdown();
+  }
+});
+
+Deno.test("reconcileExisting patches only what differs", () => {
+  const wanted = initialNode({
+    nodeName: "n",
+    hostname: "n",
+    nodeLabels: { extra: "x" },
+    registerWithTaints: [],
+    registerSchedulable: true,
+    enableControllerAttachDetach: true,
+  });
+  assert.equal(reconcileExisting(wanted, structuredClone(wanted)), undefined);
+  const patch = reconcileExisting(wanted, {
+    metadata: { labels: { ...wanted.metadata?.labels, "kubernetes.io/os": "windows" } },
+  });
+  assert.deepEqual(patch, {
+    metadata: {
+      labels: { "kubernetes.io/os": "linux" },
+      annotations: { "volumes.kubernetes.io/controller-managed-attach-detach": "true" },
+    },
+  });
+});
