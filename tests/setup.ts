@@ -1,13 +1,15 @@
 /**
  * Installs what the test suite needs before `deno test` runs (the first half of
  * `deno task test`): as root, the container runtime, image-building and registry packages
- * from apt when their programs are missing. Elsewhere it says what it could not install; the
+ * from apt when their programs are missing, and the control plane binaries built from their Go
+ * modules (tests/control_plane_build.ts). Elsewhere it says what it could not install; the
  * tests that need those programs then skip loudly, or fail under CI=true.
  */
 
 import { ensureRuntimePackages } from "./containerd_harness.ts";
 import { ensureImagePackages } from "./images.ts";
 import { ensureRegistryPackages } from "./registry_harness.ts";
+import { ensureControlPlaneBinaries } from "./control_plane_build.ts";
 
 const root = Deno.uid() === 0;
 if (root) {
@@ -15,6 +17,10 @@ if (root) {
   await ensureImagePackages();
   await ensureRegistryPackages();
   console.error("tests/setup: runtime, image and registry packages present");
+  // kube-apiserver, kubectl, crictl and etcd from their Go modules: minutes the first time on a
+  // machine, then reused from the cache outside the repository.
+  const bins = await ensureControlPlaneBinaries();
+  console.error(`tests/setup: control plane binaries: ${Object.values(bins).join(", ")}`);
 } else {
   const msg =
     "tests/setup: not root, so containerd, runc, the CNI plugins, busybox-static and docker-registry are not installed; tests that need them will skip";

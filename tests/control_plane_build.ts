@@ -1,0 +1,536 @@
+/**
+ * @module
+ * Builds the control-plane programs the end-to-end tests run next to our kubelet, from their Go
+ * modules at one pinned release each: `kube-apiserver` and `kubectl` from `k8s.io/kubernetes`
+ * {@link KUBERNETES_VERSION}, `crictl` from `sigs.k8s.io/cri-tools` {@link CRICTL_VERSION} and
+ * `etcd` from `go.etcd.io/etcd/server/v3` {@link ETCD_VERSION}. No Kubernetes code or binary is
+ * kept in this repository: only this recipe.
+ *
+ * Everything goes to a cache outside the repository, so every clone on a machine shares it
+ * (`${KUBELET_TS_CACHE:-$HOME/.cache/kubelet-ts}`):
+ * - `bin/<name>-<version>/<name>`: the program; reused while `<name> --version` still reports
+ *   the pinned version. It is linked under a temporary name and renamed into place, so an
+ *   interrupted or concurrent run never leaves a half-written program there.
+ * - `src/<name>-<version>/`: the generated wrapper Go module it is built from (`go.mod`,
+ *   `go.sum`, for etcd a `main.go`), and the `.lock` that serializes builds of that program
+ *   across processes.
+ *
+ * It talks to `go` only: `go mod download -json` to read upstream's go.mod, `go build` to build.
+ * Go's own caches (GOCACHE, GOMODCACHE, by default under $HOME) make a second build fast.
+ *
+ * Why etcd is built rather than taken from Debian: Debian's `etcd-server` 3.4.23 does start and
+ * kube-apiserver 1.36 answers /readyz against it, but the apiserver then logs "RequestWatchProgress
+ * feature is not supported" (it needs etcd 3.4.31+ or 3.5.13+, see `feature_support_checker.go`
+ * in k8s.io/apiserver), so consistent reads from the watch cache are off, and kubeadm 1.36 sets
+ * its minimum external etcd at 3.5.24. We build the etcd kubeadm 1.36 deploys (3.6.8), whose client
+ * libraries are the ones compiled into the apiserver; it takes under a minute.
+ *
+ * Run it alone with `deno run -A tests/control_plane_build.ts`: it prints the four paths.
+ */
+
+import { findProgram, lastLines } from "./apt.ts";
+
+/** The Kubernetes release of kube-apiserver and kubectl; our kubelet reports this version. */
+export const KUBERNETES_VERSION = "v1.36.3";
+/** The cri-tools release `crictl` is built from: the one released for Kubernetes 1.36. */
+export const CRICTL_VERSION = "v1.36.0";
+/** The etcd release: what kubeadm 1.36 deploys (`DefaultEtcdVersion = "3.6.8-0"`). */
+export const ETCD_VERSION = "v3.6.8";
+
+/** Paths of the built control-plane programs. */
+export interface ControlPlaneBinaries {
+  kubeApiserver: string;
+  kubectl: string;
+  crictl: string;
+  etcd: string;
+}
+
+/** Options for {@link ensureControlPlaneBinaries}. */
+export interface ControlPlaneBuildOptions {
+  /** Aborting it stops a running `go` command and the build with it. */
+  signal?: AbortSignal;
+  /**
+   * Receives progress lines (what is reused, what is built, how long it took, go's own output).
+   * @default console.error
+   */
+  log?: (line: string) => void;
+}
+
+/** A program could not be built, or the built program does not report the pinned version. */
+export class ControlPlaneBuildError extends Error {
+  override name = "ControlPlaneBuildError";
+}
+
+/** One `replace` line of a go.mod: `from => to toVersion`. */
+export interface Replace {
+  from: string;
+  to: string;
+  toVersion: string;
+}
+
+/** How one program is built and recognized. */
+interface BinarySpec {
+  name: string;
+  version: string;
+  /** The module the program comes from, at `version`; the wrapper module requires it. */
+  module: string;
+  /** The main package to build. */
+  pkg: string;
+  /** Arguments that make the program print its version, and what that output must contain. */
+  versionArgs: string[];
+  expectVersion: string;
+  ldflags: string[];
+  /** A main.go for the wrapper module, when upstream's main package is not in `module`. */
+  mainGo?: string;
+  /** The replace lines the wrapper needs, derived from upstream's go.mod. */
+  replaces?: (upstreamGoMod: string) => Replace[];
+}
+
+/** The staging modules (`k8s.io/api`, ...) are published as v0.X.Y for Kubernetes v1.X.Y. */
+export function stagingVersion(kubernetesVersion: string): string {
+  const m = /^v1\.(\d+\.\d+.*)$/.exec(kubernetesVersion);
+  if (!m) {
+    throw new ControlPlaneBuildError(
+      `Kubernetes version must look like v1.36.3: current value is '${kubernetesVersion}'`,
+    );
+  }
+  return `v0.${m[1]}`;
+}
+
+/** The `replace` directives of a go.mod, in block and single-line form, without comments. */
+export function parseReplaces(goMod: string): { from: string; to: string }[] {
+  const out: { from: string; to: string }[] = [];
+  let inBlock = false;
+  for (const raw of goMod.split("\n")) {
+    const line = raw.replace(/\/\/.*$/, "").trim();
+    if (inBlock) {
+      if (line === ")") inBlock = false;
+      else if (line) out.push(splitReplace(line));
+    } else if (/^replace\s*\($/.test(line)) {
+      inBlock = true;
+    } else if (/^replace\s/.test(line)) {
+      out.push(splitReplace(line.slice("replace".length).trim()));
+    }
+  }
+  return out;
+}
+
+function splitReplace(line: string): { from: string; to: string } {
+  const parts = line.split("=>");
+  if (parts.length !== 2) {
+    throw new ControlPlaneBuildError(`go.mod replace line must be 'a => b': got '${line}'`);
+  }
+  return { from: parts[0]!.trim(), to: parts[1]!.trim() };
+}
+
+/**
+ * Upstream maps every staging module to its directory under `./staging/src/`; a consumer of
+ * `k8s.io/kubernetes` maps each to the published module at the matching v0 version instead.
+ */
+export function stagingReplaces(upstreamGoMod: string, kubernetesVersion: string): Replace[] {
+  const toVersion = stagingVersion(kubernetesVersion);
+  const replaces = parseReplaces(upstreamGoMod)
+    .filter((r) => r.to.startsWith("./staging/src/"))
+    .map((r) => ({ from: r.from, to: r.from, toVersion }));
+  if (replaces.length === 0) {
+    throw new ControlPlaneBuildError(
+      `k8s.io/kubernetes ${kubernetesVersion} go.mod has no './staging/src/' replace lines`,
+    );
+  }
+  return replaces;
+}
+
+/** The `go` and `godebug` directives of a go.mod, which the wrapper module copies. */
+export function goDirectives(goMod: string): string[] {
+  return goMod.split("\n").map((l) => l.trim()).filter((l) => /^(go|godebug)\s/.test(l));
+}
+
+/** The go.mod of a wrapper module that requires `module@version`. */
+export function wrapperGoMod(
+  name: string,
+  upstreamGoMod: string,
+  module: string,
+  version: string,
+  replaces: readonly Replace[],
+): string {
+  const lines = [
+    "// Generated by kubelet-ts tests/control_plane_build.ts; rewritten before every build.",
+    `module kubelet-ts.local/build/${name}`,
+    "",
+    ...goDirectives(upstreamGoMod),
+    "",
+    `require ${module} ${version}`,
+  ];
+  if (replaces.length > 0) {
+    lines.push("", "replace (");
+    for (const r of replaces) lines.push(`\t${r.from} => ${r.to} ${r.toVersion}`);
+    lines.push(")");
+  }
+  return lines.join("\n") + "\n";
+}
+
+function kubernetesLdflags(version: string, buildDate: string): string[] {
+  const m = /^v(\d+)\.(\d+)\./.exec(version);
+  const vars: Record<string, string> = {
+    gitVersion: version,
+    gitMajor: m?.[1] ?? "",
+    gitMinor: m?.[2] ?? "",
+    gitTreeState: "clean",
+    buildDate,
+  };
+  // What upstream's hack/lib/version.sh sets; gitCommit is unknown from a module zip.
+  return ["k8s.io/client-go/pkg/version", "k8s.io/component-base/version"].flatMap((pkg) =>
+    Object.entries(vars).map(([k, v]) => `-X ${pkg}.${k}=${v}`)
+  );
+}
+
+// Release date of v1.36.3 (`Time` in the module proxy's .info), so builds are reproducible.
+const KUBERNETES_BUILD_DATE = "2026-07-22T18:07:38Z";
+
+const SPECS = {
+  kubeApiserver: {
+    name: "kube-apiserver",
+    version: KUBERNETES_VERSION,
+    module: "k8s.io/kubernetes",
+    pkg: "k8s.io/kubernetes/cmd/kube-apiserver",
+    versionArgs: ["--version"],
+    expectVersion: `Kubernetes ${KUBERNETES_VERSION}`,
+    ldflags: kubernetesLdflags(KUBERNETES_VERSION, KUBERNETES_BUILD_DATE),
+    replaces: (goMod: string) => stagingReplaces(goMod, KUBERNETES_VERSION),
+  },
+  kubectl: {
+    name: "kubectl",
+    version: KUBERNETES_VERSION,
+    module: "k8s.io/kubernetes",
+    pkg: "k8s.io/kubernetes/cmd/kubectl",
+    versionArgs: ["version", "--client"],
+    expectVersion: `Client Version: ${KUBERNETES_VERSION}`,
+    ldflags: kubernetesLdflags(KUBERNETES_VERSION, KUBERNETES_BUILD_DATE),
+    replaces: (goMod: string) => stagingReplaces(goMod, KUBERNETES_VERSION),
+  },
+  crictl: {
+    name: "crictl",
+    version: CRICTL_VERSION,
+    module: "sigs.k8s.io/cri-tools",
+    pkg: "sigs.k8s.io/cri-tools/cmd/crictl",
+    versionArgs: ["--version"],
+    expectVersion: `crictl version ${CRICTL_VERSION}`,
+    // As cri-tools' Makefile sets it.
+    ldflags: [`-X sigs.k8s.io/cri-tools/pkg/version.Version=${CRICTL_VERSION}`],
+  },
+  etcd: {
+    name: "etcd",
+    version: ETCD_VERSION,
+    module: "go.etcd.io/etcd/server/v3",
+    pkg: ".",
+    versionArgs: ["--version"],
+    expectVersion: `etcd Version: ${ETCD_VERSION.slice(1)}`,
+    ldflags: [],
+    // etcd's main package is in the go.etcd.io/etcd/v3 module, which the proxy does not carry
+    // for every release; its main.go is exactly this call.
+    mainGo: [
+      "// Generated by kubelet-ts tests/control_plane_build.ts: etcd's own main.go.",
+      "package main",
+      "",
+      'import (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)',
+      "",
+      "func main() { etcdmain.Main(os.Args) }",
+      "",
+    ].join("\n"),
+  },
+} satisfies Record<keyof ControlPlaneBinaries, BinarySpec>;
+
+/** The cache root: `$KUBELET_TS_CACHE`, else `$HOME/.cache/kubelet-ts`. */
+export function controlPlaneCacheDir(): string {
+  const explicit = Deno.env.get("KUBELET_TS_CACHE");
+  if (explicit) return explicit;
+  const home = Deno.env.get("HOME");
+  if (!home) {
+    throw new ControlPlaneBuildError(
+      "Cannot find the build cache: neither KUBELET_TS_CACHE nor HOME is set",
+    );
+  }
+  return `${home}/.cache/kubelet-ts`;
+}
+
+/** Where {@link ensureControlPlaneBinaries} puts (or finds) `name` at `version`. */
+export function binaryPath(name: string, version: string, cacheDir = controlPlaneCacheDir()) {
+  return `${cacheDir}/bin/${name}-${version}/${name}`;
+}
+
+/**
+ * Builds kube-apiserver, kubectl, crictl and etcd at their pinned versions unless the cache
+ * already holds them, and returns their paths. Safe to run from several processes at once.
+ */
+export async function ensureControlPlaneBinaries(
+  opts: ControlPlaneBuildOptions = {},
+): Promise<ControlPlaneBinaries> {
+  const log = opts.log ?? ((line: string) => console.error(line));
+  const cacheDir = controlPlaneCacheDir();
+  const go = await findProgram("go");
+  const started = performance.now();
+  const out: Partial<ControlPlaneBinaries> = {};
+  // One after another: each `go build` already uses every core.
+  for (const key of ["etcd", "crictl", "kubectl", "kubeApiserver"] as const) {
+    out[key] = await ensureBinary(SPECS[key], { cacheDir, go, log, signal: opts.signal });
+  }
+  log(`control-plane: all binaries ready in ${formatDuration(performance.now() - started)}`);
+  return out as ControlPlaneBinaries;
+}
+
+interface BuildContext {
+  cacheDir: string;
+  go: string | undefined;
+  log: (line: string) => void;
+  signal?: AbortSignal;
+}
+
+async function ensureBinary(spec: BinarySpec, ctx: BuildContext): Promise<string> {
+  const label = `${spec.name} ${spec.version}`;
+  const target = binaryPath(spec.name, spec.version, ctx.cacheDir);
+  if (await reportsVersion(target, spec, ctx.signal)) {
+    ctx.log(`control-plane: reusing ${label} at ${target}`);
+    return target;
+  }
+  const srcDir = `${ctx.cacheDir}/src/${spec.name}-${spec.version}`;
+  await Deno.mkdir(srcDir, { recursive: true });
+  await Deno.mkdir(dirname(target), { recursive: true });
+  using lock = await Deno.open(`${srcDir}/.lock`, { create: true, write: true });
+  ctx.signal?.throwIfAborted();
+  await lock.lock(true);
+  ctx.signal?.throwIfAborted();
+  // Another process may have built it while this one waited for the lock.
+  if (await reportsVersion(target, spec, ctx.signal)) {
+    ctx.log(`control-plane: reusing ${label} at ${target} (built by another run)`);
+    return target;
+  }
+  if (!ctx.go) {
+    throw new ControlPlaneBuildError(
+      `Cannot build ${label}: 'go' is not on PATH (Go 1.26+ and the Go module proxy are needed)`,
+    );
+  }
+  await removeStaleTemps(dirname(target), spec.name);
+  const started = performance.now();
+  ctx.log(`control-plane: building ${label} from ${spec.module} into ${target}`);
+  const upstream = await downloadModule(ctx.go, spec.module, spec.version, srcDir, ctx);
+  const goMod = wrapperGoMod(
+    spec.name,
+    upstream,
+    spec.module,
+    spec.version,
+    spec.replaces?.(upstream) ?? [],
+  );
+  await Deno.writeTextFile(`${srcDir}/go.mod`, goMod);
+  if (spec.mainGo) await Deno.writeTextFile(`${srcDir}/main.go`, spec.mainGo);
+  else await Deno.remove(`${srcDir}/main.go`).catch(() => {});
+
+  const temp = `${target}.tmp-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`;
+  try {
+    await runGo(
+      ctx.go,
+      [
+        "build",
+        "-mod=mod",
+        "-trimpath",
+        "-buildvcs=false",
+        "-ldflags",
+        ["-s", "-w", ...spec.ldflags].join(" "),
+        "-o",
+        temp,
+        spec.pkg,
+      ],
+      srcDir,
+      `build ${label}`,
+      ctx,
+    );
+    if (!(await reportsVersion(temp, spec, ctx.signal))) {
+      const got = await versionOutput(temp, spec, ctx.signal);
+      throw new ControlPlaneBuildError(
+        `Built ${label}, but '${spec.name} ${
+          spec.versionArgs.join(" ")
+        }' does not say '${spec.expectVersion}': ${got}`,
+      );
+    }
+    await Deno.rename(temp, target);
+  } finally {
+    await Deno.remove(temp).catch(() => {});
+  }
+  ctx.log(`control-plane: built ${label} in ${formatDuration(performance.now() - started)}`);
+  return target;
+}
+
+/** Reads upstream's go.mod through the module cache (downloading the module when needed). */
+async function downloadModule(
+  go: string,
+  module: string,
+  version: string,
+  cwd: string,
+  ctx: BuildContext,
+): Promise<string> {
+  const stdout = await runGo(
+    go,
+    ["mod", "download", "-json", `${module}@${version}`],
+    // Outside any module, so the wrapper's own (possibly stale) go.mod plays no part.
+    dirname(cwd),
+    `download ${module}@${version}`,
+    ctx,
+  );
+  let info: { GoMod?: string; Error?: string };
+  try {
+    info = JSON.parse(stdout);
+  } catch (cause) {
+    throw new ControlPlaneBuildError(
+      `'go mod download -json ${module}@${version}' printed no JSON: ${lastLines(stdout, 5)}`,
+      { cause },
+    );
+  }
+  if (info.Error || !info.GoMod) {
+    throw new ControlPlaneBuildError(
+      `Cannot download ${module}@${version}: ${info.Error ?? "no GoMod in the answer"}`,
+    );
+  }
+  return await Deno.readTextFile(info.GoMod);
+}
+
+/**
+ * Runs `go` with CGO off, passing its stderr lines to the log (counting "downloading" lines
+ * instead) and a heartbeat line every minute (a cold kube-apiserver build is silent for
+ * minutes). Returns stdout.
+ */
+async function runGo(
+  go: string,
+  args: string[],
+  cwd: string,
+  what: string,
+  ctx: BuildContext,
+  env: Record<string, string> = {},
+): Promise<string> {
+  ctx.signal?.throwIfAborted();
+  const started = performance.now();
+  // In a process group of its own (setsid), so an abort can interrupt go together with the
+  // compilers and linker it runs, as Ctrl-C does; go stops on SIGINT but does not pass it on.
+  const setsid = await findProgram("setsid");
+  const child = new Deno.Command(setsid ?? go, {
+    args: setsid ? [go, ...args] : args,
+    cwd,
+    env: { CGO_ENABLED: "0", ...env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let killTimer: ReturnType<typeof setTimeout> | undefined;
+  const onAbort = () => {
+    signalChild(child.pid, setsid !== undefined, "SIGINT");
+    killTimer = setTimeout(() => signalChild(child.pid, setsid !== undefined, "SIGKILL"), 10_000);
+  };
+  ctx.signal?.addEventListener("abort", onAbort, { once: true });
+  const heartbeat = setInterval(() => {
+    ctx.log(
+      `control-plane: still running go ${what} (${formatDuration(performance.now() - started)})`,
+    );
+  }, 60_000);
+  try {
+    const stderrLines: string[] = [];
+    let downloads = 0;
+    const [stdout] = await Promise.all([
+      new Response(child.stdout).text(),
+      (async () => {
+        const decoder = child.stderr.pipeThrough(new TextDecoderStream());
+        let pending = "";
+        for await (const chunk of decoder) {
+          pending += chunk;
+          const lines = pending.split("\n");
+          pending = lines.pop() ?? "";
+          for (const line of lines) {
+            stderrLines.push(line);
+            // A cold kube-apiserver build downloads some 200 modules: count them instead.
+            if (line.startsWith("go: downloading ")) downloads++;
+            else ctx.log(`  ${line}`);
+          }
+        }
+        if (pending) stderrLines.push(pending);
+      })(),
+    ]);
+    const status = await child.status;
+    if (downloads > 0) ctx.log(`control-plane: go downloaded ${downloads} modules for ${what}`);
+    ctx.signal?.throwIfAborted();
+    if (!status.success) {
+      throw new ControlPlaneBuildError(
+        `'go ${args.join(" ")}' in ${cwd} (${what}) failed with code ${status.code}:\n${
+          lastLines(stderrLines.join("\n") || stdout, 30)
+        }`,
+      );
+    }
+    return stdout;
+  } finally {
+    clearInterval(heartbeat);
+    clearTimeout(killTimer);
+    ctx.signal?.removeEventListener("abort", onAbort);
+  }
+}
+
+function signalChild(pid: number, group: boolean, signal: Deno.Signal): void {
+  try {
+    Deno.kill(group ? -pid : pid, signal);
+  } catch {
+    // already exited
+  }
+}
+
+/** True when `path` exists and its version output contains the pinned version. */
+async function reportsVersion(
+  path: string,
+  spec: BinarySpec,
+  signal?: AbortSignal,
+): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+  } catch {
+    return false;
+  }
+  return (await versionOutput(path, spec, signal)).includes(spec.expectVersion);
+}
+
+async function versionOutput(path: string, spec: BinarySpec, signal?: AbortSignal) {
+  try {
+    const out = await new Deno.Command(path, {
+      args: spec.versionArgs,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+      signal: signal
+        ? AbortSignal.any([signal, AbortSignal.timeout(30_000)])
+        : AbortSignal.timeout(30_000),
+    }).output();
+    const dec = new TextDecoder();
+    return (dec.decode(out.stdout) + dec.decode(out.stderr)).trim();
+  } catch (e) {
+    signal?.throwIfAborted();
+    return `(cannot run: ${e instanceof Error ? e.message : String(e)})`;
+  }
+}
+
+/** Removes temp files of builds that were interrupted; call only while holding the lock. */
+async function removeStaleTemps(dir: string, name: string): Promise<void> {
+  for await (const entry of Deno.readDir(dir)) {
+    if (entry.name.startsWith(`${name}.tmp-`)) {
+      await Deno.remove(`${dir}/${entry.name}`).catch(() => {});
+    }
+  }
+}
+
+function dirname(path: string): string {
+  return path.slice(0, path.lastIndexOf("/")) || "/";
+}
+
+/** "4m48s" or "12.3s". */
+export function formatDuration(ms: number): string {
+  if (ms < 59_950) return `${(ms / 1000).toFixed(1)}s`;
+  const s = Math.round(ms / 1000);
+  return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
+}
+
+if (import.meta.main) {
+  const paths = await ensureControlPlaneBinaries();
+  for (const [key, path] of Object.entries(paths)) console.log(`${key}\t${path}`);
+}

@@ -1,0 +1,308 @@
+/**
+ * Node lifecycle end to end: the agent, with a node's own credentials against a real
+ * kube-apiserver (Node,RBAC authorization and NodeRestriction) and real containerd, registers
+ * its Node, turns it Ready with truthful nodeInfo, keeps its lease fresh, reports the runtime
+ * going away and coming back, survives an apiserver outage and re-registers a deleted Node.
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import type { V1Lease, V1Node } from "@kubernetes/client-node";
+import { FakeClock } from "../src/clock.ts";
+import { KubeClient } from "../src/kube_client.ts";
+import { loadKubeconfig } from "../src/kubeconfig.ts";
+import { KUBELET_VERSION } from "../src/version.ts";
+import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
+import { type ControlPlane, dumpLogsOnFailure, startControlPlane } from "./control_plane.ts";
+import { requireRoot } from "./requirements.ts";
+
+const gate = await requireRoot("node lifecycle e2e tests", [
+  "containerd",
+  "ctr",
+  "runc",
+  "openssl",
+  "go",
+]);
+const NODE = "kts-node-e2e";
+
+interface World {
+  readonly dir: string;
+  readonly cp: ControlPlane;
+  containerd: ContainerdHandle;
+  readonly socket: string;
+  readonly agent: RunningAgent;
+}
+
+let world: Promise<World> | undefined;
+
+function getWorld(): Promise<World> {
+  world ??= (async () => {
+    const dir = await Deno.makeTempDir({ prefix: "node-e2e-" });
+    const cp = await startControlPlane({ dir: join(dir, "cp"), nodeNames: [NODE] });
+    const socket = join(dir, "containerd", "containerd.sock");
+    const containerd = await startContainerd({ dir: join(dir, "containerd"), socket });
+    const config = join(dir, "kubelet.yaml");
+    await Deno.writeTextFile(
+      config,
+      [
+        "apiVersion: kubelet.config.k8s.io/v1beta1",
+        "kind: KubeletConfiguration",
+        "failCgroupV1: false",
+        `containerRuntimeEndpoint: unix://${socket}`,
+        "healthzPort: 0",
+        `podLogsDir: ${dir}/pod-logs`,
+        "registerWithTaints:",
+        "  - {key: e2e.kubelet-ts/dedicated, value: tests, effect: NoSchedule}",
+        "",
+      ].join("\n"),
+    );
+    const agent = spawnAgent([
+      "--config",
+      config,
+      "--kubeconfig",
+      cp.nodeKubeconfig(NODE),
+      "--hostname-override",
+      NODE.toUpperCase(),
+      "--node-labels",
+      "e2e.kubelet-ts/role=worker",
+      "--root-dir",
+      join(dir, "root"),
+      "--cert-dir",
+      join(dir, "pki"),
+    ]);
+    return { dir, cp, containerd, socket, agent };
+  })();
+  return world;
+}
+
+async function admin(cp: ControlPlane): Promise<KubeClient> {
+  return new KubeClient({
+    config: await loadKubeconfig(cp.adminKubeconfig),
+    clock: new FakeClock(),
+    qps: -1,
+    userAgent: "node-e2e-test",
+  });
+}
+
+async function poll<T>(what: string, fn: () => Promise<T | undefined>, ms: number): Promise<T> {
+  const end = Date.now() + ms;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== undefined) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > end) {
+      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last}` : ""}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function ready(node: V1Node): string | undefined {
+  return node.status?.conditions?.find((c) => c.type === "Ready")?.status;
+}
+
+function e2e(name: string, fn: (w: World, api: KubeClient) => Promise<void>) {
+  Deno.test({
+    name: `node lifecycle: ${name}`,
+    ignore: gate.ignore,
+    sanitizeResources: false,
+    sanitizeOps: false,
+    async fn() {
+      gate.check();
+      const w = await getWorld();
+      const api = await admin(w.cp);
+      try {
+        await dumpLogsOnFailure(w.cp, () => fn(w, api));
+      } catch (e) {
+        console.error(`agent stderr:\n${w.agent.stderr().split("\n").slice(-40).join("\n")}`);
+        throw e;
+      } finally {
+        api.close();
+      }
+    },
+  });
+}
+
+e2e(
+  "the node registers and turns Ready within 2 s of the runtime, with truthful fields",
+  async (w, api) => {
+    await w.agent.waitFor("Container runtime initialized", 60_000);
+    const runtimeReadyAt = Date.now();
+    const node = await poll("Ready=True", async () => {
+      const n = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+      return ready(n) === "True" ? n : undefined;
+    }, 10_000);
+    const readyAfter = Date.now() - runtimeReadyAt;
+    assert.ok(readyAfter <= 2_000, `Ready ${readyAfter} ms after the runtime was ready`);
+
+    const labels = node.metadata?.labels ?? {};
+    assert.equal(labels["kubernetes.io/hostname"], NODE, "the name is lower-cased");
+    assert.equal(labels["kubernetes.io/os"], "linux");
+    assert.equal(labels["kubernetes.io/arch"], "amd64");
+    assert.equal(labels["beta.kubernetes.io/arch"], "amd64");
+    assert.equal(labels["e2e.kubelet-ts/role"], "worker");
+    // The apiserver's TaintNodesByCondition admission adds node.kubernetes.io/not-ready to a new
+    // Node; the node lifecycle controller (not run here) would lift it.
+    assert.deepEqual(node.spec?.taints?.filter((t) => t.key !== "node.kubernetes.io/not-ready"), [
+      { key: "e2e.kubelet-ts/dedicated", value: "tests", effect: "NoSchedule" },
+    ]);
+
+    const info = node.status?.nodeInfo;
+    const readText = async (p: string) => (await Deno.readTextFile(p)).trim();
+    assert.equal(info?.machineID, await readText("/etc/machine-id"));
+    assert.equal(info?.bootID, await readText("/proc/sys/kernel/random/boot_id"));
+    assert.equal(info?.kernelVersion, Deno.osRelease());
+    const pretty = /^PRETTY_NAME="?([^"\n]*)"?$/m.exec(await Deno.readTextFile("/etc/os-release"))
+      ?.[1];
+    assert.equal(info?.osImage, pretty);
+    assert.match(info?.containerRuntimeVersion ?? "", /^containerd:\/\/\d+\.\d+\.\d+/);
+    assert.equal(info?.kubeletVersion, KUBELET_VERSION);
+    assert.equal(info?.operatingSystem, "linux");
+    assert.equal(info?.architecture, "amd64");
+    assert.equal(node.status?.capacity?.cpu, String(navigator.hardwareConcurrency));
+    assert.equal(node.status?.capacity?.pods, "110");
+    assert.ok(node.status?.allocatable?.memory, "allocatable memory is reported");
+    assert.deepEqual(
+      (node.status?.daemonEndpoints?.kubeletEndpoint as unknown as { Port: number }).Port,
+      10250,
+    );
+    assert.ok(node.status?.addresses?.some((a) => a.type === "InternalIP"));
+    assert.ok(node.status?.addresses?.some((a) => a.type === "Hostname" && a.address === NODE));
+  },
+);
+
+e2e("the lease is owned by the Node and its renewTime advances every ~10 s", async (_w, api) => {
+  const path = `/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/${NODE}`;
+  const first = await poll("the lease", () => api.get<V1Lease>(path), 30_000);
+  assert.equal(first.spec?.holderIdentity, NODE);
+  assert.equal(first.spec?.leaseDurationSeconds, 40);
+  const node = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+  const owner = await poll("the owner reference", async () => {
+    const l = await api.get<V1Lease>(path);
+    return l.metadata?.ownerReferences?.[0];
+  }, 30_000);
+  assert.deepEqual({ kind: owner.kind, name: owner.name, uid: owner.uid }, {
+    kind: "Node",
+    name: NODE,
+    uid: node.metadata?.uid,
+  });
+  const t0 = Date.parse(String(first.spec?.renewTime));
+  const next = await poll("a renewal", async () => {
+    const l = await api.get<V1Lease>(path);
+    return Date.parse(String(l.spec?.renewTime)) > t0 ? l : undefined;
+  }, 15_000);
+  const gap = Date.parse(String(next.spec?.renewTime)) - t0;
+  assert.ok(gap >= 8_000 && gap <= 12_500, `renewed ${gap} ms later, expected about 10 s`);
+});
+
+e2e("the node's credentials cannot modify another Node", async (w) => {
+  const nodeClient = new KubeClient({
+    config: await loadKubeconfig(w.cp.nodeKubeconfig(NODE)),
+    clock: new FakeClock(),
+    qps: -1,
+    userAgent: "node-e2e-test",
+  });
+  try {
+    await assert.rejects(
+      nodeClient.create("/api/v1/nodes", {
+        apiVersion: "v1",
+        kind: "Node",
+        metadata: { name: "someone-else" },
+      }),
+      (e: unknown) => (e as { code?: number }).code === 403,
+    );
+    await assert.rejects(
+      nodeClient.patch(`/api/v1/nodes/someone-else/status`, { status: {} }, "strategic"),
+      (e: unknown) =>
+        (e as { code?: number }).code === 403 || (e as { code?: number }).code === 404,
+    );
+  } finally {
+    nodeClient.close();
+  }
+});
+
+e2e(
+  "containerd stopped turns the node NotReady with the runtime's reason; started again, Ready",
+  async (w, api) => {
+    await w.containerd.stop();
+    const notReady = await poll("Ready=False", async () => {
+      const n = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+      return ready(n) === "False" ? n : undefined;
+    }, 15_000);
+    const cond = notReady.status?.conditions?.find((c) => c.type === "Ready");
+    assert.equal(cond?.reason, "KubeletNotReady");
+    assert.match(cond?.message ?? "", /container runtime/);
+    w.containerd = await startContainerd({ dir: join(w.dir, "containerd"), socket: w.socket });
+    await poll("Ready=True again", async () => {
+      const n = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+      return ready(n) === "True" ? n : undefined;
+    }, 20_000);
+  },
+);
+
+e2e(
+  "an apiserver outage of 60 s: the agent keeps running, logs once, and catches up",
+  async (w, api) => {
+    const path = `/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/${NODE}`;
+    await w.cp.stopApiserver();
+    const before = w.agent.stderr().length;
+    await new Promise((r) => setTimeout(r, 60_000));
+    const during = w.agent.stderr().slice(before).split("\n").filter((l) => l.startsWith("E"));
+    assert.ok(
+      during.length >= 1 && during.length <= 4,
+      `one line per failing loop, not per retry:\n${during.join("\n")}`,
+    );
+    await w.cp.startApiserver();
+    const restartedAt = Date.now();
+    await poll("a lease renewed after the outage", async () => {
+      const l = await api.get<V1Lease>(path);
+      return Date.parse(String(l.spec?.renewTime)) >= restartedAt - 1_000 ? l : undefined;
+    }, 30_000);
+    // Status is patched only when it changes or nodeStatusReportFrequency (5 m) passes, so
+    // recovery shows as the state-change lines rather than as a new heartbeat time.
+    await w.agent.waitFor("Node status updated again", 30_000);
+    await w.agent.waitFor("Node lease renewed again", 30_000);
+    const node = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+    assert.equal(ready(node), "True");
+    const status = await Promise.race([
+      w.agent.process.status,
+      new Promise((r) => setTimeout(() => r("running"), 100)),
+    ]);
+    assert.equal(status, "running", "the agent did not exit");
+  },
+);
+
+e2e("a Node deleted while the agent runs is registered again", async (_w, api) => {
+  const old = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+  await api.delete(`/api/v1/nodes/${NODE}`);
+  const again = await poll("the Node back", async () => {
+    const n = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+    return n.metadata?.uid !== old.metadata?.uid ? n : undefined;
+  }, 30_000);
+  assert.equal(again.metadata?.labels?.["e2e.kubelet-ts/role"], "worker");
+});
+
+Deno.test({
+  name: "node lifecycle: (teardown)",
+  ignore: gate.ignore,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    if (!world) return;
+    const w = await world;
+    w.agent.process.kill("SIGTERM");
+    assert.equal(
+      (await w.agent.process.status).code,
+      0,
+      w.agent.stderr().split("\n").slice(-20).join("\n"),
+    );
+    await w.containerd.stop();
+    await w.cp.stop();
+    await Deno.remove(w.dir, { recursive: true }).catch(() => {});
+  },
+});
