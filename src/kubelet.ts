@@ -15,6 +15,7 @@ import type { V1Taint } from "@kubernetes/client-node";
 import { NodeStatusManager } from "./kubelet_node_status.ts";
 import { filesystemCapacity, readMachineInfo } from "./machine_info.ts";
 import { NodeLeaseController } from "./node_lease.ts";
+import { NodeInformer } from "./node_informer.ts";
 import { KUBELET_VERSION } from "./version.ts";
 import * as grpc from "@grpc/grpc-js";
 import { isCriCode } from "./cri_connection.ts";
@@ -45,6 +46,8 @@ export class Kubelet {
   readonly runtimeState: RuntimeState;
   /** Node registration and status, in API server mode. */
   nodeStatus: NodeStatusManager | undefined;
+  /** The latest copy of this node's Node object (list+watch), in API server mode. */
+  nodeInformer: NodeInformer | undefined;
   #runtimeVersion = "";
 
   constructor(opts: KubeletOptions) {
@@ -177,6 +180,12 @@ export class Kubelet {
           .filter((e): e is string => e !== undefined),
     });
     this.nodeStatus = status;
+    this.nodeInformer = new NodeInformer({
+      client: kubeClient,
+      nodeName,
+      clock: deps.clock,
+      logger: deps.logger,
+    });
     const lease = new NodeLeaseController({
       client: heartbeatClient,
       nodeName,
@@ -185,7 +194,7 @@ export class Kubelet {
       logger: deps.logger,
       getNode: () => status.node,
     });
-    return [status.run(signal), lease.run(signal)];
+    return [status.run(signal), lease.run(signal), this.nodeInformer.run(signal)];
   }
 
   /**

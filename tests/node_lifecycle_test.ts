@@ -133,12 +133,17 @@ e2e(
   async (w, api) => {
     await w.agent.waitFor("Container runtime initialized", 60_000);
     const runtimeReadyAt = Date.now();
-    const node = await poll("Ready=True", async () => {
+    await poll("Ready=True", async () => {
       const n = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
       return ready(n) === "True" ? n : undefined;
     }, 10_000);
     const readyAfter = Date.now() - runtimeReadyAt;
     assert.ok(readyAfter <= 2_000, `Ready ${readyAfter} ms after the runtime was ready`);
+    // What an operator sees: kubectl get node.
+    const got = await w.cp.kubectl(["get", "node", NODE, "-o", "json"]);
+    assert.equal(got.code, 0, got.stderr);
+    const node = JSON.parse(got.stdout) as V1Node;
+    assert.equal(ready(node), "True");
 
     const labels = node.metadata?.labels ?? {};
     assert.equal(labels["kubernetes.io/hostname"], NODE, "the name is lower-cased");
@@ -156,6 +161,8 @@ e2e(
     const readText = async (p: string) => (await Deno.readTextFile(p)).trim();
     assert.equal(info?.machineID, await readText("/etc/machine-id"));
     assert.equal(info?.bootID, await readText("/proc/sys/kernel/random/boot_id"));
+    const uuid = await readText("/sys/class/dmi/id/product_uuid").catch(() => "");
+    assert.equal(info?.systemUUID, uuid.toLowerCase());
     assert.equal(info?.kernelVersion, Deno.osRelease());
     const pretty = /^PRETTY_NAME="?([^"\n]*)"?$/m.exec(await Deno.readTextFile("/etc/os-release"))
       ?.[1];
