@@ -17,7 +17,8 @@
  * under {@link SANDBOX_IMAGE} before any pod can start.
  */
 
-import { aptInstallMissing, type AptPackage, findProgram, lastLines } from "./apt.ts";
+import { aptInstallMissing, type AptPackage, findProgram } from "./apt.ts";
+import { logTail, signalChild } from "./child_process.ts";
 export { findProgram, MissingPackagesError } from "./apt.ts";
 
 /** The pause image every pod sandbox runs; tests must import an image under this name. */
@@ -435,15 +436,6 @@ async function unmountUnder(dir: string): Promise<void> {
 function unescapeMountPath(p: string): string {
   return p.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)));
 }
-
-function signalChild(child: Deno.ChildProcess, signal: Deno.Signal): void {
-  try {
-    child.kill(signal);
-  } catch {
-    // already exited
-  }
-}
-
 /** The containerd 1.6 config (version 2 schema) for one private instance. */
 function containerdConfig(args: { dir: string; socket: string; cniConfDir: string }): string {
   const { dir, socket, cniConfDir } = args;
@@ -551,15 +543,6 @@ const RUNTIME_PACKAGES: readonly AptPackage[] = [
 export async function ensureRuntimePackages(): Promise<void> {
   await aptInstallMissing(RUNTIME_PACKAGES);
 }
-
-async function logTail(file: string, n: number): Promise<string> {
-  try {
-    return lastLines(await Deno.readTextFile(file), n);
-  } catch (err) {
-    return `(cannot read ${file}: ${(err as Error).message})`;
-  }
-}
-
 function lines(text: string): string[] {
   return text.split("\n").map((l) => l.trim()).filter(Boolean);
 }

@@ -17,9 +17,9 @@
  * test how the kubelet rides out an apiserver outage.
  */
 
-import { lastLines } from "./apt.ts";
 import { ensureControlPlaneBinaries } from "./control_plane_build.ts";
 import { createPki, type Pki, writeKubeconfig } from "./pki.ts";
+import { freePort, logTail, signalChild } from "./child_process.ts";
 
 /** Paths of the programs, as tests/control_plane_build.ts provides them. */
 type Binaries = Awaited<ReturnType<typeof ensureControlPlaneBinaries>>;
@@ -551,30 +551,6 @@ async function runKubectl(
   const out = await child.output();
   const dec = new TextDecoder();
   return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
-
-/** A port on 127.0.0.1 that was free a moment ago. */
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
-}
-
-function signalChild(child: Deno.ChildProcess, signal: Deno.Signal): void {
-  try {
-    child.kill(signal);
-  } catch {
-    // already exited
-  }
-}
-
-async function logTail(file: string, n: number): Promise<string> {
-  try {
-    return lastLines(await Deno.readTextFile(file), n);
-  } catch (err) {
-    return `(cannot read ${file}: ${(err as Error).message})`;
-  }
 }
 
 function elapsed(since: number): string {

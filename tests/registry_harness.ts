@@ -23,6 +23,7 @@ import {
   MEDIA_MANIFEST,
   parseReference,
 } from "./images.ts";
+import { freePort, logTail, signalChild } from "./child_process.ts";
 
 /** Where Debian's docker-registry package puts the registry. */
 export const REGISTRY_BINARY = "/usr/bin/docker-registry";
@@ -401,28 +402,4 @@ export async function ensureRegistryPackages(): Promise<void> {
     { pkg: "docker-registry", provides: [REGISTRY_BINARY] },
     { pkg: "apache2-utils", provides: ["htpasswd"] },
   ]);
-}
-
-/** A port on 127.0.0.1 that was free a moment ago. */
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
-}
-
-function signalChild(child: Deno.ChildProcess, signal: Deno.Signal): void {
-  try {
-    child.kill(signal);
-  } catch {
-    // already exited
-  }
-}
-
-async function logTail(file: string, n: number): Promise<string> {
-  try {
-    return (await Deno.readTextFile(file)).trimEnd().split("\n").slice(-n).join("\n");
-  } catch (err) {
-    return `(cannot read ${file}: ${(err as Error).message})`;
-  }
 }
