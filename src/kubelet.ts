@@ -133,6 +133,13 @@ export class Kubelet {
         { staticPodPath: config.staticPodPath },
       );
     }
+    if (deps.kubeClient) {
+      log.error(
+        new NotSupportedError("running pods is not supported yet"),
+        "Pods bound to this node are not run by this build yet; they stay Pending",
+        { node: this.#opts.nodeName },
+      );
+    }
     log.info("Started kubelet", {
       nodeName: this.#opts.nodeName,
       mode: deps.kubeClient ? "apiserver" : "standalone",
