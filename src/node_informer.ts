@@ -1,15 +1,15 @@
 /**
  * @module
- * The kubelet's view of its own Node: list, then watch `metadata.name=<node>` from the list's
- * resourceVersion, list again when the watch ends or the version is too old (410 Gone), with
- * backoff while the apiserver fails. Corresponds to the node informer upstream's kubelet builds
- * with a field selector on its own name (NewMainKubelet's nodeLister).
+ * The kubelet's view of its own Node: a {@link Reflector} over `metadata.name=<node>`.
+ * Corresponds to the node informer upstream's kubelet builds with a field selector on its own
+ * name (NewMainKubelet's nodeLister).
  */
 
-import type { V1Node, V1NodeList } from "@kubernetes/client-node";
+import type { V1Node } from "@kubernetes/client-node";
 import type { Clock } from "./clock.ts";
 import type { Logger } from "./klog.ts";
 import type { KubeClient } from "./kube_client.ts";
+import { Reflector } from "./reflector.ts";
 
 /** What the informer needs. */
 export interface NodeInformerOptions {
@@ -23,12 +23,22 @@ export interface NodeInformerOptions {
 
 /** Keeps the latest copy of this node's Node object. */
 export class NodeInformer {
-  readonly #o: NodeInformerOptions;
+  readonly #reflector: Reflector<V1Node>;
   #node: V1Node | undefined;
-  #synced = false;
 
   constructor(opts: NodeInformerOptions) {
-    this.#o = opts;
+    this.#reflector = new Reflector<V1Node>({
+      client: opts.client,
+      path: "/api/v1/nodes",
+      fieldSelector: `metadata.name=${opts.nodeName}`,
+      clock: opts.clock,
+      logger: opts.logger,
+      what: `node ${opts.nodeName}`,
+      onChange: (items) => {
+        this.#node = items[0];
+        opts.onChange?.(this.#node);
+      },
+    });
   }
 
   /** The Node as last seen; undefined before the first list or after a deletion. */
@@ -38,54 +48,11 @@ export class NodeInformer {
 
   /** True once the first list has completed. */
   get hasSynced(): boolean {
-    return this.#synced;
-  }
-
-  #set(node: V1Node | undefined): void {
-    this.#node = node;
-    this.#o.onChange?.(node);
+    return this.#reflector.hasSynced;
   }
 
   /** Lists and watches until `signal` aborts. */
-  async run(signal: AbortSignal): Promise<void> {
-    const { client, nodeName, clock, logger } = this.#o;
-    const fieldSelector = `metadata.name=${nodeName}`;
-    let delay = 200;
-    let failing = false;
-    while (!signal.aborted) {
-      try {
-        const list = await client.request<V1NodeList>("GET", "/api/v1/nodes", {
-          query: { fieldSelector },
-          signal,
-        });
-        this.#set(list.items[0]);
-        this.#synced = true;
-        if (failing) logger.info("Node informer synced again", { node: nodeName });
-        failing = false;
-        delay = 200;
-        for await (
-          const ev of client.watch<V1Node>("/api/v1/nodes", {
-            resourceVersion: list.metadata?.resourceVersion,
-            fieldSelector,
-            timeoutSeconds: 300 + Math.floor(Math.random() * 300),
-            signal,
-          })
-        ) {
-          if (ev.type === "ADDED" || ev.type === "MODIFIED") this.#set(ev.object);
-          else if (ev.type === "DELETED") this.#set(undefined);
-          else if (ev.type === "ERROR") break; // e.g. 410 Gone: list again
-        }
-      } catch (e) {
-        if (signal.aborted) break;
-        if (!failing) {
-          logger.error(e, "Node informer cannot list or watch its Node; retrying", {
-            node: nodeName,
-          });
-        }
-        failing = true;
-        await clock.sleep(delay, signal).catch(() => {});
-        delay = Math.min(delay * 2, 5_000);
-      }
-    }
+  run(signal: AbortSignal): Promise<void> {
+    return this.#reflector.run(signal);
   }
 }

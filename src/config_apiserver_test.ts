@@ -1,0 +1,73 @@
+import assert from "node:assert/strict";
+import type { V1Pod } from "@kubernetes/client-node";
+import { FakeClock } from "./clock.ts";
+import { newSourceApiserver } from "./config_apiserver.ts";
+import { createLogger } from "./klog.ts";
+import { KubeClient } from "./kube_client.ts";
+
+const pod = (name: string, rv: string): V1Pod => ({
+  metadata: { name, namespace: "default", uid: `uid-${name}`, resourceVersion: rv },
+});
+
+Deno.test("newSourceApiserver sends the node's whole pod set after each change and lists again after 410 Gone", async () => {
+  const requests: URLSearchParams[] = [];
+  let lists = 0;
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (req) => {
+    const url = new URL(req.url);
+    assert.equal(url.pathname, "/api/v1/pods");
+    requests.push(url.searchParams);
+    if (url.searchParams.get("watch") !== "true") {
+      lists++;
+      const items = lists === 1 ? [pod("a", "5")] : [pod("a", "5"), pod("c", "9")];
+      return Response.json({ metadata: { resourceVersion: lists === 1 ? "5" : "9" }, items });
+    }
+    if (lists > 1) return new Response(new ReadableStream({ start() {} }));
+    const events = [
+      { type: "ADDED", object: pod("b", "6") },
+      { type: "BOOKMARK", object: { metadata: { resourceVersion: "7" } } },
+      { type: "DELETED", object: pod("b", "8") },
+      {
+        type: "ERROR",
+        object: {
+          kind: "Status",
+          code: 410,
+          reason: "Expired",
+          message: "too old resource version",
+        },
+      },
+    ];
+    return new Response(events.map((e) => JSON.stringify(e) + "\n").join(""));
+  });
+  const client = new KubeClient({
+    config: {
+      server: `http://127.0.0.1:${(server.addr as Deno.NetAddr).port}`,
+      insecureSkipTLSVerify: false,
+      source: "t",
+    },
+    clock: new FakeClock(),
+    qps: -1,
+    userAgent: "t",
+  });
+  const sets: string[][] = [];
+  const source = newSourceApiserver({
+    client,
+    nodeName: "node-a",
+    clock: new FakeClock(),
+    logger: createLogger({ write: () => {}, now: () => new Date(0), pid: 1 }),
+    onUpdate: (pods) => sets.push(pods.map((p) => p.metadata?.name ?? "").sort()),
+  });
+  const ctl = new AbortController();
+  const running = source.run(ctl.signal);
+  try {
+    const end = Date.now() + 5_000;
+    while (sets.length < 4 && Date.now() < end) await new Promise((r) => setTimeout(r, 5));
+    assert.deepEqual(sets, [["a"], ["a", "b"], ["a"], ["a", "c"]]);
+    assert.ok(requests.every((q) => q.get("fieldSelector") === "spec.nodeName=node-a"));
+    assert.equal(requests.find((q) => q.get("watch") === "true")?.get("resourceVersion"), "5");
+  } finally {
+    ctl.abort();
+    await running;
+    client.close();
+    await server.shutdown();
+  }
+});

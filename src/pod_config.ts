@@ -1,0 +1,185 @@
+/**
+ * @module
+ * PodConfig: merges the pod sources (static files, the apiserver, a URL) into the incremental
+ * updates the sync loop consumes. Each source sends its whole set of pods (SET); PodConfig
+ * compares it with what that source sent before and emits REMOVE, ADD, UPDATE, DELETE and
+ * RECONCILE updates in that order, as upstream's PodConfigNotificationIncremental mode does,
+ * and records which sources have been seen (sourcesReady). Corresponds to upstream
+ * `pkg/kubelet/config/config.go` (podStorage.merge, checkAndUpdatePod) and
+ * `pkg/kubelet/types/pod_update.go`.
+ */
+
+import type { V1Pod } from "@kubernetes/client-node";
+
+/** What a pod update asks of the kubelet (upstream kubetypes.PodOperation). */
+export type PodOperation = "SET" | "ADD" | "DELETE" | "REMOVE" | "UPDATE" | "RECONCILE";
+
+/** Pods of one source that one operation applies to. */
+export interface PodUpdate {
+  readonly op: PodOperation;
+  readonly pods: readonly V1Pod[];
+  readonly source: string;
+}
+
+/** Source names, as upstream's kubetypes. */
+export const FILE_SOURCE = "file";
+export const HTTP_SOURCE = "http";
+export const API_SOURCE = "api";
+
+/** Annotations the kubelet keeps on pods (upstream kubetypes). */
+export const CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source";
+export const CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror";
+export const CONFIG_FIRST_SEEN_ANNOTATION = "kubernetes.io/config.seen";
+export const CONFIG_HASH_ANNOTATION = "kubernetes.io/config.hash";
+
+/** The kubelet's own annotations, ignored when deciding whether a pod changed. */
+const LOCAL_ANNOTATIONS = [
+  CONFIG_SOURCE_ANNOTATION,
+  CONFIG_MIRROR_ANNOTATION,
+  CONFIG_FIRST_SEEN_ANNOTATION,
+];
+
+/** What PodConfig needs. */
+export interface PodConfigOptions {
+  /** Milliseconds since the epoch, for the first-seen annotation. */
+  readonly now: () => number;
+  /** Called with a pod a source sent twice under one name (upstream records an event). */
+  readonly onDuplicate?: (pod: V1Pod, source: string) => void;
+}
+
+function fullName(pod: V1Pod): string {
+  return `${pod.metadata?.name ?? ""}_${pod.metadata?.namespace ?? ""}`;
+}
+
+function deepEqual(a: unknown, b: unknown): boolean {
+  return JSON.stringify(canonical(a)) === JSON.stringify(canonical(b));
+}
+
+/** Sorted keys and no undefined members, so equal objects print alike. */
+function canonical(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(canonical);
+  if (v instanceof Date) return v.toISOString();
+  if (v !== null && typeof v === "object") {
+    const out: Record<string, unknown> = {};
+    for (const k of Object.keys(v).sort()) {
+      const x = (v as Record<string, unknown>)[k];
+      if (x !== undefined) out[k] = canonical(x);
+    }
+    return out;
+  }
+  return v;
+}
+
+function annotationsEqual(a: Record<string, string> = {}, b: Record<string, string> = {}): boolean {
+  const strip = (m: Record<string, string>) =>
+    Object.fromEntries(Object.entries(m).filter(([k]) => !LOCAL_ANNOTATIONS.includes(k)));
+  return deepEqual(strip(a), strip(b));
+}
+
+/** True when two versions of a pod differ in what the kubelet acts on (upstream podsDifferSemantically). */
+export function podsDifferSemantically(existing: V1Pod, ref: V1Pod): boolean {
+  const e = existing.metadata ?? {};
+  const r = ref.metadata ?? {};
+  return !(
+    deepEqual(existing.spec, ref.spec) &&
+    deepEqual(e.labels ?? {}, r.labels ?? {}) &&
+    deepEqual(e.deletionTimestamp, r.deletionTimestamp) &&
+    deepEqual(e.deletionGracePeriodSeconds, r.deletionGracePeriodSeconds) &&
+    annotationsEqual(e.annotations, r.annotations)
+  );
+}
+
+/** Merges the sources' pod sets into incremental updates. */
+export class PodConfig {
+  readonly #opts: PodConfigOptions;
+  /** source → pod UID → pod, as last merged. */
+  readonly #pods = new Map<string, Map<string, V1Pod>>();
+  readonly #seen = new Set<string>();
+
+  constructor(opts: PodConfigOptions) {
+    this.#opts = opts;
+  }
+
+  /** True once every source in `expected` has sent its first set (upstream SeenAllSources). */
+  seenAllSources(expected: Iterable<string>): boolean {
+    for (const s of expected) if (!this.#seen.has(s)) return false;
+    return true;
+  }
+
+  /** Every pod of every source, as last merged. */
+  allPods(): V1Pod[] {
+    return [...this.#pods.values()].flatMap((m) => [...m.values()]);
+  }
+
+  /**
+   * Takes a source's whole set of pods and returns the updates it implies, in upstream's order:
+   * REMOVE, ADD, UPDATE, DELETE, RECONCILE; empty operations are left out.
+   */
+  set(source: string, pods: readonly V1Pod[]): PodUpdate[] {
+    this.#seen.add(source);
+    const old = this.#pods.get(source) ?? new Map<string, V1Pod>();
+    const next = new Map<string, V1Pod>();
+    const adds: V1Pod[] = [];
+    const updates: V1Pod[] = [];
+    const deletes: V1Pod[] = [];
+    const reconciles: V1Pod[] = [];
+    const names = new Set<string>();
+    for (const incoming of pods) {
+      const ref = structuredClone(incoming);
+      const name = fullName(ref);
+      if (names.has(name)) {
+        this.#opts.onDuplicate?.(ref, source);
+        continue;
+      }
+      names.add(name);
+      ref.metadata ??= {};
+      ref.metadata.annotations = {
+        ...ref.metadata.annotations,
+        [CONFIG_SOURCE_ANNOTATION]: source,
+      };
+      const uid = ref.metadata.uid ?? name;
+      const existing = old.get(uid);
+      if (!existing) {
+        ref.metadata.annotations[CONFIG_FIRST_SEEN_ANNOTATION] ??= new Date(this.#opts.now())
+          .toISOString();
+        next.set(uid, ref);
+        adds.push(ref);
+        continue;
+      }
+      next.set(uid, existing);
+      if (!podsDifferSemantically(existing, ref)) {
+        // The kubelet owns pod status: a source that reports another one is reconciled.
+        if (!deepEqual(existing.status, ref.status)) {
+          existing.status = ref.status;
+          reconciles.push(existing);
+        }
+        continue;
+      }
+      const seen = existing.metadata?.annotations?.[CONFIG_FIRST_SEEN_ANNOTATION];
+      if (seen !== undefined) ref.metadata.annotations[CONFIG_FIRST_SEEN_ANNOTATION] = seen;
+      existing.spec = ref.spec;
+      existing.status = ref.status;
+      existing.metadata = {
+        ...existing.metadata,
+        labels: ref.metadata.labels,
+        annotations: ref.metadata.annotations,
+        deletionTimestamp: ref.metadata.deletionTimestamp,
+        deletionGracePeriodSeconds: ref.metadata.deletionGracePeriodSeconds,
+        generation: ref.metadata.generation,
+      };
+      (ref.metadata.deletionTimestamp ? deletes : updates).push(existing);
+    }
+    const removes = [...old.entries()].filter(([uid]) => !next.has(uid)).map(([, pod]) => pod);
+    this.#pods.set(source, next);
+    const out: PodUpdate[] = [];
+    const emit = (op: PodOperation, list: V1Pod[]) => {
+      if (list.length > 0) out.push({ op, pods: list, source });
+    };
+    emit("REMOVE", removes);
+    emit("ADD", adds);
+    emit("UPDATE", updates);
+    emit("DELETE", deletes);
+    emit("RECONCILE", reconciles);
+    return out;
+  }
+}
