@@ -28,15 +28,7 @@ import type {
   V1Toleration,
   V1Volume,
 } from "@kubernetes/client-node";
-
-/** `kubetypes.ConfigSourceAnnotationKey`: which source a pod came from ("file" here). */
-export const CONFIG_SOURCE_ANNOTATION_KEY = "kubernetes.io/config.source";
-/** `kubetypes.ConfigMirrorAnnotationKey`: set on the mirror pod of a static pod. */
-export const CONFIG_MIRROR_ANNOTATION_KEY = "kubernetes.io/config.mirror";
-/** `kubetypes.ConfigFirstSeenAnnotationKey`: when the kubelet first saw the pod (RFC 3339). */
-export const CONFIG_FIRST_SEEN_ANNOTATION_KEY = "kubernetes.io/config.seen";
-/** `kubetypes.ConfigHashAnnotationKey`: the static pod's UID, the hash of its manifest. */
-export const CONFIG_HASH_ANNOTATION_KEY = "kubernetes.io/config.hash";
+import { CONFIG_HASH_ANNOTATION } from "./pod_config.ts";
 
 // ---- Scheme defaults ---------------------------------------------------------------------------
 
@@ -197,7 +189,7 @@ export function applyStaticPodDefaults(pod: V1Pod, source: string, nodeName: str
   meta.namespace ||= "default";
   const spec = pod.spec ??= { containers: [] };
   spec.nodeName = nodeName;
-  (meta.annotations ??= {})[CONFIG_HASH_ANNOTATION_KEY] = meta.uid;
+  (meta.annotations ??= {})[CONFIG_HASH_ANNOTATION] = meta.uid;
   // Static pods tolerate every NoExecute taint, so node problems never evict them.
   spec.tolerations = addOrUpdateToleration(spec.tolerations ?? [], {
     operator: "Exists",
