@@ -1,0 +1,499 @@
+/**
+ * @module
+ * GenericPLEG, the pod lifecycle event generator: it relists the runtime's sandboxes and
+ * containers every second, compares each one's state with the previous relist, refreshes the
+ * {@link PodCache} for pods that changed and then emits {@link PodLifecycleEvent}s for the sync
+ * loop. Events go into a bounded queue; when it is full an event is dropped, counted in
+ * {@link GenericPLEG.droppedEvents} and logged, never silently. `healthy()` backs /healthz.
+ * Talks to the CRI RuntimeService only. Corresponds to upstream `pkg/kubelet/pleg/generic.go`
+ * and `pleg.go`.
+ */
+
+import * as grpc from "@grpc/grpc-js";
+import * as api from "../proto/runtime/v1/api.ts";
+import { type Clock, realClock } from "./clock.ts";
+import { isCriCode } from "./cri_connection.ts";
+import { formatDuration } from "./duration.ts";
+import { createLogger, type Logger } from "./klog.ts";
+import { getContainerInfoFromLabels, getPodSandboxInfoFromLabels } from "./labels.ts";
+import type { PodCache, PodStatus } from "./pod_cache.ts";
+import type { RuntimeService } from "./remote_runtime.ts";
+
+/** What happened to a pod (upstream `PodLifeCycleEventType`). */
+export type PodLifecycleEventType =
+  | "ContainerStarted"
+  | "ContainerDied"
+  | "ContainerRemoved"
+  | "PodSync"
+  | "ContainerChanged";
+
+/** One change of one pod; `data` is the container (or sandbox) id. */
+export interface PodLifecycleEvent {
+  /** The pod UID. */
+  id: string;
+  type: PodLifecycleEventType;
+  data: string;
+}
+
+/** The result of {@link GenericPLEG.healthy}; `message` says why when not ok. */
+export interface PlegHealth {
+  ok: boolean;
+  message: string;
+}
+
+/** The CRI calls the PLEG needs. */
+export type PlegRuntime = Pick<
+  RuntimeService,
+  "listPodSandbox" | "listContainers" | "podSandboxStatus" | "containerStatus"
+>;
+
+/** Options of {@link GenericPLEG}. */
+export interface GenericPLEGOptions {
+  readonly runtime: PlegRuntime;
+  readonly cache: PodCache;
+  /** @default realClock */
+  readonly clock?: Clock;
+  /** @default a text logger on stderr */
+  readonly logger?: Logger;
+  /** Time between the end of one relist and the start of the next. @default 1000 */
+  readonly relistPeriodMs?: number;
+  /** healthy() fails when the last successful relist is older than this. @default 180000 */
+  readonly relistThresholdMs?: number;
+  /** Events held for the consumer before new ones are dropped. @default 1000 */
+  readonly capacity?: number;
+  /** Status RPCs in flight at once while refreshing the cache. @default 8 */
+  readonly concurrency?: number;
+}
+
+/** Upstream's plegContainerState. */
+type PlegState = "running" | "exited" | "unknown" | "non-existent";
+
+/** A pod as one relist saw it: its sandboxes and containers by id. */
+interface RelistedPod {
+  readonly id: string;
+  name: string;
+  namespace: string;
+  readonly sandboxes: Map<string, api.PodSandbox>;
+  readonly containers: Map<string, api.Container>;
+}
+
+interface PodRecord {
+  old: RelistedPod | undefined;
+  current: RelistedPod | undefined;
+}
+
+/** Upstream's convertState: "created" is not used by the kubelet yet, so it reads as unknown. */
+function containerState(s: api.ContainerState): PlegState {
+  switch (s) {
+    case api.ContainerState.CONTAINER_RUNNING:
+      return "running";
+    case api.ContainerState.CONTAINER_EXITED:
+      return "exited";
+    default:
+      return "unknown";
+  }
+}
+
+/** Sandboxes count as containers: ready is running, anything else exited (kuberuntime). */
+function sandboxState(s: api.PodSandboxState): PlegState {
+  return s === api.PodSandboxState.SANDBOX_READY ? "running" : "exited";
+}
+
+function stateIn(pod: RelistedPod | undefined, cid: string): PlegState {
+  if (!pod) return "non-existent";
+  const c = pod.containers.get(cid);
+  if (c) return containerState(c.state);
+  const s = pod.sandboxes.get(cid);
+  if (s) return sandboxState(s.state);
+  return "non-existent";
+}
+
+/** Upstream's generateEvents: the events for one container's state transition. */
+export function generateEvents(
+  podId: string,
+  cid: string,
+  oldState: PlegState,
+  newState: PlegState,
+): PodLifecycleEvent[] {
+  if (oldState === newState) return [];
+  const ev = (type: PodLifecycleEventType): PodLifecycleEvent => ({ id: podId, type, data: cid });
+  switch (newState) {
+    case "running":
+      return [ev("ContainerStarted")];
+    case "exited":
+      return [ev("ContainerDied")];
+    case "unknown":
+      return [ev("ContainerChanged")];
+    case "non-existent":
+      // After "exited" the death was already reported.
+      return oldState === "exited"
+        ? [ev("ContainerRemoved")]
+        : [ev("ContainerDied"), ev("ContainerRemoved")];
+  }
+}
+
+/** Runs at most `limit` of the given calls at once. */
+function limiter(limit: number): <T>(fn: () => Promise<T>) => Promise<T> {
+  let active = 0;
+  const queue: (() => void)[] = [];
+  return async <T>(fn: () => Promise<T>): Promise<T> => {
+    if (active >= limit) await new Promise<void>((r) => queue.push(r));
+    else active++;
+    try {
+      return await fn();
+    } finally {
+      const next = queue.shift();
+      if (next) next();
+      else active--;
+    }
+  };
+}
+
+/** The relisting PLEG; see the module documentation. */
+export class GenericPLEG {
+  readonly #runtime: PlegRuntime;
+  readonly #cache: PodCache;
+  readonly #clock: Clock;
+  readonly #log: Logger;
+  readonly #period: number;
+  readonly #threshold: number;
+  readonly #capacity: number;
+  readonly #concurrency: number;
+  readonly #records = new Map<string, PodRecord>();
+  /** Pods whose cache refresh failed; retried on the next relist, as upstream. */
+  #toReinspect = new Map<string, RelistedPod | undefined>();
+  #relistTime: number | undefined;
+  #relisting: Promise<void> = Promise.resolve();
+  readonly #queue: PodLifecycleEvent[] = [];
+  readonly #consumers: ((e: PodLifecycleEvent) => void)[] = [];
+  #dropped = 0;
+
+  constructor(opts: GenericPLEGOptions) {
+    this.#runtime = opts.runtime;
+    this.#cache = opts.cache;
+    this.#clock = opts.clock ?? realClock;
+    this.#log = opts.logger ?? createLogger();
+    this.#period = positive("relistPeriodMs", opts.relistPeriodMs ?? 1000);
+    this.#threshold = positive("relistThresholdMs", opts.relistThresholdMs ?? 180_000);
+    this.#capacity = positive("capacity", opts.capacity ?? 1000);
+    this.#concurrency = positive("concurrency", opts.concurrency ?? 8);
+  }
+
+  /** Events dropped because the queue was full. */
+  get droppedEvents(): number {
+    return this.#dropped;
+  }
+
+  /** Events waiting for the consumer. */
+  get pending(): number {
+    return this.#queue.length;
+  }
+
+  /** Relists now, then every relistPeriodMs after the previous relist ends, until `signal` aborts. */
+  async run(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      await this.relist(signal);
+      try {
+        await this.#clock.sleep(this.#period, signal);
+      } catch {
+        return;
+      }
+    }
+  }
+
+  /** Upstream's Healthy: false until a relist succeeds, and when the last one is too old. */
+  healthy(): PlegHealth {
+    if (this.#relistTime === undefined) {
+      return { ok: false, message: "pleg has yet to be successful" };
+    }
+    const elapsed = this.#clock.now() - this.#relistTime;
+    if (elapsed > this.#threshold) {
+      return {
+        ok: false,
+        message: `pleg was last seen active ${formatDuration(elapsed)} ago; threshold is ${
+          formatDuration(this.#threshold)
+        }`,
+      };
+    }
+    return { ok: true, message: "" };
+  }
+
+  /** The next event; rejects with the signal's reason when it aborts first. */
+  next(signal?: AbortSignal): Promise<PodLifecycleEvent> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    const e = this.#queue.shift();
+    if (e) return Promise.resolve(e);
+    return new Promise((resolve, reject) => {
+      const consumer = (ev: PodLifecycleEvent) => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve(ev);
+      };
+      const onAbort = () => {
+        const i = this.#consumers.indexOf(consumer);
+        if (i >= 0) this.#consumers.splice(i, 1);
+        reject(signal?.reason);
+      };
+      this.#consumers.push(consumer);
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  /** Every event, in order, until `signal` aborts. */
+  async *watch(signal?: AbortSignal): AsyncGenerator<PodLifecycleEvent> {
+    while (!signal?.aborted) {
+      let e: PodLifecycleEvent;
+      try {
+        e = await this.next(signal);
+      } catch (err) {
+        if (signal?.aborted) return;
+        throw err;
+      }
+      yield e;
+    }
+  }
+
+  /** One relist; concurrent calls run one after another. Errors are logged, never thrown. */
+  relist(signal?: AbortSignal): Promise<void> {
+    const run = this.#relisting.then(() => this.#relist(signal));
+    this.#relisting = run;
+    return run;
+  }
+
+  async #relist(signal: AbortSignal | undefined): Promise<void> {
+    this.#log.v(5).info("GenericPLEG: Relisting");
+    const timestamp = this.#clock.now();
+    let pods: Map<string, RelistedPod>;
+    try {
+      pods = await this.#getPods(signal);
+    } catch (err) {
+      if (!signal?.aborted) this.#log.error(err, "GenericPLEG: Unable to retrieve pods");
+      return;
+    }
+    this.#relistTime = timestamp;
+
+    for (const r of this.#records.values()) r.current = undefined;
+    for (const [id, pod] of pods) {
+      const r = this.#records.get(id);
+      if (r) r.current = pod;
+      else this.#records.set(id, { old: undefined, current: pod });
+    }
+
+    const eventsByPod = new Map<string, PodLifecycleEvent[]>();
+    for (const [id, r] of this.#records) {
+      const cids = new Set<string>();
+      for (const p of [r.old, r.current]) {
+        if (!p) continue;
+        for (const cid of p.containers.keys()) cids.add(cid);
+        for (const cid of p.sandboxes.keys()) cids.add(cid);
+      }
+      for (const cid of cids) {
+        const events = generateEvents(id, cid, stateIn(r.old, cid), stateIn(r.current, cid));
+        if (events.length === 0) continue;
+        const list = eventsByPod.get(id);
+        if (list) list.push(...events);
+        else eventsByPod.set(id, events);
+      }
+    }
+
+    // Refresh the cache of changed pods (and of pods that failed last time) before any event
+    // goes out, so a worker woken by an event finds the new status.
+    const limit = limiter(this.#concurrency);
+    const reinspect = [...this.#toReinspect].filter(([id]) => !eventsByPod.has(id));
+    const [changed, retried] = await Promise.all([
+      Promise.all(
+        [...eventsByPod.keys()].map((id) =>
+          this.#updateCache(this.#records.get(id)?.current, id, limit, signal)
+        ),
+      ),
+      Promise.all(reinspect.map(([id, pod]) => this.#updateCache(pod, id, limit, signal))),
+    ]);
+    const needsReinspection = new Map<string, RelistedPod | undefined>();
+    reinspect.forEach(([id, pod], i) => {
+      if (retried[i]) return;
+      this.#log.v(5).info("PLEG: pod failed reinspection", { podUID: id });
+      needsReinspection.set(id, pod);
+    });
+
+    [...eventsByPod].forEach(([id, events], i) => {
+      const r = this.#records.get(id);
+      if (!changed[i]) {
+        // Keep the record as it was so the same change is seen again on the next relist.
+        this.#log.v(4).info("PLEG: Ignoring events for pod", { podUID: id });
+        needsReinspection.set(id, r?.current);
+        return;
+      }
+      if (r?.current) {
+        r.old = r.current;
+        r.current = undefined;
+      } else this.#records.delete(id);
+      for (const e of events) {
+        // Not reliable, and nothing consumes it yet.
+        if (e.type === "ContainerChanged") continue;
+        this.#send(e);
+        if (e.type === "ContainerDied") this.#logExit(e);
+      }
+    });
+
+    this.#cache.updateTime(timestamp);
+    this.#toReinspect = needsReinspection;
+  }
+
+  /** Lists sandboxes and containers and groups them by the pod UID in their labels. */
+  async #getPods(signal: AbortSignal | undefined): Promise<Map<string, RelistedPod>> {
+    const [sandboxes, containers] = await Promise.all([
+      this.#runtime.listPodSandbox(undefined, signal),
+      this.#runtime.listContainers(undefined, signal),
+    ]);
+    const pods = new Map<string, RelistedPod>();
+    const podOf = (uid: string, name: string, namespace: string): RelistedPod => {
+      let p = pods.get(uid);
+      if (!p) {
+        p = { id: uid, name, namespace, sandboxes: new Map(), containers: new Map() };
+        pods.set(uid, p);
+      }
+      if (p.name === "") p.name = name;
+      if (p.namespace === "") p.namespace = namespace;
+      return p;
+    };
+    for (const s of sandboxes) {
+      const info = getPodSandboxInfoFromLabels(s.labels);
+      const uid = info.podUid || s.metadata?.uid || "";
+      // Without a pod UID it is not the kubelet's: nothing could sync it.
+      if (uid === "") continue;
+      podOf(uid, info.podName, info.podNamespace).sandboxes.set(s.id, s);
+    }
+    for (const c of containers) {
+      const info = getContainerInfoFromLabels(c.labels);
+      if (info.podUid === "") continue;
+      podOf(info.podUid, info.podName, info.podNamespace).containers.set(c.id, c);
+    }
+    return pods;
+  }
+
+  /** Upstream's updateCache; resolves false when the status could not be read. */
+  async #updateCache(
+    pod: RelistedPod | undefined,
+    uid: string,
+    limit: <T>(fn: () => Promise<T>) => Promise<T>,
+    signal: AbortSignal | undefined,
+  ): Promise<boolean> {
+    if (!pod) {
+      this.#log.v(4).info("PLEG: Delete status for pod", { podUID: uid });
+      this.#cache.delete(uid);
+      return true;
+    }
+    const timestamp = this.#clock.now();
+    try {
+      const status = await this.#getPodStatus(pod, limit, signal);
+      status.ips = this.#podIps(uid, status);
+      this.#cache.set(uid, status, undefined, timestamp);
+      this.#log.v(4).info("PLEG: Write status", { pod: `${pod.namespace}/${pod.name}` });
+      return true;
+    } catch (e) {
+      const err = e instanceof Error ? e : new Error(String(e));
+      this.#cache.set(uid, { ...this.#cache.get(uid).status, timestamp }, err, timestamp);
+      this.#log.v(4).info("PLEG: Write status", {
+        pod: `${pod.namespace}/${pod.name}`,
+        err: err.message,
+      });
+      return false;
+    }
+  }
+
+  /** The pod's sandbox and container statuses; an id gone since the list is skipped (NotFound). */
+  async #getPodStatus(
+    pod: RelistedPod,
+    limit: <T>(fn: () => Promise<T>) => Promise<T>,
+    signal: AbortSignal | undefined,
+  ): Promise<PodStatus> {
+    const skipNotFound = <T>(p: Promise<T>): Promise<T | undefined> =>
+      p.catch((e) => {
+        if (isCriCode(e, grpc.status.NOT_FOUND)) return undefined;
+        throw e;
+      });
+    const sandboxIds = [...pod.sandboxes.values()].sort(newestFirst).map((s) => s.id);
+    const containerIds = [...pod.containers.keys()];
+    const [sandboxes, containers] = await Promise.all([
+      Promise.all(
+        sandboxIds.map((id) =>
+          limit(() => skipNotFound(this.#runtime.podSandboxStatus(id, false, signal)))
+        ),
+      ),
+      Promise.all(
+        containerIds.map((id) =>
+          limit(() => skipNotFound(this.#runtime.containerStatus(id, false, signal)))
+        ),
+      ),
+    ]);
+    const sandboxStatuses = sandboxes.flatMap((r) => r?.status ? [r.status] : []);
+    const containerStatuses = containers.flatMap((r) => r?.status ? [r.status] : [])
+      .sort(newestFirst);
+    // Only the newest sandbox gives the pod IPs, and only while it is ready (kuberuntime).
+    const latest = sandboxStatuses[0];
+    const ips = latest?.state === api.PodSandboxState.SANDBOX_READY && latest.network
+      ? [latest.network.ip, ...latest.network.additionalIps.map((p) => p.ip)].filter((ip) => ip)
+      : [];
+    return {
+      id: pod.id,
+      name: pod.name,
+      namespace: pod.namespace,
+      ips,
+      sandboxStatuses,
+      containerStatuses,
+      timestamp: this.#clock.now(),
+    };
+  }
+
+  /** Upstream's getPodIPs: a torn-down pod keeps the IPs it had, as the API expects. */
+  #podIps(uid: string, status: PodStatus): string[] {
+    if (status.ips.length > 0) return status.ips;
+    const old = this.#cache.get(uid);
+    if (old.error || old.status.ips.length === 0) return [];
+    if (status.sandboxStatuses.some((s) => s.state === api.PodSandboxState.SANDBOX_READY)) {
+      return status.ips;
+    }
+    return old.status.ips;
+  }
+
+  #send(e: PodLifecycleEvent): void {
+    const consumer = this.#consumers.shift();
+    if (consumer) return consumer(e);
+    if (this.#queue.length < this.#capacity) {
+      this.#queue.push(e);
+      return;
+    }
+    this.#dropped++;
+    this.#log.error(undefined, "Event channel is full, discard this relist() cycle event", {
+      podUID: e.id,
+      event: e.type,
+      containerID: e.data,
+      droppedEvents: this.#dropped,
+    });
+  }
+
+  #logExit(e: PodLifecycleEvent): void {
+    const log = this.#log.v(2);
+    if (!log.enabled) return;
+    const c = this.#cache.get(e.id).status.containerStatuses.find((s) => s.id === e.data);
+    if (c) {
+      log.info("Generic (PLEG): container finished", {
+        podID: e.id,
+        containerID: e.data,
+        exitCode: c.exitCode,
+      });
+    }
+  }
+}
+
+function newestFirst(a: { createdAt: bigint }, b: { createdAt: bigint }): number {
+  return a.createdAt > b.createdAt ? -1 : a.createdAt < b.createdAt ? 1 : 0;
+}
+
+function positive(field: string, value: number): number {
+  if (!Number.isFinite(value) || value <= 0) {
+    throw new RangeError(
+      `Cannot create GenericPLEG: '${field}' must be a positive number: current value is '${value}'`,
+    );
+  }
+  return value;
+}

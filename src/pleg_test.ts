@@ -1,0 +1,232 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import * as grpc from "@grpc/grpc-js";
+import * as api from "../proto/runtime/v1/api.ts";
+import { FakeClock } from "./clock.ts";
+import { CriConnection } from "./cri_connection.ts";
+import { type FakeRemoteRuntime, startFakeRuntime } from "./fake_remote_runtime.ts";
+import { createLogger } from "./klog.ts";
+import { GenericPLEG, type GenericPLEGOptions, type PodLifecycleEvent } from "./pleg.ts";
+import { PodCache } from "./pod_cache.ts";
+import { RemoteRuntimeService } from "./remote_runtime.ts";
+
+const IMAGE = "docker.io/library/busybox:1.36";
+const UID = "uid-web";
+
+interface Harness extends AsyncDisposable {
+  readonly fake: FakeRemoteRuntime;
+  readonly runtime: RemoteRuntimeService;
+  readonly cache: PodCache;
+  readonly clock: FakeClock;
+  readonly pleg: GenericPLEG;
+  readonly logs: string[];
+}
+
+async function harness(opts: Partial<GenericPLEGOptions> = {}): Promise<Harness> {
+  const dir = await Deno.makeTempDir({ prefix: "pleg-" });
+  const fake = await startFakeRuntime({ preloadImages: [IMAGE], socket: join(dir, "cri.sock") });
+  const connection = new CriConnection({ endpoint: fake.endpoint });
+  const runtime = new RemoteRuntimeService({ connection, timeoutMs: 10_000 });
+  const cache = new PodCache();
+  const clock = new FakeClock();
+  const logs: string[] = [];
+  const logger = createLogger({ write: (l) => logs.push(l) });
+  const pleg = new GenericPLEG({ runtime, cache, clock, logger, ...opts });
+  return {
+    fake,
+    runtime,
+    cache,
+    clock,
+    pleg,
+    logs,
+    async [Symbol.asyncDispose]() {
+      connection.close();
+      await fake.stop();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+const podLabels = {
+  "io.kubernetes.pod.name": "web",
+  "io.kubernetes.pod.namespace": "default",
+  "io.kubernetes.pod.uid": UID,
+};
+
+/** Runs a sandbox with kubelet labels and one started container per name. */
+async function runPod(h: Harness, containers: string[] = ["main"]) {
+  const config = api.PodSandboxConfig.create({
+    metadata: { name: "web", namespace: "default", uid: UID, attempt: 0 },
+    labels: podLabels,
+  });
+  const sandbox = await h.runtime.runPodSandbox(config, "");
+  const ids: string[] = [];
+  for (const name of containers) {
+    const id = await h.runtime.createContainer(
+      sandbox,
+      api.ContainerConfig.create({
+        metadata: { name, attempt: 0 },
+        image: { image: IMAGE },
+        command: ["sleep", "3600"],
+        labels: { ...podLabels, "io.kubernetes.container.name": name },
+      }),
+      config,
+    );
+    await h.runtime.startContainer(id);
+    ids.push(id);
+  }
+  return { sandbox, ids };
+}
+
+function drain(pleg: GenericPLEG): Promise<PodLifecycleEvent[]> {
+  const n = pleg.pending;
+  return Promise.all(Array.from({ length: n }, () => pleg.next()));
+}
+
+Deno.test("GenericPLEG relist emits ContainerStarted and fills the cache", async () => {
+  await using h = await harness();
+  const { sandbox, ids } = await runPod(h);
+  const waiting = h.cache.getNewerThan(UID, h.clock.now());
+  h.clock.step(10);
+  await h.pleg.relist();
+  const events = await drain(h.pleg);
+  assert.deepEqual(
+    events.sort((a, b) => a.data.localeCompare(b.data)),
+    [
+      { id: UID, type: "ContainerStarted", data: ids[0] },
+      { id: UID, type: "ContainerStarted", data: sandbox },
+    ].sort((a, b) => a.data!.localeCompare(b.data!)),
+  );
+  const { status, error } = await waiting;
+  assert.equal(error, undefined);
+  assert.equal(status.name, "web");
+  assert.equal(status.namespace, "default");
+  assert.equal(status.sandboxStatuses[0]?.id, sandbox);
+  assert.equal(status.containerStatuses[0]?.id, ids[0]);
+  assert.equal(status.containerStatuses[0]?.state, api.ContainerState.CONTAINER_RUNNING);
+  assert.equal(status.ips.length, 1);
+  assert.equal(h.cache.timestamp, h.clock.now());
+  // Nothing changed: no events and no status RPCs.
+  const calls = h.fake.callCount("ContainerStatus");
+  await h.pleg.relist();
+  assert.equal(h.pleg.pending, 0);
+  assert.equal(h.fake.callCount("ContainerStatus"), calls);
+});
+
+Deno.test("GenericPLEG relist emits ContainerDied then ContainerRemoved", async () => {
+  await using h = await harness();
+  const { sandbox, ids } = await runPod(h);
+  const cid = ids[0]!;
+  await h.pleg.relist();
+  await drain(h.pleg);
+
+  h.fake.service.exitContainer(cid, 3);
+  h.clock.step(1000);
+  await h.pleg.relist();
+  assert.deepEqual(await drain(h.pleg), [{ id: UID, type: "ContainerDied", data: cid }]);
+  const died = h.cache.get(UID).status.containerStatuses[0];
+  assert.equal(died?.state, api.ContainerState.CONTAINER_EXITED);
+  assert.equal(died?.exitCode, 3);
+
+  await h.runtime.removeContainer(cid);
+  await h.pleg.relist();
+  assert.deepEqual(await drain(h.pleg), [{ id: UID, type: "ContainerRemoved", data: cid }]);
+  assert.deepEqual(h.cache.get(UID).status.containerStatuses, []);
+
+  // The whole pod goes: the sandbox was never seen exiting, so it dies and is removed.
+  await h.runtime.stopPodSandbox(sandbox);
+  await h.runtime.removePodSandbox(sandbox);
+  await h.pleg.relist();
+  assert.deepEqual(await drain(h.pleg), [
+    { id: UID, type: "ContainerDied", data: sandbox },
+    { id: UID, type: "ContainerRemoved", data: sandbox },
+  ]);
+  assert.equal(h.cache.get(UID).status.name, "", "the cache forgets a pod that is gone");
+});
+
+Deno.test("GenericPLEG relist retries a pod whose status could not be read", async () => {
+  await using h = await harness();
+  const { ids } = await runPod(h);
+  h.fake.injectError("ContainerStatus", grpc.status.UNAVAILABLE, "runtime busy");
+  await h.pleg.relist();
+  assert.equal(h.pleg.pending, 0, "no events before the cache holds the status");
+  assert.match(String(h.cache.get(UID).error), /runtime busy/);
+  await h.pleg.relist();
+  assert.equal(h.pleg.pending, 2);
+  assert.equal(h.cache.get(UID).error, undefined);
+  assert.equal(h.cache.get(UID).status.containerStatuses[0]?.id, ids[0]);
+});
+
+Deno.test("GenericPLEG healthy turns false after the relist threshold", async () => {
+  await using h = await harness();
+  assert.deepEqual(h.pleg.healthy(), { ok: false, message: "pleg has yet to be successful" });
+  await h.pleg.relist();
+  assert.deepEqual(h.pleg.healthy(), { ok: true, message: "" });
+  h.clock.step(180_000);
+  assert.equal(h.pleg.healthy().ok, true);
+  h.clock.step(1);
+  assert.deepEqual(h.pleg.healthy(), {
+    ok: false,
+    message: "pleg was last seen active 3m0.001s ago; threshold is 3m0s",
+  });
+  // A failed relist does not count as activity.
+  h.fake.injectError("ListPodSandbox", grpc.status.UNAVAILABLE, "down");
+  await h.pleg.relist();
+  assert.equal(h.pleg.healthy().ok, false);
+  assert.ok(h.logs.some((l) => l.includes("GenericPLEG: Unable to retrieve pods")));
+});
+
+Deno.test("GenericPLEG drops and counts events when the queue is full, with a log line", async () => {
+  await using h = await harness({ capacity: 1 });
+  await runPod(h, ["a", "b"]);
+  await h.pleg.relist();
+  assert.equal(h.pleg.pending, 1);
+  assert.equal(h.pleg.droppedEvents, 2);
+  const lines = h.logs.filter((l) =>
+    l.includes("Event channel is full, discard this relist() cycle event")
+  );
+  assert.equal(lines.length, 2);
+  assert.match(lines[1]!, /droppedEvents=2/);
+});
+
+Deno.test("GenericPLEG watch yields events as relists produce them", async () => {
+  await using h = await harness();
+  const ac = new AbortController();
+  const seen: PodLifecycleEvent[] = [];
+  const consumer = (async () => {
+    for await (const e of h.pleg.watch(ac.signal)) seen.push(e);
+  })();
+  const { ids } = await runPod(h);
+  await h.pleg.relist();
+  h.fake.service.exitContainer(ids[0]!, 0);
+  await h.pleg.relist();
+  await Promise.resolve();
+  ac.abort();
+  await consumer;
+  assert.deepEqual(seen.map((e) => e.type), [
+    "ContainerStarted",
+    "ContainerStarted",
+    "ContainerDied",
+  ]);
+});
+
+Deno.test("GenericPLEG run relists every period and stops on abort", async () => {
+  await using h = await harness({ relistPeriodMs: 1000 });
+  const ac = new AbortController();
+  const running = h.pleg.run(ac.signal);
+  const untilSleeping = async () => {
+    for (let i = 0; i < 500 && h.clock.waiters === 0; i++) {
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    assert.equal(h.clock.waiters, 1);
+  };
+  await untilSleeping();
+  assert.equal(h.fake.callCount("ListPodSandbox"), 1);
+  h.clock.step(1000);
+  await untilSleeping();
+  assert.equal(h.fake.callCount("ListPodSandbox"), 2);
+  ac.abort();
+  await running;
+  assert.equal(h.clock.waiters, 0);
+  assert.equal(h.fake.callCount("ListPodSandbox"), 2);
+});
