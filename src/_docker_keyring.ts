@@ -1,0 +1,233 @@
+/**
+ * @module
+ * Private to `image_manager.ts`: image reference parsing and the keyring built from a pod's
+ * pull secrets. References are parsed as docker's `reference.ParseNormalizedNamed` does ("nginx"
+ * is "docker.io/library/nginx", tag "latest"); secrets of type `kubernetes.io/dockerconfigjson`
+ * and `kubernetes.io/dockercfg` become keyrings whose entries match images by registry host
+ * (globs per dot-separated label, same port) and path prefix, most specific first, with
+ * "index.docker.io" credentials used for Docker Hub images. Corresponds to upstream
+ * `pkg/util/parsers`, `pkg/credentialprovider/keyring.go`, `config.go` and `secrets/secrets.go`.
+ */
+
+import type { V1Secret } from "@kubernetes/client-node";
+
+/** A parsed image reference. */
+export interface ImageName {
+  /** The normalised repository, e.g. "docker.io/library/nginx". */
+  readonly repo: string;
+  /** The tag; "latest" when the reference has neither tag nor digest. */
+  readonly tag: string;
+  /** "algo:hex", or "" when absent. */
+  readonly digest: string;
+}
+
+/** A reference that does not parse. */
+export class InvalidReferenceError extends Error {
+  override name = "InvalidReferenceError";
+}
+
+const COMPONENT = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
+const LABEL = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
+const DOMAIN = `${LABEL}(?:\\.${LABEL})*(?::[0-9]+)?`;
+const TAG = "[\\w][\\w.-]{0,127}";
+const DIGEST = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
+const REFERENCE = new RegExp(
+  `^((?:${DOMAIN}/)?${COMPONENT}(?:/${COMPONENT})*)(?::(${TAG}))?(?:@(${DIGEST}))?$`,
+);
+const NAME_TOTAL_LENGTH_MAX = 255;
+
+/** Parses `image` as upstream `parsers.ParseImageName`; throws {@link InvalidReferenceError}. */
+export function parseImageName(image: string): ImageName {
+  const m = REFERENCE.exec(image);
+  if (!m) {
+    const name = image.split(/[:@]/)[0] ?? "";
+    if (name !== name.toLowerCase() && REFERENCE.test(image.toLowerCase())) {
+      throw new InvalidReferenceError(
+        `invalid reference format: repository name (${name}) must be lowercase`,
+      );
+    }
+    throw new InvalidReferenceError("invalid reference format");
+  }
+  const name = m[1] ?? "";
+  if (name.length > NAME_TOTAL_LENGTH_MAX) {
+    throw new InvalidReferenceError(
+      `repository name must not be more than ${NAME_TOTAL_LENGTH_MAX} characters`,
+    );
+  }
+  const tag = m[2] ?? "";
+  const digest = m[3] ?? "";
+  return { repo: normalizeRepo(name), tag: tag || (digest ? "" : "latest"), digest };
+}
+
+/** docker's splitDockerDomain: Docker Hub names gain "docker.io/" and "library/". */
+function normalizeRepo(name: string): string {
+  const slash = name.indexOf("/");
+  let domain = "docker.io";
+  let rest = name;
+  if (slash >= 0) {
+    const first = name.slice(0, slash);
+    if (first.includes(".") || first.includes(":") || first === "localhost") {
+      domain = first === "index.docker.io" ? "docker.io" : first;
+      rest = name.slice(slash + 1);
+    }
+  }
+  if (domain === "docker.io" && !rest.includes("/")) rest = `library/${rest}`;
+  return `${domain}/${rest}`;
+}
+
+/** One credential from a docker config (upstream `credentialprovider.AuthConfig`). */
+export interface DockerAuth {
+  readonly username: string;
+  readonly password: string;
+  readonly email: string;
+}
+
+/** Credentials for images, from one or more docker configs. */
+export interface DockerKeyring {
+  /** The credentials whose registry matches `repo` (a normalised repository), best first. */
+  lookup(repo: string): DockerAuth[];
+}
+
+/** The registry of Docker Hub credentials, as `docker login` writes it. */
+const DEFAULT_REGISTRY_HOST = "index.docker.io";
+
+/** Upstream `BasicDockerKeyring`: one docker config's entries, keyed by host and path. */
+export class BasicDockerKeyring implements DockerKeyring {
+  readonly #creds = new Map<string, DockerAuth[]>();
+  #index: string[] = [];
+
+  /** Adds a docker config: registry location to entry (`{username, password, auth, email}`). */
+  add(config: Readonly<Record<string, unknown>>): void {
+    for (const [loc, raw] of Object.entries(config)) {
+      const auth = parseEntry(loc, raw);
+      const { host, path } = splitSchemeless(loc.replace(/^https?:\/\//, ""));
+      // The docker client treats /v1/ and /v2/ as the bare host (ResolveAuthConfig).
+      const effective = path.startsWith("/v1/") || path.startsWith("/v2/") ? path.slice(3) : path;
+      const key = effective !== "" && effective !== "/" ? host + effective : host;
+      const list = this.#creds.get(key) ?? [];
+      if (list.length === 0) this.#index.push(key);
+      list.push(auth);
+      this.#creds.set(key, list);
+    }
+    // Reverse lexical order puts longer (more specific) keys first, as upstream sorts.
+    this.#index = [...new Set(this.#index)].sort().reverse();
+  }
+
+  lookup(repo: string): DockerAuth[] {
+    const found: DockerAuth[] = [];
+    for (const key of this.#index) {
+      if (urlsMatch(key, repo)) found.push(...(this.#creds.get(key) ?? []));
+    }
+    if (found.length > 0) return found;
+    if (isDefaultRegistryMatch(repo)) return [...(this.#creds.get(DEFAULT_REGISTRY_HOST) ?? [])];
+    return [];
+  }
+}
+
+/** Upstream `UnionDockerKeyring`: every keyring's matches, keyrings in order. */
+export class UnionDockerKeyring implements DockerKeyring {
+  constructor(readonly keyrings: readonly DockerKeyring[]) {}
+
+  lookup(repo: string): DockerAuth[] {
+    return this.keyrings.flatMap((k) => k.lookup(repo));
+  }
+}
+
+function parseEntry(loc: string, raw: unknown): DockerAuth {
+  const e = (typeof raw === "object" && raw !== null ? raw : {}) as Record<string, unknown>;
+  const str = (v: unknown) => (typeof v === "string" ? v : "");
+  const email = str(e.email);
+  const auth = str(e.auth);
+  if (auth === "") return { username: str(e.username), password: str(e.password), email };
+  let decoded: string;
+  try {
+    decoded = atob(auth);
+  } catch {
+    throw new Error(
+      `the auth of registry '${loc}' is not base64: expected base64 of user:password`,
+    );
+  }
+  const colon = decoded.indexOf(":");
+  if (colon < 0) {
+    throw new Error(`the auth of registry '${loc}' has no ':': expected base64 of user:password`);
+  }
+  return { username: decoded.slice(0, colon), password: decoded.slice(colon + 1), email };
+}
+
+/** Host (with any port) and path ("" or starting with "/") of a URL without its scheme. */
+function splitSchemeless(s: string): { host: string; path: string } {
+  const slash = s.indexOf("/");
+  return slash < 0 ? { host: s, path: "" } : { host: s.slice(0, slash), path: s.slice(slash) };
+}
+
+function splitHost(host: string): { labels: string[]; port: string } {
+  const colon = host.lastIndexOf(":");
+  if (colon < 0 || host.endsWith("]")) return { labels: host.split("."), port: "" };
+  return { labels: host.slice(0, colon).split("."), port: host.slice(colon + 1) };
+}
+
+/** Upstream `URLsMatchStr`: same port, same label count, each label globbed, path prefix. */
+export function urlsMatch(glob: string, target: string): boolean {
+  const g = splitSchemeless(glob);
+  const t = splitSchemeless(target);
+  const gh = splitHost(g.host);
+  const th = splitHost(t.host);
+  if (gh.port !== th.port || gh.labels.length !== th.labels.length) return false;
+  if (!t.path.startsWith(g.path)) return false;
+  return gh.labels.every((label, i) => globMatch(label, th.labels[i] ?? ""));
+}
+
+/** Go's `filepath.Match` for one host label: `*`, `?` and `[...]` classes. */
+function globMatch(pattern: string, name: string): boolean {
+  const re = pattern.replace(/[.+^${}()|\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")
+    .replace(/\[!/g, "[^");
+  try {
+    return new RegExp(`^${re}$`).test(name);
+  } catch {
+    return false;
+  }
+}
+
+/** Upstream `isDefaultRegistryMatch`: whether `image` lives on Docker Hub. */
+export function isDefaultRegistryMatch(image: string): boolean {
+  const slash = image.indexOf("/");
+  const first = slash < 0 ? image : image.slice(0, slash);
+  if (first === "") return false;
+  if (slash < 0) return true;
+  if (first === "docker.io" || first === "index.docker.io") return true;
+  return !/[.:]/.test(first);
+}
+
+const SECRET_KEYS: Readonly<Record<string, string>> = {
+  "kubernetes.io/dockerconfigjson": ".dockerconfigjson",
+  "kubernetes.io/dockercfg": ".dockercfg",
+};
+
+/**
+ * The keyring of a pod's pull secrets, one keyring a secret, in order. Secrets of other types
+ * or whose data does not parse are skipped, as upstream `secrets.MakeDockerKeyring` does.
+ */
+export function keyringFromSecrets(secrets: readonly V1Secret[]): DockerKeyring {
+  const keyrings: DockerKeyring[] = [];
+  for (const secret of secrets) {
+    const key = SECRET_KEYS[secret.type ?? ""];
+    const data = key === undefined ? undefined : secret.data?.[key];
+    if (data === undefined) continue;
+    try {
+      const parsed: unknown = JSON.parse(new TextDecoder().decode(base64Bytes(data)));
+      if (typeof parsed !== "object" || parsed === null) continue;
+      const config = key === ".dockerconfigjson" ? (parsed as { auths?: unknown }).auths : parsed;
+      if (typeof config !== "object" || config === null) continue;
+      const keyring = new BasicDockerKeyring();
+      keyring.add(config as Record<string, unknown>);
+      keyrings.push(keyring);
+    } catch {
+      continue;
+    }
+  }
+  return new UnionDockerKeyring(keyrings);
+}
+
+function base64Bytes(b64: string): Uint8Array {
+  return Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+}
