@@ -7,6 +7,8 @@
  * formats those use. Private to klog.ts: nothing here reads the clock or writes output.
  */
 
+import { goJsonString } from "./go_json.ts";
+
 /** `klog.ObjectRef`: prints as `"ns/name"` in text and `{"name","namespace"}` in JSON. */
 export class KObj {
   constructor(readonly name: string, readonly namespace: string) {}
@@ -141,7 +143,7 @@ export function goQuote(s: string): string {
 function goJSON(v: unknown, escapeHTML: boolean, seen: object[] = []): string {
   switch (typeof v) {
     case "string":
-      return jsonString(v, escapeHTML);
+      return goJsonString(v, escapeHTML);
     case "number":
       if (!Number.isFinite(v)) {
         throw new Error(
@@ -168,7 +170,7 @@ function goJSON(v: unknown, escapeHTML: boolean, seen: object[] = []): string {
   }
   seen.push(o);
   try {
-    if (o instanceof Date) return jsonString(goRFC3339(o), escapeHTML);
+    if (o instanceof Date) return goJsonString(goRFC3339(o), escapeHTML);
     if (o instanceof Uint8Array) return `"${btoa(String.fromCharCode(...o))}"`; // []byte
     if (ArrayBuffer.isView(o) && !(o instanceof DataView)) {
       return goJSON(Array.from(o as unknown as ArrayLike<number>), escapeHTML, seen);
@@ -186,7 +188,7 @@ function goJSON(v: unknown, escapeHTML: boolean, seen: object[] = []): string {
       : Object.entries(o);
     const fields = entries
       .filter(([, x]) => x !== undefined && typeof x !== "function" && typeof x !== "symbol")
-      .map(([k, x]) => `${jsonString(k, escapeHTML)}:${goJSON(x, escapeHTML, seen)}`);
+      .map(([k, x]) => `${goJsonString(k, escapeHTML)}:${goJSON(x, escapeHTML, seen)}`);
     return `{${fields.join(",")}}`;
   } finally {
     seen.pop();
@@ -198,26 +200,6 @@ function goRFC3339(d: Date): string {
     throw new Error("json: error calling MarshalJSON for type time.Time");
   }
   return d.toISOString().replace(/\.?0*Z$/, "Z");
-}
-
-// Printable ASCII without '"', '\\' and (for escapeHTML) '<', '>', '&': nothing to escape.
-const JSON_PLAIN = /^[ !#-%'-;=?-[\]-~]*$/;
-
-/** encoding/json string escaping (Go 1.22+: \b and \f short forms). */
-function jsonString(s: string, escapeHTML: boolean): string {
-  if (JSON_PLAIN.test(s)) return `"${s}"`;
-  let out = '"';
-  for (const ch of s) {
-    const r = ch.codePointAt(0)!;
-    if (ch === '"' || ch === "\\") out += "\\" + ch;
-    else if (ch === "\b" || ch === "\f" || ch === "\n" || ch === "\r" || ch === "\t") {
-      out += SHORT_ESCAPES[ch];
-    } else if (r < 0x20 || r === 0x2028 || r === 0x2029 || (escapeHTML && "<>&".includes(ch))) {
-      out += "\\u" + r.toString(16).padStart(4, "0");
-    } else if (r >= 0xd800 && r < 0xe000) out += "\\ufffd";
-    else out += ch;
-  }
-  return out + '"';
 }
 
 /** zap's own string escaping (msg, keys, string fields): only \n \r \t have short forms. */

@@ -10,6 +10,7 @@
 
 import * as grpc from "@grpc/grpc-js";
 import type { Buffer } from "node:buffer";
+import { unixSocketPath } from "./permissions.ts";
 
 /** Upstream's maxMsgSize for CRI messages: 16 MiB. */
 export const MAX_MESSAGE_SIZE = 16 * 1024 * 1024;
@@ -86,8 +87,8 @@ export interface ConnectionOptions {
 
 /** Turns the kubelet's endpoint syntax into a grpc-js target. */
 export function grpcTarget(endpoint: string): string {
-  if (endpoint.startsWith("unix://")) return `unix://${endpoint.slice("unix://".length)}`;
-  if (endpoint.startsWith("/")) return `unix://${endpoint}`;
+  const socket = unixSocketPath(endpoint);
+  if (socket !== undefined) return `unix://${socket}`;
   throw new Error(
     `endpoint '${endpoint}' is not supported: only unix:// endpoints (or absolute socket paths) are on Linux`,
   );

@@ -22,6 +22,7 @@ import type {
   V1LifecycleHandler,
   V1Pod,
 } from "@kubernetes/client-node";
+import { goJsonString } from "./go_json.ts";
 
 /** Label with the pod's name, on sandboxes and containers. */
 export const KUBERNETES_POD_NAME_LABEL = "io.kubernetes.pod.name";
@@ -248,8 +249,8 @@ export function getContainerInfoFromAnnotations(
  */
 export function hashContainer(container: Pick<V1Container, "name" | "image">): number {
   // encoding/json sorts map keys, so "image" comes before "name".
-  const json = `{"image":${goJsonString(container.image ?? "")},"name":${
-    goJsonString(container.name ?? "")
+  const json = `{"image":${goJsonString((container.image ?? "").toWellFormed())},"name":${
+    goJsonString((container.name ?? "").toWellFormed())
   }}`;
   const bytes = new TextEncoder().encode(json);
   return fnv1a32(new TextEncoder().encode(`([]uint8)[${bytes.join(" ")}]`));
@@ -364,12 +365,15 @@ function isGoEmpty(value: unknown, type: GoType): boolean {
 
 /** `json.Marshal` of `value` read as the Go type `type`; unknown properties are dropped. */
 function encodeGoJson(value: unknown, type: GoType): string {
-  if (type === "string") return goJsonString(typeof value === "string" ? value : "");
+  // A lone surrogate reached Go as U+FFFD (its JSON decoder replaced it), so hash that.
+  if (type === "string") return goJsonString(typeof value === "string" ? value.toWellFormed() : "");
   if (type === "int32" || type === "int64") {
     return typeof value === "number" ? formatGoInt(value) : "0";
   }
   if (type === "intOrString") {
-    return typeof value === "string" ? goJsonString(value) : encodeGoJson(value, "int32");
+    return typeof value === "string"
+      ? goJsonString(value.toWellFormed())
+      : encodeGoJson(value, "int32");
   }
   if ("slice" in type) {
     return Array.isArray(value)
@@ -382,36 +386,6 @@ function encodeGoJson(value: unknown, type: GoType): string {
     .filter(([name, fieldType, omitEmpty]) => !(omitEmpty && isGoEmpty(record[name], fieldType)))
     .map(([name, fieldType]) => `${goJsonString(name)}:${encodeGoJson(record[name], fieldType)}`);
   return `{${members.join(",")}}`;
-}
-
-const GO_JSON_ESCAPES: Readonly<Record<string, string>> = {
-  '"': '\\"',
-  "\\": "\\\\",
-  "\b": "\\b",
-  "\f": "\\f",
-  "\n": "\\n",
-  "\r": "\\r",
-  "\t": "\\t",
-};
-
-/**
- * A JSON string as Go's encoding/json writes it (Go 1.22+): HTML-sensitive `<`, `>`, `&` and
- * U+2028/U+2029 escaped, other controls as `\u00xx`. A lone surrogate becomes U+FFFD, as Go's
- * JSON decoder would have made it when the kubelet read the pod.
- */
-function goJsonString(text: string): string {
-  let out = '"';
-  for (const ch of text.toWellFormed()) {
-    const code = ch.codePointAt(0) ?? 0;
-    if (GO_JSON_ESCAPES[ch] !== undefined) {
-      out += GO_JSON_ESCAPES[ch];
-    } else if (code < 0x20 || "<>&\u2028\u2029".includes(ch)) {
-      out += `\\u${code.toString(16).padStart(4, "0")}`;
-    } else {
-      out += ch;
-    }
-  }
-  return `${out}"`;
 }
 
 /**
