@@ -17,16 +17,12 @@ import type { RuntimeService } from "./remote_runtime.ts";
 export interface OSInterface {
   hostname(): string;
   mkdirAll(path: string, mode?: number): Promise<void>;
-  stat(path: string): Promise<Deno.FileInfo>;
-  readTextFile(path: string, signal?: AbortSignal): Promise<string>;
 }
 
 /** The real host. */
 export const realOS: OSInterface = {
   hostname: () => Deno.hostname(),
   mkdirAll: (path, mode = 0o755) => Deno.mkdir(path, { recursive: true, mode }),
-  stat: (path) => Deno.stat(path),
-  readTextFile: (path, signal) => Deno.readTextFile(path, { signal }),
 };
 
 /** A reference to the object an event is about (upstream `v1.ObjectReference`, trimmed). */

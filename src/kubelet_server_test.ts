@@ -38,8 +38,6 @@ function fakeDeps(lines: string[], os: Partial<OSInterface> = {}): Dependencies 
     os: {
       hostname: () => "Node-A.Example",
       mkdirAll: () => Promise.resolve(),
-      stat: () => Promise.reject(new Deno.errors.NotFound("no socket")),
-      readTextFile: () => Promise.reject(new Deno.errors.NotFound("no file")),
       ...os,
     },
   };

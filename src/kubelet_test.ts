@@ -40,8 +40,6 @@ Deno.test("Kubelet updateRuntimeUp keeps the runtime state from CRI Status every
     os: {
       hostname: () => "node",
       mkdirAll: () => Promise.resolve(),
-      stat: () => Promise.reject(new Deno.errors.NotFound()),
-      readTextFile: () => Promise.reject(new Deno.errors.NotFound()),
     },
     runtimeService: services.runtimeService,
     imageService: services.imageService,
