@@ -4,10 +4,12 @@
  * static pod, until SIGINT/SIGTERM or for `DEMO_SECONDS` seconds.
  *
  * Steps: install the runtime packages if missing, start containerd (tests/containerd_harness.ts)
- * with its socket under /run/kubelet-ts (a path the agent's permission set may open), write a
- * kubelet config and a static pod manifest under /etc/kubernetes, then run the agent with the
- * `kubelet` permission set and stop it (SIGTERM) and containerd when asked to. Exits with the
- * agent's exit code. Needs root: run it as `deno run --allow-all deploy/demo.ts`.
+ * with its socket under /run/kubelet-ts (a path the agent's permission set may open), build the
+ * busybox and pause images from Debian's busybox-static and import them (no registry is reached),
+ * write a kubelet config and a static pod manifest under /etc/kubernetes, then run the agent with
+ * the `kubelet` permission set, print the static pod's log from /var/log/pods as it grows, and
+ * stop the agent (SIGTERM) and containerd when asked to. Exits with the agent's exit code. Needs
+ * root: run it as `deno run --allow-all deploy/demo.ts`.
  */
 
 import {
@@ -16,6 +18,7 @@ import {
   SANDBOX_IMAGE,
   startContainerd,
 } from "../tests/containerd_harness.ts";
+import { BUSYBOX, ensureImagePackages, importImages, PAUSE } from "../tests/images.ts";
 
 const CONTAINERD_DIR = "/var/lib/kubelet-ts-demo/containerd";
 const CONTAINERD_SOCKET = "/run/kubelet-ts/demo/containerd.sock";
@@ -124,6 +127,13 @@ async function main(): Promise<number> {
       signal: root.signal,
     });
     console.log(`demo: containerd serves ${containerd.endpoint} (log: ${containerd.logFile})`);
+    await ensureImagePackages();
+    const imported = await importImages({
+      containerdSocket: containerd.socket,
+      images: [BUSYBOX, PAUSE],
+      signal: root.signal,
+    });
+    console.log(`demo: imported ${imported.map((i) => i.name).join(", ")}`);
     await warnAboutMissingImages(containerd.socket);
 
     await Deno.mkdir(MANIFEST_DIR, { recursive: true });
@@ -132,7 +142,10 @@ async function main(): Promise<number> {
     console.log(`demo: wrote ${CONFIG_FILE} and ${MANIFEST_DIR}/hello.yaml`);
 
     root.signal.throwIfAborted();
-    return await runAgent(root.signal);
+    const tail = followPodLog(root.signal);
+    const code = await runAgent(root.signal);
+    await tail;
+    return code;
   } catch (err) {
     if (root.signal.aborted && err === root.signal.reason) {
       console.log("demo: stopped before the agent started");
@@ -147,6 +160,44 @@ async function main(): Promise<number> {
     }
     for (const [name, handler] of signals) Deno.removeSignalListener(name, handler);
   }
+}
+
+/**
+ * Prints the hello pod's container log as it grows: the newest
+ * /var/log/pods/default_hello-<node>_<uid>/hello/<n>.log, in CRI format (time, stream, tag,
+ * text), until `signal` aborts.
+ */
+async function followPodLog(signal: AbortSignal): Promise<void> {
+  let file: string | undefined;
+  let offset = 0;
+  while (!signal.aborted) {
+    await new Promise((r) => setTimeout(r, 500));
+    try {
+      file ??= await findPodLog();
+      if (!file) continue;
+      const text = await Deno.readTextFile(file);
+      if (offset === 0) console.log(`demo: the hello pod runs; its log is ${file}`);
+      for (const line of text.slice(offset).split("\n").filter((l) => l !== "")) {
+        console.log(`demo: pod log: ${line}`);
+      }
+      offset = text.length;
+    } catch {
+      file = undefined;
+      offset = 0;
+    }
+  }
+}
+
+async function findPodLog(): Promise<string | undefined> {
+  for await (const pod of Deno.readDir("/var/log/pods")) {
+    if (!pod.name.startsWith("default_hello-")) continue;
+    const dir = `/var/log/pods/${pod.name}/hello`;
+    const logs: string[] = [];
+    for await (const f of Deno.readDir(dir)) if (f.name.endsWith(".log")) logs.push(f.name);
+    logs.sort((a, b) => parseInt(b) - parseInt(a));
+    if (logs[0]) return `${dir}/${logs[0]}`;
+  }
+  return undefined;
 }
 
 /** Runs the agent until it exits or `signal` aborts; resolves to its exit code. */

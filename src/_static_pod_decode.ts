@@ -63,6 +63,7 @@ export function staticPodFromManifest(
   text: string,
   file: string,
   nodeName: string,
+  kind: "file" | "url" = "file",
 ): StaticPodManifest {
   const src = new ManifestText(text, file);
   const raw = src.parse();
@@ -107,7 +108,7 @@ export function staticPodFromManifest(
   pod.spec ??= { containers: [] };
   pod.spec.containers ??= [];
   setPodDefaults(pod);
-  applyStaticPodDefaults(pod, file, nodeName);
+  applyStaticPodDefaults(pod, file, nodeName, kind);
   const errors = validatePod(pod);
   if (errors.length > 0) throw src.error(errors[0]!, errors.slice(1));
   const ref = apiObjectReference(pod);

@@ -174,17 +174,27 @@ export function generatePodName(name: string, nodeName: string): string {
 }
 
 /** The UID upstream gives a static pod without one: see the module documentation. */
-export function staticPodUID(pod: V1Pod, source: string, nodeName: string): string {
-  return fnv128a(canonicalJSON(pod) + `host:${nodeName}` + `file:${source}`);
+export function staticPodUID(
+  pod: V1Pod,
+  source: string,
+  nodeName: string,
+  kind: "file" | "url" = "file",
+): string {
+  return fnv128a(canonicalJSON(pod) + `host:${nodeName}` + `${kind}:${source}`);
 }
 
 /**
- * common.go `applyDefaults` for a file source. Call on a pod with scheme defaults applied; the
- * UID is hashed before anything else changes, as upstream does.
+ * common.go `applyDefaults` for a file (or URL) source. Call on a pod with scheme defaults
+ * applied; the UID is hashed before anything else changes, as upstream does.
  */
-export function applyStaticPodDefaults(pod: V1Pod, source: string, nodeName: string): void {
+export function applyStaticPodDefaults(
+  pod: V1Pod,
+  source: string,
+  nodeName: string,
+  kind: "file" | "url" = "file",
+): void {
   const meta = pod.metadata ??= {};
-  meta.uid ||= staticPodUID(pod, source, nodeName);
+  meta.uid ||= staticPodUID(pod, source, nodeName, kind);
   meta.name = generatePodName(meta.name ?? "", nodeName);
   meta.namespace ||= "default";
   const spec = pod.spec ??= { containers: [] };

@@ -31,6 +31,11 @@ export interface ObjectRef {
   readonly name: string;
   readonly namespace?: string;
   readonly uid?: string;
+  /** @default "v1" */
+  readonly apiVersion?: string;
+  readonly resourceVersion?: string;
+  /** The part of the object, such as `spec.containers{app}` (upstream container references). */
+  readonly fieldPath?: string;
 }
 
 /** Records events (upstream `record.EventRecorder`). */

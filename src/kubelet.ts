@@ -11,7 +11,7 @@ import { join } from "node:path";
 import type { Dependencies } from "./dependencies.ts";
 import { serveHealthz } from "./healthz.ts";
 import type { KubeletServer } from "./kubelet_server.ts";
-import type { V1Taint } from "@kubernetes/client-node";
+import type { V1Node, V1Pod, V1Taint } from "@kubernetes/client-node";
 import { NodeStatusManager } from "./kubelet_node_status.ts";
 import { filesystemCapacity, readMachineInfo } from "./machine_info.ts";
 import { NodeLeaseController } from "./node_lease.ts";
@@ -21,6 +21,24 @@ import * as grpc from "@grpc/grpc-js";
 import { isCriCode } from "./cri_connection.ts";
 import { RuntimeState } from "./runtime_state.ts";
 import { waitForRuntime } from "./runtime_service.ts";
+import { kobj } from "./klog.ts";
+import type { MachineInfo } from "./machine_info.ts";
+import { initialNode, nodeStatus } from "./node_status.ts";
+import { PodCache } from "./pod_cache.ts";
+import { GenericPLEG } from "./pleg.ts";
+import { PodManager } from "./pod_manager.ts";
+import { ReasonCache } from "./reason_cache.ts";
+import { StatusManager } from "./status_manager.ts";
+import { ImageManager } from "./image_manager.ts";
+import { DnsConfigurer } from "./dns.ts";
+import { KubeRuntimeManager } from "./kuberuntime_manager.ts";
+import { isStaticPod, MirrorClient } from "./mirror_client.ts";
+import { PodSyncer } from "./kubelet_pod_sync.ts";
+import { API_SOURCE, FILE_SOURCE, HTTP_SOURCE, PodConfig } from "./pod_config.ts";
+import { SyncLoop } from "./kubelet_sync_loop.ts";
+import { StaticPodFileSource } from "./config_file.ts";
+import { StaticPodURLSource } from "./config_http.ts";
+import { newSourceApiserver } from "./config_apiserver.ts";
 
 /** How often updateRuntimeUp asks the runtime for its Status (upstream: 5 s). */
 export const RUNTIME_UP_PERIOD_MS = 5_000;
@@ -48,7 +66,13 @@ export class Kubelet {
   nodeStatus: NodeStatusManager | undefined;
   /** The latest copy of this node's Node object (list+watch), in API server mode. */
   nodeInformer: NodeInformer | undefined;
+  /** The pod lifecycle, once started. */
+  podSyncer: PodSyncer | undefined;
+  syncLoop: SyncLoop | undefined;
+  pleg: GenericPLEG | undefined;
   #runtimeVersion = "";
+  #machine: MachineInfo | undefined;
+  #standaloneNode: V1Node | undefined;
 
   constructor(opts: KubeletOptions) {
     this.#opts = opts;
@@ -94,6 +118,7 @@ export class Kubelet {
         port: config.healthzPort,
         logger: log,
         signal,
+        checks: { syncloop: () => this.syncLoop?.healthCheck() },
       });
       log.info("Started healthz server", {
         address: `${config.healthzBindAddress}:${config.healthzPort}`,
@@ -126,20 +151,7 @@ export class Kubelet {
       apiVersion: version.runtimeApiVersion,
     });
     stopped.push(this.#updateRuntimeUpLoop(signal));
-    if (config.staticPodPath) {
-      log.error(
-        new NotSupportedError("running pods is not supported yet"),
-        "Static pods are not run by this build yet; the manifests are left untouched",
-        { staticPodPath: config.staticPodPath },
-      );
-    }
-    if (deps.kubeClient) {
-      log.error(
-        new NotSupportedError("running pods is not supported yet"),
-        "Pods bound to this node are not run by this build yet; they stay Pending",
-        { node: this.#opts.nodeName },
-      );
-    }
+    stopped.push(...(await this.#startPodLifecycle(signal)));
     log.info("Started kubelet", {
       nodeName: this.#opts.nodeName,
       mode: deps.kubeClient ? "apiserver" : "standalone",
@@ -150,6 +162,219 @@ export class Kubelet {
     });
     log.info("Shutting down kubelet");
     await Promise.allSettled(stopped);
+  }
+
+  /**
+   * Builds the pod lifecycle (upstream NewMainKubelet's managers and makePodSourceConfig) and
+   * starts it: the pod sources, the PLEG, the status manager and the sync loop.
+   */
+  async #startPodLifecycle(signal: AbortSignal): Promise<Promise<void>[]> {
+    const { server, deps, nodeName, hostname, nodeIPs } = this.#opts;
+    const { config, flags } = server;
+    const { clock, logger, recorder } = deps;
+    const runtime = deps.runtimeService!;
+    const imageService = deps.imageService;
+    if (!imageService) {
+      throw new Error("the kubelet needs an image service (preInitRuntimeService)");
+    }
+    const machine = await readMachineInfo();
+    this.#machine = machine;
+
+    const podCache = new PodCache();
+    const pleg = new GenericPLEG({ runtime, cache: podCache, clock, logger });
+    this.pleg = pleg;
+    this.runtimeState.addHealthCheck("PLEG", () => {
+      const h = pleg.healthy();
+      return h.ok ? undefined : h.message;
+    });
+    const podManager = new PodManager();
+    const reasonCache = new ReasonCache();
+    const workersRef: { syncer?: PodSyncer } = {};
+    const statusManager = new StatusManager({
+      client: deps.kubeClient,
+      clock,
+      logger,
+      // The status of a static pod goes to its mirror pod.
+      translatePodUID: (uid: string) => {
+        const pod = podManager.getPodByUID(uid);
+        return pod ? podManager.getMirrorPodByPod(pod)?.metadata?.uid : undefined;
+      },
+      getAPIPod: (uid: string) => {
+        const pod = podManager.getPodByUID(uid);
+        if (!pod) return undefined;
+        return isStaticPod(pod) ? podManager.getMirrorPodByPod(pod) : pod;
+      },
+      podCouldHaveRunningContainers: (uid: string) =>
+        workersRef.syncer?.workers.couldHaveRunningContainers(uid) ?? true,
+    });
+    const imageManager = new ImageManager({
+      imageService,
+      recorder,
+      clock,
+      serializeImagePulls: config.serializeImagePulls,
+      maxParallelImagePulls: config.maxParallelImagePulls,
+      registryPullQPS: config.registryPullQPS,
+      registryBurst: config.registryBurst,
+    });
+    const dns = new DnsConfigurer({
+      clusterDNS: config.clusterDNS ?? [],
+      clusterDomain: config.clusterDomain ?? "",
+      resolvConf: config.resolvConf,
+      recorder,
+      logger,
+    });
+    const podsDirectory = join(flags.rootDirectory, "pods");
+    const runtimeManager = new KubeRuntimeManager({
+      runtime,
+      imageManager,
+      recorder,
+      clock,
+      logger,
+      sandbox: {
+        dns,
+        podLogsDirectory: config.podLogsDir,
+        cgroupParent: "",
+        nodeHostname: hostname,
+        clusterDomain: config.clusterDomain ?? "",
+      },
+      podsDirectory,
+      memoryCapacityBytes: machine.memoryCapacity,
+    });
+    const mirrorClient = deps.kubeClient
+      ? new MirrorClient({
+        client: deps.kubeClient,
+        nodeName,
+        getNodeUID: () => this.getNode()?.metadata?.uid,
+        logger,
+      })
+      : undefined;
+    const syncer = new PodSyncer({
+      nodeName,
+      clock,
+      logger,
+      recorder,
+      podManager,
+      podCache,
+      runtime: runtimeManager,
+      statusManager,
+      reasonCache,
+      mirrorClient,
+      kubeClient: deps.kubeClient,
+      getNode: () => this.getNode(),
+      nodeIPs,
+      networkErrors: () => this.runtimeState.networkErrors(),
+      podsDirectory,
+      runtimePodIds: () => pleg.podIds(),
+      relist: (s) => pleg.relist(s),
+      resyncIntervalMs: config.syncFrequency,
+      signal,
+    });
+    workersRef.syncer = syncer;
+    this.podSyncer = syncer;
+
+    const podConfig = new PodConfig({
+      now: () => clock.now(),
+      onDuplicate: (pod, source) =>
+        logger.info("Pod with the same full name already exists in the source; ignoring", {
+          pod: kobj(pod),
+          source,
+        }),
+    });
+    const loop = new SyncLoop({
+      handler: syncer,
+      pleg,
+      runtimeErrors: () => this.runtimeState.runtimeErrors(),
+      sourcesReady: () => podConfig.seenAllSources(sources),
+      clock,
+      logger,
+      resyncIntervalMs: config.syncFrequency,
+    });
+    this.syncLoop = loop;
+    const merge = (source: string) => (pods: V1Pod[]) => {
+      for (const update of podConfig.set(source, pods)) loop.push(update);
+    };
+
+    const sources: string[] = [];
+    const running: Promise<void>[] = [];
+    if (config.staticPodPath) {
+      sources.push(FILE_SOURCE);
+      logger.info("Adding static pod path", { path: config.staticPodPath });
+      const file = new StaticPodFileSource({
+        path: config.staticPodPath,
+        nodeName,
+        fileCheckFrequencyMs: config.fileCheckFrequency,
+        clock,
+        logger,
+        onUpdate: merge(FILE_SOURCE),
+      });
+      running.push(file.run(signal));
+    }
+    if (config.staticPodURL) {
+      sources.push(HTTP_SOURCE);
+      logger.info("Adding pod URL with HTTP header", {
+        URL: config.staticPodURL,
+        header: config.staticPodURLHeader,
+      });
+      const url = new StaticPodURLSource({
+        url: config.staticPodURL,
+        header: config.staticPodURLHeader,
+        nodeName,
+        httpCheckFrequencyMs: config.httpCheckFrequency,
+        clock,
+        logger,
+        onUpdate: merge(HTTP_SOURCE),
+      });
+      running.push(url.run(signal));
+    }
+    if (deps.kubeClient) {
+      sources.push(API_SOURCE);
+      logger.info("Adding apiserver pod source");
+      const api = newSourceApiserver({
+        client: deps.kubeClient,
+        nodeName,
+        clock,
+        logger,
+        onUpdate: merge(API_SOURCE),
+      });
+      running.push(api.run(signal));
+    }
+    running.push(pleg.run(signal), statusManager.run(signal), loop.run(signal));
+    return running;
+  }
+
+  /** This node as admission and mirror pods see it (upstream getNodeAnyWay). */
+  getNode(): V1Node | undefined {
+    if (this.#opts.deps.kubeClient) return this.nodeInformer?.node ?? this.nodeStatus?.node;
+    this.#standaloneNode ??= this.#initialNode();
+    return this.#standaloneNode;
+  }
+
+  /** Upstream initialNode with the status setters applied, for standalone mode. */
+  #initialNode(): V1Node | undefined {
+    const machine = this.#machine;
+    if (!machine) return undefined;
+    const { server, nodeName, hostname, nodeIPs } = this.#opts;
+    const node = initialNode({
+      nodeName,
+      hostname,
+      nodeLabels: server.flags.nodeLabels,
+      registerWithTaints: (server.config.registerWithTaints ?? []) as V1Taint[],
+      registerSchedulable: server.flags.registerSchedulable,
+      enableControllerAttachDetach: server.config.enableControllerAttachDetach,
+      providerID: server.config.providerID,
+    });
+    node.status = nodeStatus({
+      config: server.config,
+      machine,
+      hostname,
+      nodeIPs,
+      kubeletVersion: KUBELET_VERSION,
+      containerRuntimeVersion: this.#runtimeVersion,
+      images: [],
+      notReadyReasons: [],
+      now: this.#opts.deps.clock.now(),
+    });
+    return node;
   }
 
   /** Starts node registration, status updates and the node lease (API server mode). */

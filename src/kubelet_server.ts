@@ -13,6 +13,7 @@ import type { KubeletFlags } from "./kubelet_flags.ts";
 import { checkPermissions, type PathNeed, unixSocketPath } from "./permissions.ts";
 import { preInitRuntimeService, type RuntimeServices } from "./runtime_service.ts";
 import { KubeClient } from "./kube_client.ts";
+import { ApiserverEventRecorder } from "./event_recorder.ts";
 import { loadKubeconfig } from "./kubeconfig.ts";
 import { detectNodeIP } from "./node_address.ts";
 import { GOARCH } from "./node_status.ts";
@@ -174,7 +175,37 @@ export async function runKubelet(
     const detected = await detectNodeIP();
     if (detected) nodeIPs.push(detected);
   }
+  let events: Promise<void> | undefined;
+  const stopEvents = new AbortController();
+  if (deps.kubeClient) {
+    // Upstream makeEventRecorder: events go to the apiserver, and to the log at v3.
+    const apiRecorder = new ApiserverEventRecorder({
+      client: deps.kubeClient.with({ qps: -1 }),
+      component: "kubelet",
+      host: hostname,
+      qps: s.config.eventRecordQPS,
+      burst: s.config.eventBurst,
+      clock: deps.clock,
+      logger: deps.logger,
+    });
+    const logged = deps.recorder;
+    deps = {
+      ...deps,
+      recorder: {
+        event(ref, type, reason, message) {
+          logged.event(ref, type, reason, message);
+          apiRecorder.event(ref, type, reason, message);
+        },
+      },
+    };
+    events = apiRecorder.run(AbortSignal.any([signal, stopEvents.signal]));
+  }
   const kubelet = new Kubelet({ server: s, deps, nodeName: hostname, hostname, nodeIPs });
-  await kubelet.setupDataDirs();
-  await kubelet.run(signal);
+  try {
+    await kubelet.setupDataDirs();
+    await kubelet.run(signal);
+  } finally {
+    stopEvents.abort();
+    await events?.catch((e) => deps.logger.error(e, "Event recorder stopped"));
+  }
 }

@@ -218,6 +218,11 @@ export class GenericPLEG {
     return { ok: true, message: "" };
   }
 
+  /** UIDs of the pods the last relist saw in the runtime (for orphan cleanup). */
+  podIds(): string[] {
+    return [...this.#records.entries()].filter(([, r]) => r.current ?? r.old).map(([id]) => id);
+  }
+
   /** The next event; rejects with the signal's reason when it aborts first. */
   next(signal?: AbortSignal): Promise<PodLifecycleEvent> {
     if (signal?.aborted) return Promise.reject(signal.reason);

@@ -71,10 +71,11 @@ export type SyncPodFn<S> = (
 ) => Promise<boolean>;
 
 /** Stops every container of the pod within the grace period; retried until it resolves. */
-export type SyncTerminatingPodFn = (
+export type SyncTerminatingPodFn<S = never> = (
   signal: AbortSignal,
   pod: V1Pod,
   gracePeriodSeconds: number,
+  podStatus: S | undefined,
 ) => Promise<void>;
 
 /** Releases what must go before the pod is finished on this node (volumes, status). */
@@ -83,10 +84,14 @@ export type SyncTerminatedPodFn = (signal: AbortSignal, pod: V1Pod) => Promise<v
 /** What {@link PodWorkers} needs. */
 export interface PodWorkersOptions<S = never> {
   syncPod: SyncPodFn<S>;
-  syncTerminatingPod: SyncTerminatingPodFn;
+  syncTerminatingPod: SyncTerminatingPodFn<S>;
   syncTerminatedPod: SyncTerminatedPodFn;
-  /** The runtime status handed to syncPod (upstream podCache.GetNewerThan); a throw fails the sync. */
-  getPodStatus?: (uid: string, signal: AbortSignal) => Promise<S | undefined>;
+  /**
+   * The runtime status handed to syncPod and syncTerminatingPod: one observed after `minTime`,
+   * the end of the worker's previous sync (upstream podCache.GetNewerThan with lastSyncTime); a
+   * throw fails the sync.
+   */
+  getPodStatus?: (uid: string, minTime: number, signal: AbortSignal) => Promise<S | undefined>;
   /** Aborting it stops every worker: running syncs see their signal abort, nothing new starts. */
   signal?: AbortSignal;
   /** Time between successful syncs of a pod, in ms, before jitter (`syncFrequency`). @default 60000 */
@@ -132,6 +137,10 @@ interface PodSyncStatus {
   finished: boolean;
   /** A create arrived for the UID while it was terminating (static pods reuse UIDs). */
   restartRequested: boolean;
+  /** When the worker's previous sync ended; 0 before the first. */
+  lastSyncTime: number;
+  /** Set during a sync by {@link PodWorkers.requeueAfter}: resync sooner than syncFrequency. */
+  retryAfterMs?: number;
 }
 
 function workType(s: PodSyncStatus): PodWorkerState {
@@ -261,6 +270,7 @@ export class PodWorkers<S = never> {
         evicted: false,
         finished: false,
         restartRequested: false,
+        lastSyncTime: 0,
       };
       this.#statuses.set(uid, status);
     }
@@ -388,6 +398,16 @@ export class PodWorkers<S = never> {
   }
 
   /** Termination was requested and the UID is still known (upstream IsPodTerminationRequested). */
+  /**
+   * Asks for the pod's next resync after `delayMs` instead of syncFrequency, once the sync in
+   * progress ends: a container in back-off is restarted when its back-off expires.
+   */
+  requeueAfter(uid: string, delayMs: number): void {
+    const status = this.#statuses.get(uid);
+    if (!status) return;
+    status.retryAfterMs = Math.min(status.retryAfterMs ?? Infinity, Math.max(0, delayMs));
+  }
+
   isPodTerminationRequested(uid: string): boolean {
     return this.#statuses.get(uid)?.terminatingAt !== undefined;
   }
@@ -596,7 +616,9 @@ export class PodWorkers<S = never> {
     let isTerminal = false;
     let failed = false;
     try {
-      const podStatus = await this.#opts.getPodStatus?.(uid, signal);
+      const podStatus = work === "terminated"
+        ? undefined
+        : await this.#opts.getPodStatus?.(uid, status.lastSyncTime, signal);
       if (work === "terminated") {
         await this.#opts.syncTerminatedPod(signal, update.pod);
       } else if (work === "terminating") {
@@ -607,7 +629,7 @@ export class PodWorkers<S = never> {
         if (status.gracePeriod === 0) {
           status.gracePeriod = effectiveGracePeriod(0, update.pod).gracePeriod;
         }
-        await this.#opts.syncTerminatingPod(signal, update.pod, status.gracePeriod);
+        await this.#opts.syncTerminatingPod(signal, update.pod, status.gracePeriod, podStatus);
       } else {
         isTerminal = await this.#opts.syncPod(
           signal,
@@ -631,6 +653,7 @@ export class PodWorkers<S = never> {
       }
     }
 
+    status.lastSyncTime = this.#clock.now();
     let phaseTransition = false;
     if (!failed) {
       if (work === "terminated") {
@@ -665,8 +688,12 @@ export class PodWorkers<S = never> {
       }
     }
 
+    const retryAfter = status.retryAfterMs;
+    status.retryAfterMs = undefined;
     if (phaseTransition) this.#enqueue(uid, 0);
-    else if (!failed) this.#enqueue(uid, jitter(this.#resyncMs, JITTER_FACTOR, this.#random));
+    else if (!failed && retryAfter !== undefined && retryAfter < this.#resyncMs) {
+      this.#enqueue(uid, retryAfter);
+    } else if (!failed) this.#enqueue(uid, jitter(this.#resyncMs, JITTER_FACTOR, this.#random));
     else this.#enqueue(uid, jitter(this.#backOffMs, JITTER_FACTOR, this.#random));
     this.#log.v(4).info("Processing pod event done", { pod: ref, podUID: uid, updateType: work });
     return true;

@@ -1,7 +1,8 @@
 /**
- * `deno task demo` end to end: it installs what is missing, starts a private containerd, starts
- * the agent in standalone mode under its permission set against that containerd, and stops
- * both cleanly when DEMO_SECONDS runs out.
+ * `deno task demo` end to end: it installs what is missing, starts a private containerd, imports
+ * the busybox and pause images, starts the agent in standalone mode under its permission set
+ * against that containerd, shows the sample static pod's log, and stops both cleanly when
+ * DEMO_SECONDS runs out.
  */
 
 import assert from "node:assert/strict";
@@ -19,7 +20,7 @@ Deno.test({
     const out = await new Deno.Command(Deno.execPath(), {
       args: ["task", "demo"],
       cwd: REPO_ROOT,
-      env: { DEMO_SECONDS: "4", NO_COLOR: "1" },
+      env: { DEMO_SECONDS: "12", NO_COLOR: "1" },
       stdin: "null",
       stdout: "piped",
       stderr: "piped",
@@ -35,6 +36,12 @@ Deno.test({
       /"Container runtime initialized" containerRuntime="containerd" version="[^"]+" apiVersion="v1"/,
     );
     assert.match(text, /"Started kubelet" nodeName="[^"]+" mode="standalone"/);
+    // The sample static pod runs, and its log is read from /var/log/pods.
+    assert.match(
+      text,
+      /demo: the hello pod runs; its log is \/var\/log\/pods\/default_hello-[^/]+\/hello\/\d+\.log/,
+    );
+    assert.match(text, /demo: pod log: \S+ stdout F hello from kubelet-ts: line 1/);
     assert.match(text, /"Kubelet stopped"/);
     assert.match(text, /demo: stopping containerd/);
   },

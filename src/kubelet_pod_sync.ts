@@ -1,0 +1,542 @@
+/**
+ * @module
+ * The kubelet's pod handlers and pod syncer: what the sync loop calls for each kind of change
+ * (HandlePodAdditions, HandlePodUpdates, HandlePodRemoves, HandlePodReconcile, HandlePodSyncs,
+ * PLEG events, HandlePodCleanups) and what the pod workers call for each phase of a pod
+ * (SyncPod, SyncTerminatingPod, SyncTerminatedPod). Admission happens here, before a pod's
+ * worker ever starts; a rejected pod is marked Failed with the predicate's reason and the
+ * others are untouched. Static pods get mirror pods. Talks to the pod manager, the pod workers,
+ * the runtime manager, the status manager and the PLEG's pod cache, each through the narrow
+ * functions it needs. Corresponds to the pod parts of upstream `pkg/kubelet/kubelet.go` and
+ * `kubelet_pods.go` (HandlePodCleanups, makePodDataDirs, getPullSecretsForPod).
+ */
+
+import { join } from "node:path";
+import type { V1Node, V1Pod, V1PodStatus, V1Secret } from "@kubernetes/client-node";
+import type { Clock } from "./clock.ts";
+import type { EventRecorder, ObjectRef } from "./dependencies.ts";
+import { kobj, type Logger } from "./klog.ts";
+import type { KubeClient } from "./kube_client.ts";
+import { generateAPIPodStatus, podIsTerminalPhase } from "./kubelet_pods.ts";
+import { readTerminationMessage } from "./kuberuntime_manager.ts";
+import { admitPod } from "./lifecycle_predicate.ts";
+import { isMirrorPod, isMirrorPodOf, isStaticPod, type MirrorClient } from "./mirror_client.ts";
+import type { PodLifecycleEvent } from "./pleg.ts";
+import type { PodCache, PodStatus } from "./pod_cache.ts";
+import type { PodManager } from "./pod_manager.ts";
+import { PodWorkers, type SyncPodType } from "./pod_workers.ts";
+import type { ReasonCache } from "./reason_cache.ts";
+import type { StatusManager } from "./status_manager.ts";
+import type { PodSyncResult } from "./sync_result.ts";
+import type { SyncHandler } from "./kubelet_sync_loop.ts";
+import * as api from "../proto/runtime/v1/api.ts";
+
+/** The runtime operations the syncer needs (upstream kubecontainer.Runtime, trimmed). */
+export interface PodRuntime {
+  syncPod(
+    signal: AbortSignal,
+    pod: V1Pod,
+    podStatus: PodStatus,
+    pullSecrets: readonly V1Secret[],
+  ): Promise<PodSyncResult>;
+  killPod(
+    signal: AbortSignal,
+    pod: V1Pod | undefined,
+    podStatus: PodStatus,
+    gracePeriodOverride?: number,
+  ): Promise<PodSyncResult>;
+}
+
+/** What {@link PodSyncer} needs. */
+export interface PodSyncerOptions {
+  readonly nodeName: string;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly recorder: EventRecorder;
+  readonly podManager: PodManager;
+  readonly podCache: PodCache;
+  readonly runtime: PodRuntime;
+  readonly statusManager: StatusManager;
+  readonly reasonCache: ReasonCache;
+  /** Undefined in standalone mode: no mirror pods. */
+  readonly mirrorClient?: MirrorClient;
+  /** Undefined in standalone mode: no pull secrets. */
+  readonly kubeClient?: KubeClient;
+  /** This node as admission sees it; undefined until it is known. */
+  readonly getNode: () => V1Node | undefined;
+  readonly nodeIPs: readonly string[];
+  /** The network's current errors, undefined when ready (upstream runtimeState.networkErrors). */
+  readonly networkErrors: () => string | undefined;
+  /** `<rootDirectory>/pods`. */
+  readonly podsDirectory: string;
+  /** The PLEG's view of the runtime's pods, for orphans: UIDs it has seen. */
+  readonly runtimePodIds: () => Iterable<string>;
+  /** A fresh relist, so a terminated pod's final status is read from the runtime. */
+  readonly relist: (signal: AbortSignal) => Promise<void>;
+  /** `syncFrequency` in ms. @default 60000 */
+  readonly resyncIntervalMs?: number;
+  /** Stops the pod workers. */
+  readonly signal?: AbortSignal;
+}
+
+/** Upstream's minimal grace period when killing pods the kubelet no longer knows (orphans). */
+const ORPHAN_GRACE_SECONDS = 1;
+
+function uidOf(pod: V1Pod): string {
+  return pod.metadata?.uid ?? "";
+}
+
+function podRef(pod: V1Pod): ObjectRef {
+  return {
+    kind: "Pod",
+    name: pod.metadata?.name ?? "",
+    namespace: pod.metadata?.namespace,
+    uid: pod.metadata?.uid,
+    resourceVersion: pod.metadata?.resourceVersion,
+  };
+}
+
+function creationTime(pod: V1Pod): number {
+  const t = pod.metadata?.creationTimestamp;
+  return t === undefined ? 0 : new Date(t).getTime();
+}
+
+function hasRunning(status: PodStatus): boolean {
+  return status.containerStatuses.some((c) => c.state === api.ContainerState.CONTAINER_RUNNING) ||
+    status.sandboxStatuses.some((s) => s.state === api.PodSandboxState.SANDBOX_READY);
+}
+
+/** The kubelet's pod handlers and syncer; see the module documentation. */
+export class PodSyncer implements SyncHandler {
+  readonly #o: PodSyncerOptions;
+  readonly workers: PodWorkers<PodStatus>;
+  /** UIDs of runtime pods with no API object, being killed as orphans. */
+  readonly #orphans = new Set<string>();
+  /** Termination messages by pod UID and container id, read once per exited container. */
+  readonly #messages = new Map<string, Map<string, string>>();
+
+  constructor(opts: PodSyncerOptions) {
+    this.#o = opts;
+    this.workers = new PodWorkers<PodStatus>({
+      syncPod: (signal, type, pod, mirror, status) =>
+        this.syncPod(signal, type, pod, mirror, status),
+      syncTerminatingPod: (signal, pod, grace, status) =>
+        this.syncTerminatingPod(signal, pod, grace, status),
+      syncTerminatedPod: (signal, pod) => this.syncTerminatedPod(signal, pod),
+      getPodStatus: async (uid, minTime, signal) => {
+        const entry = await opts.podCache.getNewerThan(uid, minTime, signal);
+        if (entry.error) throw entry.error;
+        return entry.status;
+      },
+      signal: opts.signal,
+      resyncIntervalMs: opts.resyncIntervalMs,
+      clock: opts.clock,
+      logger: opts.logger,
+    });
+  }
+
+  // ---- The sync loop's handlers -------------------------------------------------------------
+
+  handlePodAdditions(pods: readonly V1Pod[]): void {
+    const { podManager, clock } = this.#o;
+    const start = clock.now();
+    for (const pod of [...pods].sort((a, b) => creationTime(a) - creationTime(b))) {
+      podManager.addPod(pod);
+      if (isMirrorPod(pod)) {
+        this.#handleMirrorPod(pod, start);
+        continue;
+      }
+      const uid = uidOf(pod);
+      if (!this.workers.isPodTerminationRequested(uid)) {
+        const rejected = this.#admit(pod);
+        if (rejected) {
+          this.#rejectPod(pod, rejected.reason, rejected.message);
+          continue;
+        }
+      }
+      const { mirrorPod } = podManager.getPodAndMirrorPod(pod);
+      this.#dispatch(pod, "create", mirrorPod, start);
+    }
+  }
+
+  handlePodUpdates(pods: readonly V1Pod[]): void {
+    const { podManager, clock } = this.#o;
+    const start = clock.now();
+    for (const pod of pods) {
+      podManager.updatePod(pod);
+      if (isMirrorPod(pod)) {
+        this.#handleMirrorPod(pod, start);
+        continue;
+      }
+      const { mirrorPod } = podManager.getPodAndMirrorPod(pod);
+      this.#dispatch(pod, "update", mirrorPod, start);
+    }
+  }
+
+  handlePodRemoves(pods: readonly V1Pod[]): void {
+    const { podManager, clock } = this.#o;
+    const start = clock.now();
+    for (const pod of pods) {
+      podManager.removePod(pod);
+      if (isMirrorPod(pod)) {
+        this.#handleMirrorPod(pod, start);
+        continue;
+      }
+      // Removed from the kubelet's desired set: kill it (upstream deletePod).
+      this.workers.updatePod({ updateType: "kill", pod, startTime: start });
+    }
+  }
+
+  handlePodReconcile(pods: readonly V1Pod[]): void {
+    // The API object's status changed under the kubelet: the status manager writes its own back
+    // at its next reconcile, nothing has to run for it.
+    for (const pod of pods) this.#o.podManager.updatePod(pod);
+  }
+
+  handlePodSyncs(pods: readonly V1Pod[]): void {
+    const start = this.#o.clock.now();
+    for (const p of pods) {
+      const { pod, mirrorPod, wasMirror } = this.#o.podManager.getPodAndMirrorPod(p);
+      if (!pod) {
+        if (wasMirror) {
+          this.#o.logger.v(2).info("Unable to find pod for mirror pod, skipping", {
+            mirrorPod: kobj(p),
+            mirrorPodUID: uidOf(p),
+          });
+        }
+        continue;
+      }
+      this.#dispatch(pod, "sync", mirrorPod, start);
+    }
+  }
+
+  handlePlegEvent(e: PodLifecycleEvent): void {
+    // Removal of a container is not worth a sync (upstream isSyncPodWorthy).
+    if (e.type === "ContainerRemoved") return;
+    const pod = this.#o.podManager.getPodByUID(e.id);
+    if (pod) this.handlePodSyncs([pod]);
+    else {this.#o.logger.v(4).info("SyncLoop (PLEG): pod does not exist, ignore irrelevant event", {
+        event: e,
+      });}
+  }
+
+  podsToSync(): V1Pod[] {
+    const out: V1Pod[] = [];
+    for (const uid of this.workers.getPodsToSync(this.#o.clock.now())) {
+      const pod = this.#o.podManager.getPodByUID(uid);
+      if (pod) out.push(pod);
+    }
+    return out;
+  }
+
+  /** Upstream HandlePodCleanups: orphaned workers, statuses, runtime pods and mirror pods. */
+  async handlePodCleanups(signal: AbortSignal): Promise<void> {
+    const { podManager, statusManager, podCache, logger, clock } = this.#o;
+    const { pods: allPods, orphanedMirrorPodFullnames } = podManager.getPodsAndMirrorPods();
+    const working = this.workers.syncKnownPods(allPods);
+
+    const keep = new Set<string>();
+    for (const pod of allPods) keep.add(uidOf(pod));
+    for (const [uid] of working) keep.add(uid);
+    statusManager.removeOrphanedStatuses(keep);
+    for (const uid of [...this.#messages.keys()]) if (!keep.has(uid)) this.#messages.delete(uid);
+
+    // Runtime pods the kubelet has no worker for (such as pods deleted while it was down).
+    const start = clock.now();
+    for (const uid of this.#o.runtimePodIds()) {
+      if (this.workers.podWorkerState(uid) !== undefined) continue;
+      const status = podCache.get(uid).status;
+      if (!hasRunning(status)) continue;
+      logger.v(3).info("Clean up orphaned pod containers", { podUID: uid });
+      this.#orphans.add(uid);
+      const pod: V1Pod = {
+        metadata: { uid, name: status.name, namespace: status.namespace },
+      };
+      this.workers.updatePod({
+        updateType: "kill",
+        pod,
+        startTime: start,
+        killPodOptions: { podTerminationGracePeriodSecondsOverride: ORPHAN_GRACE_SECONDS },
+      });
+    }
+
+    // Mirror pods whose static pod is gone.
+    const mirror = this.#o.mirrorClient;
+    if (mirror) {
+      for (const fullName of orphanedMirrorPodFullnames) {
+        const staticPod = podManager.getPodByFullName(fullName);
+        if (staticPod && this.workers.couldHaveRunningContainers(uidOf(staticPod))) continue;
+        try {
+          await mirror.deleteMirrorPod(fullName, undefined, signal);
+        } catch (e) {
+          logger.error(e, "Encountered error when deleting mirror pod", { podName: fullName });
+        }
+      }
+    }
+
+    // Desired pods without a worker (a UID reused after termination): start them again.
+    for (const pod of allPods) {
+      const uid = uidOf(pod);
+      if (working.has(uid) || this.#isAdmittedPodTerminal(pod)) continue;
+      if (this.workers.podWorkerState(uid) !== undefined) continue;
+      const { mirrorPod } = podManager.getPodAndMirrorPod(pod);
+      logger.v(3).info("Pod will be restarted because it is in the desired set", {
+        pod: kobj(pod),
+        podUID: uid,
+      });
+      this.#dispatch(pod, "create", mirrorPod, start);
+    }
+  }
+
+  // ---- The pod workers' phases --------------------------------------------------------------
+
+  /** Upstream SyncPod: makes the pod run as specified; true once it reached a terminal phase. */
+  async syncPod(
+    signal: AbortSignal,
+    updateType: SyncPodType,
+    pod: V1Pod,
+    mirrorPod: V1Pod | undefined,
+    podStatus: PodStatus | undefined,
+  ): Promise<boolean> {
+    const { logger, statusManager, runtime, reasonCache } = this.#o;
+    const uid = uidOf(pod);
+    const status = podStatus ?? this.#o.podCache.get(uid).status;
+    logger.v(4).info("SyncPod enter", { pod: kobj(pod), podUID: uid, updateType });
+    const apiStatus = await this.#generateStatus(pod, status, false, signal);
+    statusManager.setPodStatus(pod, apiStatus);
+    if (podIsTerminalPhase(apiStatus)) {
+      logger.v(4).info("Pod is terminal, skipping sync", { pod: kobj(pod), podUID: uid });
+      return true;
+    }
+
+    const networkErrors = this.#o.networkErrors();
+    if (networkErrors !== undefined && !pod.spec?.hostNetwork) {
+      this.#o.recorder.event(
+        podRef(pod),
+        "Warning",
+        "NetworkNotReady",
+        `network is not ready: ${networkErrors}`,
+      );
+      throw new Error(`network is not ready: ${networkErrors}`);
+    }
+
+    if (isStaticPod(pod)) await this.#syncMirrorPod(pod, mirrorPod, signal);
+
+    await this.#makePodDataDirs(uid);
+    const pullSecrets = await this.#pullSecrets(pod, signal);
+    const result = await runtime.syncPod(signal, pod, status, pullSecrets);
+    reasonCache.update(uid, result);
+    const retryAfter = result.retryAfterMs();
+    if (retryAfter !== undefined) this.workers.requeueAfter(uid, retryAfter);
+    const err = result.error();
+    if (err) {
+      // Containers in back-off are not a failed sync (upstream).
+      const other = result.results.some((r) =>
+        r.error !== undefined && r.error !== "CrashLoopBackOff" && r.error !== "ImagePullBackOff"
+      );
+      if (other) throw err;
+    }
+    return false;
+  }
+
+  /** Upstream SyncTerminatingPod: stops every container within the grace period. */
+  async syncTerminatingPod(
+    signal: AbortSignal,
+    pod: V1Pod,
+    gracePeriod: number,
+    podStatus: PodStatus | undefined,
+  ): Promise<void> {
+    const { logger, statusManager, runtime, podCache } = this.#o;
+    const uid = uidOf(pod);
+    const orphan = this.#orphans.has(uid);
+    logger.v(4).info("SyncTerminatingPod enter", { pod: kobj(pod), podUID: uid, gracePeriod });
+    const status = podStatus ?? podCache.get(uid).status;
+    if (!orphan) {
+      statusManager.setPodStatus(pod, await this.#generateStatus(pod, status, false, signal));
+    }
+    const result = await runtime.killPod(signal, orphan ? undefined : pod, status, gracePeriod);
+    const err = result.error();
+    if (err) {
+      if (!orphan) {
+        this.#o.recorder.event(
+          podRef(pod),
+          "Warning",
+          "FailedKillPod",
+          `error killing pod: ${err}`,
+        );
+      }
+      throw new Error(`error killing pod: ${err.message}`, { cause: err });
+    }
+    await this.#o.relist(signal);
+    const after = podCache.get(uid).status;
+    if (hasRunningContainers(after)) {
+      throw new Error("detected running containers after a successful KillPod");
+    }
+    if (!orphan) {
+      statusManager.setPodStatus(pod, await this.#generateStatus(pod, after, true, signal));
+    }
+    logger.v(4).info("Pod termination stopped all running containers", {
+      pod: kobj(pod),
+      podUID: uid,
+    });
+  }
+
+  /** Upstream SyncTerminatedPod: the final status, and what stays behind is released. */
+  async syncTerminatedPod(signal: AbortSignal, pod: V1Pod): Promise<void> {
+    const { statusManager, podCache, logger } = this.#o;
+    const uid = uidOf(pod);
+    if (this.#orphans.delete(uid)) return;
+    const status = podCache.get(uid).status;
+    statusManager.setPodStatus(pod, await this.#generateStatus(pod, status, true, signal));
+    statusManager.terminatePod(pod);
+    statusManager.podTerminated?.(uid);
+    logger.v(4).info("Pod is terminated and will need no more status updates", {
+      pod: kobj(pod),
+      podUID: uid,
+    });
+  }
+
+  // ---- Helpers ------------------------------------------------------------------------------
+
+  #dispatch(pod: V1Pod, updateType: SyncPodType, mirrorPod: V1Pod | undefined, start: number) {
+    this.workers.updatePod({ updateType, pod, mirrorPod, startTime: start });
+  }
+
+  #handleMirrorPod(mirror: V1Pod, start: number): void {
+    const pod = this.#o.podManager.getPodByMirrorPod(mirror);
+    if (pod) this.#dispatch(pod, "update", mirror, start);
+  }
+
+  /** Upstream canAdmitPod over the pods that are still active. */
+  #admit(pod: V1Pod): { reason: string; message: string } | undefined {
+    const node = this.#o.getNode();
+    if (!node) return undefined;
+    const uid = uidOf(pod);
+    const otherPods = this.#o.podManager.getPods().filter((p) =>
+      uidOf(p) !== uid && !this.#isAdmittedPodTerminal(p) &&
+      !this.workers.isPodKnownTerminated(uidOf(p))
+    );
+    const r = admitPod({ pod, otherPods, node });
+    return r.admit ? undefined : { reason: r.reason, message: r.message };
+  }
+
+  /** Upstream rejectPod: an event, and the pod's status set to Failed. */
+  #rejectPod(pod: V1Pod, reason: string, message: string): void {
+    this.#o.recorder.event(podRef(pod), "Warning", reason, message);
+    const status: V1PodStatus = {
+      ...(pod.status ?? {}),
+      phase: "Failed",
+      reason,
+      message: `Pod was rejected: ${message}`,
+    };
+    this.#o.statusManager.setPodStatus(pod, status);
+  }
+
+  /** The pod's admitted phase is terminal, by the status manager or the API object. */
+  #isAdmittedPodTerminal(pod: V1Pod): boolean {
+    const own = this.#o.statusManager.getPodStatus(uidOf(pod));
+    return podIsTerminalPhase(own) || podIsTerminalPhase(pod.status);
+  }
+
+  async #syncMirrorPod(
+    pod: V1Pod,
+    mirrorPod: V1Pod | undefined,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const mirror = this.#o.mirrorClient;
+    if (!mirror) return;
+    const { logger } = this.#o;
+    const fullName = `${pod.metadata?.name}_${pod.metadata?.namespace}`;
+    if (mirrorPod) {
+      if (mirrorPod.metadata?.deletionTimestamp || !isMirrorPodOf(mirrorPod, pod)) {
+        logger.info("Trying to delete pod", { pod: kobj(pod), podUID: uidOf(mirrorPod) });
+        try {
+          await mirror.deleteMirrorPod(fullName, uidOf(mirrorPod), signal);
+        } catch (e) {
+          logger.error(e, "Failed deleting mirror pod", { pod: kobj(mirrorPod) });
+        }
+        mirrorPod = undefined;
+      }
+    }
+    if (!mirrorPod && !pod.metadata?.deletionTimestamp && this.#o.getNode()) {
+      logger.v(4).info("Creating a mirror pod for static pod", { pod: kobj(pod) });
+      try {
+        await mirror.createMirrorPod(pod, signal);
+      } catch (e) {
+        logger.error(e, "Failed creating a mirror pod", { pod: kobj(pod) });
+      }
+    }
+  }
+
+  /** Upstream makePodDataDirs: pods/<uid>, its volumes and plugins directories. */
+  async #makePodDataDirs(uid: string): Promise<void> {
+    const dir = join(this.#o.podsDirectory, uid);
+    for (const d of [dir, join(dir, "volumes"), join(dir, "plugins")]) {
+      await Deno.mkdir(d, { recursive: true, mode: 0o750 });
+    }
+  }
+
+  /** Upstream getPullSecretsForPod: a missing secret is a warning, not a failure. */
+  async #pullSecrets(pod: V1Pod, signal: AbortSignal): Promise<V1Secret[]> {
+    const refs = pod.spec?.imagePullSecrets ?? [];
+    const client = this.#o.kubeClient;
+    if (refs.length === 0 || !client) return [];
+    const ns = pod.metadata?.namespace ?? "default";
+    const out: V1Secret[] = [];
+    for (const ref of refs) {
+      if (!ref.name) continue;
+      try {
+        out.push(
+          await client.get<V1Secret>(
+            `/api/v1/namespaces/${encodeURIComponent(ns)}/secrets/${encodeURIComponent(ref.name)}`,
+            signal,
+          ),
+        );
+      } catch (e) {
+        this.#o.logger.info(
+          "Unable to retrieve pull secret, the image pull may not succeed.",
+          { pod: kobj(pod), secret: `${ns}/${ref.name}`, err: String(e) },
+        );
+      }
+    }
+    return out;
+  }
+
+  async #generateStatus(
+    pod: V1Pod,
+    status: PodStatus,
+    podIsTerminal: boolean,
+    signal: AbortSignal,
+  ): Promise<V1PodStatus> {
+    const uid = uidOf(pod);
+    let read = this.#messages.get(uid);
+    if (!read) this.#messages.set(uid, read = new Map());
+    const messages = new Map<string, string>();
+    for (const c of status.containerStatuses) {
+      if (c.state !== api.ContainerState.CONTAINER_EXITED) continue;
+      let m = read.get(c.id);
+      if (m === undefined) {
+        m = (await readTerminationMessage(c, signal).catch(() => undefined)) ?? "";
+        read.set(c.id, m);
+      }
+      if (m) messages.set(c.id, m);
+    }
+    // Containers removed from the runtime are forgotten.
+    const ids = new Set(status.containerStatuses.map((c) => c.id));
+    for (const id of [...read.keys()]) if (!ids.has(id)) read.delete(id);
+    const base = this.#o.statusManager.getPodStatus(uidOf(pod));
+    return generateAPIPodStatus({
+      pod: base ? { ...pod, status: base } : pod,
+      podStatus: status,
+      podIsTerminal,
+      reasons: this.#o.reasonCache,
+      terminationMessages: messages,
+      hostIPs: this.#o.nodeIPs,
+      now: new Date(this.#o.clock.now()),
+    });
+  }
+}
+
+function hasRunningContainers(status: PodStatus): boolean {
+  return status.containerStatuses.some((c) => c.state === api.ContainerState.CONTAINER_RUNNING);
+}

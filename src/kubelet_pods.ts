@@ -1,0 +1,770 @@
+/**
+ * @module
+ * The API pod status the kubelet reports: {@link generateAPIPodStatus} turns the runtime's view of
+ * a pod (a {@link PodStatus} from the pod cache), the last reported API status, the last sync
+ * errors (the {@link ReasonCache}) and the probe results into a `V1PodStatus`: phase, conditions,
+ * container and init container statuses with their waiting / running / terminated states, last
+ * termination state and restart count, pod and host IPs, QoS class. Pure: it talks to nothing; the
+ * pod workers call it and hand the result to the status manager.
+ *
+ * Corresponds to upstream `pkg/kubelet/kubelet_pods.go` (generateAPIPodStatus, getPhase,
+ * convertStatusToAPIStatus, convertToAPIContainerStatuses, sortPodIPs), the runtime container
+ * status conversion of `pkg/kubelet/kuberuntime/kuberuntime_container.go` (toKubeContainerStatus)
+ * and the helpers it uses from `pkg/kubelet/container/helpers.go` and `pkg/api/v1/pod/util.go`.
+ * Feature gates are taken at their v1.36 defaults: ContainerRestartRules on, RecursiveReadOnlyMounts
+ * on, PodObservedGenerationTracking on, RestartAllContainersOnContainerExits off.
+ */
+
+import type {
+  V1Container,
+  V1ContainerState,
+  V1ContainerStatus,
+  V1ContainerUser,
+  V1Pod,
+  V1PodCondition,
+  V1PodSpec,
+  V1PodStatus,
+  V1VolumeMountStatus,
+} from "@kubernetes/client-node";
+import * as api from "../proto/runtime/v1/api.ts";
+import { kobj, type Logger } from "./klog.ts";
+import {
+  CONTAINER_RESTART_COUNT_LABEL,
+  getContainerInfoFromAnnotations,
+  getContainerInfoFromLabels,
+} from "./labels.ts";
+import { rfc3339 } from "./node_status.ts";
+import type { PodStatus } from "./pod_cache.ts";
+import { getPodQOS, isStaticPod } from "./qos.ts";
+import type { ReasonCache } from "./reason_cache.ts";
+import {
+  DISRUPTION_TARGET,
+  generateContainersReadyCondition,
+  generatePodInitializedCondition,
+  generatePodReadyCondition,
+  generatePodReadyToStartContainersCondition,
+  getContainerStatus,
+  getPodCondition,
+  isRestartableInitContainer,
+  POD_SCHEDULED,
+  podConditionByKubelet,
+} from "./status_generate.ts";
+import { parseIP } from "./_pod_ips.ts";
+
+/** Waiting reason of containers while the pod's init containers run. */
+export const POD_INITIALIZING = "PodInitializing";
+/** Waiting reason of containers not created yet. */
+export const CONTAINER_CREATING = "ContainerCreating";
+/** Terminated reason of a container whose status the runtime lost (kubecontainer). */
+export const CONTAINER_STATUS_UNKNOWN = "ContainerStatusUnknown";
+
+/** Inputs of {@link generateAPIPodStatus}. */
+export interface GenerateStatusOptions {
+  /** The pod; its `status` is the last API status, the basis for lastState and restartCount. */
+  pod: V1Pod;
+  /** The runtime's view of the pod, from the pod cache. */
+  podStatus: PodStatus;
+  /** The pod worker has decided the pod is terminal. */
+  podIsTerminal: boolean;
+  /** The last start failure of each container (the reason cache). */
+  reasons: Pick<ReasonCache, "get">;
+  /** Termination messages read from the containers' message files, by container id. */
+  terminationMessages?: ReadonlyMap<string, string>;
+  /** The node's IPs, primary first; empty in standalone mode (no hostIP is reported). */
+  hostIPs: readonly string[];
+  /**
+   * Probe results: readiness and startup by container id, undefined when the probe has not run.
+   * Absent: no probes at all (started = running, ready = running and the pod not terminal).
+   */
+  probes?: {
+    ready(containerId: string): boolean | undefined;
+    started(containerId: string): boolean | undefined;
+  };
+  /** Stamps the lastTransitionTime of conditions that changed. */
+  now: Date;
+  /** The prefix of container IDs, `<runtimeName>://<id>`. @default "containerd" */
+  runtimeName?: string;
+  /** For upstream's verbose lines and the illegal phase transition error. @default none */
+  logger?: Logger;
+}
+
+/** Whether the phase is Succeeded or Failed (upstream podutil.IsPodPhaseTerminal). */
+export function podIsTerminalPhase(status: V1PodStatus | undefined): boolean {
+  return status?.phase === "Succeeded" || status?.phase === "Failed";
+}
+
+/**
+ * Whether the container restarts after exiting with `exitCode`: its restartPolicyRules first,
+ * then its own restartPolicy, then the pod's (upstream podutil.ContainerShouldRestart).
+ */
+export function containerShouldRestart(
+  container: V1Container,
+  spec: V1PodSpec | undefined,
+  exitCode: number,
+): boolean {
+  if (container.restartPolicy !== undefined) {
+    for (const rule of container.restartPolicyRules ?? []) {
+      const codes = rule.exitCodes;
+      if (codes === undefined) continue;
+      const matched = (codes.values ?? []).includes(exitCode);
+      const hit = (codes.operator === "In" && matched) || (codes.operator === "NotIn" && !matched);
+      if (hit && rule.action === "Restart") return true;
+      if (hit) break;
+    }
+    switch (container.restartPolicy) {
+      case "Always":
+        return true;
+      case "OnFailure":
+        return exitCode !== 0;
+      case "Never":
+        return false;
+    }
+  }
+  switch (spec?.restartPolicy) {
+    case "OnFailure":
+      return exitCode !== 0;
+    case "Never":
+      return false;
+    default:
+      return true;
+  }
+}
+
+/**
+ * The pod phase from its container statuses (upstream getPhase). `podHasInitialized` says a
+ * regular container of the current sandbox has started, so that restarting sidecars do not send
+ * the pod back to Pending; by default it is read from the API statuses.
+ */
+export function getPhase(
+  pod: V1Pod,
+  containerStatuses: V1ContainerStatus[],
+  initStatuses: V1ContainerStatus[],
+  podIsTerminal: boolean,
+  podHasInitialized: boolean = hasAnyRegularContainerRun(pod, containerStatuses),
+): string {
+  const spec = pod.spec;
+  const info = [...containerStatuses, ...initStatuses];
+  let pendingRestartableInit = 0;
+  let pendingRegularInit = 0;
+  let failedInitNotRestartable = 0;
+
+  for (const c of spec?.initContainers ?? []) {
+    if (isRestartableInitContainer(c)) continue;
+    const s = getContainerStatus(info, c.name);
+    if (s === undefined || s.state?.running) {
+      pendingRegularInit++;
+    } else if (s.state?.terminated) {
+      const code = s.state.terminated.exitCode;
+      if (code !== 0 && !containerShouldRestart(c, spec, code)) failedInitNotRestartable++;
+    } else if (s.state?.waiting) {
+      const last = s.lastState?.terminated;
+      if (last === undefined) pendingRegularInit++;
+      else if (last.exitCode !== 0 && !containerShouldRestart(c, spec, last.exitCode)) {
+        failedInitNotRestartable++;
+      }
+    } else {
+      pendingRegularInit++;
+    }
+  }
+
+  let unknown = 0;
+  let running = 0;
+  let waiting = 0;
+  let stopped = 0;
+  let stoppedNotRestartable = 0;
+  let succeeded = 0;
+
+  for (const c of spec?.initContainers ?? []) {
+    if (!isRestartableInitContainer(c)) continue;
+    const s = getContainerStatus(info, c.name);
+    if (s === undefined) {
+      unknown++;
+    } else if (s.state?.running) {
+      if (s.started !== true) pendingRestartableInit++;
+      running++;
+    } else if (s.state?.terminated) {
+      // A stopped sidecar does not count towards the phase.
+    } else if (s.state?.waiting) {
+      if (s.lastState?.terminated === undefined) {
+        pendingRestartableInit++;
+        waiting++;
+      }
+    } else {
+      pendingRestartableInit++;
+      unknown++;
+    }
+  }
+
+  for (const c of spec?.containers ?? []) {
+    const s = getContainerStatus(info, c.name);
+    if (s === undefined) {
+      unknown++;
+    } else if (s.state?.running) {
+      running++;
+    } else if (s.state?.terminated) {
+      stopped++;
+      const code = s.state.terminated.exitCode;
+      if (!containerShouldRestart(c, spec, code)) stoppedNotRestartable++;
+      if (code === 0) succeeded++;
+    } else if (s.state?.waiting) {
+      const last = s.lastState?.terminated;
+      if (last !== undefined) {
+        stopped++;
+        if (!containerShouldRestart(c, spec, last.exitCode)) stoppedNotRestartable++;
+      } else {
+        waiting++;
+      }
+    } else {
+      unknown++;
+    }
+  }
+
+  if (failedInitNotRestartable > 0) return "Failed";
+  if (pendingRegularInit > 0 || (pendingRestartableInit > 0 && !podHasInitialized)) {
+    return "Pending";
+  }
+  if (waiting > 0) return "Pending";
+  if (running > 0 && unknown === 0) return "Running";
+  if (running === 0 && stopped > 0 && unknown === 0) {
+    // A terminal pod's containers will not restart whatever the policy says.
+    if (podIsTerminal && !isStaticPod(pod)) return stopped === succeeded ? "Succeeded" : "Failed";
+    if (stopped !== stoppedNotRestartable) return "Running";
+    return stopped === succeeded ? "Succeeded" : "Failed";
+  }
+  return "Pending";
+}
+
+/** Whether an API status shows a regular container that has run (the default of getPhase). */
+function hasAnyRegularContainerRun(pod: V1Pod, statuses: readonly V1ContainerStatus[]): boolean {
+  const names = new Set((pod.spec?.containers ?? []).map((c) => c.name));
+  return statuses.some((s) =>
+    names.has(s.name) && (s.state?.running !== undefined || s.state?.terminated !== undefined)
+  );
+}
+
+/**
+ * The API status of the pod (upstream generateAPIPodStatus); see the module documentation. The
+ * status manager adds startTime and observedGeneration and stamps the transition times.
+ */
+export function generateAPIPodStatus(opts: GenerateStatusOptions): V1PodStatus {
+  const { pod, podStatus, podIsTerminal, logger } = opts;
+  logger?.v(3).info("Generating pod status", { podIsTerminal, pod: kobj(pod) });
+  const oldPodStatus: V1PodStatus = pod.status ?? {};
+  const runtime = runtimeContainers(podStatus, opts);
+  const s = convertStatusToAPIStatus(opts, runtime, oldPodStatus);
+
+  s.phase = getPhase(
+    pod,
+    s.containerStatuses ?? [],
+    s.initContainerStatuses ?? [],
+    podIsTerminal,
+    hasAnyActiveRegularContainerStarted(pod, podStatus, runtime),
+  );
+  logger?.v(4).info("Got phase for pod", {
+    pod: kobj(pod),
+    oldPhase: oldPodStatus.phase,
+    phase: s.phase,
+  });
+
+  // The status manager's and the apiserver's terminal phase win over a non-terminal one.
+  if (!podIsTerminalPhase(s) && podIsTerminalPhase(oldPodStatus)) s.phase = oldPodStatus.phase;
+  if (s.phase === oldPodStatus.phase) {
+    if (oldPodStatus.reason) s.reason = oldPodStatus.reason;
+    if (oldPodStatus.message) s.message = oldPodStatus.message;
+  }
+  if (podIsTerminalPhase(pod.status) && s.phase !== pod.status?.phase) {
+    logger?.error(undefined, "Pod attempted illegal phase transition", {
+      pod: kobj(pod),
+      originalStatusPhase: pod.status?.phase,
+      apiStatusPhase: s.phase,
+    });
+    s.phase = pod.status?.phase;
+  }
+
+  applyProbeResults(opts, s);
+
+  const conditions: V1PodCondition[] = (pod.status?.conditions ?? [])
+    .filter((c) => !podConditionByKubelet(c.type))
+    .map((c) => ({ ...c }));
+  const disruption = getPodCondition(oldPodStatus.conditions, DISRUPTION_TARGET);
+  if (disruption !== undefined) {
+    const i = conditions.findIndex((c) => c.type === DISRUPTION_TARGET);
+    if (i >= 0) conditions[i] = { ...disruption };
+    else conditions.push({ ...disruption });
+  }
+  const all = [...(s.initContainerStatuses ?? []), ...(s.containerStatuses ?? [])];
+  conditions.push(generatePodReadyToStartContainersCondition(pod, podStatus));
+  conditions.push(generatePodInitializedCondition(pod, all, s.phase));
+  conditions.push(generatePodReadyCondition(pod, conditions, all, s.phase));
+  conditions.push(generateContainersReadyCondition(pod, all, s.phase));
+  const scheduled: V1PodCondition = { type: POD_SCHEDULED, status: "True" };
+  if (pod.metadata?.generation) scheduled.observedGeneration = pod.metadata.generation;
+  conditions.push(scheduled);
+  s.conditions = conditions.map((c) => stampTransition(c, oldPodStatus, opts.now));
+
+  setHostIPs(s, pod, opts.hostIPs);
+  return s;
+}
+
+/** Keeps the old transition time of a kubelet condition whose status did not change. */
+function stampTransition(c: V1PodCondition, old: V1PodStatus, now: Date): V1PodCondition {
+  if (!podConditionByKubelet(c.type) || c.lastTransitionTime !== undefined) return c;
+  const prev = getPodCondition(old.conditions, c.type);
+  const t = prev !== undefined && prev.status === c.status && prev.lastTransitionTime !== undefined
+    ? prev.lastTransitionTime
+    : rfc3339(now.getTime()) as unknown as Date;
+  return { ...c, lastTransitionTime: t };
+}
+
+/** hostIP(s) from the node IPs; a hostNetwork pod also gets them as its pod IPs. */
+function setHostIPs(s: V1PodStatus, pod: V1Pod, hostIPs: readonly string[]): void {
+  const primary = hostIPs[0];
+  if (primary === undefined) return;
+  s.hostIP = primary;
+  s.hostIPs = hostIPs.slice(0, 2).map((ip) => ({ ip }));
+  if (pod.spec?.hostNetwork !== true) return;
+  if (!s.podIP) {
+    s.podIP = primary;
+    s.podIPs = [{ ip: primary }];
+  }
+  const secondary = hostIPs[1];
+  const first = s.podIPs?.[0]?.ip;
+  if (secondary !== undefined && s.podIPs?.length === 1 && first !== undefined) {
+    if (parseIP(first)?.family !== parseIP(secondary)?.family) s.podIPs.push({ ip: secondary });
+  }
+}
+
+/**
+ * The first pod IP of the node's family, then the first of the other family, canonical
+ * (upstream sortPodIPs); the node's family is IPv4 when it has no IP.
+ */
+export function sortPodIPs(podIPs: readonly string[], nodeIPs: readonly string[]): string[] {
+  const nodeFamily = nodeIPs[0] === undefined ? 4 : parseIP(nodeIPs[0])?.family ?? 4;
+  const parsed = podIPs.map(parseIP);
+  const out: string[] = [];
+  const primary = parsed.find((p) => p?.family === nodeFamily);
+  if (primary) out.push(primary.text);
+  const secondary = parsed.find((p) => p !== undefined && p.family !== nodeFamily);
+  if (secondary) out.push(secondary.text);
+  return out;
+}
+
+// --- runtime container statuses (upstream kubecontainer.Status) ---
+
+type RuntimeState = "created" | "running" | "exited" | "unknown";
+
+/** One container as the runtime reports it, converted as upstream toKubeContainerStatus does. */
+interface RuntimeContainer {
+  /** `<runtime>://<id>`. */
+  readonly id: string;
+  readonly name: string;
+  readonly state: RuntimeState;
+  /** Nanoseconds since the epoch. */
+  readonly createdAt: bigint;
+  readonly startedAt?: Date;
+  readonly finishedAt?: Date;
+  readonly exitCode: number;
+  readonly reason: string;
+  readonly message: string;
+  readonly image: string;
+  readonly imageRef: string;
+  readonly restartCount: number;
+  readonly user?: V1ContainerUser;
+}
+
+/** The pod's containers, newest first. */
+function runtimeContainers(podStatus: PodStatus, opts: GenerateStatusOptions): RuntimeContainer[] {
+  const runtimeName = opts.runtimeName ?? "containerd";
+  return podStatus.containerStatuses
+    .map((c) => toRuntimeContainer(c, runtimeName, opts.terminationMessages))
+    .sort((a, b) => (a.createdAt === b.createdAt ? 0 : a.createdAt > b.createdAt ? -1 : 1));
+}
+
+/** metav1.Time of CRI nanoseconds, seconds precision; undefined for "not yet" (0). */
+function criTime(ns: bigint): Date | undefined {
+  if (ns <= 0n) return undefined;
+  return rfc3339(Number(ns / 1_000_000n)) as unknown as Date;
+}
+
+function toRuntimeState(state: api.ContainerState): RuntimeState {
+  switch (state) {
+    case api.ContainerState.CONTAINER_CREATED:
+      return "created";
+    case api.ContainerState.CONTAINER_RUNNING:
+      return "running";
+    case api.ContainerState.CONTAINER_EXITED:
+      return "exited";
+    default:
+      return "unknown";
+  }
+}
+
+function toRuntimeContainer(
+  c: api.ContainerStatus,
+  runtimeName: string,
+  terminationMessages: ReadonlyMap<string, string> | undefined,
+): RuntimeContainer {
+  const state = toRuntimeState(c.state);
+  const restartCount = Object.hasOwn(c.annotations, CONTAINER_RESTART_COUNT_LABEL)
+    ? getContainerInfoFromAnnotations(c.annotations).info.restartCount
+    : c.metadata?.attempt ?? 0;
+  const id = `${runtimeName}://${c.id}`;
+  const exited = state === "exited";
+  const tMessage = terminationMessages?.get(c.id) ?? terminationMessages?.get(id) ?? "";
+  const linuxUser = c.user?.linux;
+  return {
+    id,
+    name: getContainerInfoFromLabels(c.labels).containerName || (c.metadata?.name ?? ""),
+    state,
+    createdAt: c.createdAt,
+    startedAt: state === "created" ? undefined : criTime(c.startedAt),
+    finishedAt: exited ? criTime(c.finishedAt) : undefined,
+    exitCode: exited ? c.exitCode : 0,
+    // Runtimes set Completed, Error or OOMKilled; one that sets nothing gets containerd's.
+    reason: exited ? c.reason || (c.exitCode === 0 ? "Completed" : "Error") : "",
+    message: exited ? (tMessage !== "" ? tMessage : c.message) : "",
+    image: c.image?.image ?? "",
+    imageRef: c.imageRef,
+    restartCount,
+    user: linuxUser === undefined ? undefined : {
+      linux: {
+        uid: Number(linuxUser.uid),
+        gid: Number(linuxUser.gid),
+        ...(linuxUser.supplementalGroups.length > 0
+          ? { supplementalGroups: linuxUser.supplementalGroups.map(Number) }
+          : {}),
+      },
+    },
+  };
+}
+
+/** Upstream HasAnyActiveRegularContainerStarted: a regular container of the newest sandbox. */
+function hasAnyActiveRegularContainerStarted(
+  pod: V1Pod,
+  podStatus: PodStatus,
+  runtime: readonly RuntimeContainer[],
+): boolean {
+  const sandbox = podStatus.sandboxStatuses[0];
+  if (sandbox === undefined) return false;
+  // The CRI status does not name the sandbox: the newest sandbox's containers are the ones
+  // created after it.
+  const names = new Set((pod.spec?.containers ?? []).map((c) => c.name));
+  return runtime.some((c) => names.has(c.name) && c.createdAt >= sandbox.createdAt);
+}
+
+/** Upstream hasAnyRegularContainerCreated: a regular container exists in the runtime. */
+function hasAnyRegularContainerCreated(pod: V1Pod, runtime: readonly RuntimeContainer[]): boolean {
+  return (pod.spec?.containers ?? []).some((c) => {
+    const s = runtime.find((r) => r.name === c.name);
+    return s !== undefined && s.state !== "unknown";
+  });
+}
+
+/** Upstream ShouldContainerBeRestarted, with container-level restart policies. */
+function shouldContainerBeRestarted(
+  container: V1Container,
+  pod: V1Pod,
+  runtime: readonly RuntimeContainer[],
+): boolean {
+  if (pod.metadata?.deletionTimestamp) return false;
+  const s = runtime.find((r) => r.name === container.name);
+  if (s === undefined) return true;
+  if (s.state === "running") return false;
+  if (s.state === "unknown" || s.state === "created") return true;
+  return containerShouldRestart(container, pod.spec, s.exitCode);
+}
+
+// --- API status conversion ---
+
+function convertStatusToAPIStatus(
+  opts: GenerateStatusOptions,
+  runtime: readonly RuntimeContainer[],
+  old: V1PodStatus,
+): V1PodStatus {
+  const { pod } = opts;
+  const s: V1PodStatus = {};
+  const ips = sortPodIPs(opts.podStatus.ips, opts.hostIPs);
+  if (ips.length > 0) {
+    s.podIPs = ips.map((ip) => ({ ip }));
+    s.podIP = ips[0];
+  }
+  s.qosClass = getPodQOS(pod);
+  const hasInit = (pod.spec?.initContainers ?? []).length > 0;
+  s.containerStatuses = convertContainerStatuses(
+    opts,
+    runtime,
+    old.containerStatuses,
+    pod.spec?.containers ?? [],
+    hasInit,
+    false,
+  );
+  s.initContainerStatuses = convertContainerStatuses(
+    opts,
+    runtime,
+    old.initContainerStatuses,
+    pod.spec?.initContainers ?? [],
+    hasInit,
+    true,
+  );
+  const ephemeral = (pod.spec?.ephemeralContainers ?? []) as V1Container[];
+  if (ephemeral.length > 0 || (old.ephemeralContainerStatuses ?? []).length > 0) {
+    s.ephemeralContainerStatuses = convertContainerStatuses(
+      opts,
+      runtime,
+      old.ephemeralContainerStatuses,
+      ephemeral,
+      hasInit,
+      false,
+    );
+  }
+  return s;
+}
+
+function clone<T>(value: T): T {
+  return structuredClone(value);
+}
+
+/** The volume mounts of a container as its status shows them (RecursiveReadOnlyMounts). */
+function volumeMountStatuses(container: V1Container): V1VolumeMountStatus[] | undefined {
+  const mounts = container.volumeMounts ?? [];
+  if (mounts.length === 0) return undefined;
+  return mounts.map((m) => {
+    const v: V1VolumeMountStatus = { name: m.name, mountPath: m.mountPath };
+    if (m.readOnly) {
+      v.readOnly = true;
+      // The runtime handlers' recursive read-only support is not known here, so as upstream
+      // without runtime class support: never Enabled.
+      v.recursiveReadOnly = "Disabled";
+    }
+    return v;
+  });
+}
+
+/** Upstream convertToAPIContainerStatuses for one list of containers. */
+function convertContainerStatuses(
+  opts: GenerateStatusOptions,
+  runtime: readonly RuntimeContainer[],
+  previous: readonly V1ContainerStatus[] | undefined,
+  containers: readonly V1Container[],
+  hasInitContainers: boolean,
+  isInitContainer: boolean,
+): V1ContainerStatus[] {
+  const { pod } = opts;
+  const uid = pod.metadata?.uid ?? "";
+  const oldStatuses = new Map<string, V1ContainerStatus>();
+  for (const s of previous ?? []) oldStatuses.set(s.name, s);
+  const defaultReason = hasInitContainers ? POD_INITIALIZING : CONTAINER_CREATING;
+  const specByName = new Map(containers.map((c) => [c.name, c]));
+
+  // Every container starts out waiting, with the old restart count and last state.
+  const statuses = new Map<string, V1ContainerStatus>();
+  for (const c of containers) {
+    let status: V1ContainerStatus = {
+      name: c.name,
+      image: c.image ?? "",
+      imageID: "",
+      ready: false,
+      restartCount: 0,
+      state: { waiting: { reason: defaultReason } },
+      lastState: {},
+    };
+    const mounts = volumeMountStatuses(c);
+    if (mounts !== undefined) status.volumeMounts = mounts;
+    const old = oldStatuses.get(c.name);
+    if (old !== undefined) {
+      if (old.state?.terminated) {
+        status = clone(old);
+      } else {
+        status.restartCount = old.restartCount;
+        status.lastState = clone(old.lastState ?? {});
+      }
+    }
+    statuses.set(c.name, status);
+  }
+
+  // A container that was running and that the runtime no longer knows has terminated.
+  for (const c of containers) {
+    if (runtime.some((r) => r.name === c.name)) continue;
+    const old = oldStatuses.get(c.name);
+    if (old === undefined || old.state?.terminated || !old.state?.running) continue;
+    const status = statuses.get(c.name);
+    if (status === undefined || status.state?.waiting?.reason !== defaultReason) continue;
+    if (status.lastState?.terminated) continue;
+    status.lastState = {
+      terminated: {
+        reason: CONTAINER_STATUS_UNKNOWN,
+        message:
+          "The container could not be located when the pod was deleted.  The container used to be Running",
+        exitCode: 137,
+      },
+    };
+    if (!pod.metadata?.deletionTimestamp) status.restartCount += 1;
+  }
+
+  // The newest instance of each container gives its state, the one before its last state.
+  const seen = new Map<string, number>();
+  for (const r of runtime) {
+    if (!statuses.has(r.name)) continue;
+    const count = seen.get(r.name) ?? 0;
+    if (count >= 2) continue;
+    const status = convertContainerStatus(r, oldStatuses.get(r.name), specByName.get(r.name));
+    if (count === 0) statuses.set(r.name, status);
+    else {
+      const newest = statuses.get(r.name);
+      if (newest !== undefined) newest.lastState = status.state ?? {};
+    }
+    seen.set(r.name, count + 1);
+  }
+
+  // Containers that will be (re)started wait, with the reason of their last start failure.
+  for (const c of containers) {
+    const status = statuses.get(c.name);
+    if (status === undefined) continue;
+    if (isInitContainer) {
+      const s = runtime.find((r) => r.name === c.name);
+      if (s !== undefined && s.state === "exited" && s.exitCode === 0) continue;
+      // An init container the runtime lost, in a pod whose regular containers exist, has
+      // completed (only a sidecar would need to run again).
+      if (
+        s === undefined && hasAnyRegularContainerCreated(pod, runtime) &&
+        !isRestartableInitContainer(c) && status.state?.waiting
+      ) {
+        status.state = {
+          terminated: {
+            reason: "Completed",
+            message:
+              "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally",
+            exitCode: 0,
+          },
+        };
+        continue;
+      }
+    }
+    if (!shouldContainerBeRestarted(c, pod, runtime)) continue;
+    const failure = opts.reasons.get(uid, c.name);
+    if (failure === undefined) continue;
+    if (status.state?.terminated) status.lastState = status.state;
+    const waiting: V1ContainerState["waiting"] = { reason: failure.reason };
+    if (failure.message) waiting.message = failure.message;
+    status.state = { waiting };
+  }
+
+  if (isInitContainer) {
+    return containers.flatMap((c) => {
+      const s = statuses.get(c.name);
+      return s === undefined ? [] : [s];
+    });
+  }
+  return [...statuses.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/** Upstream convertContainerStatus: one runtime container as an API container status. */
+function convertContainerStatus(
+  r: RuntimeContainer,
+  old: V1ContainerStatus | undefined,
+  spec: V1Container | undefined,
+): V1ContainerStatus {
+  const status: V1ContainerStatus = {
+    name: r.name,
+    restartCount: r.restartCount,
+    image: r.image !== "" ? r.image : spec?.image ?? "",
+    imageID: r.imageRef,
+    containerID: r.id,
+    ready: false,
+    state: {},
+    lastState: {},
+  };
+  if (old?.volumeMounts !== undefined) status.volumeMounts = clone(old.volumeMounts);
+  switch (r.state) {
+    case "running":
+      status.state = { running: withDefined({ startedAt: r.startedAt }) };
+      break;
+    case "created":
+      status.state = { waiting: {} };
+      break;
+    case "exited":
+      status.state = {
+        terminated: withDefined({
+          exitCode: r.exitCode,
+          reason: r.reason || undefined,
+          message: r.message || undefined,
+          startedAt: r.startedAt,
+          finishedAt: r.finishedAt,
+          containerID: r.id,
+        }),
+      };
+      break;
+    default:
+      if (old?.state?.running) {
+        // It ran and is gone: it did not "never run", which would make it wait.
+        status.state = {
+          terminated: {
+            reason: CONTAINER_STATUS_UNKNOWN,
+            message: "The container could not be located when the pod was terminated",
+            exitCode: 137,
+          },
+        };
+        status.restartCount = old.restartCount + 1;
+      } else {
+        status.state = { waiting: {} };
+      }
+  }
+  if (spec !== undefined) {
+    // InPlacePodVerticalScaling: the allocated resources; the runtime's view is not read back.
+    status.resources = clone(spec.resources ?? {});
+    if (spec.resources?.requests !== undefined) {
+      status.allocatedResources = clone(spec.resources.requests);
+    }
+  }
+  if (r.user !== undefined) status.user = r.user;
+  return status;
+}
+
+/** The object without its undefined properties. */
+function withDefined<T extends object>(o: T): T {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+}
+
+/** Upstream prober UpdatePodStatus: started and ready of every container. */
+function applyProbeResults(opts: GenerateStatusOptions, s: V1PodStatus): void {
+  const { pod, probes, podIsTerminal } = opts;
+  const specs = new Map<string, V1Container>();
+  for (const c of pod.spec?.containers ?? []) specs.set(c.name, c);
+  for (const c of pod.spec?.initContainers ?? []) specs.set(c.name, c);
+
+  const started = (cs: V1ContainerStatus, spec: V1Container | undefined): boolean => {
+    if (!cs.state?.running) return false;
+    if (probes === undefined) return true;
+    const r = cs.containerID ? probes.started(containerIdOf(cs.containerID)) : undefined;
+    if (r !== undefined) return r;
+    // A startup probe that has not succeeded yet holds the container back.
+    return spec?.startupProbe === undefined;
+  };
+  const ready = (cs: V1ContainerStatus, spec: V1Container | undefined): boolean => {
+    if (!cs.state?.running || podIsTerminal) return false;
+    if (probes === undefined) return true;
+    const r = cs.containerID ? probes.ready(containerIdOf(cs.containerID)) : undefined;
+    return r === true || spec?.readinessProbe === undefined;
+  };
+
+  for (const cs of s.containerStatuses ?? []) {
+    const spec = specs.get(cs.name);
+    cs.started = started(cs, spec);
+    cs.ready = cs.started && ready(cs, spec);
+  }
+  for (const cs of s.initContainerStatuses ?? []) {
+    const spec = specs.get(cs.name);
+    cs.started = started(cs, spec);
+    if (spec === undefined || !isRestartableInitContainer(spec)) {
+      cs.ready = cs.state?.terminated?.exitCode === 0;
+      continue;
+    }
+    cs.ready = cs.started && ready(cs, spec);
+  }
+}
+
+/** The CRI id of an API container ID (`<runtime>://<id>`). */
+function containerIdOf(containerID: string): string {
+  const i = containerID.indexOf("://");
+  return i < 0 ? containerID : containerID.slice(i + 3);
+}

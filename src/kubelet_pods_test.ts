@@ -1,0 +1,592 @@
+import assert from "node:assert/strict";
+import type { V1Container, V1ContainerStatus, V1Pod, V1PodSpec } from "@kubernetes/client-node";
+import * as api from "../proto/runtime/v1/api.ts";
+import {
+  containerShouldRestart,
+  generateAPIPodStatus,
+  type GenerateStatusOptions,
+  getPhase,
+  podIsTerminalPhase,
+  sortPodIPs,
+} from "./kubelet_pods.ts";
+import { CONTAINER_RESTART_COUNT_LABEL, KUBERNETES_CONTAINER_NAME_LABEL } from "./labels.ts";
+import type { PodStatus } from "./pod_cache.ts";
+import { ReasonCache } from "./reason_cache.ts";
+import { fail, PodSyncResult, type SyncErrorReason } from "./sync_result.ts";
+
+// --- getPhase ---
+
+function pod(spec: Partial<V1PodSpec>, extra: Partial<V1Pod> = {}): V1Pod {
+  return {
+    metadata: { name: "p", namespace: "ns", uid: "uid-1" },
+    spec: { containers: [{ name: "app", image: "nginx" }], ...spec },
+    ...extra,
+  };
+}
+
+function status(
+  name: string,
+  state: V1ContainerStatus["state"],
+  o: Partial<V1ContainerStatus> = {},
+) {
+  return { name, image: "i", imageID: "", ready: false, restartCount: 0, state, ...o };
+}
+const running = (name: string, o: Partial<V1ContainerStatus> = {}) =>
+  status(name, { running: {} }, o);
+const exited = (name: string, exitCode: number) => status(name, { terminated: { exitCode } });
+const waiting = (name: string, lastExit?: number) =>
+  status(name, { waiting: { reason: "CrashLoopBackOff" } }, {
+    lastState: lastExit === undefined ? {} : { terminated: { exitCode: lastExit } },
+  });
+
+Deno.test("getPhase follows the restart policy of exited containers", () => {
+  const table: [policy: string, exitCode: number, terminal: boolean, want: string][] = [
+    ["Always", 0, false, "Running"],
+    ["Always", 1, false, "Running"],
+    ["OnFailure", 0, false, "Succeeded"],
+    ["OnFailure", 1, false, "Running"],
+    ["Never", 0, false, "Succeeded"],
+    ["Never", 1, false, "Failed"],
+    ["Always", 0, true, "Succeeded"],
+    ["Always", 1, true, "Failed"],
+    ["OnFailure", 1, true, "Failed"],
+    ["Never", 0, true, "Succeeded"],
+  ];
+  for (const [policy, code, terminal, want] of table) {
+    const p = pod({ restartPolicy: policy });
+    assert.equal(getPhase(p, [exited("app", code)], [], terminal), want, `${policy} exit ${code}`);
+    if (!terminal) {
+      // Waiting to restart after that exit counts the same.
+      const restarting = policy === "Always" || (policy === "OnFailure" && code !== 0);
+      if (restarting) assert.equal(getPhase(p, [waiting("app", code)], [], false), want);
+    }
+  }
+});
+
+Deno.test("getPhase is Pending while containers wait or are unknown, Running when all started", () => {
+  const p = pod({
+    restartPolicy: "Always",
+    containers: [{ name: "a" }, { name: "b" }],
+  });
+  assert.equal(getPhase(p, [], [], false), "Pending", "nothing known");
+  assert.equal(getPhase(p, [running("a")], [], false), "Pending", "b unknown");
+  assert.equal(getPhase(p, [running("a"), waiting("b")], [], false), "Pending", "b waiting");
+  assert.equal(getPhase(p, [running("a"), exited("b", 0)], [], false), "Running");
+  assert.equal(getPhase(p, [running("a"), running("b")], [], false), "Running");
+});
+
+Deno.test("getPhase handles init containers and their failures", () => {
+  const spec = (restartPolicy: string) => ({
+    restartPolicy,
+    initContainers: [{ name: "init" }],
+    containers: [{ name: "app" }],
+  });
+  const appWaiting = status("app", { waiting: { reason: "PodInitializing" } });
+  assert.equal(getPhase(pod(spec("Never")), [appWaiting], [running("init")], false), "Pending");
+  assert.equal(
+    getPhase(pod(spec("Never")), [appWaiting], [exited("init", 1)], false),
+    "Failed",
+    "a failed init container that will not restart fails the pod",
+  );
+  assert.equal(
+    getPhase(pod(spec("OnFailure")), [appWaiting], [exited("init", 1)], false),
+    "Pending",
+  );
+  assert.equal(getPhase(pod(spec("Always")), [appWaiting], [waiting("init", 1)], false), "Pending");
+  assert.equal(getPhase(pod(spec("Never")), [appWaiting], [waiting("init", 1)], false), "Failed");
+  assert.equal(
+    getPhase(pod(spec("Never")), [running("app")], [exited("init", 0)], false),
+    "Running",
+  );
+});
+
+Deno.test("getPhase treats sidecars as upstream", () => {
+  const p = pod({
+    restartPolicy: "Never",
+    initContainers: [{ name: "side", restartPolicy: "Always" }],
+    containers: [{ name: "app" }],
+  });
+  const appWaiting = status("app", { waiting: { reason: "PodInitializing" } });
+  assert.equal(getPhase(p, [appWaiting], [running("side", { started: false })], false), "Pending");
+  assert.equal(
+    getPhase(p, [running("app")], [running("side", { started: true })], false),
+    "Running",
+  );
+  assert.equal(
+    getPhase(p, [exited("app", 0)], [running("side", { started: true })], false),
+    "Running",
+    "a running sidecar keeps the pod running until it is stopped",
+  );
+  assert.equal(getPhase(p, [exited("app", 0)], [exited("side", 137)], false), "Succeeded");
+  assert.equal(getPhase(p, [exited("app", 1)], [waiting("side", 137)], false), "Failed");
+  // A restarting sidecar does not send an initialized pod back to Pending.
+  const notStarted = running("side", { started: false });
+  assert.equal(getPhase(p, [running("app")], [notStarted], false, true), "Running");
+  assert.equal(getPhase(p, [running("app")], [notStarted], false, false), "Pending");
+});
+
+Deno.test("getPhase applies container restart policies and rules", () => {
+  const p = pod({
+    restartPolicy: "Never",
+    containers: [{
+      name: "app",
+      restartPolicy: "Never",
+      restartPolicyRules: [{ action: "Restart", exitCodes: { operator: "In", values: [42] } }],
+    }],
+  });
+  assert.equal(getPhase(p, [exited("app", 42)], [], false), "Running");
+  assert.equal(getPhase(p, [exited("app", 1)], [], false), "Failed");
+  // Static pods never get a terminal phase from podIsTerminal.
+  const staticPod = pod({ restartPolicy: "Always" }, {
+    metadata: { name: "p", uid: "u", annotations: { "kubernetes.io/config.source": "file" } },
+  });
+  assert.equal(getPhase(staticPod, [exited("app", 0)], [], true), "Running");
+});
+
+Deno.test("containerShouldRestart checks rules, then the container's, then the pod's policy", () => {
+  const c = (o: Partial<V1Container>): V1Container => ({ name: "c", ...o });
+  assert.equal(containerShouldRestart(c({}), { containers: [] }, 0), true, "pod default Always");
+  assert.equal(
+    containerShouldRestart(c({}), { containers: [], restartPolicy: "OnFailure" }, 0),
+    false,
+  );
+  assert.equal(
+    containerShouldRestart(c({ restartPolicy: "OnFailure" }), { containers: [] }, 3),
+    true,
+  );
+  const ruled = c({
+    restartPolicy: "Never",
+    restartPolicyRules: [{ action: "Restart", exitCodes: { operator: "NotIn", values: [0] } }],
+  });
+  assert.equal(containerShouldRestart(ruled, { containers: [] }, 3), true);
+  assert.equal(containerShouldRestart(ruled, { containers: [] }, 0), false);
+});
+
+Deno.test("podIsTerminalPhase is true for Succeeded and Failed only", () => {
+  assert.equal(podIsTerminalPhase({ phase: "Succeeded" }), true);
+  assert.equal(podIsTerminalPhase({ phase: "Failed" }), true);
+  assert.equal(podIsTerminalPhase({ phase: "Running" }), false);
+  assert.equal(podIsTerminalPhase(undefined), false);
+});
+
+Deno.test("sortPodIPs puts the node's family first and canonicalises as Go", () => {
+  assert.deepEqual(sortPodIPs(["fd00:0:0::0a01", "10.1.0.5", "10.1.0.6"], ["192.168.1.10"]), [
+    "10.1.0.5",
+    "fd00::a01",
+  ]);
+  assert.deepEqual(sortPodIPs(["10.1.0.5", "FD00::1"], ["fd00::10"]), ["fd00::1", "10.1.0.5"]);
+  assert.deepEqual(sortPodIPs(["::ffff:10.1.0.7", "bogus"], []), ["10.1.0.7"]);
+});
+
+// --- generateAPIPodStatus ---
+
+const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);
+const ns = (sec: number) => BigInt(T0 + sec * 1000) * 1_000_000n;
+const at = (sec: number) => new Date(T0 + sec * 1000).toISOString().replace(".000Z", "Z");
+
+interface Ctr {
+  attempt?: number;
+  state: "created" | "running" | "exited" | "unknown";
+  created: number;
+  exitCode?: number;
+  reason?: string;
+  message?: string;
+}
+
+function cri(name: string, c: Ctr): api.ContainerStatus {
+  const attempt = c.attempt ?? 0;
+  const state = {
+    created: api.ContainerState.CONTAINER_CREATED,
+    running: api.ContainerState.CONTAINER_RUNNING,
+    exited: api.ContainerState.CONTAINER_EXITED,
+    unknown: api.ContainerState.CONTAINER_UNKNOWN,
+  }[c.state];
+  return api.ContainerStatus.fromPartial({
+    id: `${name}-${attempt}`,
+    metadata: { name, attempt },
+    state,
+    createdAt: ns(c.created),
+    startedAt: c.state === "created" ? 0n : ns(c.created + 1),
+    finishedAt: c.state === "exited" ? ns(c.created + 5) : 0n,
+    exitCode: c.exitCode ?? 0,
+    reason: c.reason ?? "",
+    message: c.message ?? "",
+    image: { image: `docker.io/library/${name}:1` },
+    imageRef: `sha256:${name}`,
+    labels: { [KUBERNETES_CONTAINER_NAME_LABEL]: name },
+    annotations: { [CONTAINER_RESTART_COUNT_LABEL]: String(attempt) },
+  });
+}
+
+function runtime(containers: api.ContainerStatus[], ips = ["10.1.0.5"]): PodStatus {
+  return {
+    id: "uid-1",
+    name: "p",
+    namespace: "ns",
+    ips,
+    sandboxStatuses: [api.PodSandboxStatus.fromPartial({
+      id: "sb",
+      metadata: { name: "p", uid: "uid-1", namespace: "ns", attempt: 0 },
+      state: api.PodSandboxState.SANDBOX_READY,
+      createdAt: ns(0),
+      network: { ip: ips[0] ?? "", additionalIps: [] },
+    })],
+    // Newest first, as the pod cache holds them.
+    containerStatuses: [...containers].sort((a, b) => Number(b.createdAt - a.createdAt)),
+    timestamp: T0,
+  };
+}
+
+function failures(...f: [container: string, reason: SyncErrorReason, message: string][]) {
+  const cache = new ReasonCache();
+  const result = new PodSyncResult();
+  for (const [container, reason, message] of f) {
+    fail(result.add("StartContainer", container), reason, message);
+  }
+  cache.update("uid-1", result);
+  return cache;
+}
+
+function generate(p: V1Pod, rt: PodStatus, o: Partial<GenerateStatusOptions> = {}) {
+  return generateAPIPodStatus({
+    pod: p,
+    podStatus: rt,
+    podIsTerminal: false,
+    reasons: new ReasonCache(),
+    hostIPs: ["192.168.1.10"],
+    now: new Date(T0 + 100_000),
+    ...o,
+  });
+}
+
+Deno.test("generateAPIPodStatus reports ContainerCreating, then the running container", () => {
+  const p = pod({ restartPolicy: "Always" });
+  const before = generate(p, runtime([]));
+  assert.equal(before.phase, "Pending");
+  assert.equal(before.qosClass, "BestEffort");
+  assert.equal(before.podIP, "10.1.0.5");
+  assert.deepEqual(before.podIPs, [{ ip: "10.1.0.5" }]);
+  assert.equal(before.hostIP, "192.168.1.10");
+  assert.deepEqual(before.hostIPs, [{ ip: "192.168.1.10" }]);
+  assert.deepEqual(before.containerStatuses, [{
+    name: "app",
+    image: "nginx",
+    imageID: "",
+    ready: false,
+    started: false,
+    restartCount: 0,
+    state: { waiting: { reason: "ContainerCreating" } },
+    lastState: {},
+  }]);
+  const now = at(100);
+  assert.deepEqual(before.conditions, [
+    { type: "PodReadyToStartContainers", status: "True", lastTransitionTime: now },
+    { type: "Initialized", status: "True", lastTransitionTime: now },
+    {
+      type: "Ready",
+      status: "False",
+      reason: "ContainersNotReady",
+      message: "containers with unready status: [app]",
+      lastTransitionTime: now,
+    },
+    {
+      type: "ContainersReady",
+      status: "False",
+      reason: "ContainersNotReady",
+      message: "containers with unready status: [app]",
+      lastTransitionTime: now,
+    },
+    { type: "PodScheduled", status: "True", lastTransitionTime: now },
+  ]);
+
+  const after = generate(
+    { ...p, status: before },
+    runtime([cri("app", { state: "running", created: 10 })]),
+    {
+      now: new Date(T0 + 200_000),
+    },
+  );
+  assert.equal(after.phase, "Running");
+  assert.deepEqual(after.containerStatuses, [{
+    name: "app",
+    image: "docker.io/library/app:1",
+    imageID: "sha256:app",
+    containerID: "containerd://app-0",
+    ready: true,
+    started: true,
+    restartCount: 0,
+    state: { running: { startedAt: at(11) } },
+    lastState: {},
+    resources: {},
+  }]);
+  const ready = after.conditions?.find((c) => c.type === "Ready");
+  assert.deepEqual(ready, { type: "Ready", status: "True", lastTransitionTime: at(200) });
+  const scheduled = after.conditions?.find((c) => c.type === "PodScheduled");
+  assert.equal(
+    String(scheduled?.lastTransitionTime),
+    at(100),
+    "unchanged conditions keep their time",
+  );
+});
+
+Deno.test("generateAPIPodStatus shows PodInitializing and completed init containers", () => {
+  const p = pod({
+    restartPolicy: "Always",
+    initContainers: [{ name: "init", image: "busybox" }],
+  });
+  const initializing = generate(p, runtime([cri("init", { state: "running", created: 1 })]));
+  assert.equal(initializing.phase, "Pending");
+  assert.deepEqual(initializing.containerStatuses?.[0]?.state, {
+    waiting: { reason: "PodInitializing" },
+  });
+  assert.deepEqual(initializing.initContainerStatuses?.[0]?.state, {
+    running: { startedAt: at(2) },
+  });
+  assert.equal(
+    initializing.conditions?.find((c) => c.type === "Initialized")?.message,
+    "containers with incomplete status: [init]",
+  );
+
+  const done = generate(
+    p,
+    runtime([
+      cri("init", { state: "exited", created: 1, exitCode: 0 }),
+      cri("app", { state: "running", created: 10 }),
+    ]),
+  );
+  assert.equal(done.phase, "Running");
+  const init = done.initContainerStatuses?.[0];
+  assert.equal(init?.ready, true);
+  assert.deepEqual(init?.state, {
+    terminated: {
+      exitCode: 0,
+      reason: "Completed",
+      startedAt: at(2),
+      finishedAt: at(6),
+      containerID: "containerd://init-0",
+    },
+  });
+  assert.equal(done.conditions?.find((c) => c.type === "Initialized")?.status, "True");
+
+  // The runtime lost the init container after the app was created: it completed.
+  const lost = generate(p, runtime([cri("app", { state: "running", created: 10 })]));
+  assert.deepEqual(lost.initContainerStatuses?.[0]?.state, {
+    terminated: {
+      reason: "Completed",
+      message:
+        "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally",
+      exitCode: 0,
+    },
+  });
+});
+
+Deno.test("generateAPIPodStatus takes waiting reasons from the reason cache", () => {
+  const p = pod({ restartPolicy: "Always" });
+  const crashMessage = "back-off 10s restarting failed container=app pod=p_ns(uid-1)";
+  const crashing = generate(
+    p,
+    runtime([cri("app", { state: "exited", created: 1, exitCode: 1, reason: "Error" })]),
+    { reasons: failures(["app", "CrashLoopBackOff", crashMessage]) },
+  );
+  const s = crashing.containerStatuses?.[0];
+  assert.deepEqual(s?.state, { waiting: { reason: "CrashLoopBackOff", message: crashMessage } });
+  assert.deepEqual(s?.lastState, {
+    terminated: {
+      exitCode: 1,
+      reason: "Error",
+      startedAt: at(2),
+      finishedAt: at(6),
+      containerID: "containerd://app-0",
+    },
+  });
+  assert.equal(crashing.phase, "Running", "a container waiting to restart keeps the pod running");
+
+  const pulling = generate(p, runtime([]), {
+    reasons: failures(["app", "ErrImagePull", "pull access denied for nginx"]),
+  });
+  assert.deepEqual(pulling.containerStatuses?.[0]?.state, {
+    waiting: { reason: "ErrImagePull", message: "pull access denied for nginx" },
+  });
+  assert.equal(pulling.phase, "Pending");
+
+  const config = generate(p, runtime([]), {
+    reasons: failures(["app", "CreateContainerConfigError", 'secret "s" not found']),
+  });
+  assert.deepEqual(config.containerStatuses?.[0]?.state, {
+    waiting: { reason: "CreateContainerConfigError", message: 'secret "s" not found' },
+  });
+});
+
+Deno.test("generateAPIPodStatus reports the runtime's terminated reasons and messages", () => {
+  const never = pod({ restartPolicy: "Never" });
+  const table: [exitCode: number, criReason: string, want: string, phase: string][] = [
+    [0, "Completed", "Completed", "Succeeded"],
+    [1, "Error", "Error", "Failed"],
+    [137, "OOMKilled", "OOMKilled", "Failed"],
+    [128, "ContainerCannotRun", "ContainerCannotRun", "Failed"],
+    [0, "", "Completed", "Succeeded"],
+    [2, "", "Error", "Failed"],
+  ];
+  for (const [exitCode, reason, want, phase] of table) {
+    const s = generate(
+      never,
+      runtime([cri("app", { state: "exited", created: 1, exitCode, reason, message: "cri" })]),
+      // A reason cached for a container that will not restart is not shown.
+      { reasons: failures(["app", "CrashLoopBackOff", "x"]) },
+    );
+    const t = s.containerStatuses?.[0]?.state?.terminated;
+    assert.equal(t?.reason, want, `exit ${exitCode} ${reason}`);
+    assert.equal(t?.exitCode, exitCode);
+    assert.equal(t?.message, "cri");
+    assert.equal(s.phase, phase);
+    const ready = s.conditions?.find((c) => c.type === "Ready");
+    assert.equal(ready?.reason, phase === "Succeeded" ? "PodCompleted" : "PodFailed");
+  }
+  const withMessage = generate(
+    never,
+    runtime([cri("app", { state: "exited", created: 1, exitCode: 1, reason: "Error" })]),
+    { terminationMessages: new Map([["app-0", "disk full"]]) },
+  );
+  assert.equal(withMessage.containerStatuses?.[0]?.state?.terminated?.message, "disk full");
+});
+
+Deno.test("generateAPIPodStatus keeps lastState and restartCount across instances", () => {
+  const p = pod({ restartPolicy: "Always" });
+  const restarted = generate(
+    p,
+    runtime([
+      cri("app", { state: "exited", created: 1, exitCode: 1, reason: "Error", attempt: 0 }),
+      cri("app", { state: "running", created: 20, attempt: 1 }),
+    ]),
+  );
+  const s = restarted.containerStatuses?.[0];
+  assert.equal(s?.restartCount, 1, "from the newest container's restart count annotation");
+  assert.equal(s?.containerID, "containerd://app-1");
+  assert.deepEqual(s?.lastState?.terminated?.containerID, "containerd://app-0");
+  assert.equal(s?.lastState?.terminated?.reason, "Error");
+
+  // The runtime lost a container that was running: it terminated, and restarted.
+  const oldRunning: V1ContainerStatus = {
+    name: "app",
+    image: "nginx",
+    imageID: "sha256:app",
+    containerID: "containerd://app-2",
+    ready: true,
+    restartCount: 2,
+    state: { running: { startedAt: at(30) as unknown as Date } },
+  };
+  const vanished = generate({ ...p, status: { containerStatuses: [oldRunning] } }, runtime([]));
+  const v = vanished.containerStatuses?.[0];
+  assert.deepEqual(v?.state, { waiting: { reason: "ContainerCreating" } });
+  assert.deepEqual(v?.lastState, {
+    terminated: {
+      reason: "ContainerStatusUnknown",
+      message:
+        "The container could not be located when the pod was deleted.  The container used to be Running",
+      exitCode: 137,
+    },
+  });
+  assert.equal(v?.restartCount, 3);
+  assert.equal(vanished.phase, "Running");
+
+  // A container in unknown state that was running is reported terminated.
+  const unknown = generate(
+    { ...p, status: { containerStatuses: [oldRunning] } },
+    runtime([cri("app", { state: "unknown", created: 40, attempt: 2 })]),
+  );
+  assert.deepEqual(unknown.containerStatuses?.[0]?.state, {
+    terminated: {
+      reason: "ContainerStatusUnknown",
+      message: "The container could not be located when the pod was terminated",
+      exitCode: 137,
+    },
+  });
+  assert.equal(unknown.containerStatuses?.[0]?.restartCount, 3);
+
+  // An old terminated status stays when the runtime no longer has the container.
+  const oldTerminated: V1ContainerStatus = {
+    ...oldRunning,
+    ready: false,
+    state: { terminated: { exitCode: 0, reason: "Completed" } },
+  };
+  const gone = generate(
+    { ...pod({ restartPolicy: "Never" }), status: { containerStatuses: [oldTerminated] } },
+    runtime([]),
+  );
+  assert.deepEqual(gone.containerStatuses?.[0]?.state, oldTerminated.state);
+  assert.equal(gone.containerStatuses?.[0]?.restartCount, 2);
+  assert.equal(gone.phase, "Succeeded");
+});
+
+Deno.test("generateAPIPodStatus never leaves a terminal phase and keeps its reason", () => {
+  const p = pod({ restartPolicy: "Always" }, {
+    status: { phase: "Failed", reason: "Evicted", message: "The node was low on memory." },
+  });
+  const s = generate(p, runtime([cri("app", { state: "running", created: 1 })]));
+  assert.equal(s.phase, "Failed");
+  assert.equal(s.reason, "Evicted");
+  assert.equal(s.message, "The node was low on memory.");
+});
+
+Deno.test("generateAPIPodStatus gives host-network pods the node's IPs", () => {
+  const p = pod({ hostNetwork: true });
+  const s = generate(p, runtime([], []), { hostIPs: ["192.168.1.10", "fd00::10"] });
+  assert.equal(s.podIP, "192.168.1.10");
+  assert.deepEqual(s.podIPs, [{ ip: "192.168.1.10" }, { ip: "fd00::10" }]);
+  assert.deepEqual(s.hostIPs, [{ ip: "192.168.1.10" }, { ip: "fd00::10" }]);
+  const standalone = generate(pod({}), runtime([]), { hostIPs: [] });
+  assert.equal(standalone.hostIP, undefined);
+});
+
+Deno.test("generateAPIPodStatus applies probe results, and no readiness when terminal", () => {
+  const p = pod({
+    restartPolicy: "Always",
+    containers: [
+      { name: "a", readinessProbe: { exec: { command: ["true"] } } },
+      { name: "b", startupProbe: { exec: { command: ["true"] } } },
+    ],
+  });
+  const rt = runtime([
+    cri("a", { state: "running", created: 1 }),
+    cri("b", { state: "running", created: 2 }),
+  ]);
+  const results = new Map<string, boolean>();
+  const probes = {
+    ready: (id: string) => results.get(`ready/${id}`),
+    started: (id: string) => results.get(`started/${id}`),
+  };
+  const byName = (s: ReturnType<typeof generate>, name: string) =>
+    s.containerStatuses?.find((c) => c.name === name);
+
+  let s = generate(p, rt, { probes });
+  assert.deepEqual([byName(s, "a")?.started, byName(s, "a")?.ready], [true, false]);
+  assert.deepEqual([byName(s, "b")?.started, byName(s, "b")?.ready], [false, false]);
+
+  results.set("ready/a-0", true);
+  results.set("started/b-0", true);
+  s = generate(p, rt, { probes });
+  assert.deepEqual([byName(s, "a")?.ready, byName(s, "b")?.ready], [true, true]);
+  assert.equal(s.conditions?.find((c) => c.type === "Ready")?.status, "True");
+
+  s = generate(p, rt, { probes, podIsTerminal: true });
+  assert.equal(byName(s, "a")?.ready, false);
+});
+
+Deno.test("generateAPIPodStatus sets observedGeneration and volume mount statuses", () => {
+  const p = pod({
+    containers: [{
+      name: "app",
+      image: "nginx",
+      volumeMounts: [{ name: "cfg", mountPath: "/etc/cfg", readOnly: true }, {
+        name: "data",
+        mountPath: "/data",
+      }],
+    }],
+  }, { metadata: { name: "p", namespace: "ns", uid: "uid-1", generation: 4 } });
+  const s = generate(p, runtime([]));
+  for (const c of s.conditions ?? []) assert.equal(c.observedGeneration, 4, c.type);
+  assert.deepEqual(s.containerStatuses?.[0]?.volumeMounts, [
+    { name: "cfg", mountPath: "/etc/cfg", readOnly: true, recursiveReadOnly: "Disabled" },
+    { name: "data", mountPath: "/data" },
+  ]);
+});

@@ -1,0 +1,228 @@
+/**
+ * @module
+ * The sync loop: the one loop that consumes every event source of the pod lifecycle and hands
+ * the work to a {@link SyncHandler}: pod config updates (ADD, UPDATE, DELETE, REMOVE,
+ * RECONCILE), PLEG events, the sync tick (every second, pods whose resync time came) and the
+ * housekeeping tick (every two seconds, cleanups once every source has been seen). While the
+ * runtime reports errors it waits, backing off from 100 ms to 5 s. It records when it last
+ * entered an iteration, for /healthz. Nothing here blocks on a pod: the handler dispatches to
+ * per-pod workers. Corresponds to upstream `pkg/kubelet/kubelet.go` (syncLoop,
+ * syncLoopIteration, SyncLoopHealthCheck).
+ */
+
+import type { V1Pod } from "@kubernetes/client-node";
+import type { Clock } from "./clock.ts";
+import { formatDuration } from "./duration.ts";
+import type { Logger } from "./klog.ts";
+import type { PodLifecycleEvent } from "./pleg.ts";
+import type { PodUpdate } from "./pod_config.ts";
+
+/** What the loop dispatches to (upstream SyncHandler, plus the PLEG and tick steps). */
+export interface SyncHandler {
+  handlePodAdditions(pods: readonly V1Pod[]): void;
+  handlePodUpdates(pods: readonly V1Pod[]): void;
+  handlePodRemoves(pods: readonly V1Pod[]): void;
+  handlePodReconcile(pods: readonly V1Pod[]): void;
+  handlePodSyncs(pods: readonly V1Pod[]): void;
+  /** A PLEG event: syncs the pod it is about, if the kubelet still has it. */
+  handlePlegEvent(event: PodLifecycleEvent): void;
+  /** The pods whose resync time has come (upstream getPodsToSync). */
+  podsToSync(): V1Pod[];
+  /** Housekeeping (upstream HandlePodCleanups); errors are logged by the loop. */
+  handlePodCleanups(signal: AbortSignal): Promise<void>;
+}
+
+/** What {@link SyncLoop} needs. */
+export interface SyncLoopOptions {
+  readonly handler: SyncHandler;
+  /** The PLEG's event stream. */
+  readonly pleg: { next(signal?: AbortSignal): Promise<PodLifecycleEvent> };
+  /** The runtime's current errors, undefined when it is healthy (upstream runtimeState.runtimeErrors). */
+  readonly runtimeErrors: () => string | undefined;
+  /** Every pod source has sent its first set (upstream sourcesReady.AllReady). */
+  readonly sourcesReady: () => boolean;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  /** Time between sync ticks. @default 1000 */
+  readonly syncPeriodMs?: number;
+  /** Time between housekeeping runs. @default 2000 */
+  readonly housekeepingPeriodMs?: number;
+  /** `syncFrequency`: the loop is unhealthy after twice this (at least 5 min) in one iteration. @default 60000 */
+  readonly resyncIntervalMs?: number;
+}
+
+/** Upstream's housekeepingWarningDuration. */
+const HOUSEKEEPING_WARNING_MS = 1_000;
+const BACKOFF_MIN_MS = 100;
+const BACKOFF_MAX_MS = 5_000;
+
+type Wake =
+  | { readonly kind: "config" }
+  | { readonly kind: "pleg"; readonly event: PodLifecycleEvent }
+  | { readonly kind: "tick" };
+
+/** The kubelet's sync loop; see the module documentation. */
+export class SyncLoop {
+  readonly #opts: SyncLoopOptions;
+  readonly #syncMs: number;
+  readonly #housekeepingMs: number;
+  readonly #healthMs: number;
+  readonly #updates: PodUpdate[] = [];
+  #configWake = Promise.withResolvers<Wake>();
+  #plegNext: Promise<Wake> | undefined;
+  /** When the loop last entered an iteration; 0 before the first. */
+  #loopTime = 0;
+  #iterations = 0;
+
+  constructor(opts: SyncLoopOptions) {
+    this.#opts = opts;
+    this.#syncMs = opts.syncPeriodMs ?? 1_000;
+    this.#housekeepingMs = opts.housekeepingPeriodMs ?? 2_000;
+    this.#healthMs = Math.max(2 * (opts.resyncIntervalMs ?? 60_000), 5 * 60_000);
+  }
+
+  /** Queues a pod config update for the loop (upstream's config channel); never blocks. */
+  push(update: PodUpdate): void {
+    this.#updates.push(update);
+    this.#configWake.resolve({ kind: "config" });
+  }
+
+  /** Iterations entered so far. */
+  get iterations(): number {
+    return this.#iterations;
+  }
+
+  /** Undefined while healthy, else why not (upstream SyncLoopHealthCheck). */
+  healthCheck(): string | undefined {
+    if (this.#loopTime === 0) return undefined;
+    if (this.#opts.clock.now() > this.#loopTime + this.#healthMs) {
+      return "sync Loop took longer than expected";
+    }
+    return undefined;
+  }
+
+  /** Runs until `signal` aborts. */
+  async run(signal: AbortSignal): Promise<void> {
+    const { clock, logger } = this.#opts;
+    logger.info("Starting kubelet main sync loop");
+    let backoff = BACKOFF_MIN_MS;
+    let nextSync = clock.now() + this.#syncMs;
+    let nextHousekeeping = clock.now() + this.#housekeepingMs;
+    while (!signal.aborted) {
+      const errors = this.#opts.runtimeErrors();
+      if (errors !== undefined) {
+        logger.error(null, "Skipping pod synchronization", { err: errors });
+        await clock.sleep(backoff, signal).catch(() => {});
+        backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+        continue;
+      }
+      backoff = BACKOFF_MIN_MS;
+      this.#loopTime = clock.now();
+      this.#iterations++;
+      const due = Math.min(nextSync, nextHousekeeping);
+      const wake = await this.#next(due, signal);
+      if (wake === undefined) break;
+      try {
+        if (wake.kind === "pleg") this.#opts.handler.handlePlegEvent(wake.event);
+        this.#drainConfig();
+        const now = clock.now();
+        if (now >= nextSync) {
+          nextSync = now + this.#syncMs;
+          const pods = this.#opts.handler.podsToSync();
+          if (pods.length > 0) {
+            logger.v(4).info("SyncLoop (SYNC) pods", { pods: pods.length });
+            this.#opts.handler.handlePodSyncs(pods);
+          }
+        }
+        if (now >= nextHousekeeping) {
+          nextHousekeeping = now + this.#housekeepingMs;
+          await this.#housekeeping(signal);
+        }
+      } catch (e) {
+        // A handler bug must not stop the loop that every pod depends on.
+        if (!signal.aborted) logger.error(e, "Sync loop iteration failed");
+      }
+    }
+    this.#loopTime = 0;
+  }
+
+  #drainConfig(): void {
+    const { handler, logger } = this.#opts;
+    while (this.#updates.length > 0) {
+      const u = this.#updates.shift()!;
+      const pods = u.pods.map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`);
+      logger.v(2).info(`SyncLoop ${u.op}`, { source: u.source, pods });
+      switch (u.op) {
+        case "ADD":
+          handler.handlePodAdditions(u.pods);
+          break;
+        case "UPDATE":
+          handler.handlePodUpdates(u.pods);
+          break;
+        case "REMOVE":
+          handler.handlePodRemoves(u.pods);
+          break;
+        case "RECONCILE":
+          handler.handlePodReconcile(u.pods);
+          break;
+        case "DELETE":
+          // Graceful deletion is an update as far as the workers are concerned (upstream).
+          handler.handlePodUpdates(u.pods);
+          break;
+        case "SET":
+          logger.error(null, "Kubelet does not support snapshot update");
+          break;
+      }
+    }
+  }
+
+  async #housekeeping(signal: AbortSignal): Promise<void> {
+    const { clock, logger, handler } = this.#opts;
+    if (!this.#opts.sourcesReady()) {
+      logger.v(4).info("SyncLoop (housekeeping, skipped): sources aren't ready yet");
+      return;
+    }
+    const start = clock.now();
+    logger.v(4).info("SyncLoop (housekeeping)");
+    try {
+      await handler.handlePodCleanups(signal);
+    } catch (e) {
+      if (!signal.aborted) logger.error(e, "Failed cleaning pods");
+    }
+    const took = clock.now() - start;
+    if (took > HOUSEKEEPING_WARNING_MS) {
+      logger.error(null, "Housekeeping took longer than expected", {
+        expected: formatDuration(HOUSEKEEPING_WARNING_MS),
+        actual: formatDuration(took),
+      });
+    }
+  }
+
+  /** Waits for a config update, a PLEG event or `due`; undefined once `signal` aborts. */
+  async #next(due: number, signal: AbortSignal): Promise<Wake | undefined> {
+    if (signal.aborted) return undefined;
+    if (this.#updates.length > 0) return { kind: "config" };
+    // The PLEG wait outlives the iteration: aborting it could lose an event in flight.
+    this.#plegNext ??= this.#opts.pleg.next(signal).then(
+      (event): Wake => ({ kind: "pleg", event }),
+    );
+    const timer = new AbortController();
+    const tick = this.#opts.clock.sleep(
+      Math.max(0, due - this.#opts.clock.now()),
+      AbortSignal.any([signal, timer.signal]),
+    ).then((): Wake => ({ kind: "tick" }));
+    try {
+      const wake = await Promise.race([this.#configWake.promise, this.#plegNext, tick]);
+      if (wake.kind === "pleg") this.#plegNext = undefined;
+      if (wake.kind === "config" || this.#updates.length === 0) {
+        this.#configWake = Promise.withResolvers<Wake>();
+      }
+      return wake;
+    } catch {
+      return undefined;
+    } finally {
+      timer.abort();
+      tick.catch(() => {});
+    }
+  }
+}

@@ -1,0 +1,221 @@
+import assert from "node:assert/strict";
+import type { V1Pod } from "@kubernetes/client-node";
+import { FakeClock } from "./clock.ts";
+import { createLogger } from "./klog.ts";
+import { type SyncHandler, SyncLoop, type SyncLoopOptions } from "./kubelet_sync_loop.ts";
+import type { PodLifecycleEvent } from "./pleg.ts";
+
+const logger = createLogger({ write: () => {}, pid: 1 });
+
+function pod(name: string): V1Pod {
+  return { metadata: { name, namespace: "default", uid: `uid-${name}` } };
+}
+
+/** A handler that records what it is called with, as "<step>:<pod names>". */
+class RecordingHandler implements SyncHandler {
+  calls: string[] = [];
+  due: V1Pod[] = [];
+  cleanupError: Error | undefined;
+  #rec(step: string, pods: readonly V1Pod[]) {
+    this.calls.push(`${step}:${pods.map((p) => p.metadata?.name).join(",")}`);
+  }
+  handlePodAdditions(pods: readonly V1Pod[]) {
+    this.#rec("add", pods);
+  }
+  handlePodUpdates(pods: readonly V1Pod[]) {
+    this.#rec("update", pods);
+  }
+  handlePodRemoves(pods: readonly V1Pod[]) {
+    this.#rec("remove", pods);
+  }
+  handlePodReconcile(pods: readonly V1Pod[]) {
+    this.#rec("reconcile", pods);
+  }
+  handlePodSyncs(pods: readonly V1Pod[]) {
+    this.#rec("sync", pods);
+  }
+  handlePlegEvent(e: PodLifecycleEvent) {
+    this.calls.push(`pleg:${e.id}:${e.type}`);
+  }
+  podsToSync(): V1Pod[] {
+    const d = this.due;
+    this.due = [];
+    return d;
+  }
+  handlePodCleanups(): Promise<void> {
+    this.calls.push("cleanup");
+    return this.cleanupError ? Promise.reject(this.cleanupError) : Promise.resolve();
+  }
+}
+
+/** A PLEG stand-in whose events the test sends. */
+class FakePleg {
+  #queue: PodLifecycleEvent[] = [];
+  #waiter: ((e: PodLifecycleEvent) => void) | undefined;
+  send(e: PodLifecycleEvent) {
+    if (this.#waiter) {
+      const w = this.#waiter;
+      this.#waiter = undefined;
+      w(e);
+    } else this.#queue.push(e);
+  }
+  next(signal?: AbortSignal): Promise<PodLifecycleEvent> {
+    const e = this.#queue.shift();
+    if (e) return Promise.resolve(e);
+    return new Promise((resolve, reject) => {
+      this.#waiter = resolve;
+      signal?.addEventListener("abort", () => reject(signal.reason), { once: true });
+    });
+  }
+}
+
+async function settle(): Promise<void> {
+  for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 0));
+}
+
+function setup(opts: Partial<SyncLoopOptions> = {}, initialRuntimeErrors?: string) {
+  const clock = new FakeClock();
+  const handler = new RecordingHandler();
+  const pleg = new FakePleg();
+  let runtimeErrors: string | undefined = initialRuntimeErrors;
+  let sourcesReady = true;
+  const loop = new SyncLoop({
+    handler,
+    pleg,
+    clock,
+    logger,
+    runtimeErrors: () => runtimeErrors,
+    sourcesReady: () => sourcesReady,
+    ...opts,
+  });
+  const ctrl = new AbortController();
+  const done = loop.run(ctrl.signal);
+  return {
+    clock,
+    handler,
+    pleg,
+    loop,
+    setRuntimeErrors: (e: string | undefined) => (runtimeErrors = e),
+    setSourcesReady: (r: boolean) => (sourcesReady = r),
+    stop: async () => {
+      ctrl.abort();
+      await done;
+    },
+  };
+}
+
+Deno.test("SyncLoop dispatches config updates in order, by operation", async () => {
+  const t = setup();
+  t.loop.push({ op: "ADD", pods: [pod("a"), pod("b")], source: "api" });
+  t.loop.push({ op: "UPDATE", pods: [pod("a")], source: "api" });
+  t.loop.push({ op: "DELETE", pods: [pod("b")], source: "api" });
+  t.loop.push({ op: "REMOVE", pods: [pod("a")], source: "api" });
+  t.loop.push({ op: "RECONCILE", pods: [pod("c")], source: "api" });
+  await settle();
+  assert.deepEqual(t.handler.calls, [
+    "add:a,b",
+    "update:a",
+    "update:b",
+    "remove:a",
+    "reconcile:c",
+  ]);
+  await t.stop();
+});
+
+Deno.test("SyncLoop hands PLEG events to the handler without losing one", async () => {
+  const t = setup();
+  t.pleg.send({ id: "u1", type: "ContainerStarted", data: "c1" });
+  t.pleg.send({ id: "u1", type: "ContainerDied", data: "c1" });
+  await settle();
+  t.loop.push({ op: "ADD", pods: [pod("a")], source: "api" });
+  t.pleg.send({ id: "u2", type: "ContainerStarted", data: "c2" });
+  await settle();
+  assert.deepEqual(t.handler.calls.filter((c) => c.startsWith("pleg")), [
+    "pleg:u1:ContainerStarted",
+    "pleg:u1:ContainerDied",
+    "pleg:u2:ContainerStarted",
+  ]);
+  assert.ok(t.handler.calls.includes("add:a"));
+  await t.stop();
+});
+
+Deno.test("SyncLoop syncs due pods every second and cleans up every two", async () => {
+  const t = setup();
+  await settle();
+  t.handler.due = [pod("a")];
+  t.clock.step(1_000);
+  await settle();
+  assert.deepEqual(t.handler.calls, ["sync:a"]);
+  t.clock.step(1_000);
+  await settle();
+  assert.deepEqual(t.handler.calls, ["sync:a", "cleanup"]);
+  t.clock.step(2_000);
+  await settle();
+  assert.deepEqual(t.handler.calls, ["sync:a", "cleanup", "cleanup"]);
+  await t.stop();
+});
+
+Deno.test("SyncLoop skips housekeeping until the sources are ready", async () => {
+  const t = setup();
+  t.setSourcesReady(false);
+  await settle();
+  t.clock.step(2_000);
+  await settle();
+  assert.deepEqual(t.handler.calls, []);
+  t.setSourcesReady(true);
+  t.clock.step(2_000);
+  await settle();
+  assert.deepEqual(t.handler.calls, ["cleanup"]);
+  await t.stop();
+});
+
+Deno.test("SyncLoop keeps running after a failed cleanup", async () => {
+  const t = setup();
+  t.handler.cleanupError = new Error("boom");
+  await settle();
+  t.clock.step(2_000);
+  await settle();
+  t.loop.push({ op: "ADD", pods: [pod("a")], source: "api" });
+  await settle();
+  assert.deepEqual(t.handler.calls, ["cleanup", "add:a"]);
+  await t.stop();
+});
+
+Deno.test("SyncLoop backs off from 100 ms to 5 s while the runtime reports errors", async () => {
+  const t = setup({}, "container runtime is down");
+  await settle();
+  t.loop.push({ op: "ADD", pods: [pod("a")], source: "api" });
+  // 100, 200, 400, ... 3200, then 5000 each time: nothing is dispatched meanwhile.
+  const waits = [100, 200, 400, 800, 1600, 3200, 5000, 5000];
+  for (const w of waits) {
+    const before = t.loop.iterations;
+    t.clock.step(w - 1);
+    await settle();
+    assert.equal(t.clock.waiters, 1, `one backoff sleep pending before ${w} ms`);
+    t.clock.step(1);
+    await settle();
+    assert.equal(t.loop.iterations, before);
+  }
+  assert.equal(t.handler.calls.length, 0);
+  t.setRuntimeErrors(undefined);
+  t.clock.step(5_000);
+  await settle();
+  assert.ok(t.handler.calls.includes("add:a"));
+  await t.stop();
+});
+
+Deno.test("SyncLoop healthCheck fails when an iteration takes longer than 5 minutes", async () => {
+  const t = setup();
+  await settle();
+  assert.equal(t.loop.healthCheck(), undefined);
+  let release!: () => void;
+  t.handler.handlePodCleanups = () => new Promise<void>((r) => (release = r));
+  t.clock.step(2_000);
+  await settle();
+  t.clock.step(5 * 60_000 + 1);
+  assert.equal(t.loop.healthCheck(), "sync Loop took longer than expected");
+  release();
+  await settle();
+  assert.equal(t.loop.healthCheck(), undefined);
+  await t.stop();
+});

@@ -1,0 +1,490 @@
+/**
+ * Pod lifecycle end to end: the agent against a real kube-apiserver and real containerd runs
+ * pods created with kubectl (bound to it by spec.nodeName, as no scheduler runs here), reports
+ * their status as upstream does, stops them gracefully, runs static pods with mirror pods,
+ * rejects what does not fit, and adopts its running pods after a SIGKILL.
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import type { V1ContainerStatus, V1Pod } from "@kubernetes/client-node";
+import { FakeClock } from "../src/clock.ts";
+import { isStatus, KubeClient } from "../src/kube_client.ts";
+import { loadKubeconfig } from "../src/kubeconfig.ts";
+import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
+import { type ControlPlane, dumpLogsOnFailure, startControlPlane } from "./control_plane.ts";
+import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
+import { requireRoot } from "./requirements.ts";
+
+const gate = await requireRoot("pod lifecycle e2e tests", [
+  "containerd",
+  "ctr",
+  "runc",
+  "openssl",
+  "go",
+]);
+const NODE = "kts-pods-e2e";
+const NS = "default";
+
+interface World {
+  readonly dir: string;
+  readonly cp: ControlPlane;
+  readonly containerd: ContainerdHandle;
+  readonly staticDir: string;
+  readonly args: string[];
+  agent: RunningAgent;
+}
+
+let world: Promise<World> | undefined;
+
+function getWorld(): Promise<World> {
+  world ??= (async () => {
+    const dir = await Deno.makeTempDir({ prefix: "pods-e2e-" });
+    const cp = await startControlPlane({ dir: join(dir, "cp"), nodeNames: [NODE] });
+    const socket = join(dir, "containerd", "containerd.sock");
+    const containerd = await startContainerd({ dir: join(dir, "containerd"), socket });
+    await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE] });
+    const staticDir = join(dir, "manifests");
+    await Deno.mkdir(staticDir, { recursive: true });
+    const config = join(dir, "kubelet.yaml");
+    await Deno.writeTextFile(
+      config,
+      [
+        "apiVersion: kubelet.config.k8s.io/v1beta1",
+        "kind: KubeletConfiguration",
+        "failCgroupV1: false",
+        `containerRuntimeEndpoint: unix://${socket}`,
+        "healthzPort: 0",
+        `staticPodPath: ${staticDir}`,
+        "fileCheckFrequency: 2s",
+        "",
+      ].join("\n"),
+    );
+    const sa = await cp.kubectl(["create", "serviceaccount", "default", "-n", NS]);
+    assert.ok(sa.code === 0 || sa.stderr.includes("AlreadyExists"), sa.stderr);
+    const args = [
+      "--config",
+      config,
+      "--kubeconfig",
+      cp.nodeKubeconfig(NODE),
+      "--hostname-override",
+      NODE,
+      "--root-dir",
+      join(dir, "root"),
+      "--cert-dir",
+      join(dir, "pki"),
+    ];
+    const agent = spawnAgent(args);
+    await agent.waitFor("Starting kubelet main sync loop", 60_000);
+    return { dir, cp, containerd, staticDir, args, agent };
+  })();
+  return world;
+}
+
+async function admin(cp: ControlPlane): Promise<KubeClient> {
+  return new KubeClient({
+    config: await loadKubeconfig(cp.adminKubeconfig),
+    clock: new FakeClock(),
+    qps: -1,
+    userAgent: "pods-e2e-test",
+  });
+}
+
+async function poll<T>(what: string, fn: () => Promise<T | undefined>, ms: number): Promise<T> {
+  const end = Date.now() + ms;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== undefined) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > end) {
+      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last}` : ""}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+interface PodOptions {
+  restartPolicy?: "Always" | "OnFailure" | "Never";
+  grace?: number;
+  initContainers?: unknown[];
+  cpu?: string;
+}
+
+/** A busybox pod bound to the node, running `script` in container "main". */
+function podManifest(name: string, script: string, o: PodOptions = {}): string {
+  const pod = {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: { name, namespace: NS, labels: { e2e: "pods" } },
+    spec: {
+      nodeName: NODE,
+      automountServiceAccountToken: false,
+      restartPolicy: o.restartPolicy ?? "Always",
+      terminationGracePeriodSeconds: o.grace ?? 2,
+      ...(o.initContainers ? { initContainers: o.initContainers } : {}),
+      containers: [{
+        name: "main",
+        image: BUSYBOX_IMAGE,
+        imagePullPolicy: "Never",
+        command: ["sh", "-c", script],
+        ...(o.cpu ? { resources: { requests: { cpu: o.cpu } } } : {}),
+      }],
+    },
+  };
+  return JSON.stringify(pod);
+}
+
+async function create(w: World, manifest: string): Promise<void> {
+  const r = await w.cp.kubectl(["create", "-f", "-"], { stdin: manifest });
+  assert.equal(r.code, 0, r.stderr);
+}
+
+function getPod(api: KubeClient, name: string): Promise<V1Pod> {
+  return api.get<V1Pod>(`/api/v1/namespaces/${NS}/pods/${name}`);
+}
+
+function status(pod: V1Pod, name = "main"): V1ContainerStatus | undefined {
+  return [...(pod.status?.containerStatuses ?? []), ...(pod.status?.initContainerStatuses ?? [])]
+    .find((c) => c.name === name);
+}
+
+async function waitPod(
+  api: KubeClient,
+  name: string,
+  what: string,
+  pred: (p: V1Pod) => boolean,
+  ms = 60_000,
+): Promise<V1Pod> {
+  return await poll(`pod ${name}: ${what}`, async () => {
+    const p = await getPod(api, name);
+    return pred(p) ? p : undefined;
+  }, ms);
+}
+
+function e2e(name: string, fn: (w: World, api: KubeClient) => Promise<void>) {
+  Deno.test({
+    name: `pod lifecycle: ${name}`,
+    ignore: gate.ignore,
+    sanitizeResources: false,
+    sanitizeOps: false,
+    async fn() {
+      gate.check();
+      const w = await getWorld();
+      const api = await admin(w.cp);
+      try {
+        await dumpLogsOnFailure(w.cp, () => fn(w, api));
+      } catch (e) {
+        console.error(`agent stderr:\n${w.agent.stderr().split("\n").slice(-60).join("\n")}`);
+        throw e;
+      } finally {
+        api.close();
+      }
+    },
+  });
+}
+
+e2e("a kubectl pod runs with a pod IP, and its log is in /var/log/pods", async (w, api) => {
+  await create(w, podManifest("web", "echo hello from web; sleep 3600"));
+  const pod = await waitPod(api, "web", "Running", (p) => p.status?.phase === "Running");
+  const uid = pod.metadata!.uid!;
+  assert.match(pod.status?.podIP ?? "", /^10\.88\./);
+  assert.deepEqual(pod.status?.podIPs?.map((i) => i.ip), [pod.status?.podIP]);
+  assert.ok(pod.status?.hostIP, "hostIP is set");
+  assert.ok(pod.status?.startTime, "startTime is set");
+  assert.equal(pod.status?.qosClass, "BestEffort");
+  const c = status(pod)!;
+  assert.ok(c.state?.running?.startedAt, JSON.stringify(c));
+  assert.match(c.containerID ?? "", /^containerd:\/\/[0-9a-f]{64}$/);
+  assert.equal(c.restartCount, 0);
+  assert.equal(c.ready, true);
+  assert.equal(c.started, true);
+  assert.equal(c.image, BUSYBOX_IMAGE);
+  const types = (pod.status?.conditions ?? []).filter((x) => x.status === "True").map((x) => x.type)
+    .sort();
+  assert.deepEqual(types, [
+    "ContainersReady",
+    "Initialized",
+    "PodReadyToStartContainers",
+    "PodScheduled",
+    "Ready",
+  ]);
+  const log = `/var/log/pods/${NS}_web_${uid}/main/0.log`;
+  const text = await poll("the container log", async () => {
+    const t = await Deno.readTextFile(log);
+    return t.includes("hello from web") ? t : undefined;
+  }, 10_000);
+  assert.match(text, /^\S+ stdout F hello from web$/m);
+  const logs = await w.cp.kubectl(["get", "events", "-n", NS, "-o", "json"]);
+  const reasons =
+    (JSON.parse(logs.stdout).items as { reason: string; involvedObject: { name: string } }[])
+      .filter((e) => e.involvedObject.name === "web").map((e) => e.reason);
+  for (const r of ["Pulled", "Created", "Started"]) {
+    assert.ok(reasons.includes(r), `${r} event: ${reasons}`);
+  }
+});
+
+e2e("a pod deleted with a grace period gets SIGTERM, then leaves the API", async (w, api) => {
+  await create(
+    w,
+    podManifest(
+      "graceful",
+      "trap 'echo got SIGTERM; exit 0' TERM; echo ready; while true; do sleep 0.2; done",
+      { grace: 30 },
+    ),
+  );
+  const pod = await waitPod(api, "graceful", "Running", (p) => p.status?.phase === "Running");
+  const uid = pod.metadata!.uid!;
+  const start = Date.now();
+  const del = await w.cp.kubectl(["delete", "pod", "graceful", "-n", NS, "--wait=false"]);
+  assert.equal(del.code, 0, del.stderr);
+  await poll("the pod to leave the API", async () => {
+    try {
+      await getPod(api, "graceful");
+      return undefined;
+    } catch (e) {
+      return isStatus(e, 404) ? true : undefined;
+    }
+  }, 30_000);
+  assert.ok(Date.now() - start < 20_000, "the container stopped on SIGTERM, not at the deadline");
+  const log = await Deno.readTextFile(`/var/log/pods/${NS}_graceful_${uid}/main/0.log`);
+  assert.match(log, /got SIGTERM/);
+});
+
+e2e("exit codes under each restart policy reach upstream's phase and reasons", async (w, api) => {
+  const cases = [
+    { name: "never-ok", policy: "Never", code: 0, phase: "Succeeded", reason: "Completed" },
+    { name: "never-fail", policy: "Never", code: 1, phase: "Failed", reason: "Error" },
+    { name: "onfailure-ok", policy: "OnFailure", code: 0, phase: "Succeeded", reason: "Completed" },
+  ] as const;
+  for (const c of cases) {
+    await create(w, podManifest(c.name, `exit ${c.code}`, { restartPolicy: c.policy }));
+  }
+  for (const c of cases) {
+    const pod = await waitPod(api, c.name, c.phase, (p) => p.status?.phase === c.phase);
+    const s = status(pod)!;
+    assert.equal(s.state?.terminated?.reason, c.reason, c.name);
+    assert.equal(s.state?.terminated?.exitCode, c.code, c.name);
+    assert.equal(s.restartCount, 0, c.name);
+    assert.equal(s.ready, false);
+  }
+  // Restarted by policy: exit 1 under OnFailure, exit 0 under Always.
+  await create(w, podManifest("onfailure-fail", "exit 1", { restartPolicy: "OnFailure" }));
+  await create(w, podManifest("always-ok", "exit 0", { restartPolicy: "Always" }));
+  for (
+    const [name, reason, code] of [["onfailure-fail", "Error", 1], [
+      "always-ok",
+      "Completed",
+      0,
+    ]] as const
+  ) {
+    const pod = await waitPod(
+      api,
+      name,
+      "a restart and CrashLoopBackOff",
+      (p) =>
+        (status(p)?.restartCount ?? 0) >= 1 &&
+        status(p)?.state?.waiting?.reason === "CrashLoopBackOff",
+      90_000,
+    );
+    const s = status(pod)!;
+    assert.equal(s.lastState?.terminated?.reason, reason);
+    assert.equal(s.lastState?.terminated?.exitCode, code);
+    assert.match(
+      s.state?.waiting?.message ?? "",
+      /^back-off \d+s restarting failed container=main pod=/,
+    );
+    assert.equal(pod.status?.phase, "Running", `${name} stays Running between restarts`);
+  }
+});
+
+e2e("init containers run in order; a failing one under Never fails the pod", async (w, api) => {
+  const init = (name: string, script: string) => ({
+    name,
+    image: BUSYBOX_IMAGE,
+    imagePullPolicy: "Never",
+    command: ["sh", "-c", script],
+  });
+  await create(
+    w,
+    podManifest("inits", "sleep 3600", {
+      initContainers: [init("first", "sleep 1"), init("second", "sleep 1")],
+    }),
+  );
+  const pod = await waitPod(api, "inits", "Running", (p) => p.status?.phase === "Running");
+  const first = status(pod, "first")!.state!.terminated!;
+  const second = status(pod, "second")!.state!.terminated!;
+  assert.equal(first.reason, "Completed");
+  assert.equal(second.reason, "Completed");
+  assert.ok(
+    new Date(first.finishedAt!).getTime() <= new Date(second.startedAt!).getTime(),
+    "second started after first finished",
+  );
+  assert.ok(
+    new Date(second.finishedAt!).getTime() <=
+      new Date(status(pod)!.state!.running!.startedAt!).getTime(),
+  );
+
+  await create(
+    w,
+    podManifest("init-fails", "sleep 3600", {
+      restartPolicy: "Never",
+      initContainers: [init("broken", "exit 3"), init("after", "true")],
+    }),
+  );
+  const failed = await waitPod(api, "init-fails", "Failed", (p) => p.status?.phase === "Failed");
+  assert.equal(status(failed, "broken")!.state?.terminated?.exitCode, 3);
+  assert.equal(status(failed, "after")!.state?.waiting?.reason, "PodInitializing");
+  assert.equal(status(failed)!.state?.waiting?.reason, "PodInitializing");
+  const initialized = failed.status?.conditions?.find((c) => c.type === "Initialized");
+  assert.equal(initialized?.status, "False");
+});
+
+e2e("a sidecar starts first and keeps running beside the main container", async (w, api) => {
+  await create(
+    w,
+    podManifest("sidecar", "sleep 3600", {
+      initContainers: [{
+        name: "proxy",
+        image: BUSYBOX_IMAGE,
+        imagePullPolicy: "Never",
+        restartPolicy: "Always",
+        command: ["sh", "-c", "sleep 3600"],
+      }],
+    }),
+  );
+  const pod = await waitPod(
+    api,
+    "sidecar",
+    "Running with both",
+    (p) =>
+      p.status?.phase === "Running" && !!status(p)?.state?.running &&
+      !!status(p, "proxy")?.state?.running,
+  );
+  const proxy = status(pod, "proxy")!;
+  assert.equal(proxy.started, true);
+  assert.ok(
+    new Date(proxy.state!.running!.startedAt!).getTime() <=
+      new Date(status(pod)!.state!.running!.startedAt!).getTime(),
+  );
+});
+
+e2e("a pod asking for more CPU than allocatable is rejected with OutOfcpu", async (w, api) => {
+  await create(w, podManifest("too-big", "sleep 3600", { cpu: "1000" }));
+  const pod = await waitPod(api, "too-big", "Failed", (p) => p.status?.phase === "Failed");
+  assert.equal(pod.status?.reason, "OutOfcpu");
+  assert.match(
+    pod.status?.message ?? "",
+    /^Pod was rejected: Node didn't have enough resource: cpu/,
+  );
+  // Others are untouched.
+  await create(w, podManifest("fits", "sleep 3600"));
+  await waitPod(api, "fits", "Running", (p) => p.status?.phase === "Running");
+});
+
+e2e("a static pod runs with a mirror pod, follows edits and goes when removed", async (w, api) => {
+  const manifest = (msg: string) =>
+    [
+      "apiVersion: v1",
+      "kind: Pod",
+      "metadata: {name: static-web, namespace: default}",
+      "spec:",
+      "  containers:",
+      `  - {name: main, image: ${BUSYBOX_IMAGE}, imagePullPolicy: Never, command: [sh, -c, 'echo ${msg}; sleep 3600']}`,
+      "",
+    ].join("\n");
+  await Deno.writeTextFile(join(w.staticDir, "bad.yaml"), "apiVersion: v1\nkind: Pod\nspec: [\n");
+  await Deno.writeTextFile(join(w.staticDir, "web.yaml"), manifest("v1"));
+  const name = `static-web-${NODE}`;
+  const mirror = await waitPod(api, name, "mirror Running", (p) => p.status?.phase === "Running");
+  assert.ok(mirror.metadata?.annotations?.["kubernetes.io/config.mirror"]);
+  assert.equal(mirror.metadata?.ownerReferences?.[0]?.kind, "Node");
+  assert.equal(mirror.metadata?.ownerReferences?.[0]?.name, NODE);
+  const firstHash = mirror.metadata?.annotations?.["kubernetes.io/config.hash"];
+
+  await Deno.writeTextFile(join(w.staticDir, "web.yaml"), manifest("v2"));
+  const edited = await waitPod(
+    api,
+    name,
+    "the edited pod Running",
+    (p) =>
+      p.metadata?.annotations?.["kubernetes.io/config.hash"] !== firstHash &&
+      p.status?.phase === "Running",
+    60_000,
+  );
+  assert.equal(
+    edited.metadata?.annotations?.["kubernetes.io/config.mirror"],
+    edited.metadata?.annotations?.["kubernetes.io/config.hash"],
+  );
+
+  // A deleted mirror pod is recreated.
+  const del = await w.cp.kubectl(["delete", "pod", name, "-n", NS, "--wait=false"]);
+  assert.equal(del.code, 0, del.stderr);
+  await waitPod(
+    api,
+    name,
+    "the mirror pod back",
+    (p) => p.metadata?.uid !== edited.metadata?.uid && !p.metadata?.deletionTimestamp,
+    60_000,
+  );
+
+  await Deno.remove(join(w.staticDir, "web.yaml"));
+  await poll("the mirror pod to go", async () => {
+    try {
+      await getPod(api, name);
+      return undefined;
+    } catch (e) {
+      return isStatus(e, 404) ? true : undefined;
+    }
+  }, 60_000);
+  await Deno.remove(join(w.staticDir, "bad.yaml"));
+});
+
+e2e(
+  "killed with SIGKILL and started again, the agent adopts 20 pods without restarts",
+  async (w, api) => {
+    const names = Array.from({ length: 20 }, (_, i) => `adopt-${i}`);
+    for (const n of names) await create(w, podManifest(n, "sleep 3600"));
+    const before = new Map<string, string>();
+    for (const n of names) {
+      const p = await waitPod(api, n, "Running", (p) => p.status?.phase === "Running", 120_000);
+      before.set(n, status(p)!.containerID!);
+    }
+    w.agent.process.kill("SIGKILL");
+    await w.agent.process.status;
+    w.agent = spawnAgent(w.args);
+    await w.agent.waitFor("Starting kubelet main sync loop", 60_000);
+    // Long enough for several syncs of every pod.
+    await new Promise((r) => setTimeout(r, 8_000));
+    for (const n of names) {
+      const p = await getPod(api, n);
+      const s = status(p)!;
+      assert.equal(p.status?.phase, "Running", n);
+      assert.equal(s.restartCount, 0, n);
+      assert.equal(s.containerID, before.get(n), `${n} kept its container`);
+    }
+    const del = await w.cp.kubectl(["delete", "pods", "-n", NS, "-l", "e2e=pods", "--wait=false"]);
+    assert.equal(del.code, 0, del.stderr);
+  },
+);
+
+Deno.test({
+  name: "pod lifecycle: teardown",
+  ignore: gate.ignore,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    if (!world) return;
+    const w = await world;
+    w.agent.process.kill("SIGTERM");
+    const st = await w.agent.process.status;
+    assert.equal(st.code, 0, w.agent.stderr().split("\n").slice(-20).join("\n"));
+    await w.containerd.stop();
+    await w.cp.stop();
+    await Deno.remove(w.dir, { recursive: true }).catch(() => {});
+  },
+});
