@@ -22,6 +22,9 @@ import { isCriCode } from "./cri_connection.ts";
 import { RuntimeState } from "./runtime_state.ts";
 import { waitForRuntime } from "./runtime_service.ts";
 import { kobj } from "./klog.ts";
+import { formatDuration } from "./duration.ts";
+import { hostIsCgroup2UnifiedMode } from "./cgroup_mode.ts";
+import * as api from "../proto/runtime/v1/api.ts";
 import type { MachineInfo } from "./machine_info.ts";
 import { initialNode, nodeStatus } from "./node_status.ts";
 import { PodCache } from "./pod_cache.ts";
@@ -42,6 +45,11 @@ import { newSourceApiserver } from "./config_apiserver.ts";
 
 /** How often updateRuntimeUp asks the runtime for its Status (upstream: 5 s). */
 export const RUNTIME_UP_PERIOD_MS = 5_000;
+
+/** Upstream runOnceManifestDelay, runOnceMaxRetries and runOnceRetryDelay. */
+const RUN_ONCE_MANIFEST_DELAY_MS = 1_000;
+const RUN_ONCE_MAX_RETRIES = 10;
+const RUN_ONCE_RETRY_DELAY_MS = 1_000;
 
 /** A requested mode or feature that this build does not implement yet. */
 export class NotSupportedError extends Error {
@@ -72,6 +80,9 @@ export class Kubelet {
   pleg: GenericPLEG | undefined;
   #runtimeVersion = "";
   #machine: MachineInfo | undefined;
+  #firstUpdate: PromiseWithResolvers<V1Pod[]> | undefined;
+  #podManager: PodManager | undefined;
+  #podCache: PodCache | undefined;
   #standaloneNode: V1Node | undefined;
 
   constructor(opts: KubeletOptions) {
@@ -168,7 +179,10 @@ export class Kubelet {
    * Builds the pod lifecycle (upstream NewMainKubelet's managers and makePodSourceConfig) and
    * starts it: the pod sources, the PLEG, the status manager and the sync loop.
    */
-  async #startPodLifecycle(signal: AbortSignal): Promise<Promise<void>[]> {
+  async #startPodLifecycle(
+    signal: AbortSignal,
+    mode: "loop" | "once" = "loop",
+  ): Promise<Promise<void>[]> {
     const { server, deps, nodeName, hostname, nodeIPs } = this.#opts;
     const { config, flags } = server;
     const { clock, logger, recorder } = deps;
@@ -224,8 +238,10 @@ export class Kubelet {
       logger,
     });
     const podsDirectory = join(flags.rootDirectory, "pods");
+    const cgroupV2 = await hostIsCgroup2UnifiedMode();
     const runtimeManager = new KubeRuntimeManager({
       runtime,
+      imageService,
       imageManager,
       recorder,
       clock,
@@ -236,6 +252,11 @@ export class Kubelet {
         cgroupParent: "",
         nodeHostname: hostname,
         clusterDomain: config.clusterDomain ?? "",
+        cpuCFSQuota: config.cpuCFSQuota,
+        cpuCFSQuotaPeriodMs: config.cpuCFSQuotaPeriod,
+        cgroupV2,
+        singleProcessOOMKill: config.singleProcessOOMKill ?? !cgroupV2,
+        logger,
       },
       podsDirectory,
       memoryCapacityBytes: machine.memoryCapacity,
@@ -291,8 +312,11 @@ export class Kubelet {
     });
     this.syncLoop = loop;
     const merge = (source: string) => (pods: V1Pod[]) => {
+      if (mode === "once") return this.#firstUpdate?.resolve(structuredClone(pods));
       for (const update of podConfig.set(source, pods)) loop.push(update);
     };
+    this.#podManager = podManager;
+    this.#podCache = podCache;
 
     const sources: string[] = [];
     const running: Promise<void>[] = [];
@@ -338,8 +362,113 @@ export class Kubelet {
       });
       running.push(api.run(signal));
     }
-    running.push(pleg.run(signal), statusManager.run(signal), loop.run(signal));
+    if (mode === "loop") {
+      running.push(pleg.run(signal), statusManager.run(signal), loop.run(signal));
+    }
     return running;
+  }
+
+  /**
+   * `--runonce` (upstream RunOnce): takes the first pod update of the static sources (within
+   * 1 s), admits and runs those pods until every container runs, retrying a pod's sync up to
+   * 10 times with a delay of 1 s doubling, and resolves; rejects naming the pods that did not
+   * start. The pods are left running.
+   */
+  async runOnce(signal: AbortSignal): Promise<void> {
+    const { server, deps } = this.#opts;
+    const { config } = server;
+    const log = deps.logger;
+    const runtime = deps.runtimeService;
+    if (!runtime) throw new Error("the kubelet needs a runtime service (preInitRuntimeService)");
+    const version = await waitForRuntime({
+      runtime,
+      endpoint: config.containerRuntimeEndpoint,
+      logger: log,
+      clock: deps.clock,
+      signal,
+    });
+    this.#runtimeVersion = `${version.runtimeName}://${version.runtimeVersion}`;
+    await this.#updateRuntimeUp("", signal);
+    const stop = new AbortController();
+    const inner = AbortSignal.any([signal, stop.signal]);
+    this.#firstUpdate = Promise.withResolvers<V1Pod[]>();
+    const running = await this.#startPodLifecycle(inner, "once");
+    try {
+      const timeout = deps.clock.sleep(RUN_ONCE_MANIFEST_DELAY_MS, inner).then(() => {
+        throw new Error(
+          `no pod manifest update after ${formatDuration(RUN_ONCE_MANIFEST_DELAY_MS)}`,
+        );
+      });
+      const pods = await Promise.race([this.#firstUpdate.promise, timeout]);
+      timeout.catch(() => {});
+      log.info("Processing manifest with pods", { numPods: pods.length });
+      await this.#runOncePods(pods, inner);
+      log.info("Finished processing pods", { numPods: pods.length });
+    } finally {
+      stop.abort();
+      await Promise.allSettled(running);
+    }
+  }
+
+  async #runOncePods(pods: V1Pod[], signal: AbortSignal): Promise<void> {
+    const log = this.#opts.deps.logger;
+    const syncer = this.podSyncer!;
+    const admitted: V1Pod[] = [];
+    const runs: Promise<{ pod: V1Pod; err?: unknown }>[] = [];
+    for (const pod of pods) {
+      this.#podManager!.addPod(pod);
+      if (!syncer.admitAndReject(pod, admitted)) continue;
+      admitted.push(pod);
+      runs.push(this.#runOncePod(pod, signal).then(() => ({ pod }), (err) => ({ pod, err })));
+    }
+    log.info("Waiting for pods", { numPods: admitted.length });
+    const failed: string[] = [];
+    for (const r of await Promise.all(runs)) {
+      const name = `${r.pod.metadata?.name}_${r.pod.metadata?.namespace}(${r.pod.metadata?.uid})`;
+      if (r.err !== undefined) {
+        log.error(r.err, "Unable to start pod", { pod: kobj(r.pod) });
+        failed.push(name);
+      } else log.info("Started pod", { pod: kobj(r.pod) });
+    }
+    if (failed.length > 0) {
+      throw new Error(`runonce failed: error running pods: [${failed.join(" ")}]`);
+    }
+    log.info("Pods started", { numPods: pods.length });
+  }
+
+  /** Upstream runPod: syncs until every container of the pod runs, or gives up. */
+  async #runOncePod(pod: V1Pod, signal: AbortSignal): Promise<void> {
+    const { clock, logger } = this.#opts.deps;
+    const uid = pod.metadata?.uid ?? "";
+    let delay = RUN_ONCE_RETRY_DELAY_MS;
+    for (let retry = 0;; retry++) {
+      await this.pleg!.relist(signal);
+      const status = this.#podCache!.get(uid).status;
+      const running = (pod.spec?.containers ?? []).every((c) =>
+        status.containerStatuses.find((s) => s.metadata?.name === c.name)?.state ===
+          api.ContainerState.CONTAINER_RUNNING
+      );
+      if (running) {
+        logger.info("Pod's containers running", { pod: kobj(pod) });
+        return;
+      }
+      logger.info("Pod's containers not running: syncing", { pod: kobj(pod) });
+      const terminal = await this.podSyncer!.syncPod(signal, "update", pod, undefined, status);
+      if (terminal) return;
+      if (retry >= RUN_ONCE_MAX_RETRIES) {
+        throw new Error(
+          `timeout error: pod ${
+            kobj(pod)
+          } containers not running after ${RUN_ONCE_MAX_RETRIES} retries`,
+        );
+      }
+      logger.info("Pod's containers synced, waiting", {
+        pod: kobj(pod),
+        duration: formatDuration(delay),
+      });
+      await clock.sleep(delay, signal);
+      delay *= 2;
+    }
   }
 
   /** This node as admission and mirror pods see it (upstream getNodeAnyWay). */
@@ -430,6 +559,36 @@ export class Kubelet {
   }
 
   /**
+   * One updateRuntimeUp: CRI Status into the runtime state. Returns the state as text ("" when
+   * ready) and logs it when it differs from `last`.
+   */
+  async #updateRuntimeUp(last: string, signal: AbortSignal): Promise<string> {
+    const { deps } = this.#opts;
+    const runtime = deps.runtimeService!;
+    let now: string;
+    try {
+      const res = await runtime.status(false, signal);
+      this.runtimeState.recordStatus(res.status?.conditions ?? []);
+      now = [this.runtimeState.runtimeErrors(), this.runtimeState.networkErrors()].filter(Boolean)
+        .join("; ");
+      if (now !== last) {
+        if (now === "") deps.logger.info("Container runtime and network are ready");
+        else deps.logger.error(null, "Container runtime not ready", { reason: now });
+      }
+    } catch (e) {
+      if (signal.aborted) return last;
+      now = `sanity check failed: ${e instanceof Error ? e.message : String(e)}`;
+      if (now !== last) deps.logger.error(e, "Container runtime sanity check failed");
+      // Upstream waits for the 30 s sync threshold before it calls the runtime down; a
+      // runtime whose socket does not answer is down now, and the node says so at once.
+      if (isCriCode(e, grpc.status.UNAVAILABLE)) {
+        this.runtimeState.setRuntimeState(`container runtime is down: ${e.details}`);
+      }
+    }
+    return now;
+  }
+
+  /**
    * upstream's updateRuntimeUp, every 5 s until `signal` aborts: CRI Status into the runtime
    * state. Logs when the state changes rather than on every failing check.
    */
@@ -439,26 +598,8 @@ export class Kubelet {
     if (!runtime) throw new Error("updateRuntimeUp needs a runtime service");
     let last = "";
     while (!signal.aborted) {
-      let now: string;
-      try {
-        const res = await runtime.status(false, signal);
-        this.runtimeState.recordStatus(res.status?.conditions ?? []);
-        now = [this.runtimeState.runtimeErrors(), this.runtimeState.networkErrors()].filter(Boolean)
-          .join("; ");
-        if (now !== last) {
-          if (now === "") deps.logger.info("Container runtime and network are ready");
-          else deps.logger.error(null, "Container runtime not ready", { reason: now });
-        }
-      } catch (e) {
-        if (signal.aborted) break;
-        now = `sanity check failed: ${e instanceof Error ? e.message : String(e)}`;
-        if (now !== last) deps.logger.error(e, "Container runtime sanity check failed");
-        // Upstream waits for the 30 s sync threshold before it calls the runtime down; a
-        // runtime whose socket does not answer is down now, and the node says so at once.
-        if (isCriCode(e, grpc.status.UNAVAILABLE)) {
-          this.runtimeState.setRuntimeState(`container runtime is down: ${e.details}`);
-        }
-      }
+      const now = await this.#updateRuntimeUp(last, signal);
+      if (signal.aborted) break;
       // A change of readiness is reported now rather than at the next status period.
       if (now !== last) this.nodeStatus?.poke();
       last = now;

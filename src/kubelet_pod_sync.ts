@@ -288,6 +288,47 @@ export class PodSyncer implements SyncHandler {
     }
   }
 
+  /**
+   * Upstream killPodNow (the eviction and preemption KillPodFunc): asks the pod's worker to stop
+   * it with `gracePeriodOverride` (else the pod's own) and waits for its containers to be gone,
+   * at most 1.5 times the grace period and at least 10 s; past that, an ExceededGracePeriod
+   * event and an error.
+   */
+  async killPodNow(
+    pod: V1Pod,
+    opts: { evict?: boolean; gracePeriodOverride?: number; signal?: AbortSignal } = {},
+  ): Promise<void> {
+    const grace = opts.gracePeriodOverride ?? pod.spec?.terminationGracePeriodSeconds ?? 30;
+    const timeoutMs = Math.max(Math.floor(grace * 1.5), 10) * 1000;
+    const done = Promise.withResolvers<void>();
+    this.workers.updatePod({
+      updateType: "kill",
+      pod,
+      startTime: this.#o.clock.now(),
+      killPodOptions: {
+        evict: opts.evict,
+        podTerminationGracePeriodSecondsOverride: opts.gracePeriodOverride,
+        onCompleted: () => done.resolve(),
+      },
+    });
+    const timer = new AbortController();
+    const signal = opts.signal ? AbortSignal.any([opts.signal, timer.signal]) : timer.signal;
+    const timedOut = this.#o.clock.sleep(timeoutMs, signal).then(() => true, () => false);
+    try {
+      if (await Promise.race([done.promise.then(() => false), timedOut])) {
+        this.#o.recorder.event(
+          podRef(pod),
+          "Warning",
+          "ExceededGracePeriod",
+          "Container runtime did not kill the pod within specified grace period.",
+        );
+        throw new Error("timeout waiting to kill pod");
+      }
+    } finally {
+      timer.abort();
+    }
+  }
+
   // ---- The pod workers' phases --------------------------------------------------------------
 
   /** Upstream SyncPod: makes the pod run as specified; true once it reached a terminal phase. */
@@ -407,15 +448,27 @@ export class PodSyncer implements SyncHandler {
     if (pod) this.#dispatch(pod, "update", mirror, start);
   }
 
+  /**
+   * Admits `pod` against `admitted` (upstream runOnce's canAdmitPod); a rejected pod is marked
+   * Failed with an event. Returns whether it was admitted.
+   */
+  admitAndReject(pod: V1Pod, admitted: readonly V1Pod[]): boolean {
+    const rejected = this.#admit(pod, admitted);
+    if (rejected) this.#rejectPod(pod, rejected.reason, rejected.message);
+    return rejected === undefined;
+  }
+
   /** Upstream canAdmitPod over the pods that are still active. */
-  #admit(pod: V1Pod): { reason: string; message: string } | undefined {
+  #admit(pod: V1Pod, others?: readonly V1Pod[]): { reason: string; message: string } | undefined {
     const node = this.#o.getNode();
     if (!node) return undefined;
     const uid = uidOf(pod);
-    const otherPods = this.#o.podManager.getPods().filter((p) =>
-      uidOf(p) !== uid && !this.#isAdmittedPodTerminal(p) &&
-      !this.workers.isPodKnownTerminated(uidOf(p))
-    );
+    const otherPods = others
+      ? [...others]
+      : this.#o.podManager.getPods().filter((p) =>
+        uidOf(p) !== uid && !this.#isAdmittedPodTerminal(p) &&
+        !this.workers.isPodKnownTerminated(uidOf(p))
+      );
     const r = admitPod({ pod, otherPods, node });
     return r.admit ? undefined : { reason: r.reason, message: r.message };
   }

@@ -119,7 +119,6 @@ export async function run(
       "TLS bootstrap (--bootstrap-kubeconfig) is not supported yet: give a --kubeconfig with a client certificate",
     );
   }
-  if (s.flags.runOnce) throw new NotSupportedError("--runonce is not supported yet");
   let clients: KubeClient[] = [];
   if (s.flags.kubeConfig !== "" && !deps.kubeClient) {
     const rest = await loadKubeconfig(s.flags.kubeConfig);
@@ -203,7 +202,10 @@ export async function runKubelet(
   const kubelet = new Kubelet({ server: s, deps, nodeName: hostname, hostname, nodeIPs });
   try {
     await kubelet.setupDataDirs();
-    await kubelet.run(signal);
+    if (s.flags.runOnce) {
+      await kubelet.runOnce(signal);
+      deps.logger.info("Started kubelet as runonce");
+    } else await kubelet.run(signal);
   } finally {
     stopEvents.abort();
     await events?.catch((e) => deps.logger.error(e, "Event recorder stopped"));

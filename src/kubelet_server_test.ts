@@ -118,10 +118,6 @@ Deno.test("run refuses what is not supported yet, loudly", async () => {
     /\/nonexistent\/kubelet\.conf: cannot read kubeconfig/,
   );
   await assert.rejects(
-    run(await server({ runOnce: true }), deps, signal),
-    /--runonce is not supported yet/,
-  );
-  await assert.rejects(
     run(await server({ cloudProvider: "aws" }), deps, signal),
     /--cloud-provider=aws is not supported/,
   );

@@ -1,0 +1,400 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import type { V1Pod, V1PodStatus } from "@kubernetes/client-node";
+import * as api from "../proto/runtime/v1/api.ts";
+import { FakeClock } from "./clock.ts";
+import { CriConnection } from "./cri_connection.ts";
+import type { EventRecorder } from "./dependencies.ts";
+import { DnsConfigurer } from "./dns.ts";
+import type { ContainerBehaviour } from "./fake_runtime_service.ts";
+import { type FakeRemoteRuntime, startFakeRuntime } from "./fake_remote_runtime.ts";
+import { ImageManager } from "./image_manager.ts";
+import { createLogger } from "./klog.ts";
+import { PodSyncer } from "./kubelet_pod_sync.ts";
+import { SyncLoop } from "./kubelet_sync_loop.ts";
+import { KubeRuntimeManager } from "./kuberuntime_manager.ts";
+import { GenericPLEG } from "./pleg.ts";
+import { PodCache } from "./pod_cache.ts";
+import { PodManager } from "./pod_manager.ts";
+import { ReasonCache } from "./reason_cache.ts";
+import { RemoteImageService } from "./remote_image.ts";
+import { RemoteRuntimeService } from "./remote_runtime.ts";
+import { StatusManager } from "./status_manager.ts";
+import { initialNode } from "./node_status.ts";
+
+const IMAGE = "docker.io/library/busybox:1.36";
+const NODE = "node-1";
+
+interface Harness extends AsyncDisposable {
+  readonly fake: FakeRemoteRuntime;
+  readonly runtime: RemoteRuntimeService;
+  readonly clock: FakeClock;
+  readonly loop: SyncLoop;
+  readonly syncer: PodSyncer;
+  readonly statuses: StatusManager;
+  readonly events: { reason: string; message: string; name: string }[];
+  /** Container behaviour by pod name. */
+  readonly behaviours: Map<string, ContainerBehaviour>;
+  /** Steps fake time by `ms`, relists, and lets the loop and workers run. */
+  step(ms: number): Promise<void>;
+  /** Steps `stepMs` (100) at a time until `pred` holds or `maxMs` of fake time have passed. */
+  until(what: string, pred: () => boolean, maxMs?: number, stepMs?: number): Promise<void>;
+  add(...pods: V1Pod[]): void;
+  status(name: string): V1PodStatus | undefined;
+}
+
+async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i++) await new Promise((r) => setTimeout(r, 0));
+}
+
+async function harness(allocatableCpu = "4"): Promise<Harness> {
+  const dir = await Deno.makeTempDir({ prefix: "pod-sync-" });
+  const clock = new FakeClock();
+  const behaviours = new Map<string, ContainerBehaviour>();
+  const fake = await startFakeRuntime({
+    preloadImages: [IMAGE],
+    socket: join(dir, "cri.sock"),
+    clock,
+    onCreate: (_config, sandbox) => behaviours.get(sandbox.metadata?.name ?? ""),
+  });
+  const connection = new CriConnection({ endpoint: fake.endpoint });
+  const runtime = new RemoteRuntimeService({ connection, timeoutMs: 10_000 });
+  const images = new RemoteImageService({ connection, timeoutMs: 10_000 });
+  const logger = createLogger({ write: () => {}, pid: 1 });
+  const events: { reason: string; message: string; name: string }[] = [];
+  const recorder: EventRecorder = {
+    event: (ref, _type, reason, message) => events.push({ reason, message, name: ref.name }),
+  };
+  const podCache = new PodCache();
+  const pleg = new GenericPLEG({ runtime, cache: podCache, clock, logger });
+  const podManager = new PodManager();
+  const ctrl = new AbortController();
+  const ref: { syncer?: PodSyncer } = {};
+  const statuses = new StatusManager({
+    clock,
+    logger,
+    translatePodUID: () => undefined,
+    podCouldHaveRunningContainers: (uid) =>
+      ref.syncer?.workers.couldHaveRunningContainers(uid) ?? true,
+  });
+  const manager = new KubeRuntimeManager({
+    runtime,
+    imageService: images,
+    imageManager: new ImageManager({ imageService: images, recorder, clock }),
+    recorder,
+    clock,
+    logger,
+    sandbox: {
+      dns: new DnsConfigurer({ clusterDNS: [], clusterDomain: "", resolvConf: "", logger }),
+      podLogsDirectory: join(dir, "logs"),
+      nodeHostname: NODE,
+      clusterDomain: "",
+      logger,
+    },
+    podsDirectory: join(dir, "pods"),
+    memoryCapacityBytes: 8 * 2 ** 30,
+    legacyContainerLogsDirectory: join(dir, "containers"),
+  });
+  const node = initialNode({
+    nodeName: NODE,
+    hostname: NODE,
+    nodeLabels: {},
+    registerWithTaints: [],
+    registerSchedulable: true,
+    enableControllerAttachDetach: true,
+  });
+  node.status = { allocatable: { cpu: allocatableCpu, memory: "8Gi", pods: "110" } };
+  const syncer = new PodSyncer({
+    nodeName: NODE,
+    clock,
+    logger,
+    recorder,
+    podManager,
+    podCache,
+    runtime: manager,
+    statusManager: statuses,
+    reasonCache: new ReasonCache(),
+    getNode: () => node,
+    nodeIPs: ["192.0.2.10"],
+    networkErrors: () => undefined,
+    podsDirectory: join(dir, "pods"),
+    runtimePodIds: () => pleg.podIds(),
+    relist: (s) => pleg.relist(s),
+    signal: ctrl.signal,
+  });
+  ref.syncer = syncer;
+  const loop = new SyncLoop({
+    handler: syncer,
+    pleg,
+    runtimeErrors: () => undefined,
+    sourcesReady: () => true,
+    clock,
+    logger,
+  });
+  const running = loop.run(ctrl.signal);
+  const step = async (ms: number) => {
+    clock.step(ms);
+    await pleg.relist();
+    await settle();
+  };
+  return {
+    fake,
+    runtime,
+    clock,
+    loop,
+    syncer,
+    statuses,
+    events,
+    behaviours,
+    step,
+    async until(what, pred, maxMs = 30_000, stepMs = 100) {
+      const end = clock.now() + maxMs;
+      while (!pred()) {
+        if (clock.now() > end) throw new Error(`fake time ran out waiting for ${what}`);
+        await step(stepMs);
+      }
+    },
+    add: (...pods) => loop.push({ op: "ADD", pods, source: "api" }),
+    status: (name) => {
+      const pod = podManager.getPods().find((p) => p.metadata?.name === name);
+      return pod ? statuses.getPodStatus(pod.metadata!.uid!) : undefined;
+    },
+    async [Symbol.asyncDispose]() {
+      ctrl.abort();
+      await running;
+      await syncer.workers.drain();
+      connection.close();
+      await fake.stop();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+let uidSeq = 0;
+
+function pod(
+  name: string,
+  restartPolicy: "Always" | "OnFailure" | "Never" = "Always",
+  extra: Partial<NonNullable<V1Pod["spec"]>> = {},
+): V1Pod {
+  return {
+    metadata: {
+      name,
+      namespace: "default",
+      uid: `uid-${name}-${++uidSeq}`,
+      creationTimestamp: new Date(0),
+    },
+    spec: {
+      nodeName: NODE,
+      restartPolicy,
+      terminationGracePeriodSeconds: 1,
+      containers: [{ name: "main", image: IMAGE, imagePullPolicy: "IfNotPresent" }],
+      ...extra,
+    },
+    status: { phase: "Pending" },
+  };
+}
+
+function main(s: V1PodStatus | undefined) {
+  return s?.containerStatuses?.find((c) => c.name === "main");
+}
+
+Deno.test("PodSyncer runs a pod and reports it Running with its IP", async () => {
+  await using h = await harness();
+  h.add(pod("web"));
+  await h.until("Running", () => h.status("web")?.phase === "Running");
+  const s = h.status("web")!;
+  assert.ok(s.podIP, "pod IP");
+  assert.equal(main(s)?.ready, true);
+  assert.equal(main(s)?.restartCount, 0);
+  assert.equal(h.fake.service.sandboxes.size, 1);
+  assert.deepEqual(h.events.filter((e) => e.name === "web").map((e) => e.reason), [
+    "Pulled",
+    "Created",
+    "Started",
+  ]);
+});
+
+Deno.test("PodSyncer gives exit 0 and exit 1 the upstream phase under each restart policy", async () => {
+  await using h = await harness();
+  const cases = [
+    { name: "never-0", policy: "Never", code: 0, phase: "Succeeded", reason: "Completed" },
+    { name: "never-1", policy: "Never", code: 1, phase: "Failed", reason: "Error" },
+    { name: "onfailure-0", policy: "OnFailure", code: 0, phase: "Succeeded", reason: "Completed" },
+  ] as const;
+  for (const c of cases) {
+    h.behaviours.set(c.name, { exitAfterStart: true, exitCode: c.code });
+    h.add(pod(c.name, c.policy));
+  }
+  for (const c of cases) {
+    await h.until(c.phase, () => h.status(c.name)?.phase === c.phase);
+    const t = main(h.status(c.name))?.state?.terminated;
+    assert.equal(t?.reason, c.reason, c.name);
+    assert.equal(t?.exitCode, c.code, c.name);
+  }
+  // Restarted by policy, Running meanwhile.
+  for (
+    const [name, policy, code] of [["onfailure-1", "OnFailure", 1], [
+      "always-0",
+      "Always",
+      0,
+    ]] as const
+  ) {
+    h.behaviours.set(name, { exitAfterStart: true, exitCode: code });
+    h.add(pod(name, policy));
+    await h.until(`${name} restarted`, () => (main(h.status(name))?.restartCount ?? 0) >= 1);
+    const s = h.status(name)!;
+    assert.equal(s.phase, "Running", name);
+    assert.equal(main(s)?.lastState?.terminated?.exitCode, code, name);
+  }
+  // A terminal pod's sandbox is stopped.
+  await h.until(
+    "sandboxes of finished pods stopped",
+    () =>
+      [...h.fake.service.sandboxes.values()].filter((s) =>
+        s.state === api.PodSandboxState.SANDBOX_READY
+      ).length === 2,
+  );
+});
+
+Deno.test("PodSyncer restarts a crashing container after 10 s, 20 s, 40 s of back-off", async () => {
+  await using h = await harness();
+  h.behaviours.set("crash", { exitAfterStart: true, exitCode: 1 });
+  h.add(pod("crash"));
+  const starts = () =>
+    [...h.fake.service.containers.values()].map((c) => Number(c.startedAt / 1_000_000n)).sort(
+      (a, b) => a - b,
+    );
+  await h.until("five starts", () => starts().length >= 5, 120_000, 250);
+  const s = starts();
+  const gaps = s.slice(1).map((t, i) => t - s[i]!);
+  // The first restart is immediate, then each waits for its back-off (plus at most the 1 s
+  // sync tick and the 250 ms steps of this test).
+  const expected = [0, 10_000, 20_000, 40_000];
+  gaps.slice(0, 4).forEach((g, i) => {
+    assert.ok(g >= expected[i]!, `restart ${i + 1} after ${g} ms, back-off ${expected[i]} ms`);
+    assert.ok(
+      g <= expected[i]! + 1_500,
+      `restart ${i + 1} after ${g} ms, back-off ${expected[i]} ms`,
+    );
+  });
+  const waiting = main(h.status("crash"))?.state?.waiting;
+  assert.equal(waiting?.reason, "CrashLoopBackOff");
+  assert.match(
+    waiting?.message ?? "",
+    /^back-off \d+s restarting failed container=main pod=crash_default\(uid-crash-\d+\)$/,
+  );
+  assert.ok(h.events.some((e) => e.reason === "BackOff"));
+});
+
+Deno.test("PodSyncer rejects a pod that asks for more CPU than allocatable, and only that one", async () => {
+  await using h = await harness("2");
+  const big = pod("big");
+  big.spec!.containers[0]!.resources = { requests: { cpu: "3" } };
+  h.add(big, pod("small"));
+  await h.until("small Running", () => h.status("small")?.phase === "Running");
+  const s = h.status("big")!;
+  assert.equal(s.phase, "Failed");
+  assert.equal(s.reason, "OutOfcpu");
+  assert.match(s.message ?? "", /^Pod was rejected: Node didn't have enough resource: cpu/);
+  assert.ok(h.events.some((e) => e.name === "big" && e.reason === "OutOfcpu"));
+  // Nothing of it reached the runtime.
+  assert.equal(h.fake.service.sandboxes.size, 1);
+});
+
+Deno.test("PodSyncer stops a removed pod with its grace period and forgets it", async () => {
+  await using h = await harness();
+  const p = pod("gone");
+  h.add(p);
+  await h.until("Running", () => h.status("gone")?.phase === "Running");
+  h.loop.push({ op: "REMOVE", pods: [p], source: "api" });
+  await h.until(
+    "containers stopped",
+    () =>
+      [...h.fake.service.containers.values()].every((c) =>
+        c.state === api.ContainerState.CONTAINER_EXITED
+      ),
+    10_000,
+  );
+  await h.until(
+    "sandbox stopped",
+    () =>
+      [...h.fake.service.sandboxes.values()].every((s) =>
+        s.state === api.PodSandboxState.SANDBOX_NOTREADY
+      ),
+    10_000,
+  );
+  assert.ok(h.events.some((e) => e.reason === "Killing"));
+  await h.until("worker finished", () => h.syncer.workers.isPodKnownTerminated(p.metadata!.uid!));
+});
+
+Deno.test("PodSyncer kills runtime pods it has no pod for (orphans) at housekeeping", async () => {
+  await using h = await harness();
+  // A pod started by an earlier life of the agent and deleted meanwhile.
+  const labels = {
+    "io.kubernetes.pod.name": "orphan",
+    "io.kubernetes.pod.namespace": "default",
+    "io.kubernetes.pod.uid": "uid-orphan",
+  };
+  const sandboxConfig = api.PodSandboxConfig.create({
+    metadata: { name: "orphan", namespace: "default", uid: "uid-orphan", attempt: 0 },
+    labels,
+  });
+  const sandbox = await h.runtime.runPodSandbox(sandboxConfig, "");
+  const id = await h.runtime.createContainer(
+    sandbox,
+    api.ContainerConfig.create({
+      metadata: { name: "main", attempt: 0 },
+      image: { image: IMAGE },
+      labels: { ...labels, "io.kubernetes.container.name": "main" },
+    }),
+    sandboxConfig,
+  );
+  await h.runtime.startContainer(id);
+  await h.until(
+    "the orphan stopped",
+    () =>
+      h.fake.service.containers.get(id)?.state === api.ContainerState.CONTAINER_EXITED &&
+      h.fake.service.sandboxes.get(sandbox)?.state === api.PodSandboxState.SANDBOX_NOTREADY,
+    10_000,
+  );
+});
+
+Deno.test("PodSyncer.killPodNow stops the pod, or reports ExceededGracePeriod past 1.5x grace", async () => {
+  await using h = await harness();
+  const p = pod("evictee");
+  h.add(p);
+  await h.until("Running", () => h.status("evictee")?.phase === "Running");
+  let done = false;
+  const kill = h.syncer.killPodNow(p, { evict: true, gracePeriodOverride: 0 }).then(() =>
+    done = true
+  );
+  await h.until("killPodNow resolved", () => done, 5_000);
+  await kill;
+  assert.ok(
+    [...h.fake.service.containers.values()].every((c) =>
+      c.state === api.ContainerState.CONTAINER_EXITED
+    ),
+  );
+
+  // A runtime that never answers StopContainer: the wait ends after max(1.5 × 20 s, 10 s).
+  const stuck = pod("stuck");
+  stuck.spec!.terminationGracePeriodSeconds = 20;
+  h.add(stuck);
+  await h.until("stuck Running", () => h.status("stuck")?.phase === "Running");
+  h.fake.setLatency("StopContainer", 3_600_000);
+  let error: unknown;
+  const waiting = h.syncer.killPodNow(stuck).catch((e) => (error = e));
+  await h.step(29_000);
+  assert.equal(error, undefined);
+  await h.step(1_000);
+  await waiting;
+  assert.match(String(error), /timeout waiting to kill pod/);
+  assert.ok(
+    h.events.some((e) =>
+      e.name === "stuck" && e.reason === "ExceededGracePeriod" &&
+      e.message === "Container runtime did not kill the pod within specified grace period."
+    ),
+  );
+  h.fake.setLatency("StopContainer", 0);
+});
