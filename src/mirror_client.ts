@@ -16,11 +16,14 @@ import type { V1DeleteOptions, V1Pod } from "@kubernetes/client-node";
 import { KObj, type Logger } from "./klog.ts";
 import { isStatus, type KubeClient } from "./kube_client.ts";
 import {
-  API_SOURCE,
   CONFIG_HASH_ANNOTATION,
   CONFIG_MIRROR_ANNOTATION,
   CONFIG_SOURCE_ANNOTATION,
+  isMirrorPod,
+  isStaticPod,
 } from "./pod_config.ts";
+
+export { isMirrorPod, isStaticPod };
 
 /** A mirror pod operation that could not be attempted (bad full name, node not known). */
 export class MirrorPodError extends Error {
@@ -56,16 +59,6 @@ export function getPodSource(pod: V1Pod): string {
   return source;
 }
 
-/** True for a pod from a file or URL rather than the apiserver. */
-export function isStaticPod(pod: V1Pod): boolean {
-  const source = pod.metadata?.annotations?.[CONFIG_SOURCE_ANNOTATION];
-  return source !== undefined && source !== API_SOURCE;
-}
-
-/** True for the apiserver copy of a static pod. */
-export function isMirrorPod(pod: V1Pod): boolean {
-  return pod.metadata?.annotations?.[CONFIG_MIRROR_ANNOTATION] !== undefined;
-}
 
 /** The static pod's config hash; "" when it has none (upstream getPodHash). */
 export function getStaticPodHash(pod: V1Pod): string {

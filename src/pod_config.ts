@@ -32,6 +32,17 @@ export const CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror";
 export const CONFIG_FIRST_SEEN_ANNOTATION = "kubernetes.io/config.seen";
 export const CONFIG_HASH_ANNOTATION = "kubernetes.io/config.hash";
 
+/** Whether the pod came from a file or URL rather than the apiserver (upstream `IsStaticPod`). */
+export function isStaticPod(pod: V1Pod): boolean {
+  const source = pod.metadata?.annotations?.[CONFIG_SOURCE_ANNOTATION];
+  return source !== undefined && source !== API_SOURCE;
+}
+
+/** Whether the pod is the apiserver's mirror of a static pod (upstream `IsMirrorPod`). */
+export function isMirrorPod(pod: V1Pod): boolean {
+  return pod.metadata?.annotations?.[CONFIG_MIRROR_ANNOTATION] !== undefined;
+}
+
 /** The kubelet's own annotations, ignored when deciding whether a pod changed. */
 const LOCAL_ANNOTATIONS = [
   CONFIG_SOURCE_ANNOTATION,

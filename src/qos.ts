@@ -19,7 +19,9 @@ import {
   resourceList,
   valueOf,
 } from "./_resource_helpers.ts";
-import { API_SOURCE, CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION } from "./pod_config.ts";
+import { isMirrorPod, isStaticPod } from "./pod_config.ts";
+
+export { isMirrorPod, isStaticPod };
 
 /** A pod's quality-of-service class (upstream `v1.PodQOSClass`). */
 export type QOSClass = "Guaranteed" | "Burstable" | "BestEffort";
@@ -80,16 +82,6 @@ function resourceQOS(resources: V1ResourceRequirements): QOSClass {
   return qos ?? "BestEffort";
 }
 
-/** Whether the pod came from a file or URL rather than the apiserver (upstream `IsStaticPod`). */
-export function isStaticPod(pod: V1Pod): boolean {
-  const source = pod.metadata?.annotations?.[CONFIG_SOURCE_ANNOTATION];
-  return source !== undefined && source !== API_SOURCE;
-}
-
-/** Whether the pod is the apiserver's mirror of a static pod (upstream `IsMirrorPod`). */
-export function isMirrorPod(pod: V1Pod): boolean {
-  return pod.metadata?.annotations?.[CONFIG_MIRROR_ANNOTATION] !== undefined;
-}
 
 /** Static, mirror, or priority at least system-critical (upstream `IsCriticalPod`). */
 export function isCriticalPod(pod: V1Pod): boolean {

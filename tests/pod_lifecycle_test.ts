@@ -113,6 +113,7 @@ interface PodOptions {
   grace?: number;
   initContainers?: unknown[];
   cpu?: string;
+  terminationMessagePolicy?: "File" | "FallbackToLogsOnError";
 }
 
 /** A busybox pod bound to the node, running `script` in container "main". */
@@ -133,6 +134,9 @@ function podManifest(name: string, script: string, o: PodOptions = {}): string {
         imagePullPolicy: "Never",
         command: ["sh", "-c", script],
         ...(o.cpu ? { resources: { requests: { cpu: o.cpu } } } : {}),
+        ...(o.terminationMessagePolicy
+          ? { terminationMessagePolicy: o.terminationMessagePolicy }
+          : {}),
       }],
     },
   };
@@ -301,6 +305,29 @@ e2e("exit codes under each restart policy reach upstream's phase and reasons", a
     assert.equal(pod.status?.phase, "Running", `${name} stays Running between restarts`);
   }
 });
+
+e2e(
+  "termination messages come from the file, or the log with FallbackToLogsOnError",
+  async (w, api) => {
+    await create(
+      w,
+      podManifest("msg-file", "printf 'from the file' > /dev/termination-log; exit 3", {
+        restartPolicy: "Never",
+      }),
+    );
+    await create(
+      w,
+      podManifest("msg-log", "echo line one; echo last words; exit 4", {
+        restartPolicy: "Never",
+        terminationMessagePolicy: "FallbackToLogsOnError",
+      }),
+    );
+    const file = await waitPod(api, "msg-file", "Failed", (p) => p.status?.phase === "Failed");
+    assert.equal(status(file)?.state?.terminated?.message, "from the file");
+    const log = await waitPod(api, "msg-log", "Failed", (p) => p.status?.phase === "Failed");
+    assert.equal(status(log)?.state?.terminated?.message, "line one\nlast words\n");
+  },
+);
 
 e2e("init containers run in order; a failing one under Never fails the pod", async (w, api) => {
   const init = (name: string, script: string) => ({
