@@ -59,7 +59,6 @@ export function getPodSource(pod: V1Pod): string {
   return source;
 }
 
-
 /** The static pod's config hash; "" when it has none (upstream getPodHash). */
 export function getStaticPodHash(pod: V1Pod): string {
   return pod.metadata?.annotations?.[CONFIG_HASH_ANNOTATION] ?? "";

@@ -82,7 +82,6 @@ function resourceQOS(resources: V1ResourceRequirements): QOSClass {
   return qos ?? "BestEffort";
 }
 
-
 /** Static, mirror, or priority at least system-critical (upstream `IsCriticalPod`). */
 export function isCriticalPod(pod: V1Pod): boolean {
   if (isStaticPod(pod) || isMirrorPod(pod)) return true;
