@@ -287,6 +287,7 @@ export class Kubelet {
       podsDirectory,
       runtimePodIds: () => pleg.podIds(),
       relist: (s) => pleg.relist(s),
+      runtimeChanged: () => pleg.poke(),
       resyncIntervalMs: config.syncFrequency,
       signal,
     });

@@ -73,6 +73,11 @@ export interface PodSyncerOptions {
   readonly runtimePodIds: () => Iterable<string>;
   /** A fresh relist, so a terminated pod's final status is read from the runtime. */
   readonly relist: (signal: AbortSignal) => Promise<void>;
+  /**
+   * Called after a sync changed containers or sandboxes, so the PLEG sees the change now and
+   * the pod's new status goes out without waiting for the next relist (PLEG poke).
+   */
+  readonly runtimeChanged?: () => void;
   /** `syncFrequency` in ms. @default 60000 */
   readonly resyncIntervalMs?: number;
   /** Stops the pod workers. */
@@ -367,6 +372,10 @@ export class PodSyncer implements SyncHandler {
     const pullSecrets = await this.#pullSecrets(pod, signal);
     const result = await runtime.syncPod(signal, pod, status, pullSecrets);
     reasonCache.update(uid, result);
+    // Building the sandbox config changes nothing; every other step that succeeded did.
+    if (result.results.some((r) => r.error === undefined && r.action !== "ConfigPodSandbox")) {
+      this.#o.runtimeChanged?.();
+    }
     const retryAfter = result.retryAfterMs();
     if (retryAfter !== undefined) this.workers.requeueAfter(uid, retryAfter);
     const err = result.error();

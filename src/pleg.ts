@@ -167,6 +167,10 @@ export class GenericPLEG {
   readonly #queue: PodLifecycleEvent[] = [];
   readonly #consumers: ((e: PodLifecycleEvent) => void)[] = [];
   #dropped = 0;
+  /** Aborted by poke() to end the wait between relists. */
+  #wake: AbortController | undefined;
+  /** A poke came while relisting: the next wait is skipped. */
+  #poked = false;
 
   constructor(opts: GenericPLEGOptions) {
     this.#runtime = opts.runtime;
@@ -193,12 +197,30 @@ export class GenericPLEG {
   async run(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
       await this.relist(signal);
+      if (this.#poked) {
+        this.#poked = false;
+        continue;
+      }
+      const wake = new AbortController();
+      this.#wake = wake;
       try {
-        await this.#clock.sleep(this.#period, signal);
+        await this.#clock.sleep(this.#period, AbortSignal.any([signal, wake.signal]));
       } catch {
-        return;
+        if (signal.aborted) return;
+      } finally {
+        this.#wake = undefined;
       }
     }
+  }
+
+  /**
+   * Ends the wait before the next relist of {@link run}: the kubelet has just changed containers
+   * and wants their new state seen now rather than up to a relist period later. A poke during
+   * a relist is kept for the moment it ends, so a change is never left for the full period.
+   */
+  poke(): void {
+    if (this.#wake) this.#wake.abort();
+    else this.#poked = true;
   }
 
   /** Upstream's Healthy: false until a relist succeeds, and when the last one is too old. */

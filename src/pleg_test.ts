@@ -230,3 +230,50 @@ Deno.test("GenericPLEG run relists every period and stops on abort", async () =>
   assert.equal(h.clock.waiters, 0);
   assert.equal(h.fake.callCount("ListPodSandbox"), 2);
 });
+
+Deno.test("GenericPLEG.poke relists at once instead of after the period", async () => {
+  await using h = await harness();
+  const ctrl = new AbortController();
+  let relists = 0;
+  const orig = h.runtime.listPodSandbox.bind(h.runtime);
+  h.runtime.listPodSandbox = (filter, signal) => {
+    relists++;
+    return orig(filter, signal);
+  };
+  const running = h.pleg.run(ctrl.signal);
+  const settle = async () => {
+    for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 1));
+  };
+  await settle();
+  assert.equal(relists, 1);
+  h.pleg.poke();
+  await settle();
+  assert.equal(relists, 2, "poke ended the wait");
+  // A poke while a relist runs is kept for when it ends.
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  h.runtime.listPodSandbox = async (filter, signal) => {
+    relists++;
+    await gate;
+    return orig(filter, signal);
+  };
+  h.pleg.poke();
+  await settle();
+  assert.equal(relists, 3);
+  h.pleg.poke();
+  release();
+  await settle();
+  assert.equal(relists, 4, "the poke during the relist was not lost");
+  await settle();
+  assert.equal(relists, 4, "and no more relists until the period or a poke");
+  ctrl.abort();
+  await running;
+});
+
+Deno.test("GenericPLEG.podIds lists the pods the last relist saw", async () => {
+  await using h = await harness();
+  assert.deepEqual(h.pleg.podIds(), []);
+  await runPod(h);
+  await h.pleg.relist();
+  assert.deepEqual(h.pleg.podIds(), [UID]);
+});
