@@ -25,7 +25,8 @@ const MERGE_KEYS: Readonly<Record<string, string>> = {
 
 /**
  * The JSON form of a value as Go would send it: undefined and null members dropped (omitempty,
- * and a zero metav1.Time is null), Dates as RFC 3339 with seconds precision.
+ * and a zero metav1.Time is null), empty list members dropped (every list of PodStatus is
+ * omitempty), Dates as RFC 3339 with seconds precision.
  */
 export function toJson(value: unknown): Json | undefined {
   if (value === undefined || value === null) return undefined;
@@ -39,7 +40,7 @@ export function toJson(value: unknown): Json | undefined {
     const out: JsonObject = {};
     for (const [k, v] of Object.entries(value)) {
       const j = toJson(v);
-      if (j !== undefined) out[k] = j;
+      if (j !== undefined && !(Array.isArray(j) && j.length === 0)) out[k] = j;
     }
     return out;
   }

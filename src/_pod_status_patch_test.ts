@@ -23,3 +23,18 @@ Deno.test("podStatusPatch merges conditions by type with the element order", () 
     "$setElementOrder/conditions": [{ type: "Ready" }, { type: "Initialized" }],
   });
 });
+
+Deno.test("podStatusPatch treats an empty list like a missing one, as Go's omitempty", () => {
+  const { unchanged } = podStatusPatch(
+    { phase: "Pending", initContainerStatuses: [] },
+    { phase: "Pending" },
+    "u1",
+  );
+  assert.equal(unchanged, true);
+  const { patch } = podStatusPatch(
+    { phase: "Pending", containerStatuses: [{ name: "a" }] },
+    { phase: "Pending", containerStatuses: [] },
+    "u1",
+  );
+  assert.deepEqual(patch.status, { containerStatuses: null });
+});

@@ -47,6 +47,11 @@ export class CriError extends Error {
   ) {
     super(`${rpc}: rpc error: code = ${CODE_NAMES[code] ?? code} desc = ${details}`, options);
   }
+
+  /** The error as Go's gRPC client prints it, without the RPC name (what upstream shows users). */
+  get grpcText(): string {
+    return `rpc error: code = ${CODE_NAMES[this.code] ?? this.code} desc = ${this.details}`;
+  }
 }
 
 /** True when `e` is a CRI error with gRPC code `code`. */

@@ -16,6 +16,7 @@ import { TokenBucket } from "./rate_limiter.ts";
 import type { ImageManagerService } from "./remote_image.ts";
 import { type DockerKeyring, keyringFromSecrets, parseImageName } from "./_docker_keyring.ts";
 import { formatDuration } from "./duration.ts";
+import { CriError } from "./cri_connection.ts";
 
 /** Why an image is not available, as the container's waiting reason (upstream `types.go`). */
 export type ImageErrorReason =
@@ -87,6 +88,11 @@ export class BackOff {
   }
 
   /** Drops the entries that have expired. */
+  /** Whether `id` has a back-off entry. */
+  has(id: string): boolean {
+    return this.#entries.has(id);
+  }
+
   gc(): void {
     const now = this.clock.now();
     for (const [id, e] of this.#entries) {
@@ -162,6 +168,8 @@ export class ImageManager {
   readonly #recorder: EventRecorder;
   readonly #clock: Clock;
   readonly #backOff: BackOff;
+  /** The last pull error per back-off key, for the ImagePullBackOff message. */
+  readonly #lastErrors = new Map<string, string>();
   readonly #pulls: Semaphore | undefined;
   readonly #limiter: TokenBucket;
 
@@ -197,11 +205,15 @@ export class ImageManager {
     req: EnsureImageRequest,
   ): Promise<EnsureImageResult> {
     const { pod, container } = req;
+    // Events are about the container, as upstream's container reference.
+    const isInit = (pod.spec?.initContainers ?? []).some((c) => c.name === container.name);
     const ref: ObjectRef = {
       kind: "Pod",
       name: pod.metadata?.name ?? "",
       namespace: pod.metadata?.namespace,
       uid: pod.metadata?.uid,
+      resourceVersion: pod.metadata?.resourceVersion,
+      fieldPath: `spec.${isInit ? "initContainers" : "containers"}{${container.name}}`,
     };
     const imgRef = container.image ?? "";
     const fail = (reason: ImageErrorReason, message: string): EnsureImageResult => ({
@@ -250,7 +262,9 @@ export class ImageManager {
     if (this.#backOff.isInBackOffSinceUpdate(backOffKey)) {
       const msg = `Back-off pulling image ${q(imgRef)}`;
       this.#recorder.event(ref, "Normal", "BackOff", msg);
-      return fail("ImagePullBackOff", msg);
+      // The waiting message carries the last pull error (upstream ImagePullBackOff message).
+      const last = this.#lastErrors.get(backOffKey);
+      return fail("ImagePullBackOff", last ? `${msg}: ErrImagePull: ${last}` : msg);
     }
 
     this.#recorder.event(ref, "Normal", "Pulling", `Pulling image ${q(imgRef)}`);
@@ -267,6 +281,7 @@ export class ImageManager {
       const text = errorText(e);
       this.#recorder.event(ref, "Warning", "Failed", `Failed to pull image ${q(imgRef)}: ${text}`);
       this.#backOff.next(backOffKey);
+      this.#lastErrors.set(backOffKey, text);
       return fail("ErrImagePull", text);
     }
     const totalMs = this.#clock.now() - start;
@@ -277,7 +292,11 @@ export class ImageManager {
       `Successfully pulled image ${q(imgRef)} in ${formatDuration(pulled.pullMs)} ` +
         `(${formatDuration(totalMs)} including waiting). Image size: ${pulled.size} bytes.`,
     );
+    this.#lastErrors.delete(backOffKey);
     this.#backOff.gc();
+    for (const key of this.#lastErrors.keys()) {
+      if (!this.#backOff.has(key)) this.#lastErrors.delete(key);
+    }
     return { imageRef: pulled.imageRef };
   }
 
@@ -325,6 +344,8 @@ export class ImageManager {
   }
 }
 
+/** What upstream shows of a pull error: a CRI error as Go's gRPC client prints it. */
 function errorText(e: unknown): string {
+  if (e instanceof CriError) return e.grpcText;
   return e instanceof Error ? e.message : String(e);
 }

@@ -4,7 +4,7 @@ import * as grpc from "@grpc/grpc-js";
 import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
 import { FakeClock } from "./clock.ts";
 import { CriConnection } from "./cri_connection.ts";
-import type { EventRecorder } from "./dependencies.ts";
+import type { EventRecorder, ObjectRef } from "./dependencies.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "./fake_remote_runtime.ts";
 import { type EnsureImageResult, ImageManager, type ImageManagerOptions } from "./image_manager.ts";
 import { type ImageManagerService, RemoteImageService } from "./remote_image.ts";
@@ -23,6 +23,8 @@ interface Harness extends AsyncDisposable {
   readonly events: Recorded[];
   readonly clock: FakeClock;
   manager(opts?: Partial<ImageManagerOptions>): ImageManager;
+  /** The object of each event, in order. */
+  readonly refs: ObjectRef[];
 }
 
 async function harness(): Promise<Harness> {
@@ -31,14 +33,19 @@ async function harness(): Promise<Harness> {
   const connection = new CriConnection({ endpoint: fake.endpoint });
   const images = new RemoteImageService({ connection, timeoutMs: 10_000 });
   const events: Recorded[] = [];
+  const refs: ObjectRef[] = [];
   const recorder: EventRecorder = {
-    event: (_, type, reason, message) => events.push({ type, reason, message }),
+    event: (ref, type, reason, message) => {
+      refs.push(ref);
+      events.push({ type, reason, message });
+    },
   };
   const clock = new FakeClock();
   return {
     fake,
     images,
     events,
+    refs,
     clock,
     manager: (opts) => new ImageManager({ imageService: images, recorder, clock, ...opts }),
     async [Symbol.asyncDispose]() {
@@ -139,14 +146,18 @@ Deno.test("ImageManager backs off 10s after a failed pull, then doubles", async 
 
   const first = await ensure(m, c);
   assert.ok("error" in first && first.error.reason === "ErrImagePull");
-  assert.match(first.error.message, /code = NotFound/);
+  // Upstream's text of a gRPC error, without our RPC name.
+  assert.match(first.error.message, /^rpc error: code = NotFound desc = /);
   assert.deepEqual(reasons(h.events), ["Pulling", "Failed"]);
   assert.equal(h.events[1]?.type, "Warning");
   assert.equal(h.events[1]?.message, `Failed to pull image "nginx:1": ${first.error.message}`);
 
   h.clock.step(9_999);
   assert.deepEqual(await ensure(m, c), {
-    error: { reason: "ImagePullBackOff", message: 'Back-off pulling image "nginx:1"' },
+    error: {
+      reason: "ImagePullBackOff",
+      message: `Back-off pulling image "nginx:1": ErrImagePull: ${first.error.message}`,
+    },
   });
   assert.deepEqual(h.events.at(-1), {
     type: "Normal",
@@ -246,4 +257,19 @@ Deno.test("ImageManager runs pulls in parallel when serializeImagePulls is false
   g.release();
   g.release();
   assert.ok("imageRef" in await a && "imageRef" in await b);
+});
+
+Deno.test("ImageManager events are about the container, as upstream's container reference", async () => {
+  await using h = await harness();
+  const m = h.manager();
+  const p: V1Pod = {
+    metadata: { name: "web", namespace: "default", uid: "uid-1", resourceVersion: "42" },
+    spec: { initContainers: [{ name: "setup", image: PRESENT }], containers: [] },
+  };
+  await ensure(m, { name: "setup", image: PRESENT }, [], p);
+  await ensure(m, { name: "app", image: PRESENT }, [], p);
+  assert.deepEqual(h.refs.map((r) => [r.fieldPath, r.resourceVersion]), [
+    ["spec.initContainers{setup}", "42"],
+    ["spec.containers{app}", "42"],
+  ]);
 });

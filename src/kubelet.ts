@@ -27,24 +27,22 @@ import { hostIsCgroup2UnifiedMode } from "./cgroup_mode.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { MachineInfo } from "./machine_info.ts";
 import { initialNode, nodeStatus } from "./node_status.ts";
-import { PodCache } from "./pod_cache.ts";
-import { GenericPLEG } from "./pleg.ts";
-import { PodManager } from "./pod_manager.ts";
-import { ReasonCache } from "./reason_cache.ts";
-import { StatusManager } from "./status_manager.ts";
-import { ImageManager } from "./image_manager.ts";
-import { DnsConfigurer } from "./dns.ts";
-import { KubeRuntimeManager } from "./kuberuntime_manager.ts";
-import { isStaticPod, MirrorClient } from "./mirror_client.ts";
-import { PodSyncer } from "./kubelet_pod_sync.ts";
+import type { PodCache } from "./pod_cache.ts";
+import type { GenericPLEG } from "./pleg.ts";
+import type { PodManager } from "./pod_manager.ts";
+import type { PodSyncer } from "./kubelet_pod_sync.ts";
+import { newPodLifecycle } from "./kubelet_pod_lifecycle.ts";
 import { API_SOURCE, FILE_SOURCE, HTTP_SOURCE, PodConfig } from "./pod_config.ts";
-import { SyncLoop } from "./kubelet_sync_loop.ts";
+import type { SyncLoop } from "./kubelet_sync_loop.ts";
 import { StaticPodFileSource } from "./config_file.ts";
 import { StaticPodURLSource } from "./config_http.ts";
 import { newSourceApiserver } from "./config_apiserver.ts";
 
 /** How often updateRuntimeUp asks the runtime for its Status (upstream: 5 s). */
 export const RUNTIME_UP_PERIOD_MS = 5_000;
+
+/** Where the kubelet links every container log, for log shippers (upstream ContainerLogsDir). */
+export const CONTAINER_LOGS_DIR = "/var/log/containers";
 
 /** Upstream runOnceManifestDelay, runOnceMaxRetries and runOnceRetryDelay. */
 const RUN_ONCE_MANIFEST_DELAY_MS = 1_000;
@@ -101,6 +99,23 @@ export class Kubelet {
       join(root, "pod-resources"),
       join(root, "checkpoints"),
     ];
+  }
+
+  /**
+   * Creates the log directories when missing (0755, as upstream's initializeModules does for
+   * /var/log/containers): the legacy container log links and the pod log root.
+   */
+  async setupLogDirs(): Promise<void> {
+    for (const dir of [CONTAINER_LOGS_DIR, this.#opts.server.config.podLogsDir]) {
+      try {
+        await this.#opts.deps.os.mkdirAll(dir, 0o755);
+      } catch (e) {
+        throw new Error(
+          `failed to create directory ${dir}: ${e instanceof Error ? e.message : String(e)}`,
+          { cause: e },
+        );
+      }
+    }
   }
 
   /** Creates the data directories (0750, as upstream). */
@@ -162,6 +177,7 @@ export class Kubelet {
       apiVersion: version.runtimeApiVersion,
     });
     stopped.push(this.#updateRuntimeUpLoop(signal));
+    await this.setupLogDirs();
     stopped.push(...(await this.#startPodLifecycle(signal)));
     log.info("Started kubelet", {
       nodeName: this.#opts.nodeName,
@@ -194,123 +210,35 @@ export class Kubelet {
     const machine = await readMachineInfo();
     this.#machine = machine;
 
-    const podCache = new PodCache();
-    const pleg = new GenericPLEG({ runtime, cache: podCache, clock, logger });
+    const sources: string[] = [];
+    const podConfig = new PodConfig({ now: () => clock.now(), logger });
+    const pods = newPodLifecycle({
+      config,
+      runtime,
+      imageService,
+      clock,
+      logger,
+      recorder,
+      kubeClient: deps.kubeClient,
+      nodeName,
+      hostname,
+      nodeIPs,
+      rootDirectory: flags.rootDirectory,
+      memoryCapacityBytes: machine.memoryCapacity,
+      cgroupV2: await hostIsCgroup2UnifiedMode(),
+      getNode: () => this.getNode(),
+      runtimeErrors: () => this.runtimeState.runtimeErrors(),
+      networkErrors: () => this.runtimeState.networkErrors(),
+      sourcesReady: () => podConfig.seenAllSources(sources),
+      signal,
+    });
+    const { pleg, syncer, loop, podManager, podCache } = pods;
     this.pleg = pleg;
     this.runtimeState.addHealthCheck("PLEG", () => {
       const h = pleg.healthy();
       return h.ok ? undefined : h.message;
     });
-    const podManager = new PodManager();
-    const reasonCache = new ReasonCache();
-    const workersRef: { syncer?: PodSyncer } = {};
-    const statusManager = new StatusManager({
-      client: deps.kubeClient,
-      clock,
-      logger,
-      // The status of a static pod goes to its mirror pod.
-      translatePodUID: (uid: string) => {
-        const pod = podManager.getPodByUID(uid);
-        return pod ? podManager.getMirrorPodByPod(pod)?.metadata?.uid : undefined;
-      },
-      getAPIPod: (uid: string) => {
-        const pod = podManager.getPodByUID(uid);
-        if (!pod) return undefined;
-        return isStaticPod(pod) ? podManager.getMirrorPodByPod(pod) : pod;
-      },
-      podCouldHaveRunningContainers: (uid: string) =>
-        workersRef.syncer?.workers.couldHaveRunningContainers(uid) ?? true,
-    });
-    const imageManager = new ImageManager({
-      imageService,
-      recorder,
-      clock,
-      serializeImagePulls: config.serializeImagePulls,
-      maxParallelImagePulls: config.maxParallelImagePulls,
-      registryPullQPS: config.registryPullQPS,
-      registryBurst: config.registryBurst,
-    });
-    const dns = new DnsConfigurer({
-      clusterDNS: config.clusterDNS ?? [],
-      clusterDomain: config.clusterDomain ?? "",
-      resolvConf: config.resolvConf,
-      recorder,
-      logger,
-    });
-    const podsDirectory = join(flags.rootDirectory, "pods");
-    const cgroupV2 = await hostIsCgroup2UnifiedMode();
-    const runtimeManager = new KubeRuntimeManager({
-      runtime,
-      imageService,
-      imageManager,
-      recorder,
-      clock,
-      logger,
-      sandbox: {
-        dns,
-        podLogsDirectory: config.podLogsDir,
-        cgroupParent: "",
-        nodeHostname: hostname,
-        clusterDomain: config.clusterDomain ?? "",
-        cpuCFSQuota: config.cpuCFSQuota,
-        cpuCFSQuotaPeriodMs: config.cpuCFSQuotaPeriod,
-        cgroupV2,
-        singleProcessOOMKill: config.singleProcessOOMKill ?? !cgroupV2,
-        logger,
-      },
-      podsDirectory,
-      memoryCapacityBytes: machine.memoryCapacity,
-    });
-    const mirrorClient = deps.kubeClient
-      ? new MirrorClient({
-        client: deps.kubeClient,
-        nodeName,
-        getNodeUID: () => this.getNode()?.metadata?.uid,
-        logger,
-      })
-      : undefined;
-    const syncer = new PodSyncer({
-      nodeName,
-      clock,
-      logger,
-      recorder,
-      podManager,
-      podCache,
-      runtime: runtimeManager,
-      statusManager,
-      reasonCache,
-      mirrorClient,
-      kubeClient: deps.kubeClient,
-      getNode: () => this.getNode(),
-      nodeIPs,
-      networkErrors: () => this.runtimeState.networkErrors(),
-      podsDirectory,
-      runtimePodIds: () => pleg.podIds(),
-      relist: (s) => pleg.relist(s),
-      runtimeChanged: () => pleg.poke(),
-      resyncIntervalMs: config.syncFrequency,
-      signal,
-    });
-    workersRef.syncer = syncer;
     this.podSyncer = syncer;
-
-    const podConfig = new PodConfig({
-      now: () => clock.now(),
-      onDuplicate: (pod, source) =>
-        logger.info("Pod with the same full name already exists in the source; ignoring", {
-          pod: kobj(pod),
-          source,
-        }),
-    });
-    const loop = new SyncLoop({
-      handler: syncer,
-      pleg,
-      runtimeErrors: () => this.runtimeState.runtimeErrors(),
-      sourcesReady: () => podConfig.seenAllSources(sources),
-      clock,
-      logger,
-      resyncIntervalMs: config.syncFrequency,
-    });
     this.syncLoop = loop;
     const merge = (source: string) => (pods: V1Pod[]) => {
       if (mode === "once") return this.#firstUpdate?.resolve(structuredClone(pods));
@@ -319,7 +247,6 @@ export class Kubelet {
     this.#podManager = podManager;
     this.#podCache = podCache;
 
-    const sources: string[] = [];
     const running: Promise<void>[] = [];
     if (config.staticPodPath) {
       sources.push(FILE_SOURCE);
@@ -363,9 +290,7 @@ export class Kubelet {
       });
       running.push(api.run(signal));
     }
-    if (mode === "loop") {
-      running.push(pleg.run(signal), statusManager.run(signal), loop.run(signal));
-    }
+    if (mode === "loop") running.push(...pods.run(signal));
     return running;
   }
 
@@ -390,6 +315,7 @@ export class Kubelet {
     });
     this.#runtimeVersion = `${version.runtimeName}://${version.runtimeVersion}`;
     await this.#updateRuntimeUp("", signal);
+    await this.setupLogDirs();
     const stop = new AbortController();
     const inner = AbortSignal.any([signal, stop.signal]);
     this.#firstUpdate = Promise.withResolvers<V1Pod[]>();

@@ -88,6 +88,9 @@ Deno.test("run uses the injected OS and negotiates CRI v1 with the runtime", asy
     "/srv/kubelet/plugins_registry",
     "/srv/kubelet/pod-resources",
     "/srv/kubelet/checkpoints",
+    // The log directories, once the runtime is up (upstream initializeModules).
+    "/var/log/containers",
+    "/var/log/pods",
   ]);
   assert.ok(
     lines.some((l) =>

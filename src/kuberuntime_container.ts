@@ -452,7 +452,7 @@ export async function startContainer(
     event("Warning", "Failed", `Error: ${message}`);
     return { reason: "CreateContainerError", message };
   }
-  event("Normal", "Created", `Created container: ${container.name}`, containerId);
+  event("Normal", "Created", "Container created", containerId);
 
   try {
     await deps.runtime.startContainer(containerId, signal);
@@ -462,7 +462,7 @@ export async function startContainer(
     event("Warning", "Failed", `Error: ${message}`, containerId);
     return { reason: "RunContainerError", message };
   }
-  event("Normal", "Started", `Started container ${container.name}`, containerId);
+  event("Normal", "Started", "Container started", containerId);
   await linkLegacyLog(deps, req, config, containerId);
   return undefined;
 }

@@ -407,8 +407,8 @@ Deno.test("startContainer creates and starts the container with upstream's event
   assert.equal(c?.logPath, join(h.dir, "logs", `default_web_${UID}`, "main", "0.log"));
   assert.deepEqual(h.events.map((e) => [e.type, e.reason, e.message]), [
     ["Normal", "Pulled", 'Container image "busybox:1.36" already present on machine'],
-    ["Normal", "Created", "Created container: main"],
-    ["Normal", "Started", "Started container main"],
+    ["Normal", "Created", "Container created"],
+    ["Normal", "Started", "Container started"],
   ]);
   assert.equal(h.events[1]?.ref.fieldPath, "spec.containers{main}");
 });
@@ -450,7 +450,7 @@ Deno.test("startContainer reports image, create and start failures with their re
     message: "failed to create containerd task: exec: not found",
   });
   assert.deepEqual(h.events.slice(-2).map((e) => [e.reason, e.message]), [
-    ["Created", "Created container: crash"],
+    ["Created", "Container created"],
     ["Failed", "Error: failed to create containerd task: exec: not found"],
   ]);
 });

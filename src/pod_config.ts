@@ -10,6 +10,7 @@
  */
 
 import type { V1Pod } from "@kubernetes/client-node";
+import { kobj, type Logger } from "./klog.ts";
 
 /** What a pod update asks of the kubelet (upstream kubetypes.PodOperation). */
 export type PodOperation = "SET" | "ADD" | "DELETE" | "REMOVE" | "UPDATE" | "RECONCILE";
@@ -54,8 +55,13 @@ const LOCAL_ANNOTATIONS = [
 export interface PodConfigOptions {
   /** Milliseconds since the epoch, for the first-seen annotation. */
   readonly now: () => number;
-  /** Called with a pod a source sent twice under one name (upstream records an event). */
+  /**
+   * Called with a pod a source sent twice under one name (upstream records an event).
+   * @default a log line on `logger`, when given
+   */
   readonly onDuplicate?: (pod: V1Pod, source: string) => void;
+  /** Where the default onDuplicate logs. */
+  readonly logger?: Logger;
 }
 
 function fullName(pod: V1Pod): string {
@@ -139,7 +145,13 @@ export class PodConfig {
       const ref = structuredClone(incoming);
       const name = fullName(ref);
       if (names.has(name)) {
-        this.#opts.onDuplicate?.(ref, source);
+        if (this.#opts.onDuplicate) this.#opts.onDuplicate(ref, source);
+        else {
+          this.#opts.logger?.info(
+            "Pod with the same full name already exists in the source; ignoring",
+            { pod: kobj(ref), source },
+          );
+        }
         continue;
       }
       names.add(name);

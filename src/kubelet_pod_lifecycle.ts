@@ -1,0 +1,211 @@
+/**
+ * @module
+ * Builds the managers that run pods and wires them to each other, as upstream's NewMainKubelet
+ * does for its pod half: the pod cache and the PLEG, the pod manager, the reason cache, the
+ * status manager, the image manager, DNS, the kuberuntime manager, the mirror client, the pod
+ * syncer (with its pod workers) and the sync loop. The Kubelet adds the pod sources and starts
+ * the loops; benchmarks and tests build the same graph against a fake runtime. Corresponds to
+ * the pod parts of upstream `pkg/kubelet/kubelet.go` NewMainKubelet.
+ */
+
+import { join } from "node:path";
+import type { V1Node } from "@kubernetes/client-node";
+import type { Clock } from "./clock.ts";
+import type { EventRecorder } from "./dependencies.ts";
+import { DnsConfigurer } from "./dns.ts";
+import { ImageManager } from "./image_manager.ts";
+import type { Logger } from "./klog.ts";
+import type { KubeClient } from "./kube_client.ts";
+import type { KubeletConfiguration } from "./kubelet_config_types.ts";
+import { PodSyncer } from "./kubelet_pod_sync.ts";
+import { SyncLoop } from "./kubelet_sync_loop.ts";
+import { KubeRuntimeManager } from "./kuberuntime_manager.ts";
+import { MirrorClient } from "./mirror_client.ts";
+import { GenericPLEG } from "./pleg.ts";
+import { PodCache } from "./pod_cache.ts";
+import { isStaticPod } from "./pod_config.ts";
+import { PodManager } from "./pod_manager.ts";
+import { ReasonCache } from "./reason_cache.ts";
+import type { ImageManagerService } from "./remote_image.ts";
+import type { RuntimeService } from "./remote_runtime.ts";
+import { StatusManager, type StatusManagerOptions } from "./status_manager.ts";
+
+/** The configuration fields the pod lifecycle reads. */
+export type PodLifecycleConfig = Pick<
+  KubeletConfiguration,
+  | "serializeImagePulls"
+  | "maxParallelImagePulls"
+  | "registryPullQPS"
+  | "registryBurst"
+  | "clusterDNS"
+  | "clusterDomain"
+  | "resolvConf"
+  | "podLogsDir"
+  | "cpuCFSQuota"
+  | "cpuCFSQuotaPeriod"
+  | "singleProcessOOMKill"
+  | "syncFrequency"
+>;
+
+/** What {@link newPodLifecycle} needs. */
+export interface PodLifecycleOptions {
+  readonly config: PodLifecycleConfig;
+  readonly runtime: RuntimeService;
+  readonly imageService: ImageManagerService;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly recorder: EventRecorder;
+  /** Undefined in standalone mode: no statuses sent, no mirror pods, no pull secrets. */
+  readonly kubeClient?: KubeClient;
+  readonly nodeName: string;
+  readonly hostname: string;
+  readonly nodeIPs: readonly string[];
+  /** `--root-dir`; pods live under `<rootDirectory>/pods`. */
+  readonly rootDirectory: string;
+  readonly memoryCapacityBytes: number;
+  readonly cgroupV2: boolean;
+  /** This node as admission and mirror pods see it. */
+  readonly getNode: () => V1Node | undefined;
+  readonly runtimeErrors: () => string | undefined;
+  readonly networkErrors: () => string | undefined;
+  /** Every pod source has sent its first set. */
+  readonly sourcesReady: () => boolean;
+  /** @default "/var/log/containers" */
+  readonly legacyContainerLogsDirectory?: string;
+  /** Stops the pod workers. */
+  readonly signal?: AbortSignal;
+  /** Builds the status manager; benchmarks observe statuses with a subclass. @default new StatusManager */
+  readonly newStatusManager?: (opts: StatusManagerOptions) => StatusManager;
+}
+
+/** The built graph; nothing runs until {@link PodLifecycle.run}. */
+export interface PodLifecycle {
+  readonly podCache: PodCache;
+  readonly pleg: GenericPLEG;
+  readonly podManager: PodManager;
+  readonly reasonCache: ReasonCache;
+  readonly statusManager: StatusManager;
+  readonly runtimeManager: KubeRuntimeManager;
+  readonly syncer: PodSyncer;
+  readonly loop: SyncLoop;
+  /** Starts the PLEG, the status manager and the sync loop; one promise each. */
+  run(signal: AbortSignal): Promise<void>[];
+}
+
+/** Builds the pod lifecycle; see the module documentation. */
+export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
+  const { config, clock, logger, recorder, runtime, imageService } = o;
+  const podCache = new PodCache();
+  const pleg = new GenericPLEG({ runtime, cache: podCache, clock, logger });
+  const podManager = new PodManager();
+  const reasonCache = new ReasonCache();
+  const syncerRef: { syncer?: PodSyncer } = {};
+  const statusManager = (o.newStatusManager ?? ((s) => new StatusManager(s)))({
+    client: o.kubeClient,
+    clock,
+    logger,
+    // The status of a static pod goes to its mirror pod.
+    translatePodUID: (uid) => {
+      const pod = podManager.getPodByUID(uid);
+      return pod ? podManager.getMirrorPodByPod(pod)?.metadata?.uid : undefined;
+    },
+    getAPIPod: (uid) => {
+      const pod = podManager.getPodByUID(uid);
+      if (!pod) return undefined;
+      return isStaticPod(pod) ? podManager.getMirrorPodByPod(pod) : pod;
+    },
+    podCouldHaveRunningContainers: (uid) =>
+      syncerRef.syncer?.workers.couldHaveRunningContainers(uid) ?? true,
+  });
+  const imageManager = new ImageManager({
+    imageService,
+    recorder,
+    clock,
+    serializeImagePulls: config.serializeImagePulls,
+    maxParallelImagePulls: config.maxParallelImagePulls,
+    registryPullQPS: config.registryPullQPS,
+    registryBurst: config.registryBurst,
+  });
+  const dns = new DnsConfigurer({
+    clusterDNS: config.clusterDNS ?? [],
+    clusterDomain: config.clusterDomain ?? "",
+    resolvConf: config.resolvConf,
+    recorder,
+    logger,
+  });
+  const podsDirectory = join(o.rootDirectory, "pods");
+  const runtimeManager = new KubeRuntimeManager({
+    runtime,
+    imageService,
+    imageManager,
+    recorder,
+    clock,
+    logger,
+    sandbox: {
+      dns,
+      podLogsDirectory: config.podLogsDir,
+      cgroupParent: "",
+      nodeHostname: o.hostname,
+      clusterDomain: config.clusterDomain ?? "",
+      cpuCFSQuota: config.cpuCFSQuota,
+      cpuCFSQuotaPeriodMs: config.cpuCFSQuotaPeriod,
+      cgroupV2: o.cgroupV2,
+      singleProcessOOMKill: config.singleProcessOOMKill ?? !o.cgroupV2,
+      logger,
+    },
+    podsDirectory,
+    memoryCapacityBytes: o.memoryCapacityBytes,
+    legacyContainerLogsDirectory: o.legacyContainerLogsDirectory,
+  });
+  const mirrorClient = o.kubeClient
+    ? new MirrorClient({
+      client: o.kubeClient,
+      nodeName: o.nodeName,
+      getNodeUID: () => o.getNode()?.metadata?.uid,
+      logger,
+    })
+    : undefined;
+  const syncer = new PodSyncer({
+    nodeName: o.nodeName,
+    clock,
+    logger,
+    recorder,
+    podManager,
+    podCache,
+    runtime: runtimeManager,
+    statusManager,
+    reasonCache,
+    mirrorClient,
+    kubeClient: o.kubeClient,
+    getNode: o.getNode,
+    nodeIPs: o.nodeIPs,
+    networkErrors: o.networkErrors,
+    podsDirectory,
+    runtimePodIds: () => pleg.podIds(),
+    relist: (s) => pleg.relist(s),
+    runtimeChanged: () => pleg.poke(),
+    resyncIntervalMs: config.syncFrequency,
+    signal: o.signal,
+  });
+  syncerRef.syncer = syncer;
+  const loop = new SyncLoop({
+    handler: syncer,
+    pleg,
+    runtimeErrors: o.runtimeErrors,
+    sourcesReady: o.sourcesReady,
+    clock,
+    logger,
+    resyncIntervalMs: config.syncFrequency,
+  });
+  return {
+    podCache,
+    pleg,
+    podManager,
+    reasonCache,
+    statusManager,
+    runtimeManager,
+    syncer,
+    loop,
+    run: (signal) => [pleg.run(signal), statusManager.run(signal), loop.run(signal)],
+  };
+}
