@@ -424,3 +424,42 @@ export function listFields(fields: Readonly<Record<string, AnyField>>, prefix = 
   }
   return out;
 }
+
+/**
+ * The JSON form of a decoded value, as Go would print the versioned struct: durations back to
+ * Go's text ("1m0s"), nested structs and lists of structs recursively, the rest unchanged;
+ * absent fields are left out (omitempty).
+ */
+export function encodeValue(fld: AnyField, value: unknown): unknown {
+  if (value === undefined || value === null) return undefined;
+  const spec = fld.spec;
+  switch (spec.type) {
+    case "duration":
+      return typeof value === "number" ? formatDuration(value) : value;
+    case "object":
+      return encodeObject(spec.fields, value as Record<string, unknown>);
+    case "list":
+      return (value as unknown[]).map((v) => encodeValue(spec.of, v));
+    case "map":
+      return Object.fromEntries(
+        Object.entries(value as Record<string, unknown>).map((
+          [k, v],
+        ) => [k, encodeValue(spec.of, v)]),
+      );
+    default:
+      return value;
+  }
+}
+
+/** {@link encodeValue} over every field of an object. */
+export function encodeObject(
+  fields: Readonly<Record<string, AnyField>>,
+  value: Readonly<Record<string, unknown>>,
+): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [name, fld] of Object.entries(fields)) {
+    const v = encodeValue(fld, value[name]);
+    if (v !== undefined) out[name] = v;
+  }
+  return out;
+}

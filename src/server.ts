@@ -1,0 +1,325 @@
+/**
+ * @module
+ * The kubelet API server (`address:port`, default 0.0.0.0:10250): HTTPS with the serving
+ * certificate, every request authenticated (client certificate, bearer token, or anonymous when
+ * enabled) and authorized (as the `nodes` resource and its subresources) before it reaches its
+ * route; upgrade requests (exec, attach, port-forward) go through the same checks. Routes are
+ * given by the modules that own them (logs, streaming, stats, ...) as {@link Route}s. Built on
+ * `node:https`, since Deno.serve cannot ask for client certificates; the peer certificate is
+ * verified by the {@link Authenticator}, not by the TLS layer (see shared/ENVIRONMENT.md).
+ * Corresponds to upstream `pkg/kubelet/server/server.go` (Server, InstallAuthFilter,
+ * ListenAndServeKubeletServer).
+ */
+
+import { createServer, type Server } from "node:https";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
+import type { Logger } from "./klog.ts";
+
+/** Who made a request (upstream user.Info). */
+export interface UserInfo {
+  readonly name: string;
+  readonly uid?: string;
+  readonly groups: readonly string[];
+  readonly extra?: Readonly<Record<string, readonly string[]>>;
+}
+
+/** What an authorizer is asked about a request (upstream authorizer.Attributes, trimmed). */
+export interface RequestAttributes {
+  readonly user: UserInfo;
+  /** get, list, watch, create, update, patch, delete (from the HTTP method, as upstream). */
+  readonly verb: string;
+  /** Always "nodes" for the kubelet API. */
+  readonly resource: string;
+  /** proxy, stats, metrics, log, spec, pods, configz, healthz, checkpoint, ... */
+  readonly subresource: string;
+  /** The node name. */
+  readonly name: string;
+  readonly apiGroup: string;
+  readonly apiVersion: string;
+  /** The request path, for non-resource checks and messages. */
+  readonly path: string;
+}
+
+/** Authenticates a request; undefined when no method accepted it (a 401). */
+export interface Authenticator {
+  authenticate(req: IncomingMessage, signal?: AbortSignal): Promise<UserInfo | undefined>;
+}
+
+/** Authorizes a request (upstream authorizer.Authorizer). */
+export interface Authorizer {
+  authorize(
+    attrs: RequestAttributes,
+    signal?: AbortSignal,
+  ): Promise<{ allowed: boolean; reason: string }>;
+}
+
+/** Maps a request to its authorization attributes (upstream NewNodeAuthorizerAttributesGetter). */
+export type AttributesGetter = (
+  user: UserInfo,
+  req: IncomingMessage,
+  url: URL,
+) => RequestAttributes;
+
+/** One request as a route sees it, after authentication and authorization. */
+export interface KubeletRequest {
+  readonly req: IncomingMessage;
+  readonly url: URL;
+  readonly user: UserInfo;
+  /** The path parameters named in the route's pattern (`:name`, or `*rest` for the tail). */
+  readonly params: Readonly<Record<string, string>>;
+  /** Aborted when the client goes away or the server stops. */
+  readonly signal: AbortSignal;
+}
+
+/** Answers a plain request. */
+export type Handler = (r: KubeletRequest, res: ServerResponse) => Promise<void> | void;
+
+/** Takes over the connection of an upgrade request (exec, attach, port-forward). */
+export type UpgradeHandler = (
+  r: KubeletRequest,
+  socket: Duplex,
+  head: Uint8Array,
+) => Promise<void> | void;
+
+/**
+ * A route: a path pattern such as `/containerLogs/:namespace/:pod/:container` or `/logs/*path`,
+ * the methods it answers (all when unset), and a handler for plain requests and/or upgrades.
+ */
+export interface Route {
+  readonly pattern: string;
+  readonly methods?: readonly string[];
+  readonly handler?: Handler;
+  readonly upgrade?: UpgradeHandler;
+}
+
+/** TLS settings (from tlsCertFile/tlsPrivateKeyFile or the self-signed pair, tlsMinVersion, tlsCipherSuites). */
+export interface ServerTLS {
+  /** PEM certificate chain. */
+  readonly cert: string;
+  /** PEM private key. */
+  readonly key: string;
+  /** OpenSSL's name, e.g. "TLSv1.2". @default Node's default */
+  readonly minVersion?: "TLSv1" | "TLSv1.1" | "TLSv1.2" | "TLSv1.3";
+  /** OpenSSL cipher list, from tlsCipherSuites. @default Node's default */
+  readonly ciphers?: string;
+}
+
+/** What {@link serveKubeletAPI} needs. */
+export interface KubeletAPIOptions {
+  readonly hostname: string;
+  readonly port: number;
+  readonly tls: ServerTLS;
+  readonly authenticator: Authenticator;
+  readonly authorizer: Authorizer;
+  readonly attributes: AttributesGetter;
+  readonly routes: readonly Route[];
+  readonly logger: Logger;
+  /** Aborting it closes the server and every connection. */
+  readonly signal: AbortSignal;
+  /** Longest request header section, bytes. @default 1 MiB (Go's DefaultMaxHeaderBytes) */
+  readonly maxHeaderSize?: number;
+}
+
+/** A listening server. */
+export interface KubeletAPIServer {
+  /** The port it listens on (useful with port 0). */
+  readonly port: number;
+  /** Settles once the server has closed. */
+  readonly finished: Promise<void>;
+}
+
+interface CompiledRoute {
+  readonly route: Route;
+  readonly match: (path: string) => Record<string, string> | undefined;
+}
+
+/** Turns `/a/:x/*rest` into a matcher returning the named parts, or undefined. */
+export function compilePattern(
+  pattern: string,
+): (path: string) => Record<string, string> | undefined {
+  const parts = pattern.split("/").filter((p) => p !== "");
+  return (path) => {
+    const segs = path.split("/").filter((p) => p !== "");
+    const params: Record<string, string> = {};
+    for (let i = 0; i < parts.length; i++) {
+      const p = parts[i]!;
+      if (p.startsWith("*")) {
+        params[p.slice(1)] = segs.slice(i).map(decodeURIComponent).join("/");
+        return params;
+      }
+      const s = segs[i];
+      if (s === undefined) return undefined;
+      if (p.startsWith(":")) params[p.slice(1)] = decodeURIComponent(s);
+      else if (p !== s) return undefined;
+    }
+    return segs.length === parts.length ? params : undefined;
+  };
+}
+
+/** Writes a plain-text answer, as Go's http.Error does. */
+export function httpError(res: ServerResponse, status: number, message: string): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.writeHead(status, {
+    "content-type": "text/plain; charset=utf-8",
+    "x-content-type-options": "nosniff",
+  });
+  res.end(message.endsWith("\n") ? message : `${message}\n`);
+}
+
+/** Writes a JSON answer. */
+export function writeJson(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { "content-type": "application/json" });
+  res.end(JSON.stringify(body));
+}
+
+/** Upstream's 403 text (InstallAuthFilter). */
+export function forbiddenMessage(a: RequestAttributes): string {
+  return `Forbidden (user=${a.user.name}, verb=${a.verb}, resource=${a.resource}, subresource(s)=[${a.subresource}])`;
+}
+
+/** Starts the kubelet API server; resolves once it listens. */
+export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletAPIServer> {
+  const { logger } = opts;
+  const routes: CompiledRoute[] = opts.routes.map((route) => ({
+    route,
+    match: compilePattern(route.pattern),
+  }));
+  const server: Server = createServer({
+    cert: opts.tls.cert,
+    key: opts.tls.key,
+    minVersion: opts.tls.minVersion,
+    ciphers: opts.tls.ciphers,
+    // The client certificate is asked for but verified by the authenticator (see the module doc).
+    requestCert: true,
+    rejectUnauthorized: false,
+    maxHeaderSize: opts.maxHeaderSize ?? 1 << 20,
+  });
+
+  const find = (method: string, path: string, upgrade: boolean) => {
+    for (const c of routes) {
+      const params = c.match(path);
+      if (!params) continue;
+      if (upgrade ? !c.route.upgrade : !c.route.handler) continue;
+      if (c.route.methods && !c.route.methods.includes(method)) continue;
+      return { route: c.route, params };
+    }
+    return undefined;
+  };
+
+  /** Authenticates and authorizes; returns the request or answers the failure itself. */
+  const admit = async (
+    req: IncomingMessage,
+    params: Record<string, string>,
+    signal: AbortSignal,
+    fail: (status: number, message: string) => void,
+  ): Promise<KubeletRequest | undefined> => {
+    const url = new URL(req.url ?? "/", "https://kubelet");
+    let user: UserInfo | undefined;
+    try {
+      user = await opts.authenticator.authenticate(req, signal);
+    } catch (e) {
+      logger.error(e, "Unable to authenticate the request");
+      fail(401, "Unauthorized");
+      return undefined;
+    }
+    if (!user) {
+      fail(401, "Unauthorized");
+      return undefined;
+    }
+    const attrs = opts.attributes(user, req, url);
+    let decision: { allowed: boolean; reason: string };
+    try {
+      decision = await opts.authorizer.authorize(attrs, signal);
+    } catch (e) {
+      logger.error(e, "Authorization error", { user: user.name, verb: attrs.verb });
+      fail(
+        500,
+        `Authorization error (user=${user.name}, verb=${attrs.verb}, resource=${attrs.resource}, subresource(s)=[${attrs.subresource}])`,
+      );
+      return undefined;
+    }
+    if (!decision.allowed) {
+      logger.v(2).info("Forbidden", { user: user.name, verb: attrs.verb, reason: decision.reason });
+      fail(403, forbiddenMessage(attrs));
+      return undefined;
+    }
+    return { req, url, user, params, signal };
+  };
+
+  server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+    const ctrl = new AbortController();
+    const onClose = () => ctrl.abort();
+    res.on("close", onClose);
+    const signal = AbortSignal.any([opts.signal, ctrl.signal]);
+    const path = new URL(req.url ?? "/", "https://kubelet").pathname;
+    const found = find(req.method ?? "GET", path, false);
+    (async () => {
+      const r = await admit(req, found?.params ?? {}, signal, (s, m) => httpError(res, s, m));
+      if (!r) return;
+      if (!found) return httpError(res, 404, "404 page not found");
+      await found.route.handler!(r, res);
+    })().catch((e) => {
+      if (!signal.aborted) logger.error(e, "Request failed", { path });
+      httpError(res, 500, "Internal Server Error");
+    });
+  });
+
+  server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Uint8Array) => {
+    const ctrl = new AbortController();
+    socket.on("close", () => ctrl.abort());
+    socket.on("error", () => ctrl.abort());
+    const signal = AbortSignal.any([opts.signal, ctrl.signal]);
+    const path = new URL(req.url ?? "/", "https://kubelet").pathname;
+    const found = find(req.method ?? "GET", path, true);
+    const fail = (status: number, message: string) => {
+      const text = `${message}\n`;
+      socket.end(
+        `HTTP/1.1 ${status} ${
+          status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Error"
+        }\r\n` +
+          `Content-Type: text/plain; charset=utf-8\r\nContent-Length: ${
+            new TextEncoder().encode(text).length
+          }\r\n` +
+          `Connection: close\r\n\r\n${text}`,
+      );
+    };
+    (async () => {
+      const r = await admit(req, found?.params ?? {}, signal, fail);
+      if (!r) return;
+      if (!found) return fail(404, "404 page not found");
+      await found.route.upgrade!(r, socket, head);
+    })().catch((e) => {
+      if (!signal.aborted) logger.error(e, "Upgrade request failed", { path });
+      socket.destroy();
+    });
+  });
+
+  server.on("tlsClientError", (e: Error) => {
+    logger.v(4).info("TLS handshake failed", { err: e.message });
+  });
+  server.on("clientError", (_e: Error, socket: Duplex) => {
+    socket.destroy();
+  });
+
+  const finished = new Promise<void>((resolve) => server.on("close", () => resolve()));
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(opts.port, opts.hostname, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const stop = () => {
+    server.close();
+    server.closeAllConnections?.();
+  };
+  if (opts.signal.aborted) stop();
+  else opts.signal.addEventListener("abort", stop, { once: true });
+  const address = server.address();
+  const port = typeof address === "object" && address ? address.port : opts.port;
+  return { port, finished };
+}

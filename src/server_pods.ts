@@ -1,0 +1,103 @@
+/**
+ * @module
+ * The kubelet API's own endpoints: `/healthz` (with `/healthz/ping`, `/healthz/log`,
+ * `/healthz/syncloop`), `/pods` (the pods the kubelet runs, as a v1 PodList), `/runningpods/`
+ * (what the runtime runs, as minimal pods), `/configz` (the configuration in effect), and the
+ * paths whose owners are not built yet (`/stats/`, `/metrics`, `/spec/`, `/checkpoint/`), which
+ * answer 501 saying so. Corresponds to the handlers of upstream `pkg/kubelet/server/server.go`
+ * (InstallDefaultHandlers, InstallDebuggingHandlers' configz) and `healthz`.
+ */
+
+import type { V1Pod } from "@kubernetes/client-node";
+import { encodeObject } from "./config_schema.ts";
+import type { KubeletConfiguration } from "./kubelet_config_types.ts";
+import { kubeletConfigurationFields } from "./kubelet_config_types.ts";
+import type { PodStatus } from "./pod_cache.ts";
+import { httpError, type Route, writeJson } from "./server.ts";
+
+/** What {@link podRoutes} needs. */
+export interface PodRoutesOptions {
+  /** The pods the kubelet runs (pod manager), mirror pods excluded. */
+  readonly getPods: () => V1Pod[];
+  /** The runtime's pods as the PLEG last saw them. */
+  readonly getRunningPods: () => PodStatus[];
+  readonly config: KubeletConfiguration;
+  /** Named health checks: undefined when healthy, else why not (syncloop, ...). */
+  readonly checks: Readonly<Record<string, () => string | undefined>>;
+}
+
+/** The not-yet-built endpoints, and the issue area that builds them. */
+const NOT_YET: readonly { pattern: string; what: string }[] = [
+  { pattern: "/stats/*rest", what: "statistics (/stats)" },
+  { pattern: "/metrics", what: "metrics (/metrics)" },
+  { pattern: "/metrics/*rest", what: "metrics (/metrics)" },
+  { pattern: "/spec/*rest", what: "machine info (/spec)" },
+  { pattern: "/checkpoint/*rest", what: "container checkpoints (/checkpoint)" },
+];
+
+function podList(items: V1Pod[]): unknown {
+  return { kind: "PodList", apiVersion: "v1", metadata: {}, items };
+}
+
+/** A runtime pod as upstream's /runningpods/ shows it: name, namespace, UID, containers. */
+function runningPod(s: PodStatus): V1Pod {
+  const names = new Map<string, string>();
+  for (const c of s.containerStatuses) {
+    const name = c.metadata?.name ?? "";
+    if (!names.has(name)) names.set(name, c.image?.image ?? "");
+  }
+  return {
+    metadata: { name: s.name, namespace: s.namespace, uid: s.id },
+    spec: { containers: [...names].map(([name, image]) => ({ name, image })) },
+  };
+}
+
+/** The routes; see the module documentation. */
+export function podRoutes(opts: PodRoutesOptions): Route[] {
+  const healthz = (names: readonly string[]): Route["handler"] => (_r, res) => {
+    const failed = names.flatMap((n) => {
+      const why = opts.checks[n]?.();
+      return why === undefined ? [] : [`[-]${n} failed: ${why}`];
+    });
+    if (failed.length > 0) return httpError(res, 500, `${failed.join("\n")}\nhealthz check failed`);
+    res.writeHead(200, { "content-type": "text/plain; charset=utf-8" });
+    res.end("ok");
+  };
+  const all = ["ping", "log", ...Object.keys(opts.checks)];
+  const routes: Route[] = [
+    { pattern: "/healthz", methods: ["GET", "HEAD"], handler: healthz(all) },
+    ...all.map((n) => ({
+      pattern: `/healthz/${n}`,
+      methods: ["GET", "HEAD"],
+      handler: healthz(n === "ping" || n === "log" ? [] : [n]),
+    })),
+    {
+      pattern: "/pods",
+      methods: ["GET"],
+      handler: (_r, res) => writeJson(res, 200, podList(opts.getPods())),
+    },
+    {
+      pattern: "/runningpods",
+      methods: ["GET"],
+      handler: (_r, res) => writeJson(res, 200, podList(opts.getRunningPods().map(runningPod))),
+    },
+    {
+      pattern: "/configz",
+      methods: ["GET"],
+      handler: (_r, res) =>
+        writeJson(res, 200, {
+          kubeletconfig: encodeObject(
+            kubeletConfigurationFields,
+            opts.config as unknown as Record<string, unknown>,
+          ),
+        }),
+    },
+  ];
+  for (const { pattern, what } of NOT_YET) {
+    routes.push({
+      pattern,
+      handler: (_r, res) => httpError(res, 501, `${what} is not supported yet by this kubelet`),
+    });
+  }
+  return routes;
+}
