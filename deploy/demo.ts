@@ -136,6 +136,7 @@ async function main(): Promise<number> {
     console.log(`demo: imported ${imported.map((i) => i.name).join(", ")}`);
     await warnAboutMissingImages(containerd.socket);
 
+    await removeOldPodLogs();
     await Deno.mkdir(MANIFEST_DIR, { recursive: true });
     await Deno.writeTextFile(CONFIG_FILE, kubeletConfig(containerd.endpoint));
     await Deno.writeTextFile(`${MANIFEST_DIR}/hello.yaml`, HELLO_POD);
@@ -185,6 +186,19 @@ async function followPodLog(signal: AbortSignal): Promise<void> {
       file = undefined;
       offset = 0;
     }
+  }
+}
+
+/** Earlier demo runs' logs of the hello pod: the pod's UID is the same, so its log would grow. */
+async function removeOldPodLogs(): Promise<void> {
+  try {
+    for await (const pod of Deno.readDir("/var/log/pods")) {
+      if (pod.name.startsWith("default_hello-")) {
+        await Deno.remove(`/var/log/pods/${pod.name}`, { recursive: true });
+      }
+    }
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
   }
 }
 

@@ -4,6 +4,11 @@
  * Applies the pull policy, pulls through the CRI image service with the pod's pull secrets,
  * serialises or bounds concurrent pulls, paces them by registryPullQPS/registryBurst, backs off
  * per pod and image after a failure, and reports each step as an event on the pod.
+ * With `recordsDirectory` set it also verifies pull credentials for images already on the node
+ * (KEP-2535, KubeletEnsureSecretPulledImages): every pull is recorded with the credentials that
+ * made it succeed (see `_image_pull_records.ts`), and a pod may use a present image only when the
+ * verification policy exempts it or a record shows it pulled anonymously or with one of the pod's
+ * pull secrets; otherwise the pod pulls it again with its own credentials.
  * Corresponds to upstream `pkg/kubelet/images/image_manager.go`, `puller.go` and `types.go`,
  * with the credential loop of `kuberuntime_image.go` `PullImage`.
  */
@@ -14,9 +19,22 @@ import type { Clock } from "./clock.ts";
 import type { EventRecorder, ObjectRef } from "./dependencies.ts";
 import { TokenBucket } from "./rate_limiter.ts";
 import type { ImageManagerService } from "./remote_image.ts";
-import { type DockerKeyring, keyringFromSecrets, parseImageName } from "./_docker_keyring.ts";
+import { type DockerAuth, keyringFromSecrets, parseImageName } from "./_docker_keyring.ts";
 import { formatDuration } from "./duration.ts";
 import { CriError } from "./cri_connection.ts";
+import { createLogger, kobj, type Logger } from "./klog.ts";
+import {
+  credentialHash,
+  type CredentialVerificationPolicy,
+  type ImagePullCredentials,
+  ImagePullManager,
+  type ImagePullSecret,
+  PullRecordsStore,
+  type RequireVerification,
+  verificationPolicy,
+} from "./_image_pull_records.ts";
+
+export type { CredentialVerificationPolicy };
 
 /** Why an image is not available, as the container's waiting reason (upstream `types.go`). */
 export type ImageErrorReason =
@@ -56,6 +74,30 @@ export interface ImageManagerOptions {
   readonly backOffInitialMs?: number;
   /** Longest back-off, in ms (upstream MaxContainerBackOff). @default 300000 */
   readonly backOffMaxMs?: number;
+  /**
+   * Where pull records live, `<rootDirectory>/image_manager`; setting it turns on credential
+   * verification for present images (feature gate KubeletEnsureSecretPulledImages).
+   * @default undefined (no verification: any pod may use a present image)
+   */
+  readonly recordsDirectory?: string;
+  /**
+   * KubeletConfiguration `imagePullCredentialsVerificationPolicy`; used with `recordsDirectory`.
+   * @default "NeverVerifyPreloadedImages"
+   */
+  readonly verificationPolicy?: CredentialVerificationPolicy;
+  /**
+   * KubeletConfiguration `preloadedImagesVerificationAllowlist`: image names or "registry/path/*"
+   * exempt from verification under NeverVerifyAllowlistedImages.
+   * @default []
+   */
+  readonly allowlist?: readonly string[];
+  /** @default a text logger on stderr */
+  readonly logger?: Logger;
+}
+
+/** Options that cannot work, found when the {@link ImageManager} is built. */
+export class ImageManagerOptionsError extends Error {
+  override name = "ImageManagerOptionsError";
 }
 
 /**
@@ -172,11 +214,30 @@ export class ImageManager {
   readonly #lastErrors = new Map<string, string>();
   readonly #pulls: Semaphore | undefined;
   readonly #limiter: TokenBucket;
+  readonly #log: Logger;
+  readonly #recordsDirectory: string | undefined;
+  readonly #requireVerification: RequireVerification | undefined;
+  #pullManager: Promise<ImagePullManager> | undefined;
 
+  /** Throws {@link ImageManagerOptionsError} for an unknown policy or a bad allowlist pattern. */
   constructor(opts: ImageManagerOptions) {
     this.#images = opts.imageService;
     this.#recorder = opts.recorder;
     this.#clock = opts.clock;
+    this.#log = opts.logger ?? createLogger();
+    this.#recordsDirectory = opts.recordsDirectory;
+    if (opts.recordsDirectory !== undefined) {
+      const policy = opts.verificationPolicy ?? "NeverVerifyPreloadedImages";
+      try {
+        this.#requireVerification = verificationPolicy(policy, opts.allowlist ?? [], this.#log);
+      } catch (e) {
+        throw new ImageManagerOptionsError(
+          `Cannot verify image pull credentials with policy '${policy}' and allowlist ` +
+            `${JSON.stringify(opts.allowlist ?? [])}: ${errorText(e)}`,
+          { cause: e },
+        );
+      }
+    }
     this.#backOff = new BackOff(
       opts.clock,
       opts.backOffInitialMs ?? 10_000,
@@ -194,6 +255,54 @@ export class ImageManager {
       opts.registryPullQPS ?? 5,
       opts.registryBurst ?? 10,
     );
+  }
+
+  /**
+   * Opens the pull records and turns intents left by a previous run into records (upstream does
+   * this when the kubelet starts). Called on first use when not called before; a no-op without
+   * `recordsDirectory`. Throws when the records directory cannot be created or read.
+   */
+  async start(signal?: AbortSignal): Promise<void> {
+    const pending = this.#openPullManager();
+    if (!pending) return;
+    await pending;
+    signal?.throwIfAborted();
+  }
+
+  /**
+   * Drops the pull records of image references not in `imageRefsInUse` last updated before
+   * `until` (ms since the epoch), as image garbage collection does upstream. A no-op without
+   * `recordsDirectory`.
+   */
+  async pruneUnknownRecords(
+    imageRefsInUse: readonly string[],
+    until: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const pending = this.#openPullManager();
+    if (!pending) return;
+    await (await pending).pruneUnknownRecords(imageRefsInUse, until);
+    signal?.throwIfAborted();
+  }
+
+  #openPullManager(): Promise<ImagePullManager> | undefined {
+    const directory = this.#recordsDirectory;
+    const requireVerification = this.#requireVerification;
+    if (directory === undefined || !requireVerification) return undefined;
+    this.#pullManager ??= (async () => {
+      const store = await PullRecordsStore.open({ directory, logger: this.#log });
+      const manager = new ImagePullManager({
+        store,
+        requireVerification,
+        clock: this.#clock,
+        logger: this.#log,
+      });
+      await manager.initialize(() => this.#images.listImages());
+      return manager;
+    })();
+    // A failure is retried at the next use rather than remembered.
+    this.#pullManager.catch(() => (this.#pullManager = undefined));
+    return this.#pullManager;
   }
 
   /**
@@ -248,14 +357,47 @@ export class ImageManager {
 
     const policy = container.imagePullPolicy || defaultPullPolicy(imgRef);
     if (policy === "Never" && present === "") {
-      const msg = `Container image ${q(imgRef)} is not present with pull policy of Never`;
-      this.#recorder.event(ref, "Warning", "ErrImageNeverPull", msg);
-      return fail("ErrImageNeverPull", msg);
+      return this.#neverPulled(ref, imgRef);
     }
+    // The pod's credentials for this image, each with the secret it came from; looked up once.
+    let tracked: TrackedAuth[] | undefined;
+    const credentials = () => (tracked ??= trackedCredentials(req.pullSecrets, image));
+
+    const verifying = this.#openPullManager();
+    let records: ImagePullManager | undefined;
+    if (verifying) {
+      try {
+        records = await verifying;
+      } catch (e) {
+        signal.throwIfAborted();
+        // Fail safe: without records no present image can be shown to be the pod's to use.
+        const msg = `Failed to open image pull records: ${errorText(e)}`;
+        this.#log.error(e, "Failed to open image pull records", { pod: kobj(pod) });
+        return fail("ErrImagePull", msg);
+      }
+      signal.throwIfAborted();
+    }
+
     if (present !== "" && policy !== "Always") {
-      const msg = `Container image ${q(imgRef)} already present on machine`;
-      this.#recorder.event(ref, "Normal", "Pulled", msg);
-      return { imageRef: present };
+      if (!records) {
+        const msg = `Container image ${q(imgRef)} already present on machine`;
+        this.#recorder.event(ref, "Normal", "Pulled", msg);
+        return { imageRef: present };
+      }
+      const mustPull = await records.mustAttemptImagePull(
+        imgRef,
+        present,
+        () => credentials().flatMap((c) => (c.secret ? [c.secret] : [])),
+      );
+      signal.throwIfAborted();
+      if (!mustPull) {
+        const msg = `Container image ${q(imgRef)} already present on machine and can be ` +
+          "accessed by the pod";
+        this.#recorder.event(ref, "Normal", "Pulled", msg);
+        return { imageRef: present };
+      }
+      // Present but not shown to be this pod's: with Never it is as if it were absent.
+      if (policy === "Never") return this.#neverPulled(ref, imgRef);
     }
 
     const backOffKey = `${pod.metadata?.uid ?? ""}_${imgRef}`;
@@ -267,63 +409,96 @@ export class ImageManager {
       return fail("ImagePullBackOff", last ? `${msg}: ErrImagePull: ${last}` : msg);
     }
 
-    this.#recorder.event(ref, "Normal", "Pulling", `Pulling image ${q(imgRef)}`);
-    const start = this.#clock.now();
-    let pulled: { imageRef: string; pullMs: number; size: bigint };
+    if (records) {
+      try {
+        await records.recordPullIntent(imgRef);
+      } catch (e) {
+        return fail(
+          "ErrImagePull",
+          `Failed to record image pull intent for container image ${q(imgRef)}: ${errorText(e)}`,
+        );
+      }
+    }
+    let recorded = false;
     try {
-      const keyring = keyringFromSecrets(req.pullSecrets);
-      pulled = await this.#queue(
-        () => this.#pull(spec, keyring, req.sandboxConfig, signal),
-        signal,
+      this.#recorder.event(ref, "Normal", "Pulling", `Pulling image ${q(imgRef)}`);
+      const start = this.#clock.now();
+      let pulled: PullOutcome;
+      try {
+        pulled = await this.#queue(
+          () => this.#pull(spec, credentials(), req.sandboxConfig, signal),
+          signal,
+        );
+      } catch (e) {
+        signal.throwIfAborted();
+        const text = errorText(e);
+        this.#recorder.event(
+          ref,
+          "Warning",
+          "Failed",
+          `Failed to pull image ${q(imgRef)}: ${text}`,
+        );
+        this.#backOff.next(backOffKey);
+        this.#lastErrors.set(backOffKey, text);
+        return fail("ErrImagePull", text);
+      }
+      if (records) {
+        recorded = true;
+        await records.recordImagePulled(imgRef, pulled.imageRef, pullCredentials(pulled.used));
+      }
+      const totalMs = this.#clock.now() - start;
+      this.#recorder.event(
+        ref,
+        "Normal",
+        "Pulled",
+        `Successfully pulled image ${q(imgRef)} in ${formatDuration(pulled.pullMs)} ` +
+          `(${formatDuration(totalMs)} including waiting). Image size: ${pulled.size} bytes.`,
       );
-    } catch (e) {
-      signal.throwIfAborted();
-      const text = errorText(e);
-      this.#recorder.event(ref, "Warning", "Failed", `Failed to pull image ${q(imgRef)}: ${text}`);
-      this.#backOff.next(backOffKey);
-      this.#lastErrors.set(backOffKey, text);
-      return fail("ErrImagePull", text);
+      this.#lastErrors.delete(backOffKey);
+      this.#backOff.gc();
+      for (const key of this.#lastErrors.keys()) {
+        if (!this.#backOff.has(key)) this.#lastErrors.delete(key);
+      }
+      return { imageRef: pulled.imageRef };
+    } finally {
+      // A failed or abandoned pull lowers the image's count of pulls in flight.
+      if (records && !recorded) await records.recordImagePullFailed(imgRef);
     }
-    const totalMs = this.#clock.now() - start;
-    this.#recorder.event(
-      ref,
-      "Normal",
-      "Pulled",
-      `Successfully pulled image ${q(imgRef)} in ${formatDuration(pulled.pullMs)} ` +
-        `(${formatDuration(totalMs)} including waiting). Image size: ${pulled.size} bytes.`,
-    );
-    this.#lastErrors.delete(backOffKey);
-    this.#backOff.gc();
-    for (const key of this.#lastErrors.keys()) {
-      if (!this.#backOff.has(key)) this.#lastErrors.delete(key);
-    }
-    return { imageRef: pulled.imageRef };
+  }
+
+  /** Upstream `imageNotPresentOnNeverPolicyError`, also used when a present image is not the pod's. */
+  #neverPulled(ref: ObjectRef, imgRef: string): EnsureImageResult {
+    const msg = `Container image ${q(imgRef)} is not present with pull policy of Never`;
+    this.#recorder.event(ref, "Warning", "ErrImageNeverPull", msg);
+    return { error: { reason: "ErrImageNeverPull", message: msg } };
   }
 
   #queue<T>(fn: () => Promise<T>, signal: AbortSignal): Promise<T> {
     return this.#pulls ? this.#pulls.run(fn, signal) : fn();
   }
 
-  /** The puller's work: every matching credential in turn, else anonymous; then the size. */
+  /**
+   * The puller's work: every matching credential in turn, else anonymous; then the size. The
+   * outcome names the credential that worked (undefined for an anonymous pull).
+   */
   async #pull(
     spec: api.ImageSpec,
-    keyring: DockerKeyring,
+    creds: readonly TrackedAuth[],
     sandboxConfig: api.PodSandboxConfig | undefined,
     signal: AbortSignal,
-  ): Promise<{ imageRef: string; pullMs: number; size: bigint }> {
+  ): Promise<PullOutcome> {
     const start = this.#clock.now();
-    const creds = keyring.lookup(parseImageName(spec.image).repo);
-    const auths: Array<api.AuthConfig | undefined> = creds.map((c) => ({
-      username: c.username,
-      password: c.password,
-      auth: "",
-      serverAddress: "",
-      identityToken: "",
-      registryToken: "",
-    }));
-    if (auths.length === 0) auths.push(undefined);
+    const attempts: Array<TrackedAuth | undefined> = creds.length > 0 ? [...creds] : [undefined];
     const errors: string[] = [];
-    for (const auth of auths) {
+    for (const cred of attempts) {
+      const auth: api.AuthConfig | undefined = cred && {
+        username: cred.auth.username,
+        password: cred.auth.password,
+        auth: "",
+        serverAddress: "",
+        identityToken: "",
+        registryToken: "",
+      };
       try {
         await this.#limiter.wait(signal);
         const imageRef = await this.#images.pullImage(spec, auth, sandboxConfig, signal);
@@ -333,7 +508,7 @@ export class ImageManager {
           false,
           signal,
         );
-        return { imageRef, pullMs, size: status.image?.size ?? 0n };
+        return { imageRef, pullMs, size: status.image?.size ?? 0n, used: cred };
       } catch (e) {
         signal.throwIfAborted();
         errors.push(errorText(e));
@@ -342,6 +517,50 @@ export class ImageManager {
     // utilerrors.NewAggregate: one error prints alone, several as "[a, b]".
     throw new Error(errors.length === 1 ? errors[0] : `[${errors.join(", ")}]`);
   }
+}
+
+/** A successful pull: the runtime's reference, timings, size and the credential used. */
+interface PullOutcome {
+  readonly imageRef: string;
+  readonly pullMs: number;
+  readonly size: bigint;
+  readonly used: TrackedAuth | undefined;
+}
+
+/** Upstream `credentialprovider.TrackedAuthConfig`: a credential and the secret it came from. */
+interface TrackedAuth {
+  readonly auth: DockerAuth;
+  /** The secret's coordinates and the credential hash; undefined for node-wide credentials. */
+  readonly secret?: ImagePullSecret;
+}
+
+/**
+ * The pod's credentials for `image` in the keyring's order (secrets in order, best match first
+ * within each), each with its secret's coordinates and credential hash.
+ */
+function trackedCredentials(secrets: readonly V1Secret[], image: string): TrackedAuth[] {
+  let repo: string;
+  try {
+    repo = parseImageName(image).repo;
+  } catch {
+    return [];
+  }
+  return secrets.flatMap((secret) =>
+    keyringFromSecrets([secret]).lookup(repo).map((auth) => ({
+      auth,
+      secret: {
+        uid: secret.metadata?.uid ?? "",
+        namespace: secret.metadata?.namespace ?? "",
+        name: secret.metadata?.name ?? "",
+        credentialHash: credentialHash(auth),
+      },
+    }))
+  );
+}
+
+/** Upstream `trackedToImagePullCreds`: an anonymous or node-wide pull is every pod's. */
+function pullCredentials(used: TrackedAuth | undefined): ImagePullCredentials {
+  return used?.secret ? { kubernetesSecrets: [used.secret] } : { nodePodsAccessible: true };
 }
 
 /** What upstream shows of a pull error: a CRI error as Go's gRPC client prints it. */

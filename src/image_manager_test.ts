@@ -6,8 +6,15 @@ import { FakeClock } from "./clock.ts";
 import { CriConnection } from "./cri_connection.ts";
 import type { EventRecorder, ObjectRef } from "./dependencies.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "./fake_remote_runtime.ts";
-import { type EnsureImageResult, ImageManager, type ImageManagerOptions } from "./image_manager.ts";
+import {
+  type EnsureImageResult,
+  ImageManager,
+  type ImageManagerOptions,
+  ImageManagerOptionsError,
+} from "./image_manager.ts";
+import { createLogger } from "./klog.ts";
 import { type ImageManagerService, RemoteImageService } from "./remote_image.ts";
+import { cacheFilename, PullRecordsStore } from "./_image_pull_records.ts";
 
 const PRESENT = "docker.io/library/busybox:1.36";
 
@@ -23,8 +30,14 @@ interface Harness extends AsyncDisposable {
   readonly events: Recorded[];
   readonly clock: FakeClock;
   manager(opts?: Partial<ImageManagerOptions>): ImageManager;
+  /** A manager that verifies pull credentials, with its records under {@link records}. */
+  verifying(opts?: Partial<ImageManagerOptions>): ImageManager;
   /** The object of each event, in order. */
   readonly refs: ObjectRef[];
+  /** `<rootDirectory>/image_manager` of {@link verifying} managers. */
+  readonly records: string;
+  /** The log lines of {@link verifying} managers. */
+  readonly lines: string[];
 }
 
 async function harness(): Promise<Harness> {
@@ -41,13 +54,27 @@ async function harness(): Promise<Harness> {
     },
   };
   const clock = new FakeClock();
+  const records = join(dir, "image_manager");
+  const lines: string[] = [];
+  const logger = createLogger({ write: (l) => lines.push(l) });
   return {
     fake,
     images,
     events,
     refs,
     clock,
+    records,
+    lines,
     manager: (opts) => new ImageManager({ imageService: images, recorder, clock, ...opts }),
+    verifying: (opts) =>
+      new ImageManager({
+        imageService: images,
+        recorder,
+        clock,
+        recordsDirectory: records,
+        logger,
+        ...opts,
+      }),
     async [Symbol.asyncDispose]() {
       connection.close();
       await fake.stop();
@@ -69,9 +96,15 @@ function ensure(
   return m.ensureImageExists(AbortSignal.timeout(10_000), { pod: p, container, pullSecrets });
 }
 
-function dockerSecret(registry: string, username: string, password: string): V1Secret {
+function dockerSecret(
+  registry: string,
+  username: string,
+  password: string,
+  name = "pull-secret",
+): V1Secret {
   const config = { auths: { [registry]: { auth: btoa(`${username}:${password}`) } } };
   return {
+    metadata: { name, namespace: "default", uid: `${name}-uid` },
     type: "kubernetes.io/dockerconfigjson",
     data: { ".dockerconfigjson": btoa(JSON.stringify(config)) },
   };
@@ -272,4 +305,189 @@ Deno.test("ImageManager events are about the container, as upstream's container 
     ["spec.initContainers{setup}", "42"],
     ["spec.containers{app}", "42"],
   ]);
+});
+
+// Credential verification for images already on the node (KEP-2535).
+
+const PRIVATE = "quay.io/team/app:1";
+const ACCESSIBLE = (image: string) =>
+  `Container image "${image}" already present on machine and can be accessed by the pod`;
+
+/** A verifying manager after pod uid-1 pulled {@link PRIVATE} with bob's secret. */
+async function pulledPrivate(h: Harness, opts?: Partial<ImageManagerOptions>) {
+  h.fake.service.images.requireAuth(PRIVATE, { username: "bob", password: "pw" });
+  const m = h.verifying(opts);
+  const res = await ensure(m, { name: "c", image: PRIVATE }, [
+    dockerSecret("quay.io", "bob", "pw"),
+  ]);
+  assert.ok("imageRef" in res, JSON.stringify(res));
+  assert.deepEqual(reasons(h.events), ["Pulling", "Pulled"]);
+  h.events.length = 0;
+  return { m, imageRef: res.imageRef };
+}
+
+const pullsOf = (h: Harness) => h.fake.service.images.pulls.map((p) => p.auth?.username ?? null);
+
+Deno.test("ImageManager without recordsDirectory lets any pod use a present image", async () => {
+  await using h = await harness();
+  h.fake.service.images.requireAuth(PRIVATE, { username: "bob", password: "pw" });
+  const m = h.manager();
+  await ensure(m, { name: "c", image: PRIVATE }, [dockerSecret("quay.io", "bob", "pw")]);
+  h.events.length = 0;
+  const res = await ensure(m, { name: "c", image: PRIVATE }, [], pod("uid-2"));
+  assert.ok("imageRef" in res);
+  assert.deepEqual(h.events.map((e) => e.message), [
+    `Container image "${PRIVATE}" already present on machine`,
+  ]);
+});
+
+Deno.test("ImageManager makes a pod without the secret pull a private image again, which fails", async () => {
+  await using h = await harness();
+  const { m } = await pulledPrivate(h);
+  const res = await ensure(m, { name: "c", image: PRIVATE }, [], pod("uid-2"));
+  assert.ok("error" in res && res.error.reason === "ErrImagePull", JSON.stringify(res));
+  assert.match(res.error.message, /401 Unauthorized/);
+  assert.deepEqual(reasons(h.events), ["Pulling", "Failed"]);
+  assert.deepEqual(pullsOf(h), ["bob", null]);
+  // The intent of the failed pull is gone.
+  assert.deepEqual(await Array.fromAsync(Deno.readDir(join(h.records, "pulling"))), []);
+});
+
+Deno.test("ImageManager lets a pod with the same credentials use a private image without pulling", async () => {
+  await using h = await harness();
+  const { m, imageRef } = await pulledPrivate(h);
+  // Another pod, another secret object with the same credentials.
+  const secrets = [dockerSecret("quay.io", "bob", "pw", "copy")];
+  const res = await ensure(m, { name: "c", image: PRIVATE }, secrets, pod("uid-3"));
+  assert.deepEqual(res, { imageRef });
+  assert.deepEqual(h.events, [{ type: "Normal", reason: "Pulled", message: ACCESSIBLE(PRIVATE) }]);
+  assert.deepEqual(pullsOf(h), ["bob"]);
+  // Other credentials for the registry are not enough.
+  const wrong = [dockerSecret("quay.io", "eve", "x", "eve")];
+  const denied = await ensure(m, { name: "c", image: PRIVATE }, wrong, pod("uid-4"));
+  assert.ok("error" in denied && denied.error.reason === "ErrImagePull");
+  assert.deepEqual(pullsOf(h), ["bob", "eve"]);
+});
+
+Deno.test("ImageManager lets every pod use an image pulled anonymously", async () => {
+  await using h = await harness();
+  const m = h.verifying();
+  const first = await ensure(m, { name: "c", image: "nginx:1" });
+  assert.ok("imageRef" in first);
+  h.events.length = 0;
+  const other = [dockerSecret("quay.io", "eve", "x", "eve")];
+  assert.deepEqual(await ensure(m, { name: "c", image: "nginx:1" }, other, pod("uid-2")), first);
+  assert.deepEqual(h.events.map((e) => e.message), [ACCESSIBLE("nginx:1")]);
+  assert.equal(h.fake.service.images.pulls.length, 1);
+});
+
+Deno.test("ImageManager trusts a preloaded image under NeverVerifyPreloadedImages only", async () => {
+  await using h = await harness();
+  const res = await ensure(h.verifying(), { name: "c", image: "busybox:1.36" });
+  assert.ok("imageRef" in res);
+  assert.deepEqual(h.events.map((e) => e.message), [ACCESSIBLE("busybox:1.36")]);
+  assert.equal(h.fake.service.images.pulls.length, 0);
+  h.events.length = 0;
+
+  // AlwaysVerify: even a preloaded image must be pulled with the pod's credentials.
+  h.fake.service.images.requireAuth(PRESENT, { username: "bob", password: "pw" });
+  const always = h.verifying({ verificationPolicy: "AlwaysVerify" });
+  const denied = await ensure(always, { name: "c", image: "busybox:1.36" });
+  assert.ok("error" in denied && denied.error.reason === "ErrImagePull");
+  assert.match(denied.error.message, /401 Unauthorized/);
+  const secrets = [dockerSecret("docker.io", "bob", "pw")];
+  const allowed = await ensure(always, { name: "c", image: "busybox:1.36" }, secrets, pod("uid-2"));
+  assert.ok("imageRef" in allowed);
+  assert.deepEqual(pullsOf(h), [null, "bob"]);
+  assert.match(h.events.at(-1)?.message ?? "", /^Successfully pulled image "busybox:1.36"/);
+});
+
+Deno.test("ImageManager under NeverVerifyAllowlistedImages verifies only images off the list", async () => {
+  await using h = await harness();
+  h.fake.service.images.add("quay.io/vendor/tool:2");
+  h.fake.service.images.add("quay.io/team/app:1");
+  const m = h.verifying({
+    verificationPolicy: "NeverVerifyAllowlistedImages",
+    allowlist: ["docker.io/library/busybox", "quay.io/vendor/*"],
+  });
+  for (const image of ["busybox:1.36", "quay.io/vendor/tool:2"]) {
+    assert.ok("imageRef" in await ensure(m, { name: "c", image }));
+  }
+  assert.equal(h.fake.service.images.pulls.length, 0);
+  // Preloaded but not allowlisted: verified.
+  assert.ok("imageRef" in await ensure(m, { name: "c", image: "quay.io/team/app:1" }));
+  assert.deepEqual(h.fake.service.images.pulls.map((p) => p.image), ["quay.io/team/app:1"]);
+});
+
+Deno.test("ImageManager keeps its pull records across a restart", async () => {
+  await using h = await harness();
+  await pulledPrivate(h);
+  const restarted = h.verifying();
+  const denied = await ensure(restarted, { name: "c", image: PRIVATE }, [], pod("uid-2"));
+  assert.ok("error" in denied && denied.error.reason === "ErrImagePull");
+  const secrets = [dockerSecret("quay.io", "bob", "pw")];
+  assert.ok("imageRef" in await ensure(restarted, { name: "c", image: PRIVATE }, secrets));
+  assert.deepEqual(pullsOf(h), ["bob", null]);
+});
+
+Deno.test("ImageManager verifies an image whose pull a restart interrupted", async () => {
+  await using h = await harness();
+  const image = "docker.io/library/busybox:1.36"; // as the runtime tags it
+  const store = await PullRecordsStore.open({
+    directory: h.records,
+    logger: createLogger({ write: () => {} }),
+  });
+  // The previous kubelet wrote its intent and stopped before recording the pull.
+  await store.writeIntent(image);
+  const m = h.verifying();
+  await m.start();
+  assert.deepEqual(await Array.fromAsync(Deno.readDir(join(h.records, "pulling"))), []);
+  const res = await ensure(m, { name: "c", image });
+  assert.ok("imageRef" in res);
+  assert.deepEqual(reasons(h.events), ["Pulling", "Pulled"]);
+  // That pull was anonymous: from now on any pod may use it.
+  assert.ok("imageRef" in await ensure(m, { name: "c", image }, [], pod("uid-2")));
+  assert.equal(h.fake.service.images.pulls.length, 1);
+});
+
+Deno.test("ImageManager logs a corrupt pull record and verifies the image again", async () => {
+  await using h = await harness();
+  const { imageRef } = await pulledPrivate(h);
+  await Deno.writeTextFile(join(h.records, "pulled", cacheFilename(imageRef)), '{"kind":');
+  const m = h.verifying();
+  const secrets = [dockerSecret("quay.io", "bob", "pw")];
+  const res = await ensure(m, { name: "c", image: PRIVATE }, secrets, pod("uid-2"));
+  assert.deepEqual(res, { imageRef });
+  assert.ok(h.lines.some((l) => l.includes("Failed to read an image pull")), h.lines.join("\n"));
+  assert.deepEqual(reasons(h.events), ["Pulling", "Pulled"]);
+  // The pull rewrote the record.
+  assert.deepEqual(await ensure(m, { name: "c", image: PRIVATE }, secrets, pod("uid-3")), {
+    imageRef,
+  });
+  assert.deepEqual(pullsOf(h), ["bob", "bob"]);
+});
+
+Deno.test("ImageManager with policy Never treats a present image the pod may not use as absent", async () => {
+  await using h = await harness();
+  const { m } = await pulledPrivate(h);
+  const c: V1Container = { name: "c", image: PRIVATE, imagePullPolicy: "Never" };
+  const message = `Container image "${PRIVATE}" is not present with pull policy of Never`;
+  assert.deepEqual(await ensure(m, c, [], pod("uid-2")), {
+    error: { reason: "ErrImageNeverPull", message },
+  });
+  assert.deepEqual(h.events, [{ type: "Warning", reason: "ErrImageNeverPull", message }]);
+  assert.equal(h.fake.service.images.pulls.length, 1);
+});
+
+Deno.test("ImageManager rejects an unknown verification policy or a bad allowlist", async () => {
+  await using h = await harness();
+  assert.throws(
+    () => h.verifying({ verificationPolicy: "Sometimes" as "AlwaysVerify" }),
+    ImageManagerOptionsError,
+  );
+  assert.throws(
+    () =>
+      h.verifying({ verificationPolicy: "NeverVerifyAllowlistedImages", allowlist: ["nginx:1"] }),
+    /neither tag nor digest is accepted in an image reference: nginx:1/,
+  );
 });

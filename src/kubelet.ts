@@ -233,6 +233,8 @@ export class Kubelet {
       signal,
     });
     const { pleg, syncer, loop, podManager, podCache } = pods;
+    // Pull records that cannot be opened stop the kubelet, as upstream.
+    await pods.imageManager.start(signal);
     this.pleg = pleg;
     this.runtimeState.addHealthCheck("PLEG", () => {
       const h = pleg.healthy();

@@ -13,7 +13,7 @@ import type { V1Node } from "@kubernetes/client-node";
 import type { Clock } from "./clock.ts";
 import type { EventRecorder } from "./dependencies.ts";
 import { DnsConfigurer } from "./dns.ts";
-import { ImageManager } from "./image_manager.ts";
+import { type CredentialVerificationPolicy, ImageManager } from "./image_manager.ts";
 import type { Logger } from "./klog.ts";
 import type { KubeClient } from "./kube_client.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
@@ -45,6 +45,8 @@ export type PodLifecycleConfig = Pick<
   | "cpuCFSQuotaPeriod"
   | "singleProcessOOMKill"
   | "syncFrequency"
+  | "imagePullCredentialsVerificationPolicy"
+  | "preloadedImagesVerificationAllowlist"
 >;
 
 /** What {@link newPodLifecycle} needs. */
@@ -84,6 +86,7 @@ export interface PodLifecycle {
   readonly pleg: GenericPLEG;
   readonly podManager: PodManager;
   readonly reasonCache: ReasonCache;
+  readonly imageManager: ImageManager;
   readonly statusManager: StatusManager;
   readonly runtimeManager: KubeRuntimeManager;
   readonly syncer: PodSyncer;
@@ -125,6 +128,15 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     maxParallelImagePulls: config.maxParallelImagePulls,
     registryPullQPS: config.registryPullQPS,
     registryBurst: config.registryBurst,
+    // Set only while the KubeletEnsureSecretPulledImages gate is on (defaulting).
+    recordsDirectory: config.imagePullCredentialsVerificationPolicy
+      ? join(o.rootDirectory, "image_manager")
+      : undefined,
+    verificationPolicy: config.imagePullCredentialsVerificationPolicy as
+      | CredentialVerificationPolicy
+      | undefined,
+    allowlist: config.preloadedImagesVerificationAllowlist,
+    logger,
   });
   const dns = new DnsConfigurer({
     clusterDNS: config.clusterDNS ?? [],
@@ -202,6 +214,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     pleg,
     podManager,
     reasonCache,
+    imageManager,
     statusManager,
     runtimeManager,
     syncer,

@@ -13,13 +13,12 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1ContainerStatus, V1Pod } from "@kubernetes/client-node";
-import { FakeClock } from "../src/clock.ts";
-import { KubeClient } from "../src/kube_client.ts";
-import { loadKubeconfig } from "../src/kubeconfig.ts";
-import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import type { KubeClient } from "../src/kube_client.ts";
+import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
-import { type ControlPlane, dumpLogsOnFailure, startControlPlane } from "./control_plane.ts";
+import { type ControlPlane, startControlPlane } from "./control_plane.ts";
 import { ctrOrThrow, type ImageSpec, importImages, PAUSE } from "./images.ts";
+import { e2eSuite, getPod, POD_POLL_MS, poll, startNodeAgent, waitPod } from "./node_harness.ts";
 import {
   type PushedImage,
   pushImage,
@@ -69,10 +68,11 @@ interface World {
   readonly agent: RunningAgent;
 }
 
-let world: Promise<World> | undefined;
-
-function getWorld(): Promise<World> {
-  world ??= (async () => {
+const suite = e2eSuite<World>({
+  name: "image pull",
+  gate,
+  userAgent: "pull-e2e-test",
+  async start() {
     const dir = await Deno.makeTempDir({ prefix: "pull-e2e-" });
     const cp = await startControlPlane({ dir: join(dir, "cp"), nodeNames: [NODE] });
     const socket = join(dir, "containerd", "containerd.sock");
@@ -101,63 +101,23 @@ function getWorld(): Promise<World> {
     const ctr = (args: string[], what: string) => ctrOrThrow(socket, "k8s.io", args, { what });
     await ctr(["images", "tag", local.name, preloaded(open)], "tag the preloaded image");
     await ctr(["images", "rm", local.name], "drop the preloaded image's build name");
-    const config = join(dir, "kubelet.yaml");
-    await Deno.writeTextFile(
-      config,
-      [
-        "apiVersion: kubelet.config.k8s.io/v1beta1",
-        "kind: KubeletConfiguration",
-        "failCgroupV1: false",
-        `containerRuntimeEndpoint: unix://${socket}`,
-        "healthzPort: 0",
-        // A pod in image pull back-off is synced again only at its resync (upstream too): 10 s
-        // instead of 1 min lets the back-off show in the status within seconds.
-        "syncFrequency: 10s",
-        "",
-      ].join("\n"),
-    );
-    const sa = await cp.kubectl(["create", "serviceaccount", "default", "-n", NS]);
-    assert.ok(sa.code === 0 || sa.stderr.includes("AlreadyExists"), sa.stderr);
-    const agent = spawnAgent([
-      ...["--config", config, "--kubeconfig", cp.nodeKubeconfig(NODE)],
-      ...["--hostname-override", NODE, "--root-dir", join(dir, "root")],
-      ...["--cert-dir", join(dir, "pki")],
-    ]);
-    await agent.waitFor("Starting kubelet main sync loop", 60_000);
+    const { agent } = await startNodeAgent({
+      cp,
+      dir,
+      nodeName: NODE,
+      endpoint: containerd.endpoint,
+      // A pod in image pull back-off is synced again only at its resync (upstream too): 10 s
+      // instead of 1 min lets the back-off show in the status within seconds.
+      configLines: ["syncFrequency: 10s"],
+    });
     return { dir, cp, containerd, open, closed, pushed, agent };
-  })();
-  return world;
-}
+  },
+});
+const e2e = suite.test;
 
 /** The image on the node only (imported, then tagged with this name), in no registry. */
 function preloaded(open: RegistryHandle): string {
   return `${open.host}/e2e/preloaded:1`;
-}
-
-async function admin(cp: ControlPlane): Promise<KubeClient> {
-  return new KubeClient({
-    config: await loadKubeconfig(cp.adminKubeconfig),
-    clock: new FakeClock(),
-    qps: -1,
-    userAgent: "pull-e2e-test",
-  });
-}
-
-async function poll<T>(what: string, fn: () => Promise<T | undefined>, ms: number): Promise<T> {
-  const end = Date.now() + ms;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined) return v;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > end) {
-      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last}` : ""}`);
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
 }
 
 interface PodOptions {
@@ -191,25 +151,8 @@ async function create(w: World, manifest: string): Promise<void> {
   assert.equal(r.code, 0, r.stderr);
 }
 
-function getPod(api: KubeClient, name: string): Promise<V1Pod> {
-  return api.get<V1Pod>(`/api/v1/namespaces/${NS}/pods/${name}`);
-}
-
 function mainStatus(pod: V1Pod): V1ContainerStatus | undefined {
   return pod.status?.containerStatuses?.find((c) => c.name === "main");
-}
-
-async function waitPod(
-  api: KubeClient,
-  name: string,
-  what: string,
-  pred: (p: V1Pod) => boolean,
-  ms = 60_000,
-): Promise<V1Pod> {
-  return await poll(`pod ${name}: ${what}`, async () => {
-    const p = await getPod(api, name);
-    return pred(p) ? p : undefined;
-  }, ms);
 }
 
 /** The parts of a core/v1 Event these tests read. */
@@ -235,10 +178,15 @@ async function waitEvent(
   match: (message: string) => boolean = () => true,
   ms = 60_000,
 ): Promise<PodEvent[]> {
-  return await poll(`a ${reason} event about ${name}`, async () => {
-    const events = await podEvents(w, name);
-    return events.some((e) => e.reason === reason && match(e.message)) ? events : undefined;
-  }, ms);
+  return await poll(
+    `a ${reason} event about ${name}`,
+    async () => {
+      const events = await podEvents(w, name);
+      return events.some((e) => e.reason === reason && match(e.message)) ? events : undefined;
+    },
+    ms,
+    POD_POLL_MS,
+  );
 }
 
 function show(events: readonly PodEvent[]): string {
@@ -319,7 +267,7 @@ function digestOf(w: World, repo: string): string {
  * which the kubelet reports as imageID.
  */
 async function assertRuns(api: KubeClient, name: string, image: string, digest: string) {
-  const s = mainStatus(await getPod(api, name));
+  const s = mainStatus(await getPod(api, NS, name));
   assert.equal(s?.image, image, JSON.stringify(s));
   const repo = image.slice(0, image.lastIndexOf(":"));
   assert.equal(s?.imageID, `${repo}@${digest}`, JSON.stringify(s));
@@ -327,7 +275,7 @@ async function assertRuns(api: KubeClient, name: string, image: string, digest: 
 
 /** Waits until pod `name` runs, with Created and Started events; returns its events. */
 async function waitRunning(w: World, api: KubeClient, name: string): Promise<PodEvent[]> {
-  const pod = await waitPod(api, name, "Running", (p) => p.status?.phase === "Running");
+  const pod = await waitPod(api, NS, name, "Running", (p) => p.status?.phase === "Running");
   assert.ok(mainStatus(pod)?.state?.running, JSON.stringify(mainStatus(pod)));
   const events = await waitEvent(w, name, "Started");
   theEvent(events, "Created", "Normal", /./);
@@ -346,38 +294,21 @@ async function waitReasons(
 ): Promise<{ seen: string[]; messages: Map<string, string>; pod: V1Pod }> {
   const seen: string[] = [];
   const messages = new Map<string, string>();
-  const pod = await poll(`pod ${name}: waiting reason ${last}`, async () => {
-    const p = await getPod(api, name);
-    const waiting = mainStatus(p)?.state?.waiting;
-    if (waiting?.reason && seen.at(-1) !== waiting.reason) {
-      seen.push(waiting.reason);
-      messages.set(waiting.reason, waiting.message ?? "");
-    }
-    return waiting?.reason === last ? p : undefined;
-  }, ms);
-  return { seen, messages, pod };
-}
-
-function e2e(name: string, fn: (w: World, api: KubeClient) => Promise<void>) {
-  Deno.test({
-    name: `image pull: ${name}`,
-    ignore: gate.ignore,
-    sanitizeResources: false,
-    sanitizeOps: false,
-    async fn() {
-      gate.check();
-      const w = await getWorld();
-      const api = await admin(w.cp);
-      try {
-        await dumpLogsOnFailure(w.cp, () => fn(w, api));
-      } catch (e) {
-        console.error(`agent stderr:\n${w.agent.stderr().split("\n").slice(-60).join("\n")}`);
-        throw e;
-      } finally {
-        api.close();
+  const pod = await poll(
+    `pod ${name}: waiting reason ${last}`,
+    async () => {
+      const p = await getPod(api, NS, name);
+      const waiting = mainStatus(p)?.state?.waiting;
+      if (waiting?.reason && seen.at(-1) !== waiting.reason) {
+        seen.push(waiting.reason);
+        messages.set(waiting.reason, waiting.message ?? "");
       }
+      return waiting?.reason === last ? p : undefined;
     },
-  });
+    ms,
+    POD_POLL_MS,
+  );
+  return { seen, messages, pod };
 }
 
 e2e("Never: an absent image fails with ErrImageNeverPull, a present one runs", async (w, api) => {
@@ -387,6 +318,7 @@ e2e("Never: an absent image fails with ErrImageNeverPull, a present one runs", a
   const neverMessage = `Container image ${q(absent)} is not present with pull policy of Never`;
   const pod = await waitPod(
     api,
+    NS,
     "never-absent",
     "waiting with ErrImageNeverPull",
     (p) => mainStatus(p)?.state?.waiting?.reason === "ErrImageNeverPull",
@@ -408,7 +340,7 @@ e2e("Never: an absent image fails with ErrImageNeverPull, a present one runs", a
   theEvent(ran, "Pulled", "Normal", presentMessage(present));
   noEvent(ran, "Pulling");
   noEvent(ran, "ErrImageNeverPull");
-  assert.equal(mainStatus(await getPod(api, "never-present"))?.image, present);
+  assert.equal(mainStatus(await getPod(api, NS, "never-present"))?.image, present);
 });
 
 e2e("IfNotPresent: an absent image is pulled once, then found present", async (w, api) => {
@@ -502,6 +434,7 @@ e2e("a registry behind auth: unauthorized without a pull secret, runs with one",
   await create(w, podManifest("private-anonymous", image, { policy: "IfNotPresent" }));
   const anonymous = await waitPod(
     api,
+    NS,
     "private-anonymous",
     "waiting with ErrImagePull",
     (p) => mainStatus(p)?.state?.waiting?.reason === "ErrImagePull",
@@ -543,21 +476,8 @@ e2e("a registry behind auth: unauthorized without a pull secret, runs with one",
   await assertRuns(api, "private-secret", image, digestOf(w, "e2e/private"));
 });
 
-Deno.test({
-  name: "image pull: teardown",
-  ignore: gate.ignore,
-  sanitizeResources: false,
-  sanitizeOps: false,
-  async fn() {
-    if (!world) return;
-    const w = await world;
-    w.agent.process.kill("SIGTERM");
-    const st = await w.agent.process.status;
-    assert.equal(st.code, 0, w.agent.stderr().split("\n").slice(-20).join("\n"));
-    await w.containerd.stop();
-    await w.open.stop();
-    await w.closed.stop();
-    await w.cp.stop();
-    await Deno.remove(w.dir, { recursive: true }).catch(() => {});
-  },
+suite.teardown("teardown", async (w) => {
+  await w.containerd.stop();
+  await w.open.stop();
+  await w.closed.stop();
 });

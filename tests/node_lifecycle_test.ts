@@ -8,13 +8,11 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1Lease, V1Node } from "@kubernetes/client-node";
-import { FakeClock } from "../src/clock.ts";
-import { KubeClient } from "../src/kube_client.ts";
-import { loadKubeconfig } from "../src/kubeconfig.ts";
 import { KUBELET_VERSION } from "../src/version.ts";
-import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
-import { type ControlPlane, dumpLogsOnFailure, startControlPlane } from "./control_plane.ts";
+import { type ControlPlane, startControlPlane } from "./control_plane.ts";
+import { e2eSuite, kubeClient, poll, startNodeAgent } from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
 
 const gate = await requireRoot("node lifecycle e2e tests", [
@@ -34,98 +32,38 @@ interface World {
   readonly agent: RunningAgent;
 }
 
-let world: Promise<World> | undefined;
-
-function getWorld(): Promise<World> {
-  world ??= (async () => {
+const suite = e2eSuite<World>({
+  name: "node lifecycle",
+  gate,
+  userAgent: "node-e2e-test",
+  stderrLines: 40,
+  async start() {
     const dir = await Deno.makeTempDir({ prefix: "node-e2e-" });
     const cp = await startControlPlane({ dir: join(dir, "cp"), nodeNames: [NODE] });
     const socket = join(dir, "containerd", "containerd.sock");
     const containerd = await startContainerd({ dir: join(dir, "containerd"), socket });
-    const config = join(dir, "kubelet.yaml");
-    await Deno.writeTextFile(
-      config,
-      [
-        "apiVersion: kubelet.config.k8s.io/v1beta1",
-        "kind: KubeletConfiguration",
-        "failCgroupV1: false",
-        `containerRuntimeEndpoint: unix://${socket}`,
-        "healthzPort: 0",
+    // Not waiting for the sync loop: the first test times Ready from the runtime's readiness.
+    const { agent } = await startNodeAgent({
+      cp,
+      dir,
+      nodeName: NODE,
+      endpoint: containerd.endpoint,
+      configLines: [
         `podLogsDir: ${dir}/pod-logs`,
         "registerWithTaints:",
         "  - {key: e2e.kubelet-ts/dedicated, value: tests, effect: NoSchedule}",
-        "",
-      ].join("\n"),
-    );
-    const agent = spawnAgent([
-      "--config",
-      config,
-      "--kubeconfig",
-      cp.nodeKubeconfig(NODE),
-      "--hostname-override",
-      NODE.toUpperCase(),
-      "--node-labels",
-      "e2e.kubelet-ts/role=worker",
-      "--root-dir",
-      join(dir, "root"),
-      "--cert-dir",
-      join(dir, "pki"),
-    ]);
+      ],
+      hostnameOverride: NODE.toUpperCase(),
+      extraArgs: ["--node-labels", "e2e.kubelet-ts/role=worker"],
+      waitFor: null,
+    });
     return { dir, cp, containerd, socket, agent };
-  })();
-  return world;
-}
-
-async function admin(cp: ControlPlane): Promise<KubeClient> {
-  return new KubeClient({
-    config: await loadKubeconfig(cp.adminKubeconfig),
-    clock: new FakeClock(),
-    qps: -1,
-    userAgent: "node-e2e-test",
-  });
-}
-
-async function poll<T>(what: string, fn: () => Promise<T | undefined>, ms: number): Promise<T> {
-  const end = Date.now() + ms;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined) return v;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > end) {
-      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last}` : ""}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+  },
+});
+const e2e = suite.test;
 
 function ready(node: V1Node): string | undefined {
   return node.status?.conditions?.find((c) => c.type === "Ready")?.status;
-}
-
-function e2e(name: string, fn: (w: World, api: KubeClient) => Promise<void>) {
-  Deno.test({
-    name: `node lifecycle: ${name}`,
-    ignore: gate.ignore,
-    sanitizeResources: false,
-    sanitizeOps: false,
-    async fn() {
-      gate.check();
-      const w = await getWorld();
-      const api = await admin(w.cp);
-      try {
-        await dumpLogsOnFailure(w.cp, () => fn(w, api));
-      } catch (e) {
-        console.error(`agent stderr:\n${w.agent.stderr().split("\n").slice(-40).join("\n")}`);
-        throw e;
-      } finally {
-        api.close();
-      }
-    },
-  });
 }
 
 e2e(
@@ -208,12 +146,7 @@ e2e("the lease is owned by the Node and its renewTime advances every ~10 s", asy
 });
 
 e2e("the node's credentials cannot modify another Node", async (w) => {
-  const nodeClient = new KubeClient({
-    config: await loadKubeconfig(w.cp.nodeKubeconfig(NODE)),
-    clock: new FakeClock(),
-    qps: -1,
-    userAgent: "node-e2e-test",
-  });
+  const nodeClient = await kubeClient(w.cp.nodeKubeconfig(NODE), "node-e2e-test");
   try {
     await assert.rejects(
       nodeClient.create("/api/v1/nodes", {
@@ -294,22 +227,6 @@ e2e("a Node deleted while the agent runs is registered again", async (_w, api) =
   assert.equal(again.metadata?.labels?.["e2e.kubelet-ts/role"], "worker");
 });
 
-Deno.test({
-  name: "node lifecycle: (teardown)",
-  ignore: gate.ignore,
-  sanitizeResources: false,
-  sanitizeOps: false,
-  async fn() {
-    if (!world) return;
-    const w = await world;
-    w.agent.process.kill("SIGTERM");
-    assert.equal(
-      (await w.agent.process.status).code,
-      0,
-      w.agent.stderr().split("\n").slice(-20).join("\n"),
-    );
-    await w.containerd.stop();
-    await w.cp.stop();
-    await Deno.remove(w.dir, { recursive: true }).catch(() => {});
-  },
+suite.teardown("(teardown)", async (w) => {
+  await w.containerd.stop();
 });

@@ -8,13 +8,20 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1ContainerStatus, V1Pod } from "@kubernetes/client-node";
-import { FakeClock } from "../src/clock.ts";
-import { isStatus, KubeClient } from "../src/kube_client.ts";
-import { loadKubeconfig } from "../src/kubeconfig.ts";
 import { type RunningAgent, spawnAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
-import { type ControlPlane, dumpLogsOnFailure, startControlPlane } from "./control_plane.ts";
+import { type ControlPlane, startControlPlane } from "./control_plane.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
+import {
+  e2eSuite,
+  getPod,
+  POD_POLL_MS,
+  poll,
+  startNodeAgent,
+  SYNC_LOOP_STARTED,
+  waitPod,
+  waitPodGone,
+} from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
 
 const gate = await requireRoot("pod lifecycle e2e tests", [
@@ -36,10 +43,11 @@ interface World {
   agent: RunningAgent;
 }
 
-let world: Promise<World> | undefined;
-
-function getWorld(): Promise<World> {
-  world ??= (async () => {
+const suite = e2eSuite<World>({
+  name: "pod lifecycle",
+  gate,
+  userAgent: "pods-e2e-test",
+  async start() {
     const dir = await Deno.makeTempDir({ prefix: "pods-e2e-" });
     const cp = await startControlPlane({ dir: join(dir, "cp"), nodeNames: [NODE] });
     const socket = join(dir, "containerd", "containerd.sock");
@@ -47,66 +55,17 @@ function getWorld(): Promise<World> {
     await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE] });
     const staticDir = join(dir, "manifests");
     await Deno.mkdir(staticDir, { recursive: true });
-    const config = join(dir, "kubelet.yaml");
-    await Deno.writeTextFile(
-      config,
-      [
-        "apiVersion: kubelet.config.k8s.io/v1beta1",
-        "kind: KubeletConfiguration",
-        "failCgroupV1: false",
-        `containerRuntimeEndpoint: unix://${socket}`,
-        "healthzPort: 0",
-        `staticPodPath: ${staticDir}`,
-        "fileCheckFrequency: 2s",
-        "",
-      ].join("\n"),
-    );
-    const sa = await cp.kubectl(["create", "serviceaccount", "default", "-n", NS]);
-    assert.ok(sa.code === 0 || sa.stderr.includes("AlreadyExists"), sa.stderr);
-    const args = [
-      "--config",
-      config,
-      "--kubeconfig",
-      cp.nodeKubeconfig(NODE),
-      "--hostname-override",
-      NODE,
-      "--root-dir",
-      join(dir, "root"),
-      "--cert-dir",
-      join(dir, "pki"),
-    ];
-    const agent = spawnAgent(args);
-    await agent.waitFor("Starting kubelet main sync loop", 60_000);
+    const { agent, args } = await startNodeAgent({
+      cp,
+      dir,
+      nodeName: NODE,
+      endpoint: containerd.endpoint,
+      configLines: [`staticPodPath: ${staticDir}`, "fileCheckFrequency: 2s"],
+    });
     return { dir, cp, containerd, staticDir, args, agent };
-  })();
-  return world;
-}
-
-async function admin(cp: ControlPlane): Promise<KubeClient> {
-  return new KubeClient({
-    config: await loadKubeconfig(cp.adminKubeconfig),
-    clock: new FakeClock(),
-    qps: -1,
-    userAgent: "pods-e2e-test",
-  });
-}
-
-async function poll<T>(what: string, fn: () => Promise<T | undefined>, ms: number): Promise<T> {
-  const end = Date.now() + ms;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined) return v;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > end) {
-      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last}` : ""}`);
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
+  },
+});
+const e2e = suite.test;
 
 interface PodOptions {
   restartPolicy?: "Always" | "OnFailure" | "Never";
@@ -148,53 +107,14 @@ async function create(w: World, manifest: string): Promise<void> {
   assert.equal(r.code, 0, r.stderr);
 }
 
-function getPod(api: KubeClient, name: string): Promise<V1Pod> {
-  return api.get<V1Pod>(`/api/v1/namespaces/${NS}/pods/${name}`);
-}
-
 function status(pod: V1Pod, name = "main"): V1ContainerStatus | undefined {
   return [...(pod.status?.containerStatuses ?? []), ...(pod.status?.initContainerStatuses ?? [])]
     .find((c) => c.name === name);
 }
 
-async function waitPod(
-  api: KubeClient,
-  name: string,
-  what: string,
-  pred: (p: V1Pod) => boolean,
-  ms = 60_000,
-): Promise<V1Pod> {
-  return await poll(`pod ${name}: ${what}`, async () => {
-    const p = await getPod(api, name);
-    return pred(p) ? p : undefined;
-  }, ms);
-}
-
-function e2e(name: string, fn: (w: World, api: KubeClient) => Promise<void>) {
-  Deno.test({
-    name: `pod lifecycle: ${name}`,
-    ignore: gate.ignore,
-    sanitizeResources: false,
-    sanitizeOps: false,
-    async fn() {
-      gate.check();
-      const w = await getWorld();
-      const api = await admin(w.cp);
-      try {
-        await dumpLogsOnFailure(w.cp, () => fn(w, api));
-      } catch (e) {
-        console.error(`agent stderr:\n${w.agent.stderr().split("\n").slice(-60).join("\n")}`);
-        throw e;
-      } finally {
-        api.close();
-      }
-    },
-  });
-}
-
 e2e("a kubectl pod runs with a pod IP, and its log is in /var/log/pods", async (w, api) => {
   await create(w, podManifest("web", "echo hello from web; sleep 3600"));
-  const pod = await waitPod(api, "web", "Running", (p) => p.status?.phase === "Running");
+  const pod = await waitPod(api, NS, "web", "Running", (p) => p.status?.phase === "Running");
   const uid = pod.metadata!.uid!;
   assert.match(pod.status?.podIP ?? "", /^10\.88\./);
   assert.deepEqual(pod.status?.podIPs?.map((i) => i.ip), [pod.status?.podIP]);
@@ -218,10 +138,15 @@ e2e("a kubectl pod runs with a pod IP, and its log is in /var/log/pods", async (
     "Ready",
   ]);
   const log = `/var/log/pods/${NS}_web_${uid}/main/0.log`;
-  const text = await poll("the container log", async () => {
-    const t = await Deno.readTextFile(log);
-    return t.includes("hello from web") ? t : undefined;
-  }, 10_000);
+  const text = await poll(
+    "the container log",
+    async () => {
+      const t = await Deno.readTextFile(log);
+      return t.includes("hello from web") ? t : undefined;
+    },
+    10_000,
+    POD_POLL_MS,
+  );
   assert.match(text, /^\S+ stdout F hello from web$/m);
   const logs = await w.cp.kubectl(["get", "events", "-n", NS, "-o", "json"]);
   const reasons =
@@ -241,19 +166,12 @@ e2e("a pod deleted with a grace period gets SIGTERM, then leaves the API", async
       { grace: 30 },
     ),
   );
-  const pod = await waitPod(api, "graceful", "Running", (p) => p.status?.phase === "Running");
+  const pod = await waitPod(api, NS, "graceful", "Running", (p) => p.status?.phase === "Running");
   const uid = pod.metadata!.uid!;
   const start = Date.now();
   const del = await w.cp.kubectl(["delete", "pod", "graceful", "-n", NS, "--wait=false"]);
   assert.equal(del.code, 0, del.stderr);
-  await poll("the pod to leave the API", async () => {
-    try {
-      await getPod(api, "graceful");
-      return undefined;
-    } catch (e) {
-      return isStatus(e, 404) ? true : undefined;
-    }
-  }, 30_000);
+  await waitPodGone(api, NS, "graceful", 30_000);
   assert.ok(Date.now() - start < 20_000, "the container stopped on SIGTERM, not at the deadline");
   const log = await Deno.readTextFile(`/var/log/pods/${NS}_graceful_${uid}/main/0.log`);
   assert.match(log, /got SIGTERM/);
@@ -269,7 +187,7 @@ e2e("exit codes under each restart policy reach upstream's phase and reasons", a
     await create(w, podManifest(c.name, `exit ${c.code}`, { restartPolicy: c.policy }));
   }
   for (const c of cases) {
-    const pod = await waitPod(api, c.name, c.phase, (p) => p.status?.phase === c.phase);
+    const pod = await waitPod(api, NS, c.name, c.phase, (p) => p.status?.phase === c.phase);
     const s = status(pod)!;
     assert.equal(s.state?.terminated?.reason, c.reason, c.name);
     assert.equal(s.state?.terminated?.exitCode, c.code, c.name);
@@ -288,6 +206,7 @@ e2e("exit codes under each restart policy reach upstream's phase and reasons", a
   ) {
     const pod = await waitPod(
       api,
+      NS,
       name,
       "a restart and CrashLoopBackOff",
       (p) =>
@@ -322,9 +241,9 @@ e2e(
         terminationMessagePolicy: "FallbackToLogsOnError",
       }),
     );
-    const file = await waitPod(api, "msg-file", "Failed", (p) => p.status?.phase === "Failed");
+    const file = await waitPod(api, NS, "msg-file", "Failed", (p) => p.status?.phase === "Failed");
     assert.equal(status(file)?.state?.terminated?.message, "from the file");
-    const log = await waitPod(api, "msg-log", "Failed", (p) => p.status?.phase === "Failed");
+    const log = await waitPod(api, NS, "msg-log", "Failed", (p) => p.status?.phase === "Failed");
     assert.equal(status(log)?.state?.terminated?.message, "line one\nlast words\n");
   },
 );
@@ -342,7 +261,7 @@ e2e("init containers run in order; a failing one under Never fails the pod", asy
       initContainers: [init("first", "sleep 1"), init("second", "sleep 1")],
     }),
   );
-  const pod = await waitPod(api, "inits", "Running", (p) => p.status?.phase === "Running");
+  const pod = await waitPod(api, NS, "inits", "Running", (p) => p.status?.phase === "Running");
   const first = status(pod, "first")!.state!.terminated!;
   const second = status(pod, "second")!.state!.terminated!;
   assert.equal(first.reason, "Completed");
@@ -363,7 +282,13 @@ e2e("init containers run in order; a failing one under Never fails the pod", asy
       initContainers: [init("broken", "exit 3"), init("after", "true")],
     }),
   );
-  const failed = await waitPod(api, "init-fails", "Failed", (p) => p.status?.phase === "Failed");
+  const failed = await waitPod(
+    api,
+    NS,
+    "init-fails",
+    "Failed",
+    (p) => p.status?.phase === "Failed",
+  );
   assert.equal(status(failed, "broken")!.state?.terminated?.exitCode, 3);
   assert.equal(status(failed, "after")!.state?.waiting?.reason, "PodInitializing");
   assert.equal(status(failed)!.state?.waiting?.reason, "PodInitializing");
@@ -386,6 +311,7 @@ e2e("a sidecar starts first and keeps running beside the main container", async 
   );
   const pod = await waitPod(
     api,
+    NS,
     "sidecar",
     "Running with both",
     (p) =>
@@ -402,7 +328,7 @@ e2e("a sidecar starts first and keeps running beside the main container", async 
 
 e2e("a pod asking for more CPU than allocatable is rejected with OutOfcpu", async (w, api) => {
   await create(w, podManifest("too-big", "sleep 3600", { cpu: "1000" }));
-  const pod = await waitPod(api, "too-big", "Failed", (p) => p.status?.phase === "Failed");
+  const pod = await waitPod(api, NS, "too-big", "Failed", (p) => p.status?.phase === "Failed");
   assert.equal(pod.status?.reason, "OutOfcpu");
   assert.match(
     pod.status?.message ?? "",
@@ -410,7 +336,7 @@ e2e("a pod asking for more CPU than allocatable is rejected with OutOfcpu", asyn
   );
   // Others are untouched.
   await create(w, podManifest("fits", "sleep 3600"));
-  await waitPod(api, "fits", "Running", (p) => p.status?.phase === "Running");
+  await waitPod(api, NS, "fits", "Running", (p) => p.status?.phase === "Running");
 });
 
 e2e("a static pod runs with a mirror pod, follows edits and goes when removed", async (w, api) => {
@@ -427,7 +353,13 @@ e2e("a static pod runs with a mirror pod, follows edits and goes when removed", 
   await Deno.writeTextFile(join(w.staticDir, "bad.yaml"), "apiVersion: v1\nkind: Pod\nspec: [\n");
   await Deno.writeTextFile(join(w.staticDir, "web.yaml"), manifest("v1"));
   const name = `static-web-${NODE}`;
-  const mirror = await waitPod(api, name, "mirror Running", (p) => p.status?.phase === "Running");
+  const mirror = await waitPod(
+    api,
+    NS,
+    name,
+    "mirror Running",
+    (p) => p.status?.phase === "Running",
+  );
   assert.ok(mirror.metadata?.annotations?.["kubernetes.io/config.mirror"]);
   assert.equal(mirror.metadata?.ownerReferences?.[0]?.kind, "Node");
   assert.equal(mirror.metadata?.ownerReferences?.[0]?.name, NODE);
@@ -436,6 +368,7 @@ e2e("a static pod runs with a mirror pod, follows edits and goes when removed", 
   await Deno.writeTextFile(join(w.staticDir, "web.yaml"), manifest("v2"));
   const edited = await waitPod(
     api,
+    NS,
     name,
     "the edited pod Running",
     (p) =>
@@ -453,6 +386,7 @@ e2e("a static pod runs with a mirror pod, follows edits and goes when removed", 
   assert.equal(del.code, 0, del.stderr);
   await waitPod(
     api,
+    NS,
     name,
     "the mirror pod back",
     (p) => p.metadata?.uid !== edited.metadata?.uid && !p.metadata?.deletionTimestamp,
@@ -460,14 +394,7 @@ e2e("a static pod runs with a mirror pod, follows edits and goes when removed", 
   );
 
   await Deno.remove(join(w.staticDir, "web.yaml"));
-  await poll("the mirror pod to go", async () => {
-    try {
-      await getPod(api, name);
-      return undefined;
-    } catch (e) {
-      return isStatus(e, 404) ? true : undefined;
-    }
-  }, 60_000);
+  await waitPodGone(api, NS, name, 60_000);
   await Deno.remove(join(w.staticDir, "bad.yaml"));
 });
 
@@ -478,17 +405,17 @@ e2e(
     for (const n of names) await create(w, podManifest(n, "sleep 3600"));
     const before = new Map<string, string>();
     for (const n of names) {
-      const p = await waitPod(api, n, "Running", (p) => p.status?.phase === "Running", 120_000);
+      const p = await waitPod(api, NS, n, "Running", (p) => p.status?.phase === "Running", 120_000);
       before.set(n, status(p)!.containerID!);
     }
     w.agent.process.kill("SIGKILL");
     await w.agent.process.status;
     w.agent = spawnAgent(w.args);
-    await w.agent.waitFor("Starting kubelet main sync loop", 60_000);
+    await w.agent.waitFor(SYNC_LOOP_STARTED, 60_000);
     // Long enough for several syncs of every pod.
     await new Promise((r) => setTimeout(r, 8_000));
     for (const n of names) {
-      const p = await getPod(api, n);
+      const p = await getPod(api, NS, n);
       const s = status(p)!;
       assert.equal(p.status?.phase, "Running", n);
       assert.equal(s.restartCount, 0, n);
@@ -499,19 +426,6 @@ e2e(
   },
 );
 
-Deno.test({
-  name: "pod lifecycle: teardown",
-  ignore: gate.ignore,
-  sanitizeResources: false,
-  sanitizeOps: false,
-  async fn() {
-    if (!world) return;
-    const w = await world;
-    w.agent.process.kill("SIGTERM");
-    const st = await w.agent.process.status;
-    assert.equal(st.code, 0, w.agent.stderr().split("\n").slice(-20).join("\n"));
-    await w.containerd.stop();
-    await w.cp.stop();
-    await Deno.remove(w.dir, { recursive: true }).catch(() => {});
-  },
+suite.teardown("teardown", async (w) => {
+  await w.containerd.stop();
 });

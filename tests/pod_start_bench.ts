@@ -10,25 +10,24 @@
  * after the burst. Needs root, containerd, runc and the control plane programs; without them it
  * says why and measures nothing. Everything it starts is stopped at the end.
  *
- * It uses the harness of tests/pod_lifecycle_test.ts (control plane, containerd, images, agent
- * process) and tests/cri_suite.ts's minimal CRI configs for the floor. Corresponds to
+ * It uses the e2e harness (control plane, containerd, images, and tests/node_harness.ts to
+ * start the agent) and tests/cri_suite.ts's minimal CRI configs for the floor. Corresponds to
  * upstream's node e2e startup latency test (`test/e2e_node/density_test.go`).
  */
 
 import { join } from "node:path";
 import type { V1Node, V1Pod } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
-import { FakeClock } from "../src/clock.ts";
 import { CriConnection } from "../src/cri_connection.ts";
-import { isStatus, KubeClient } from "../src/kube_client.ts";
-import { loadKubeconfig } from "../src/kubeconfig.ts";
+import { isStatus, type KubeClient } from "../src/kube_client.ts";
 import { RemoteRuntimeService } from "../src/remote_runtime.ts";
 import { PodWatch } from "./_bench_pod_watch.ts";
-import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, dumpLogsOnFailure, startControlPlane } from "./control_plane.ts";
 import { containerConfig, type CriTarget, sandboxConfig } from "./cri_suite.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
+import { adminClient, startNodeAgent } from "./node_harness.ts";
 import { whyNotRunnable } from "./requirements.ts";
 
 const NODE = "kts-bench";
@@ -248,41 +247,16 @@ async function run(): Promise<void> {
     await dumpLogsOnFailure(cp, async () => {
       const floor = await criFloor(containerd, join(dir, "cri-logs"));
 
-      const config = join(dir, "kubelet.yaml");
-      await Deno.writeTextFile(
-        config,
-        [
-          "apiVersion: kubelet.config.k8s.io/v1beta1",
-          "kind: KubeletConfiguration",
-          "failCgroupV1: false",
-          `containerRuntimeEndpoint: ${containerd.endpoint}`,
-          "healthzPort: 0",
-          `podLogsDir: ${join(dir, "pod-logs")}`,
-          "",
-        ].join("\n"),
-      );
-      const sa = await cp.kubectl(["create", "serviceaccount", "default", "-n", NS]);
-      if (sa.code !== 0 && !sa.stderr.includes("AlreadyExists")) throw new Error(sa.stderr);
-      const client = new KubeClient({
-        config: await loadKubeconfig(cp.adminKubeconfig),
-        clock: new FakeClock(),
-        qps: -1,
-        userAgent: "pod-start-bench",
-      });
+      const client = await adminClient(cp, "pod-start-bench");
       stack.defer(() => client.close());
 
-      const a = spawnAgent([
-        "--config",
-        config,
-        "--kubeconfig",
-        cp.nodeKubeconfig(NODE),
-        "--hostname-override",
-        NODE,
-        "--root-dir",
-        join(dir, "root"),
-        "--cert-dir",
-        join(dir, "pki"),
-      ]);
+      const { agent: a } = await startNodeAgent({
+        cp,
+        dir,
+        nodeName: NODE,
+        endpoint: containerd.endpoint,
+        configLines: [`podLogsDir: ${join(dir, "pod-logs")}`],
+      });
       agent = a;
       stack.defer(async () => {
         a.process.kill("SIGTERM");
@@ -291,7 +265,6 @@ async function run(): Promise<void> {
         clearTimeout(timer);
         if (status.code !== 0) console.warn(`pod_start_bench: the agent exited ${status.code}`);
       });
-      await a.waitFor("Starting kubelet main sync loop", 60_000);
       await nodeReady(client, 60_000);
       const idle = await residentMemory(a.process.pid);
 

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { runAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, ctrOrThrow, importImages, PAUSE } from "./images.ts";
+import { writeKubeletConfig } from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
 
 const gate = await requireRoot("--runonce e2e tests", ["containerd", "ctr", "runc"]);
@@ -32,19 +33,10 @@ async function world(dir: string): Promise<{ containerd: ContainerdHandle; args:
   const manifests = join(dir, "manifests");
   await Deno.mkdir(manifests, { recursive: true });
   const config = join(dir, "kubelet.yaml");
-  await Deno.writeTextFile(
-    config,
-    [
-      "apiVersion: kubelet.config.k8s.io/v1beta1",
-      "kind: KubeletConfiguration",
-      "failCgroupV1: false",
-      `containerRuntimeEndpoint: unix://${socket}`,
-      "healthzPort: 0",
-      `staticPodPath: ${manifests}`,
-      `podLogsDir: ${join(dir, "pod-logs")}`,
-      "",
-    ].join("\n"),
-  );
+  await writeKubeletConfig(config, {
+    endpoint: containerd.endpoint,
+    lines: [`staticPodPath: ${manifests}`, `podLogsDir: ${join(dir, "pod-logs")}`],
+  });
   const args = [
     "--config",
     config,

@@ -1,0 +1,297 @@
+/**
+ * @module
+ * The plumbing the agent's end-to-end tests and benches share once a control plane and a
+ * runtime run: an admin {@link KubeClient}, polling with a bound, reading and waiting for pods,
+ * writing the kubelet config file, starting the agent as a node (its "default"
+ * ServiceAccount, config and standard flags, up to its sync loop) and registering an e2e
+ * suite's tests over one lazily started world with its teardown.
+ *
+ * It talks to the control plane of tests/control_plane.ts (kubectl and kubeconfigs), starts
+ * the agent through tests/agent_process.ts and reads the API with src/kube_client.ts.
+ * Upstream's counterpart is the node e2e framework (`test/e2e_node/`, `test/e2e/framework/`).
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import type { V1Pod } from "@kubernetes/client-node";
+import { FakeClock } from "../src/clock.ts";
+import { isStatus, KubeClient } from "../src/kube_client.ts";
+import { loadKubeconfig } from "../src/kubeconfig.ts";
+import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import { type ControlPlane, dumpLogsOnFailure } from "./control_plane.ts";
+import type { Gate } from "./requirements.ts";
+
+/** What the agent logs once it is up: upstream's syncLoop start line. */
+export const SYNC_LOOP_STARTED = "Starting kubelet main sync loop";
+
+/** How often {@link waitPod} and {@link waitPodGone} read the pod, in ms. */
+export const POD_POLL_MS = 200;
+
+/** A client of the apiserver with the kubeconfig at `kubeconfig`, without rate limits. */
+export async function kubeClient(kubeconfig: string, userAgent: string): Promise<KubeClient> {
+  return new KubeClient({
+    config: await loadKubeconfig(kubeconfig),
+    clock: new FakeClock(),
+    qps: -1,
+    userAgent,
+  });
+}
+
+/** A client of the control plane as kubernetes-admin (system:masters). */
+export function adminClient(cp: ControlPlane, userAgent: string): Promise<KubeClient> {
+  return kubeClient(cp.adminKubeconfig, userAgent);
+}
+
+/**
+ * Calls `fn` every `intervalMs` until it returns a value other than undefined, and returns it;
+ * an error thrown by `fn` counts as a miss. After `ms` it throws
+ * `timed out after <ms> ms waiting for <what>: <last error>`.
+ */
+export async function poll<T>(
+  what: string,
+  fn: () => Promise<T | undefined>,
+  ms: number,
+  intervalMs = 100,
+): Promise<T> {
+  const end = Date.now() + ms;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== undefined) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > end) {
+      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last}` : ""}`);
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/** Reads pod `ns/name`. */
+export function getPod(api: KubeClient, ns: string, name: string): Promise<V1Pod> {
+  return api.get<V1Pod>(`/api/v1/namespaces/${ns}/pods/${name}`);
+}
+
+/** Polls pod `ns/name` until `pred` accepts it (`what` names that in the timeout error). */
+export async function waitPod(
+  api: KubeClient,
+  ns: string,
+  name: string,
+  what: string,
+  pred: (p: V1Pod) => boolean,
+  ms = 60_000,
+): Promise<V1Pod> {
+  return await poll(
+    `pod ${name}: ${what}`,
+    async () => {
+      const p = await getPod(api, ns, name);
+      return pred(p) ? p : undefined;
+    },
+    ms,
+    POD_POLL_MS,
+  );
+}
+
+/** Polls pod `ns/name` until the apiserver answers 404 for it. */
+export async function waitPodGone(
+  api: KubeClient,
+  ns: string,
+  name: string,
+  ms: number,
+): Promise<void> {
+  await poll(
+    `pod ${name} to leave the API`,
+    async () => {
+      try {
+        await getPod(api, ns, name);
+        return undefined;
+      } catch (e) {
+        return isStatus(e, 404) ? true : undefined;
+      }
+    },
+    ms,
+    POD_POLL_MS,
+  );
+}
+
+/** What {@link writeKubeletConfig} writes besides the common header. */
+export interface KubeletConfigOptions {
+  /** `containerRuntimeEndpoint`, e.g. `unix:///run/containerd/containerd.sock`. */
+  readonly endpoint: string;
+  /** More KubeletConfiguration lines (YAML), written after the header. @default [] */
+  readonly lines?: readonly string[];
+}
+
+/**
+ * Writes a KubeletConfiguration to `path`: apiVersion and kind, `failCgroupV1: false` (test
+ * machines may be on cgroup v1), the runtime endpoint, `healthzPort: 0` (no fixed port that
+ * parallel agents would share), then `opts.lines`.
+ */
+export async function writeKubeletConfig(path: string, opts: KubeletConfigOptions): Promise<void> {
+  await Deno.writeTextFile(
+    path,
+    [
+      "apiVersion: kubelet.config.k8s.io/v1beta1",
+      "kind: KubeletConfiguration",
+      "failCgroupV1: false",
+      `containerRuntimeEndpoint: ${opts.endpoint}`,
+      "healthzPort: 0",
+      ...(opts.lines ?? []),
+      "",
+    ].join("\n"),
+  );
+}
+
+/** Options of {@link startNodeAgent}. */
+export interface NodeAgentOptions {
+  readonly cp: ControlPlane;
+  /** Holds the agent's files: `kubelet.yaml`, `root/` (--root-dir) and `pki/` (--cert-dir). */
+  readonly dir: string;
+  /** The Node: its kubeconfig is `cp.nodeKubeconfig(nodeName)`. */
+  readonly nodeName: string;
+  /** The runtime's CRI endpoint (`containerRuntimeEndpoint`). */
+  readonly endpoint: string;
+  /** More KubeletConfiguration lines. @default [] */
+  readonly configLines?: readonly string[];
+  /** --hostname-override. @default nodeName */
+  readonly hostnameOverride?: string;
+  /** Flags after the standard ones. @default [] */
+  readonly extraArgs?: readonly string[];
+  /** The log text to wait for before returning; null returns at once. @default SYNC_LOOP_STARTED */
+  readonly waitFor?: string | null;
+  /** How long to wait for it, in ms. @default 60000 */
+  readonly waitMs?: number;
+}
+
+/** An agent started by {@link startNodeAgent}. */
+export interface NodeAgent {
+  readonly agent: RunningAgent;
+  /** Its command line, to start it again. */
+  readonly args: string[];
+  /** Path of its config file. */
+  readonly config: string;
+}
+
+/** Creates ServiceAccount `default` in `ns` (no controller manager runs to do it). */
+export async function ensureDefaultServiceAccount(cp: ControlPlane, ns = "default"): Promise<void> {
+  const sa = await cp.kubectl(["create", "serviceaccount", "default", "-n", ns]);
+  if (sa.code !== 0 && !sa.stderr.includes("AlreadyExists")) {
+    throw new Error(`cannot create ServiceAccount ${ns}/default: ${sa.stderr}`);
+  }
+}
+
+/**
+ * Starts the agent as node `nodeName` of `cp`: makes sure the "default" ServiceAccount exists,
+ * writes `<dir>/kubelet.yaml` ({@link writeKubeletConfig}), spawns the agent with `--config
+ * --kubeconfig --hostname-override --root-dir <dir>/root --cert-dir <dir>/pki` and waits for
+ * {@link SYNC_LOOP_STARTED}. An agent that does not get there is killed.
+ */
+export async function startNodeAgent(opts: NodeAgentOptions): Promise<NodeAgent> {
+  const { cp, dir, nodeName } = opts;
+  await ensureDefaultServiceAccount(cp);
+  const config = join(dir, "kubelet.yaml");
+  await writeKubeletConfig(config, { endpoint: opts.endpoint, lines: opts.configLines });
+  const args = [
+    ...["--config", config, "--kubeconfig", cp.nodeKubeconfig(nodeName)],
+    ...["--hostname-override", opts.hostnameOverride ?? nodeName],
+    ...["--root-dir", join(dir, "root"), "--cert-dir", join(dir, "pki")],
+    ...(opts.extraArgs ?? []),
+  ];
+  const agent = spawnAgent(args);
+  const waitFor = opts.waitFor === undefined ? SYNC_LOOP_STARTED : opts.waitFor;
+  if (waitFor !== null) {
+    try {
+      await agent.waitFor(waitFor, opts.waitMs ?? 60_000);
+    } catch (e) {
+      agent.process.kill("SIGKILL");
+      await agent.process.status;
+      throw e;
+    }
+  }
+  return { agent, args, config };
+}
+
+/** What an e2e suite's world holds for {@link e2eSuite}. */
+export interface AgentWorld {
+  /** Removed at teardown. */
+  readonly dir: string;
+  readonly cp: ControlPlane;
+  /** Read at each use, so a test may replace it (restart the agent). */
+  readonly agent: RunningAgent;
+}
+
+/** Options of {@link e2eSuite}. */
+export interface E2eSuiteOptions<W extends AgentWorld> {
+  /** Prefix of the test names: "<name>: <test>". */
+  readonly name: string;
+  readonly gate: Gate;
+  /** Builds the world; called once, by the first test that runs. */
+  readonly start: () => Promise<W>;
+  /** User agent of the admin client each test gets. */
+  readonly userAgent: string;
+  /** How many of the agent's last stderr lines a failing test prints. @default 60 */
+  readonly stderrLines?: number;
+}
+
+/** The registration functions of one e2e suite. */
+export interface E2eSuite<W extends AgentWorld> {
+  /** Registers test "<suite>: <name>", run with the world and an admin client. */
+  test(name: string, fn: (w: W, api: KubeClient) => Promise<void>): void;
+  /**
+   * Registers test "<suite>: <name>" that ends the world, if it was started: SIGTERM to the
+   * agent (which must exit 0), then `stop` (what the suite started besides the control plane),
+   * then the control plane, then the directory.
+   */
+  teardown(name: string, stop: (w: W) => Promise<void>): void;
+}
+
+/**
+ * Tests over one world shared by a file's tests: each runs behind the gate with an admin
+ * client, and on failure prints the control plane's log tails and the agent's stderr tail.
+ */
+export function e2eSuite<W extends AgentWorld>(opts: E2eSuiteOptions<W>): E2eSuite<W> {
+  let world: Promise<W> | undefined;
+  const common = { ignore: opts.gate.ignore, sanitizeResources: false, sanitizeOps: false };
+  const tail = (agent: RunningAgent, lines: number) =>
+    agent.stderr().split("\n").slice(-lines).join("\n");
+  return {
+    test(name, fn) {
+      Deno.test({
+        ...common,
+        name: `${opts.name}: ${name}`,
+        async fn() {
+          opts.gate.check();
+          world ??= opts.start();
+          const w = await world;
+          const api = await adminClient(w.cp, opts.userAgent);
+          try {
+            await dumpLogsOnFailure(w.cp, () => fn(w, api));
+          } catch (e) {
+            console.error(`agent stderr:\n${tail(w.agent, opts.stderrLines ?? 60)}`);
+            throw e;
+          } finally {
+            api.close();
+          }
+        },
+      });
+    },
+    teardown(name, stop) {
+      Deno.test({
+        ...common,
+        name: `${opts.name}: ${name}`,
+        async fn() {
+          if (!world) return;
+          const w = await world;
+          w.agent.process.kill("SIGTERM");
+          const st = await w.agent.process.status;
+          assert.equal(st.code, 0, tail(w.agent, 20));
+          await stop(w);
+          await w.cp.stop();
+          await Deno.remove(w.dir, { recursive: true }).catch(() => {});
+        },
+      });
+    },
+  };
+}
