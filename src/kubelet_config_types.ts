@@ -176,7 +176,7 @@ export const kubeletConfigurationFields = {
   }),
   tlsMinVersion: f.string({
     go: "string",
-    doc: "Lowest TLS version the server accepts; Go's default when empty.",
+    doc: "Lowest TLS version the server accepts; TLS 1.2 when empty (Go's server default).",
     flag: "tls-min-version",
     enum: ["VersionTLS10", "VersionTLS11", "VersionTLS12", "VersionTLS13"],
   }),

@@ -14,7 +14,9 @@
 import { createServer, type Server } from "node:https";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
+import type { TLSSocket } from "node:tls";
 import type { Logger } from "./klog.ts";
+import { cipherAllowed } from "./server_tls.ts";
 
 /** Who made a request (upstream user.Info). */
 export interface UserInfo {
@@ -298,6 +300,16 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
     });
   });
 
+  // Deno's TLS ignores `ciphers`: a connection whose suite tlsCipherSuites does not list is
+  // closed here instead (TLS 1.3 suites are always allowed, as Go does).
+  if (opts.tls.ciphers !== undefined) {
+    server.on("secureConnection", (s: TLSSocket) => {
+      const cipher = s.getCipher();
+      if (cipherAllowed(opts.tls.ciphers, cipher)) return;
+      logger.v(2).info("TLS cipher suite not allowed", { cipher: cipher.name });
+      s.destroy();
+    });
+  }
   server.on("tlsClientError", (e: Error) => {
     logger.v(4).info("TLS handshake failed", { err: e.message });
   });
