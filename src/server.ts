@@ -131,6 +131,14 @@ export interface KubeletAPIServer {
   readonly finished: Promise<void>;
 }
 
+const STATUS_TEXT: Readonly<Record<number, string>> = {
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "Not Found",
+  405: "Method Not Allowed",
+  500: "Internal Server Error",
+};
+
 interface CompiledRoute {
   readonly route: Route;
   readonly match: (path: string) => Record<string, string> | undefined;
@@ -201,16 +209,23 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
     maxHeaderSize: opts.maxHeaderSize ?? 1 << 20,
   });
 
+  /** The route for a request, or why there is none: 404 (no path) or 405 (no method). */
   const find = (method: string, path: string, upgrade: boolean) => {
+    let status = 404;
     for (const c of routes) {
       const params = c.match(path);
       if (!params) continue;
       if (upgrade ? !c.route.upgrade : !c.route.handler) continue;
-      if (c.route.methods && !c.route.methods.includes(method)) continue;
-      return { route: c.route, params };
+      if (c.route.methods && !c.route.methods.includes(method)) {
+        status = 405;
+        continue;
+      }
+      return { route: c.route, params, status: 200 };
     }
-    return undefined;
+    return { route: undefined, params: undefined, status };
   };
+  const notFound = (status: number) =>
+    status === 405 ? "405: Method Not Allowed" : "404 page not found";
 
   /** Authenticates and authorizes; returns the request or answers the failure itself. */
   const admit = async (
@@ -260,9 +275,9 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
     const path = new URL(req.url ?? "/", "https://kubelet").pathname;
     const found = find(req.method ?? "GET", path, false);
     (async () => {
-      const r = await admit(req, found?.params ?? {}, signal, (s, m) => httpError(res, s, m));
+      const r = await admit(req, found.params ?? {}, signal, (s, m) => httpError(res, s, m));
       if (!r) return;
-      if (!found) return httpError(res, 404, "404 page not found");
+      if (!found.route) return httpError(res, found.status, notFound(found.status));
       await found.route.handler!(r, res);
     })().catch((e) => {
       if (!signal.aborted) logger.error(e, "Request failed", { path });
@@ -290,9 +305,9 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
       );
     };
     (async () => {
-      const r = await admit(req, found?.params ?? {}, signal, fail);
+      const r = await admit(req, found.params ?? {}, signal, fail);
       if (!r) return;
-      if (!found) return fail(404, "404 page not found");
+      if (!found.route) return fail(found.status, notFound(found.status));
       await found.route.upgrade!(r, socket, head);
     })().catch((e) => {
       if (!signal.aborted) logger.error(e, "Upgrade request failed", { path });

@@ -117,6 +117,22 @@ Deno.test("serveKubeletAPI answers 401, 403, 404 and the route, in that order of
     status: 404,
     body: "404 page not found\n",
   });
+  const post = await new Promise<number>((resolve, reject) => {
+    const req = request({
+      host: "127.0.0.1",
+      port: s.port,
+      path: "/hello/bob",
+      method: "POST",
+      rejectUnauthorized: false,
+      headers: { authorization: "Bearer good" },
+    }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on("error", reject);
+    req.end();
+  });
+  assert.equal(post, 405, "a known path with another method");
   // Authorization comes before routing: an unknown path is still forbidden to the denied user.
   assert.deepEqual(await get(s.port, "/nothing", "denied"), {
     status: 403,

@@ -474,6 +474,39 @@ e2e("a registry behind auth: unauthorized without a pull secret, runs with one",
   theEvent(events, "Pulled", "Normal", pulledMessage(image));
   noEvent(events, "Failed");
   await assertRuns(api, "private-secret", image, digestOf(w, "e2e/private"));
+
+  // The image is on the node now, pulled with the secret: a pod without it may not use it
+  // (KEP-2535, imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages): it must pull
+  // with its own credentials, and that fails.
+  await create(w, podManifest("private-reuse", image, { policy: "IfNotPresent" }));
+  const reuse = await waitPod(
+    api,
+    NS,
+    "private-reuse",
+    "waiting with ErrImagePull",
+    (p) => mainStatus(p)?.state?.waiting?.reason === "ErrImagePull",
+  );
+  assert.match(mainStatus(reuse)?.state?.waiting?.message ?? "", unauthorized);
+  // A pod with the secret uses it without pulling.
+  await create(
+    w,
+    podManifest("private-secret-2", image, {
+      policy: "IfNotPresent",
+      pullSecret: "private-registry",
+    }),
+  );
+  const again = await waitRunning(w, api, "private-secret-2");
+  theEvent(
+    again,
+    "Pulled",
+    "Normal",
+    new RegExp(
+      `^Container image ${
+        lit(q(image))
+      } already present on machine and can be accessed by the pod$`,
+    ),
+  );
+  noEvent(again, "Pulling");
 });
 
 suite.teardown("teardown", async (w) => {
