@@ -24,6 +24,12 @@ import { waitForRuntime } from "./runtime_service.ts";
 import { kobj } from "./klog.ts";
 import { formatDuration } from "./duration.ts";
 import { hostIsCgroup2UnifiedMode } from "./cgroup_mode.ts";
+import { serveKubeletAPI } from "./server.ts";
+import { buildAuth } from "./server_auth.ts";
+import { logRoutes } from "./server_logs.ts";
+import { podRoutes } from "./server_pods.ts";
+import { streamingRoutes } from "./server_streaming.ts";
+import { loadOrGenerateServingCert, tlsSettings } from "./server_tls.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { MachineInfo } from "./machine_info.ts";
 import { initialNode, nodeStatus } from "./node_status.ts";
@@ -179,6 +185,7 @@ export class Kubelet {
     stopped.push(this.#updateRuntimeUpLoop(signal));
     await this.setupLogDirs();
     stopped.push(...(await this.#startPodLifecycle(signal)));
+    if (config.enableServer) stopped.push((await this.#startServer(signal)).finished);
     log.info("Started kubelet", {
       nodeName: this.#opts.nodeName,
       mode: deps.kubeClient ? "apiserver" : "standalone",
@@ -398,6 +405,83 @@ export class Kubelet {
       await clock.sleep(delay, signal);
       delay *= 2;
     }
+  }
+
+  /**
+   * The kubelet API on address:port (upstream ListenAndServeKubeletServer): the serving
+   * certificate, authentication and authorization from the configuration, and the routes of
+   * the pod endpoints, logs and streaming. Resolves once it listens.
+   */
+  async #startServer(signal: AbortSignal): Promise<{ finished: Promise<void> }> {
+    const { server, deps, nodeName, hostname, nodeIPs } = this.#opts;
+    const { config, flags } = server;
+    const { logger, clock } = deps;
+    const podManager = this.#podManager!;
+    const podCache = this.#podCache!;
+    const pleg = this.pleg!;
+    const runtime = deps.runtimeService!;
+    const cert = await loadOrGenerateServingCert({
+      tlsCertFile: config.tlsCertFile ?? "",
+      tlsPrivateKeyFile: config.tlsPrivateKeyFile ?? "",
+      certDirectory: flags.certDirectory,
+      hostname,
+      nodeIPs,
+      serverTLSBootstrap: config.serverTLSBootstrap,
+      clock,
+      logger,
+      signal,
+    });
+    const auth = await buildAuth({
+      config,
+      nodeName,
+      client: deps.kubeClient,
+      clock,
+      logger,
+      fineGrainedAuthz: config.featureGates?.KubeletFineGrainedAuthz ?? true,
+    });
+    const caReload = auth.runClientCAReload(signal);
+    const findPod = (namespace: string, name: string) => podManager.getPodByName(namespace, name);
+    const routes = [
+      ...podRoutes({
+        getPods: () => podManager.getPods(),
+        getRunningPods: () => pleg.podIds().map((uid) => podCache.get(uid).status),
+        config,
+        checks: { syncloop: () => this.syncLoop?.healthCheck() },
+      }),
+      ...logRoutes({
+        getPodByName: findPod,
+        getPodStatus: (uid) => podCache.get(uid).status,
+        runtime,
+        logger,
+      }),
+      ...streamingRoutes({
+        getPodByName: findPod,
+        findContainerId: (uid, name) =>
+          podCache.get(uid).status.containerStatuses.find((c) =>
+            c.metadata?.name === name && c.state === api.ContainerState.CONTAINER_RUNNING
+          )?.id,
+        findSandboxId: (uid) =>
+          podCache.get(uid).status.sandboxStatuses.find((s) =>
+            s.state === api.PodSandboxState.SANDBOX_READY
+          )?.id,
+        runtime,
+        logger,
+        idleTimeoutMs: config.streamingConnectionIdleTimeout,
+      }),
+    ];
+    const listening = await serveKubeletAPI({
+      hostname: config.address,
+      port: config.port,
+      tls: { cert: cert.cert, key: cert.key, ...tlsSettings(config, logger) },
+      authenticator: auth.authenticator,
+      authorizer: auth.authorizer,
+      attributes: auth.attributes,
+      routes,
+      logger,
+      signal,
+    });
+    logger.info("Starting to listen", { address: config.address, port: listening.port });
+    return { finished: Promise.all([listening.finished, caReload]).then(() => {}) };
   }
 
   /** This node as admission and mirror pods see it (upstream getNodeAnyWay). */

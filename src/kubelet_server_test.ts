@@ -26,6 +26,8 @@ async function server(
     cgroupV1: false,
   });
   config.healthzPort = 0;
+  // The kubelet API has tests of its own; standalone, its default webhook auth cannot start.
+  config.enableServer = false;
   config.containerRuntimeEndpoint = endpoint;
   return { flags: { ...newKubeletFlags(), rootDirectory: "/srv/kubelet", ...flags }, config };
 }

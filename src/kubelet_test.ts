@@ -26,6 +26,7 @@ Deno.test("Kubelet updateRuntimeUp keeps the runtime state from CRI Status every
     cgroupV1: false,
   });
   config.healthzPort = 0;
+  config.enableServer = false;
   config.containerRuntimeEndpoint = fake.endpoint;
   const services = preInitRuntimeService({
     containerRuntimeEndpoint: fake.endpoint,
@@ -54,7 +55,12 @@ Deno.test("Kubelet updateRuntimeUp keeps the runtime state from CRI Status every
   const ctl = new AbortController();
   const running = kubelet.run(ctl.signal);
   try {
-    await until("the first Status", () => kubelet.runtimeState.runtimeErrors() === undefined);
+    // Ready once the first Status came and the PLEG has relisted (its health check joins).
+    await until(
+      "the first Status and relist",
+      () =>
+        kubelet.pleg?.healthy().ok === true && kubelet.runtimeState.runtimeErrors() === undefined,
+    );
     assert.equal(kubelet.runtimeState.networkErrors(), undefined);
 
     fake.service.setCondition(

@@ -41,6 +41,11 @@ export interface RequestAttributes {
   readonly apiVersion: string;
   /** The request path, for non-resource checks and messages. */
   readonly path: string;
+  /**
+   * Further attribute sets the authorizer tries when this one is denied (fine-grained kubelet
+   * authorization: `pods`, then `proxy`); the 403 names them all.
+   */
+  readonly alternatives?: readonly RequestAttributes[];
 }
 
 /** Authenticates a request; undefined when no method accepted it (a 401). */
@@ -144,7 +149,19 @@ interface CompiledRoute {
   readonly match: (path: string) => Record<string, string> | undefined;
 }
 
-/** Turns `/a/:x/*rest` into a matcher returning the named parts, or undefined. */
+/** decodeURIComponent, or undefined for a bad escape such as `%zz`. */
+function decode(s: string): string | undefined {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Turns `/a/:x/*rest` into a matcher returning the named parts, or undefined (also when a part
+ * has a bad escape).
+ */
 export function compilePattern(
   pattern: string,
 ): (path: string) => Record<string, string> | undefined {
@@ -155,13 +172,18 @@ export function compilePattern(
     for (let i = 0; i < parts.length; i++) {
       const p = parts[i]!;
       if (p.startsWith("*")) {
-        params[p.slice(1)] = segs.slice(i).map(decodeURIComponent).join("/");
+        const rest = segs.slice(i).map(decode);
+        if (rest.some((r) => r === undefined)) return undefined;
+        params[p.slice(1)] = rest.join("/");
         return params;
       }
       const s = segs[i];
       if (s === undefined) return undefined;
-      if (p.startsWith(":")) params[p.slice(1)] = decodeURIComponent(s);
-      else if (p !== s) return undefined;
+      if (p.startsWith(":")) {
+        const d = decode(s);
+        if (d === undefined) return undefined;
+        params[p.slice(1)] = d;
+      } else if (p !== s) return undefined;
     }
     return segs.length === parts.length ? params : undefined;
   };
@@ -188,7 +210,8 @@ export function writeJson(res: ServerResponse, status: number, body: unknown): v
 
 /** Upstream's 403 text (InstallAuthFilter). */
 export function forbiddenMessage(a: RequestAttributes): string {
-  return `Forbidden (user=${a.user.name}, verb=${a.verb}, resource=${a.resource}, subresource(s)=[${a.subresource}])`;
+  const subresources = [a, ...(a.alternatives ?? [])].map((x) => x.subresource).join(" ");
+  return `Forbidden (user=${a.user.name}, verb=${a.verb}, resource=${a.resource}, subresource(s)=[${subresources}])`;
 }
 
 /** Starts the kubelet API server; resolves once it listens. */
@@ -295,9 +318,7 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
     const fail = (status: number, message: string) => {
       const text = `${message}\n`;
       socket.end(
-        `HTTP/1.1 ${status} ${
-          status === 401 ? "Unauthorized" : status === 403 ? "Forbidden" : "Error"
-        }\r\n` +
+        `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? "Error"}\r\n` +
           `Content-Type: text/plain; charset=utf-8\r\nContent-Length: ${
             new TextEncoder().encode(text).length
           }\r\n` +
@@ -340,9 +361,16 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
       resolve();
     });
   });
+  // Every connection, upgraded ones included, is closed on stop: close() alone waits for them.
+  const sockets = new Set<Duplex>();
+  server.on("secureConnection", (s: TLSSocket) => {
+    sockets.add(s);
+    s.once("close", () => sockets.delete(s));
+  });
   const stop = () => {
     server.close();
     server.closeAllConnections?.();
+    for (const s of sockets) s.destroy();
   };
   if (opts.signal.aborted) stop();
   else opts.signal.addEventListener("abort", stop, { once: true });

@@ -64,12 +64,16 @@ export class StreamingRequestError extends Error {
 
 const DEFAULT_IDLE_TIMEOUT_MS = 4 * 60 * 60 * 1000;
 
-/** The query parameter names of the kubelet's streaming API (k8s.io/api/core/v1). */
+/**
+ * The query parameter names of the kubelet's streaming API, as the apiserver sends them
+ * (k8s.io/api/core/v1 ExecStdinParam "input", ExecStdoutParam "output", ExecStderrParam
+ * "error", ExecTTYParam, ExecCommandParam).
+ */
 const PARAM = {
   command: "command",
-  stdin: "stdin",
-  stdout: "stdout",
-  stderr: "stderr",
+  stdin: "input",
+  stdout: "output",
+  stderr: "error",
   tty: "tty",
   port: "port",
 } as const;

@@ -501,29 +501,29 @@ async function harness(opts: { idleTimeoutMs?: number } = {}): Promise<Harness> 
   });
 }
 
-const EXEC = "/exec/default/web/main?command=sh&command=-c&command=echo%20hi&stdin=1&stdout=1";
+const EXEC = "/exec/default/web/main?command=sh&command=-c&command=echo%20hi&input=1&output=1";
 
 // --- Option parsing and URL checks ---
 
 Deno.test("parseStreamOptions takes only '1' as on, drops stderr with a TTY, needs a stream", () => {
   const q = (s: string) => new URLSearchParams(s);
-  assert.deepEqual(parseStreamOptions(q("stdin=1&stdout=true&stderr=1")), {
+  assert.deepEqual(parseStreamOptions(q("input=1&output=true&error=1")), {
     stdin: true,
     stdout: false,
     stderr: true,
     tty: false,
   });
-  assert.deepEqual(parseStreamOptions(q("stdout=1&stderr=1&tty=1")), {
+  assert.deepEqual(parseStreamOptions(q("output=1&error=1&tty=1")), {
     stdin: false,
     stdout: true,
     stderr: false,
     tty: true,
   });
-  assert.throws(() => parseStreamOptions(q("stderr=1&tty=1")), {
+  assert.throws(() => parseStreamOptions(q("error=1&tty=1")), {
     name: "StreamingRequestError",
     message: "you must specify at least 1 of stdin, stdout, stderr",
   });
-  assert.throws(() => parseStreamOptions(q("stdout=0")), StreamingRequestError);
+  assert.throws(() => parseStreamOptions(q("output=0")), StreamingRequestError);
 });
 
 Deno.test("parsePortForwardPorts reads repeated and comma-separated ports for WebSockets only", () => {
@@ -612,7 +612,7 @@ Deno.test("streamingRoutes proxies an attach WebSocket upgrade with the containe
   await using h = await harness();
   const { conn, status, headers } = await h.upgrade(
     "GET",
-    `/attach/default/web/${UID}/term?stdin=1&stdout=1&tty=0`,
+    `/attach/default/web/${UID}/term?input=1&output=1&tty=0`,
     WEBSOCKET,
   );
   assert.equal(status, 101);
@@ -674,14 +674,14 @@ Deno.test("streamingRoutes checks exec streams as upstream: none is 400, a TTY d
   assert.equal(none.status, 400);
   assert.ok(none.headers.includes("Content-Type: text/plain; charset=utf-8"));
   assert.equal(await none.conn.readToEnd(), "you must specify at least 1 of stdin, stdout, stderr");
-  const plainNone = await h.plain("POST", "/exec/default/web/main?command=ls&stdin=0");
+  const plainNone = await h.plain("POST", "/exec/default/web/main?command=ls&input=0");
   assert.equal(plainNone.status, 400);
   assert.equal(plainNone.body, "you must specify at least 1 of stdin, stdout, stderr");
   assert.equal(h.exec.length, 0);
 
   const tty = await h.upgrade(
     "POST",
-    "/exec/default/web/main?command=sh&stdin=1&stdout=1&stderr=1&tty=1",
+    "/exec/default/web/main?command=sh&input=1&output=1&error=1&tty=1",
     SPDY,
   );
   assert.equal(tty.status, 101);
@@ -689,7 +689,7 @@ Deno.test("streamingRoutes checks exec streams as upstream: none is 400, a TTY d
   assert.equal(h.exec[0]!.tty, true);
 
   // Upstream's kubelet leaves an empty command to the runtime (the apiserver's client checks it).
-  const noCommand = await h.upgrade("POST", "/exec/default/web/main?stdout=1", SPDY);
+  const noCommand = await h.upgrade("POST", "/exec/default/web/main?output=1", SPDY);
   assert.equal(noCommand.status, 101);
   assert.deepEqual(h.exec[1]!.cmd, []);
 });
@@ -697,12 +697,12 @@ Deno.test("streamingRoutes checks exec streams as upstream: none is 400, a TTY d
 Deno.test("streamingRoutes answers unknown pods and containers with upstream's status and text", async () => {
   await using h = await harness();
   const cases: [string, number, string][] = [
-    ["/exec/default/nope/main?stdout=1", 404, "pod does not exist"],
-    ["/exec/other/web/main?stdout=1", 404, "pod does not exist"],
-    ["/exec/default/web/nope?stdout=1", 500, 'container not found ("nope")'],
-    ["/attach/default/nope/main?stdout=1", 404, "pod does not exist"],
-    ["/attach/default/web/nope?stdout=1", 500, "container nope not found in pod web_default"],
-    ["/attach/default/web/other-uid/main?stdout=1", 500, "pod web_default not found"],
+    ["/exec/default/nope/main?output=1", 404, "pod does not exist"],
+    ["/exec/other/web/main?output=1", 404, "pod does not exist"],
+    ["/exec/default/web/nope?output=1", 500, 'container not found ("nope")'],
+    ["/attach/default/nope/main?output=1", 404, "pod does not exist"],
+    ["/attach/default/web/nope?output=1", 500, "container nope not found in pod web_default"],
+    ["/attach/default/web/other-uid/main?output=1", 500, "pod web_default not found"],
     ["/portForward/default/nope", 404, "pod does not exist"],
     ["/portForward/default/web/other-uid", 404, "pod not found"],
   ];
@@ -720,7 +720,7 @@ Deno.test("streamingRoutes answers unknown pods and containers with upstream's s
 
 Deno.test("streamingRoutes answers a plain exec, attach or port-forward 500 Upgrade request required", async () => {
   await using h = await harness();
-  for (const path of [EXEC, "/attach/default/web/main?stdout=1", "/portForward/default/web"]) {
+  for (const path of [EXEC, "/attach/default/web/main?output=1", "/portForward/default/web"]) {
     const res = await h.plain("POST", path);
     assert.equal(res.status, 500, path);
     assert.equal(res.body, "Upgrade request required\n");
@@ -763,7 +763,7 @@ Deno.test("streamingRoutes maps CRI errors as streaming.WriteError: NotFound 404
     grpc.status.RESOURCE_EXHAUSTED,
     "maximum number of in-flight requests exceeded [Retry-After:7]",
   );
-  const busy = await h.upgrade("POST", "/attach/default/web/main?stdout=1", SPDY);
+  const busy = await h.upgrade("POST", "/attach/default/web/main?output=1", SPDY);
   assert.equal(busy.status, 429);
   assert.ok(busy.headers.includes("Retry-After: 7"), String(busy.headers));
   h.fake.service.exitContainer(h.containers.get("main")!, 0);

@@ -106,6 +106,9 @@ Deno.test("compilePattern matches named and tail parameters", () => {
   assert.equal(m("/containerLogs/default/web"), undefined);
   assert.equal(m("/containerLogs/default/web/app/extra"), undefined);
   assert.deepEqual(compilePattern("/logs/*path")("/logs/a/b%20c"), { path: "a/b c" });
+  // A bad escape matches nothing rather than throwing.
+  assert.equal(compilePattern("/logs/*path")("/logs/%zz"), undefined);
+  assert.equal(m("/containerLogs/default/%zz/app"), undefined);
 });
 
 Deno.test("serveKubeletAPI answers 401, 403, 404 and the route, in that order of checks", async () => {

@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { startFakeRuntime } from "../src/fake_remote_runtime.ts";
+import { request } from "node:https";
 import { runAgent, spawnAgent } from "./agent_process.ts";
 
 const HEADER = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
@@ -141,11 +142,30 @@ async function agentConfig(dir: string): Promise<{ file: string; port: number; s
   const port = 20000 + Math.floor(Math.random() * 20000);
   const socket = join(dir, "cri.sock");
   const file = join(dir, "kubelet.yaml");
+  // Standalone: the kubelet API without the webhooks, which need an apiserver.
   await Deno.writeTextFile(
     file,
-    `${HEADER}failCgroupV1: false\nhealthzPort: ${port}\ncontainerRuntimeEndpoint: unix://${socket}\npodLogsDir: ${dir}/pod-logs\n`,
+    `${HEADER}failCgroupV1: false\nhealthzPort: ${port}\ncontainerRuntimeEndpoint: unix://${socket}\npodLogsDir: ${dir}/pod-logs\n` +
+      `address: 127.0.0.1\nport: ${
+        port + 1
+      }\nauthentication: {webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n`,
   );
   return { file, port, socket };
+}
+
+/** The HTTP status of an unauthenticated GET on the kubelet API (its certificate is self-signed). */
+function apiStatus(port: number, path: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host: "127.0.0.1", port, path, rejectUnauthorized: false },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      },
+    );
+    req.on("error", reject);
+    req.end();
+  });
 }
 
 function agentArgs(dir: string, file: string): string[] {
@@ -168,11 +188,14 @@ Deno.test({
       );
       const res = await fetch(`http://127.0.0.1:${port}/healthz`);
       assert.equal(await res.text(), "ok");
+      // The kubelet API listens over TLS and wants a client: anonymous access is off.
+      assert.equal(await apiStatus(port + 1, "/pods"), 401);
       agent.process.kill("SIGTERM");
       const status = await agent.process.status;
       assert.equal(status.code, 0, agent.stderr());
       assert.match(agent.stderr(), /Received signal, shutting down/);
       await assert.rejects(fetch(`http://127.0.0.1:${port}/healthz`));
+      await assert.rejects(apiStatus(port + 1, "/pods"));
       assert.ok((await Deno.stat(join(dir, "root", "pods"))).isDirectory);
     } finally {
       await Deno.remove(dir, { recursive: true });

@@ -18,6 +18,7 @@ import { FakeClock } from "../src/clock.ts";
 import { isStatus, KubeClient } from "../src/kube_client.ts";
 import { loadKubeconfig } from "../src/kubeconfig.ts";
 import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import { freePort } from "./child_process.ts";
 import { type ControlPlane, dumpLogsOnFailure } from "./control_plane.ts";
 import type { Gate } from "./requirements.ts";
 
@@ -168,6 +169,8 @@ export interface NodeAgentOptions {
 /** An agent started by {@link startNodeAgent}. */
 export interface NodeAgent {
   readonly agent: RunningAgent;
+  /** The port of its kubelet API (a free one: agents of parallel tests must not share 10250). */
+  readonly port: number;
   /** Its command line, to start it again. */
   readonly args: string[];
   /** Path of its config file. */
@@ -184,7 +187,9 @@ export async function ensureDefaultServiceAccount(cp: ControlPlane, ns = "defaul
 
 /**
  * Starts the agent as node `nodeName` of `cp`: makes sure the "default" ServiceAccount exists,
- * writes `<dir>/kubelet.yaml` ({@link writeKubeletConfig}), spawns the agent with `--config
+ * writes `<dir>/kubelet.yaml` ({@link writeKubeletConfig}; the kubelet API on a free port, with
+ * the cluster CA as its client CA so the apiserver's kubelet client certificate is accepted),
+ * spawns the agent with `--config
  * --kubeconfig --hostname-override --root-dir <dir>/root --cert-dir <dir>/pki` and waits for
  * {@link SYNC_LOOP_STARTED}. An agent that does not get there is killed.
  */
@@ -192,7 +197,17 @@ export async function startNodeAgent(opts: NodeAgentOptions): Promise<NodeAgent>
   const { cp, dir, nodeName } = opts;
   await ensureDefaultServiceAccount(cp);
   const config = join(dir, "kubelet.yaml");
-  await writeKubeletConfig(config, { endpoint: opts.endpoint, lines: opts.configLines });
+  const port = freePort();
+  await writeKubeletConfig(config, {
+    endpoint: opts.endpoint,
+    lines: [
+      `port: ${port}`,
+      "authentication:",
+      "  x509:",
+      `    clientCAFile: ${cp.pki.ca.cert}`,
+      ...(opts.configLines ?? []),
+    ],
+  });
   const args = [
     ...["--config", config, "--kubeconfig", cp.nodeKubeconfig(nodeName)],
     ...["--hostname-override", opts.hostnameOverride ?? nodeName],
@@ -210,7 +225,7 @@ export async function startNodeAgent(opts: NodeAgentOptions): Promise<NodeAgent>
       throw e;
     }
   }
-  return { agent, args, config };
+  return { agent, args, config, port };
 }
 
 /** What an e2e suite's world holds for {@link e2eSuite}. */
