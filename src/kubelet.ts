@@ -50,6 +50,9 @@ export const RUNTIME_UP_PERIOD_MS = 5_000;
 /** Where the kubelet links every container log, for log shippers (upstream ContainerLogsDir). */
 export const CONTAINER_LOGS_DIR = "/var/log/containers";
 
+/** What the read-only port serves (upstream InstallDefaultHandlers). */
+const READ_ONLY_PATTERN = /^\/(healthz|pods|stats|metrics|spec)(\/|$)/;
+
 /** Upstream runOnceManifestDelay, runOnceMaxRetries and runOnceRetryDelay. */
 const RUN_ONCE_MANIFEST_DELAY_MS = 1_000;
 const RUN_ONCE_MAX_RETRIES = 10;
@@ -182,9 +185,12 @@ export class Kubelet {
       version: version.runtimeVersion,
       apiVersion: version.runtimeApiVersion,
     });
-    stopped.push(this.#updateRuntimeUpLoop(signal));
     await this.setupLogDirs();
     stopped.push(...(await this.#startPodLifecycle(signal)));
+    // One relist before the first runtime status, so the PLEG's health check does not hold
+    // the node NotReady until the next status period.
+    await this.pleg!.relist(signal);
+    stopped.push(this.#updateRuntimeUpLoop(signal));
     if (config.enableServer) stopped.push((await this.#startServer(signal)).finished);
     log.info("Started kubelet", {
       nodeName: this.#opts.nodeName,
@@ -441,13 +447,14 @@ export class Kubelet {
     });
     const caReload = auth.runClientCAReload(signal);
     const findPod = (namespace: string, name: string) => podManager.getPodByName(namespace, name);
+    const ownRoutes = podRoutes({
+      getPods: () => podManager.getPods(),
+      getRunningPods: () => pleg.podIds().map((uid) => podCache.get(uid).status),
+      config,
+      checks: { syncloop: () => this.syncLoop?.healthCheck() },
+    });
     const routes = [
-      ...podRoutes({
-        getPods: () => podManager.getPods(),
-        getRunningPods: () => pleg.podIds().map((uid) => podCache.get(uid).status),
-        config,
-        checks: { syncloop: () => this.syncLoop?.healthCheck() },
-      }),
+      ...ownRoutes,
       ...logRoutes({
         getPodByName: findPod,
         getPodStatus: (uid) => podCache.get(uid).status,
@@ -481,7 +488,25 @@ export class Kubelet {
       signal,
     });
     logger.info("Starting to listen", { address: config.address, port: listening.port });
-    return { finished: Promise.all([listening.finished, caReload]).then(() => {}) };
+    const finished = [listening.finished, caReload];
+    const readOnlyPort = config.readOnlyPort ?? 0;
+    if (readOnlyPort > 0) {
+      // Upstream's read-only server: the default handlers only, no authentication at all.
+      const readOnly = await serveKubeletAPI({
+        hostname: config.address,
+        port: readOnlyPort,
+        readOnly: true,
+        routes: ownRoutes.filter((r) => READ_ONLY_PATTERN.test(r.pattern)),
+        logger,
+        signal,
+      });
+      logger.info("Starting to listen read-only", {
+        address: config.address,
+        port: readOnly.port,
+      });
+      finished.push(readOnly.finished);
+    }
+    return { finished: Promise.all(finished).then(() => {}) };
   }
 
   /** This node as admission and mirror pods see it (upstream getNodeAnyWay). */

@@ -12,7 +12,12 @@
  */
 
 import { createServer, type Server } from "node:https";
-import type { IncomingMessage, ServerResponse } from "node:http";
+import {
+  createServer as createHttpServer,
+  type IncomingMessage,
+  type Server as HttpServer,
+  type ServerResponse,
+} from "node:http";
 import type { Duplex } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import type { Logger } from "./klog.ts";
@@ -60,6 +65,9 @@ export interface Authorizer {
     signal?: AbortSignal,
   ): Promise<{ allowed: boolean; reason: string }>;
 }
+
+/** Who a request on the read-only port is: nobody checked. */
+const ANONYMOUS: UserInfo = { name: "system:anonymous", groups: ["system:unauthenticated"] };
 
 /** Maps a request to its authorization attributes (upstream NewNodeAuthorizerAttributesGetter). */
 export type AttributesGetter = (
@@ -116,10 +124,19 @@ export interface ServerTLS {
 export interface KubeletAPIOptions {
   readonly hostname: string;
   readonly port: number;
-  readonly tls: ServerTLS;
-  readonly authenticator: Authenticator;
-  readonly authorizer: Authorizer;
-  readonly attributes: AttributesGetter;
+  /** Unset: plain HTTP, only for the read-only port. */
+  readonly tls?: ServerTLS;
+  /** Required unless {@link readOnly}. */
+  readonly authenticator?: Authenticator;
+  /** Required unless {@link readOnly}. */
+  readonly authorizer?: Authorizer;
+  /** Required unless {@link readOnly}. */
+  readonly attributes?: AttributesGetter;
+  /**
+   * The read-only port (readOnlyPort): no authentication or authorization, as upstream serves
+   * it. Give it only routes that may be read by anyone.
+   */
+  readonly readOnly?: boolean;
   readonly routes: readonly Route[];
   readonly logger: Logger;
   /** Aborting it closes the server and every connection. */
@@ -221,16 +238,33 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
     route,
     match: compilePattern(route.pattern),
   }));
-  const server: Server = createServer({
-    cert: opts.tls.cert,
-    key: opts.tls.key,
-    minVersion: opts.tls.minVersion,
-    ciphers: opts.tls.ciphers,
-    // The client certificate is asked for but verified by the authenticator (see the module doc).
-    requestCert: true,
-    rejectUnauthorized: false,
-    maxHeaderSize: opts.maxHeaderSize ?? 1 << 20,
-  });
+  const maxHeaderSize = opts.maxHeaderSize ?? 1 << 20;
+  const server: Server | HttpServer = opts.tls
+    ? createServer({
+      cert: opts.tls.cert,
+      key: opts.tls.key,
+      minVersion: opts.tls.minVersion,
+      ciphers: opts.tls.ciphers,
+      // The client certificate is asked for but verified by the authenticator (module doc).
+      requestCert: true,
+      rejectUnauthorized: false,
+      maxHeaderSize,
+    })
+    : createHttpServer({ maxHeaderSize });
+  const { authenticator, authorizer, attributes } = opts;
+  let auth: "none" | {
+    authenticator: Authenticator;
+    authorizer: Authorizer;
+    attributes: AttributesGetter;
+  } = "none";
+  if (!opts.readOnly) {
+    if (!authenticator || !authorizer || !attributes) {
+      throw new Error(
+        "the kubelet API needs an authenticator, an authorizer and an attributes getter unless it is the read-only port",
+      );
+    }
+    auth = { authenticator, authorizer, attributes };
+  }
 
   /** The route for a request, or why there is none: 404 (no path) or 405 (no method). */
   const find = (method: string, path: string, upgrade: boolean) => {
@@ -258,9 +292,10 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
     fail: (status: number, message: string) => void,
   ): Promise<KubeletRequest | undefined> => {
     const url = new URL(req.url ?? "/", "https://kubelet");
+    if (auth === "none") return { req, url, user: ANONYMOUS, params, signal };
     let user: UserInfo | undefined;
     try {
-      user = await opts.authenticator.authenticate(req, signal);
+      user = await auth.authenticator.authenticate(req, signal);
     } catch (e) {
       logger.error(e, "Unable to authenticate the request");
       fail(401, "Unauthorized");
@@ -270,10 +305,10 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
       fail(401, "Unauthorized");
       return undefined;
     }
-    const attrs = opts.attributes(user, req, url);
+    const attrs = auth.attributes(user, req, url);
     let decision: { allowed: boolean; reason: string };
     try {
-      decision = await opts.authorizer.authorize(attrs, signal);
+      decision = await auth.authorizer.authorize(attrs, signal);
     } catch (e) {
       logger.error(e, "Authorization error", { user: user.name, verb: attrs.verb });
       fail(
@@ -338,10 +373,11 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
 
   // Deno's TLS ignores `ciphers`: a connection whose suite tlsCipherSuites does not list is
   // closed here instead (TLS 1.3 suites are always allowed, as Go does).
-  if (opts.tls.ciphers !== undefined) {
+  const ciphers = opts.tls?.ciphers;
+  if (ciphers !== undefined) {
     server.on("secureConnection", (s: TLSSocket) => {
       const cipher = s.getCipher();
-      if (cipherAllowed(opts.tls.ciphers, cipher)) return;
+      if (cipherAllowed(ciphers, cipher)) return;
       logger.v(2).info("TLS cipher suite not allowed", { cipher: cipher.name });
       s.destroy();
     });
@@ -363,7 +399,7 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
   });
   // Every connection, upgraded ones included, is closed on stop: close() alone waits for them.
   const sockets = new Set<Duplex>();
-  server.on("secureConnection", (s: TLSSocket) => {
+  server.on(opts.tls ? "secureConnection" : "connection", (s: Duplex) => {
     sockets.add(s);
     s.once("close", () => sockets.delete(s));
   });

@@ -175,3 +175,80 @@ Deno.test("serveKubeletAPI authenticates upgrades and hands the connection over"
   ctrl.abort();
   await s.finished;
 });
+
+Deno.test("serveKubeletAPI read-only: plain HTTP, no authentication, only its routes", async () => {
+  const ctrl = new AbortController();
+  const s = await serveKubeletAPI({
+    hostname: "127.0.0.1",
+    port: 0,
+    readOnly: true,
+    routes: [{ pattern: "/pods", handler: (_r, res) => void res.end("pods") }],
+    logger: createLogger({ write: () => {}, pid: 1 }),
+    signal: ctrl.signal,
+  });
+  const ok = await fetch(`http://127.0.0.1:${s.port}/pods`);
+  assert.deepEqual([ok.status, await ok.text()], [200, "pods"]);
+  const other = await fetch(`http://127.0.0.1:${s.port}/configz`);
+  assert.deepEqual([other.status, await other.text()], [404, "404 page not found\n"]);
+  ctrl.abort();
+  await s.finished;
+});
+
+Deno.test("serveKubeletAPI refuses to start without authentication unless read-only", async () => {
+  await assert.rejects(
+    serveKubeletAPI({
+      hostname: "127.0.0.1",
+      port: 0,
+      tls: await servingPair(),
+      routes: [],
+      logger: createLogger({ write: () => {}, pid: 1 }),
+      signal: AbortSignal.abort(),
+    }),
+    /needs an authenticator, an authorizer and an attributes getter/,
+  );
+});
+
+Deno.test("serveKubeletAPI survives 1000 malformed requests and still answers", async () => {
+  const ctrl = new AbortController();
+  const s = await start(ctrl);
+  const { connect: connectTcp } = await import("node:net");
+  const raw = (bytes: string | Uint8Array, tls: boolean) =>
+    new Promise<void>((resolve) => {
+      const socket = tls
+        ? connect({ host: "127.0.0.1", port: s.port, rejectUnauthorized: false })
+        : connectTcp({ host: "127.0.0.1", port: s.port });
+      const done = () => {
+        socket.destroy();
+        resolve();
+      };
+      socket.on(tls ? "secureConnect" : "connect", () => {
+        socket.write(bytes);
+        // Half-close: no more from this side, whatever the server still says.
+        socket.end();
+      });
+      socket.on("data", () => {});
+      socket.on("error", done);
+      socket.on("close", done);
+      setTimeout(done, 2_000);
+    });
+  const huge = "X-Big: " + "a".repeat(2 << 20) + "\r\n";
+  const cases: [string | Uint8Array, boolean][] = [
+    ["GET /%zz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\n\r\n", true],
+    ["GET /hello/../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n", true],
+    ["NOT HTTP AT ALL\r\n\r\n", true],
+    [`GET / HTTP/1.1\r\nHost: x\r\n${huge}\r\n`, true],
+    ["GET /hello/bob HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc", true],
+    ["POST /exec/a/b/c HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n", true],
+    // Not TLS at all: a broken handshake.
+    ["GET /hello/bob HTTP/1.1\r\n\r\n", false],
+    [new Uint8Array([0x16, 0x03, 0x01, 0x00, 0xff, 1, 2, 3]), false],
+  ];
+  for (let i = 0; i < 1000; i += 25) {
+    await Promise.all(
+      Array.from({ length: 25 }, (_, j) => raw(...cases[(i + j) % cases.length]!)),
+    );
+  }
+  assert.deepEqual(await get(s.port, "/hello/bob", "good"), { status: 200, body: "hi bob" });
+  ctrl.abort();
+  await s.finished;
+});

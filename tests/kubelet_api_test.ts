@@ -43,6 +43,8 @@ interface World {
   readonly containerd: ContainerdHandle;
   readonly agent: RunningAgent;
   readonly port: number;
+  /** The unauthenticated read-only port. */
+  readonly readOnlyPort: number;
   /** A client certificate of the cluster CA for a user RBAC gives nothing. */
   readonly nobody: CertKeyPair;
   /** A client certificate from a CA the kubelet does not trust. */
@@ -64,11 +66,13 @@ const suite = e2eSuite<World>({
     const socket = join(dir, "containerd", "containerd.sock");
     const containerd = await startContainerd({ dir: join(dir, "containerd"), socket });
     await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE, HTTPD] });
+    const readOnlyPort = freePort();
     const { agent, port } = await startNodeAgent({
       cp,
       dir,
       nodeName: NODE,
       endpoint: containerd.endpoint,
+      configLines: [`readOnlyPort: ${readOnlyPort}`],
     });
     await Deno.mkdir(join(dir, "certs"), { recursive: true });
     const nobody = await issueCertificate({
@@ -85,7 +89,7 @@ const suite = e2eSuite<World>({
       subject: { commonName: "kube-apiserver-kubelet-client", organizations: ["system:masters"] },
       usage: "client",
     });
-    return { dir, cp, containerd, agent, port, nobody, stranger: otherCa };
+    return { dir, cp, containerd, agent, port, readOnlyPort, nobody, stranger: otherCa };
   },
 });
 const e2e = suite.test;
@@ -293,6 +297,20 @@ e2e("direct requests: 401 without a trusted identity, 403 when denied", async (w
     const r = await direct(w, path, admin);
     assert.ok(r.status >= 400 && r.status < 500, `${path}: ${r.status}`);
     assert.doesNotMatch(r.body, /root:/, path);
+  }
+});
+
+e2e("the read-only port serves /healthz and /pods over plain HTTP, and nothing else", async (w) => {
+  const base = `http://127.0.0.1:${w.readOnlyPort}`;
+  const healthz = await fetch(`${base}/healthz`);
+  assert.deepEqual([healthz.status, await healthz.text()], [200, "ok"]);
+  const pods = await fetch(`${base}/pods`);
+  assert.equal(pods.status, 200);
+  assert.equal((await pods.json()).kind, "PodList");
+  for (const path of ["/configz", "/runningpods/", "/exec/default/shell/main", "/logs/"]) {
+    const r = await fetch(`${base}${path}`);
+    await r.body?.cancel();
+    assert.equal(r.status, 404, path);
   }
 });
 

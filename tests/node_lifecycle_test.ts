@@ -30,6 +30,8 @@ interface World {
   containerd: ContainerdHandle;
   readonly socket: string;
   readonly agent: RunningAgent;
+  /** The agent's kubelet API port (a free one, not 10250). */
+  readonly port: number;
 }
 
 const suite = e2eSuite<World>({
@@ -43,7 +45,7 @@ const suite = e2eSuite<World>({
     const socket = join(dir, "containerd", "containerd.sock");
     const containerd = await startContainerd({ dir: join(dir, "containerd"), socket });
     // Not waiting for the sync loop: the first test times Ready from the runtime's readiness.
-    const { agent } = await startNodeAgent({
+    const { agent, port } = await startNodeAgent({
       cp,
       dir,
       nodeName: NODE,
@@ -57,7 +59,7 @@ const suite = e2eSuite<World>({
       extraArgs: ["--node-labels", "e2e.kubelet-ts/role=worker"],
       waitFor: null,
     });
-    return { dir, cp, containerd, socket, agent };
+    return { dir, cp, containerd, socket, agent, port };
   },
 });
 const e2e = suite.test;
@@ -114,7 +116,8 @@ e2e(
     assert.ok(node.status?.allocatable?.memory, "allocatable memory is reported");
     assert.deepEqual(
       (node.status?.daemonEndpoints?.kubeletEndpoint as unknown as { Port: number }).Port,
-      10250,
+      w.port,
+      "the configured kubelet API port",
     );
     assert.ok(node.status?.addresses?.some((a) => a.type === "InternalIP"));
     assert.ok(node.status?.addresses?.some((a) => a.type === "Hostname" && a.address === NODE));
