@@ -187,7 +187,10 @@ async function followPodLog(signal: AbortSignal): Promise<void> {
       file ??= await findPodLog();
       if (!file) continue;
       const text = await Deno.readTextFile(file);
-      if (offset === 0) console.log(`demo: the hello pod runs; its log is ${file}`);
+      if (offset === 0) {
+        console.log(`demo: the hello pod runs; its log is ${file}`);
+        console.log("demo: the kubelet API answers: curl -k https://127.0.0.1:10250/pods");
+      }
       for (const line of text.slice(offset).split("\n").filter((l) => l !== "")) {
         console.log(`demo: pod log: ${line}`);
       }

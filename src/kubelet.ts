@@ -53,6 +53,18 @@ export const CONTAINER_LOGS_DIR = "/var/log/containers";
 /** What the read-only port serves (upstream InstallDefaultHandlers). */
 const READ_ONLY_PATTERN = /^\/(healthz|pods|stats|metrics|spec)(\/|$)/;
 
+/**
+ * The node admission sees (upstream getNodeAnyWay): the listed Node once it carries its status;
+ * until then (just registered, not listed yet, or standalone) the node as the kubelet computes
+ * it, since an empty allocatable would reject every pod with OutOfpods.
+ */
+export function nodeForAdmission(
+  listed: V1Node | undefined,
+  computed: () => V1Node | undefined,
+): V1Node | undefined {
+  return listed?.status?.allocatable ? listed : computed();
+}
+
 /** Upstream runOnceManifestDelay, runOnceMaxRetries and runOnceRetryDelay. */
 const RUN_ONCE_MANIFEST_DELAY_MS = 1_000;
 const RUN_ONCE_MAX_RETRIES = 10;
@@ -511,9 +523,10 @@ export class Kubelet {
 
   /** This node as admission and mirror pods see it (upstream getNodeAnyWay). */
   getNode(): V1Node | undefined {
-    if (this.#opts.deps.kubeClient) return this.nodeInformer?.node ?? this.nodeStatus?.node;
-    this.#standaloneNode ??= this.#initialNode();
-    return this.#standaloneNode;
+    const listed = this.#opts.deps.kubeClient
+      ? this.nodeInformer?.node ?? this.nodeStatus?.node
+      : undefined;
+    return nodeForAdmission(listed, () => this.#standaloneNode ??= this.#initialNode());
   }
 
   /** Upstream initialNode with the status setters applied, for standalone mode. */

@@ -3,7 +3,7 @@ import { FakeClock } from "./clock.ts";
 import type { Dependencies } from "./dependencies.ts";
 import { startFakeRuntime } from "./fake_remote_runtime.ts";
 import { createLogger } from "./klog.ts";
-import { Kubelet, RUNTIME_UP_PERIOD_MS } from "./kubelet.ts";
+import { Kubelet, nodeForAdmission, RUNTIME_UP_PERIOD_MS } from "./kubelet.ts";
 import { loadKubeletConfiguration } from "./kubelet_config.ts";
 import { newKubeletFlags } from "./kubelet_flags.ts";
 import { preInitRuntimeService } from "./runtime_service.ts";
@@ -102,4 +102,13 @@ Deno.test("Kubelet updateRuntimeUp keeps the runtime state from CRI Status every
     services.close();
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("nodeForAdmission uses the computed node until the listed Node has its status", () => {
+  const computed = { metadata: { name: "n" }, status: { allocatable: { pods: "110" } } };
+  const bare = { metadata: { name: "n" } };
+  const listed = { metadata: { name: "n" }, status: { allocatable: { pods: "50" } } };
+  assert.equal(nodeForAdmission(undefined, () => computed), computed);
+  assert.equal(nodeForAdmission(bare, () => computed), computed);
+  assert.equal(nodeForAdmission(listed, () => computed), listed);
 });

@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { startFakeRuntime } from "../src/fake_remote_runtime.ts";
 import { request } from "node:https";
 import { runAgent, spawnAgent } from "./agent_process.ts";
+import { freePort } from "./child_process.ts";
 
 const HEADER = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 
@@ -138,19 +139,20 @@ Deno.test("main under its permission set is denied a read outside it, naming the
 });
 
 /** A config for a running agent: its own healthz port and runtime socket under `dir`. */
-async function agentConfig(dir: string): Promise<{ file: string; port: number; socket: string }> {
-  const port = 20000 + Math.floor(Math.random() * 20000);
+async function agentConfig(
+  dir: string,
+): Promise<{ file: string; port: number; apiPort: number; socket: string }> {
+  const port = freePort();
+  const apiPort = freePort();
   const socket = join(dir, "cri.sock");
   const file = join(dir, "kubelet.yaml");
   // Standalone, the webhooks have no apiserver: the kubelet API on loopback, open to anyone.
   await Deno.writeTextFile(
     file,
     `${HEADER}failCgroupV1: false\nhealthzPort: ${port}\ncontainerRuntimeEndpoint: unix://${socket}\npodLogsDir: ${dir}/pod-logs\n` +
-      `address: 127.0.0.1\nport: ${
-        port + 1
-      }\nauthentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n`,
+      `address: 127.0.0.1\nport: ${apiPort}\nauthentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n`,
   );
-  return { file, port, socket };
+  return { file, port, apiPort, socket };
 }
 
 /** The HTTP status of an anonymous GET on the kubelet API (its certificate is self-signed). */
@@ -178,7 +180,7 @@ Deno.test({
   async fn() {
     const dir = await Deno.makeTempDir({ prefix: "kubelet-sigterm-" });
     try {
-      const { file, port, socket } = await agentConfig(dir);
+      const { file, port, apiPort, socket } = await agentConfig(dir);
       await using _runtime = await startFakeRuntime({ socket });
       const agent = spawnAgent(agentArgs(dir, file));
       await agent.waitFor("Started kubelet");
@@ -189,7 +191,7 @@ Deno.test({
       const res = await fetch(`http://127.0.0.1:${port}/healthz`);
       assert.equal(await res.text(), "ok");
       // The kubelet API listens over TLS.
-      assert.equal(await apiStatus(port + 1, "/pods"), 200);
+      assert.equal(await apiStatus(apiPort, "/pods"), 200);
       agent.process.kill("SIGTERM");
       const status = await agent.process.status;
       assert.equal(status.code, 0, agent.stderr());
