@@ -38,6 +38,7 @@ import type { GenericPLEG } from "./pleg.ts";
 import type { PodManager } from "./pod_manager.ts";
 import type { PodSyncer } from "./kubelet_pod_sync.ts";
 import { newPodLifecycle } from "./kubelet_pod_lifecycle.ts";
+import type { ProberManager } from "./prober_manager.ts";
 import { API_SOURCE, FILE_SOURCE, HTTP_SOURCE, PodConfig } from "./pod_config.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
 import { StaticPodFileSource } from "./config_file.ts";
@@ -102,6 +103,7 @@ export class Kubelet {
   #firstUpdate: PromiseWithResolvers<V1Pod[]> | undefined;
   #podManager: PodManager | undefined;
   #podCache: PodCache | undefined;
+  #prober: ProberManager | undefined;
   #standaloneNode: V1Node | undefined;
 
   constructor(opts: KubeletOptions) {
@@ -258,6 +260,7 @@ export class Kubelet {
       signal,
     });
     const { pleg, syncer, loop, podManager, podCache } = pods;
+    this.#prober = pods.prober;
     // Pull records that cannot be opened stop the kubelet, as upstream.
     await pods.imageManager.start(signal);
     this.pleg = pleg;
@@ -464,6 +467,7 @@ export class Kubelet {
       getRunningPods: () => pleg.podIds().map((uid) => podCache.get(uid).status),
       config,
       checks: { syncloop: () => this.syncLoop?.healthCheck() },
+      probeMetrics: () => this.#prober!.metricsText(),
     });
     const routes = [
       ...ownRoutes,

@@ -18,6 +18,8 @@ import type { Logger } from "./klog.ts";
 import type { KubeClient } from "./kube_client.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import { PodSyncer } from "./kubelet_pod_sync.ts";
+import { Prober } from "./prober.ts";
+import { ProberManager } from "./prober_manager.ts";
 import { SyncLoop } from "./kubelet_sync_loop.ts";
 import { KubeRuntimeManager } from "./kuberuntime_manager.ts";
 import { MirrorClient } from "./mirror_client.ts";
@@ -91,7 +93,8 @@ export interface PodLifecycle {
   readonly runtimeManager: KubeRuntimeManager;
   readonly syncer: PodSyncer;
   readonly loop: SyncLoop;
-  /** Starts the PLEG, the status manager and the sync loop; one promise each. */
+  readonly prober: ProberManager;
+  /** Starts the PLEG, the status manager, the prober and the sync loop; one promise each. */
   run(signal: AbortSignal): Promise<void>[];
 }
 
@@ -146,6 +149,20 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     logger,
   });
   const podsDirectory = join(o.rootDirectory, "pods");
+  const loopRef: { loop?: SyncLoop } = {};
+  const prober = new ProberManager({
+    runner: new Prober({ runtime, recorder, logger, clock }),
+    // A host-network pod's IPs are the node's (upstream probes the API status' pod IP).
+    getPodStatus: (uid) => {
+      const status = podCache.get(uid).status;
+      if (status.ips.length > 0 || !podManager.getPodByUID(uid)?.spec?.hostNetwork) return status;
+      return { ...status, ips: [...o.nodeIPs] };
+    },
+    clock,
+    logger,
+    // Probe results reach the pod's worker through the sync loop, as upstream's channels.
+    onUpdate: (_kind, podUID) => loopRef.loop?.pushProbeUpdate(podUID),
+  });
   const runtimeManager = new KubeRuntimeManager({
     runtime,
     imageService,
@@ -168,6 +185,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     podsDirectory,
     memoryCapacityBytes: o.memoryCapacityBytes,
     legacyContainerLogsDirectory: o.legacyContainerLogsDirectory,
+    probeResults: prober,
   });
   const mirrorClient = o.kubeClient
     ? new MirrorClient({
@@ -198,6 +216,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     runtimeChanged: () => pleg.poke(),
     resyncIntervalMs: config.syncFrequency,
     signal: o.signal,
+    prober,
   });
   syncerRef.syncer = syncer;
   const loop = new SyncLoop({
@@ -209,6 +228,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     logger,
     resyncIntervalMs: config.syncFrequency,
   });
+  loopRef.loop = loop;
   return {
     podCache,
     pleg,
@@ -219,6 +239,9 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     runtimeManager,
     syncer,
     loop,
-    run: (signal) => [pleg.run(signal), statusManager.run(signal), loop.run(signal)],
+    prober,
+    run: (
+      signal,
+    ) => [pleg.run(signal), statusManager.run(signal), prober.run(signal), loop.run(signal)],
   };
 }

@@ -47,6 +47,16 @@ export interface PodRuntime {
   ): Promise<PodSyncResult>;
 }
 
+/** What the syncer asks of the prober manager (upstream prober.Manager), all optional. */
+export interface PodProber {
+  addPod(pod: V1Pod): void;
+  removePod(pod: V1Pod): void;
+  cleanupPods(desiredUIDs: ReadonlySet<string>): void;
+  /** Readiness/startup by container id, for the status (undefined: no result yet). */
+  ready(containerId: string): boolean | undefined;
+  started(containerId: string): boolean | undefined;
+}
+
 /** What {@link PodSyncer} needs. */
 export interface PodSyncerOptions {
   readonly nodeName: string;
@@ -80,6 +90,8 @@ export interface PodSyncerOptions {
   readonly runtimeChanged?: () => void;
   /** `syncFrequency` in ms. @default 60000 */
   readonly resyncIntervalMs?: number;
+  /** Probes; without one, containers are ready once running (no probes run). */
+  readonly prober?: PodProber;
   /** Stops the pod workers. */
   readonly signal?: AbortSignal;
 }
@@ -225,6 +237,11 @@ export class PodSyncer implements SyncHandler {
       });}
   }
 
+  handleProbeUpdate(podUID: string): void {
+    const pod = this.#o.podManager.getPodByUID(podUID);
+    if (pod) this.handlePodSyncs([pod]);
+  }
+
   podsToSync(): V1Pod[] {
     const out: V1Pod[] = [];
     for (const uid of this.workers.getPodsToSync(this.#o.clock.now())) {
@@ -244,6 +261,7 @@ export class PodSyncer implements SyncHandler {
     for (const pod of allPods) keep.add(uidOf(pod));
     for (const [uid] of working) keep.add(uid);
     statusManager.removeOrphanedStatuses(keep);
+    this.#o.prober?.cleanupPods(keep);
     for (const uid of [...this.#messages.keys()]) if (!keep.has(uid)) this.#messages.delete(uid);
 
     // Runtime pods the kubelet has no worker for (such as pods deleted while it was down).
@@ -367,6 +385,8 @@ export class PodSyncer implements SyncHandler {
     }
 
     if (isStaticPod(pod)) await this.#syncMirrorPod(pod, mirrorPod, signal);
+    // Ensure the pod is being probed (upstream probeManager.AddPod).
+    this.#o.prober?.addPod(pod);
 
     await this.#makePodDataDirs(uid);
     const pullSecrets = await this.#pullSecrets(pod, signal);
@@ -440,6 +460,7 @@ export class PodSyncer implements SyncHandler {
     statusManager.setPodStatus(pod, await this.#generateStatus(pod, status, true, signal));
     statusManager.terminatePod(pod);
     statusManager.podTerminated?.(uid);
+    this.#o.prober?.removePod(pod);
     logger.v(4).info("Pod is terminated and will need no more status updates", {
       pod: kobj(pod),
       podUID: uid,
@@ -593,6 +614,7 @@ export class PodSyncer implements SyncHandler {
       podIsTerminal,
       reasons: this.#o.reasonCache,
       terminationMessages: messages,
+      probes: this.#o.prober,
       hostIPs: this.#o.nodeIPs,
       now: new Date(this.#o.clock.now()),
     });

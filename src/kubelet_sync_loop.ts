@@ -26,6 +26,8 @@ export interface SyncHandler {
   handlePodSyncs(pods: readonly V1Pod[]): void;
   /** A PLEG event: syncs the pod it is about, if the kubelet still has it. */
   handlePlegEvent(event: PodLifecycleEvent): void;
+  /** A probe result changed for the pod (upstream's liveness/readiness/startup channels). */
+  handleProbeUpdate(podUID: string): void;
   /** The pods whose resync time has come (upstream getPodsToSync). */
   podsToSync(): V1Pod[];
   /** Housekeeping (upstream HandlePodCleanups); errors are logged by the loop. */
@@ -68,6 +70,8 @@ export class SyncLoop {
   readonly #housekeepingMs: number;
   readonly #healthMs: number;
   readonly #updates: PodUpdate[] = [];
+  /** Pods whose probe results changed, in order, each once. */
+  readonly #probed = new Set<string>();
   #configWake = Promise.withResolvers<Wake>();
   #plegNext: Promise<Wake> | undefined;
   /** When the loop last entered an iteration; 0 before the first. */
@@ -79,6 +83,12 @@ export class SyncLoop {
     this.#syncMs = opts.syncPeriodMs ?? 1_000;
     this.#housekeepingMs = opts.housekeepingPeriodMs ?? 2_000;
     this.#healthMs = Math.max(2 * (opts.resyncIntervalMs ?? 60_000), 5 * 60_000);
+  }
+
+  /** Queues a probe result change of a pod (upstream's prober channels); never blocks. */
+  pushProbeUpdate(podUID: string): void {
+    this.#probed.add(podUID);
+    this.#configWake.resolve({ kind: "config" });
   }
 
   /** Queues a pod config update for the loop (upstream's config channel); never blocks. */
@@ -125,6 +135,10 @@ export class SyncLoop {
       try {
         if (wake.kind === "pleg") this.#opts.handler.handlePlegEvent(wake.event);
         this.#drainConfig();
+        for (const uid of this.#probed) {
+          this.#probed.delete(uid);
+          this.#opts.handler.handleProbeUpdate(uid);
+        }
         const now = clock.now();
         if (now >= nextSync) {
           nextSync = now + this.#syncMs;
@@ -201,7 +215,7 @@ export class SyncLoop {
   /** Waits for a config update, a PLEG event or `due`; undefined once `signal` aborts. */
   async #next(due: number, signal: AbortSignal): Promise<Wake | undefined> {
     if (signal.aborted) return undefined;
-    if (this.#updates.length > 0) return { kind: "config" };
+    if (this.#updates.length > 0 || this.#probed.size > 0) return { kind: "config" };
     // The PLEG wait outlives the iteration: aborting it could lose an event in flight.
     this.#plegNext ??= this.#opts.pleg.next(signal).then(
       (event): Wake => ({ kind: "pleg", event }),
@@ -214,7 +228,7 @@ export class SyncLoop {
     try {
       const wake = await Promise.race([this.#configWake.promise, this.#plegNext, tick]);
       if (wake.kind === "pleg") this.#plegNext = undefined;
-      if (wake.kind === "config" || this.#updates.length === 0) {
+      if (wake.kind === "config" || (this.#updates.length === 0 && this.#probed.size === 0)) {
         this.#configWake = Promise.withResolvers<Wake>();
       }
       return wake;

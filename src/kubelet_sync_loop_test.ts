@@ -37,6 +37,9 @@ class RecordingHandler implements SyncHandler {
   handlePlegEvent(e: PodLifecycleEvent) {
     this.calls.push(`pleg:${e.id}:${e.type}`);
   }
+  handleProbeUpdate(uid: string) {
+    this.calls.push(`probe:${uid}`);
+  }
   podsToSync(): V1Pod[] {
     const d = this.due;
     this.due = [];
@@ -217,5 +220,16 @@ Deno.test("SyncLoop healthCheck fails when an iteration takes longer than 5 minu
   release();
   await settle();
   assert.equal(t.loop.healthCheck(), undefined);
+  await t.stop();
+});
+
+Deno.test("SyncLoop hands probe updates to the handler, once per pod per iteration", async () => {
+  const t = setup();
+  await settle();
+  t.loop.pushProbeUpdate("u1");
+  t.loop.pushProbeUpdate("u2");
+  t.loop.pushProbeUpdate("u1");
+  await settle();
+  assert.deepEqual(t.handler.calls, ["probe:u1", "probe:u2"]);
   await t.stop();
 });

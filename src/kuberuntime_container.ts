@@ -4,20 +4,23 @@
  * args with `$(VAR)` expansion, env, labels, annotations, log path, the termination-message
  * mount, Linux resources and security context), starts a container (image, create, start, with
  * upstream's events and SyncResult reasons), stops one (grace period rules, sidecar termination
- * order) and prunes old init containers. Talks to the CRI runtime and image services and to the
- * ImageManager; the pod-level flow that calls all this is `kuberuntime_manager.ts`.
+ * order) and prunes old init containers; runs the postStart hook after a start (a failure kills
+ * the container) and the preStop hook before a stop, within the grace period. Talks to the CRI
+ * runtime and image services, the ImageManager and the lifecycle HandlerRunner; the pod-level
+ * flow that calls all this is `kuberuntime_manager.ts`.
  * Corresponds to upstream `pkg/kubelet/kuberuntime/kuberuntime_container.go` (with the log paths
  * of `helpers.go` and `legacy.go`).
  */
 
 import * as grpc from "@grpc/grpc-js";
-import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
+import type { V1Container, V1LifecycleHandler, V1Pod, V1Secret } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { Clock } from "./clock.ts";
 import { CriError, isCriCode } from "./cri_connection.ts";
 import type { EventRecorder, ObjectRef } from "./dependencies.ts";
 import type { ImageManager } from "./image_manager.ts";
-import type { Logger } from "./klog.ts";
+import { kobj, type Logger } from "./klog.ts";
+import { HandlerRunner } from "./lifecycle_handlers.ts";
 import {
   getContainerInfoFromAnnotations,
   getContainerInfoFromLabels,
@@ -78,6 +81,31 @@ export interface ContainerDeps {
   /** Where the legacy `<pod>_<ns>_<container>-<id>.log` symlinks go. @default "/var/log/containers" */
   readonly legacyContainerLogsDirectory?: string;
   readonly linux: LinuxConfigOptions;
+  /**
+   * Runs postStart and preStop hooks. @default a HandlerRunner over `runtime` when it has
+   * ExecSync (exec hooks fail loudly otherwise)
+   */
+  readonly handlerRunner?: HandlerRunner;
+}
+
+const defaultRunners = new WeakMap<ContainerDeps, HandlerRunner>();
+
+/** The deps' HandlerRunner, or one built once from the runtime. */
+function handlerRunnerOf(deps: ContainerDeps): HandlerRunner {
+  if (deps.handlerRunner) return deps.handlerRunner;
+  let runner = defaultRunners.get(deps);
+  if (!runner) {
+    const runtime = deps.runtime as Partial<Pick<RuntimeService, "execSync">>;
+    const execSync: RuntimeService["execSync"] = typeof runtime.execSync === "function"
+      ? runtime.execSync.bind(runtime)
+      : () =>
+        Promise.reject(
+          new Error("exec lifecycle hooks need ExecSync on the runtime: not supported yet"),
+        );
+    runner = new HandlerRunner({ runtime: { execSync }, logger: deps.logger, clock: deps.clock });
+    defaultRunners.set(deps, runner);
+  }
+  return runner;
 }
 
 /** A container as the runtime reports it, in upstream `kubecontainer.Status` terms. */
@@ -271,9 +299,6 @@ function checkSupported(pod: V1Pod, container: V1Container): void {
   ) {
     throw new CreateContainerConfigError("volumes are not supported yet");
   }
-  if (container.lifecycle?.postStart) {
-    throw new CreateContainerConfigError("postStart hooks are not supported yet");
-  }
   const regular = pod.spec?.containers?.some((c) => c.name === container.name) ?? false;
   if (regular && (container.restartPolicy || (container.restartPolicyRules?.length ?? 0) > 0)) {
     throw new CreateContainerConfigError(
@@ -377,8 +402,9 @@ export interface StartContainerFailure {
 
 /**
  * upstream startContainer: ensures the image, creates and starts the container, recording
- * Created / Started / Failed events on it. Resolves with the failure, or undefined on success;
- * throws only when `signal` aborts.
+ * Created / Started / Failed events on it, then runs its postStart hook (on failure: a
+ * FailedPostStartHook event, the container killed, PostStartHookError). Resolves with the
+ * failure, or undefined on success; throws only when `signal` aborts.
  */
 export async function startContainer(
   deps: ContainerDeps,
@@ -464,6 +490,48 @@ export async function startContainer(
   }
   event("Normal", "Started", "Container started", containerId);
   await linkLegacyLog(deps, req, config, containerId);
+
+  const postStart = container.lifecycle?.postStart;
+  if (postStart) {
+    const msg = await handlerRunnerOf(deps).run(
+      signal,
+      containerId,
+      pod,
+      req.podStatus.ips,
+      container,
+      postStart,
+    );
+    if (msg !== undefined) {
+      signal.throwIfAborted();
+      deps.logger.error(new Error(msg), "Failed to execute PostStartHook", {
+        pod: kobj(pod),
+        podUID: pod.metadata?.uid ?? "",
+        containerName: container.name,
+        containerID: containerId,
+      });
+      // The hook's message stays out of the event so that secrets do not leak.
+      event("Warning", "FailedPostStartHook", "PostStartHook failed", containerId);
+      try {
+        await killContainer(deps, signal, {
+          pod,
+          containerId,
+          containerName: container.name,
+          message: "FailedPostStartHook",
+          reason: "FailedPostStartHook",
+          podIPs: req.podStatus.ips,
+        });
+      } catch (e) {
+        signal.throwIfAborted();
+        deps.logger.error(e, "Failed to kill container", {
+          pod: kobj(pod),
+          podUID: pod.metadata?.uid ?? "",
+          containerName: container.name,
+          containerID: containerId,
+        });
+      }
+      return { reason: "PostStartHookError", message: msg };
+    }
+  }
   return undefined;
 }
 
@@ -505,7 +573,12 @@ async function linkLegacyLog(
 }
 
 /** Why a container is killed (upstream containerKillReason); "" when not said. */
-export type ContainerKillReason = "" | "StartupProbe" | "LivenessProbe" | "Unknown";
+export type ContainerKillReason =
+  | ""
+  | "StartupProbe"
+  | "LivenessProbe"
+  | "FailedPostStartHook"
+  | "Unknown";
 
 /** What {@link killContainer} stops. */
 export interface KillContainerRequest {
@@ -519,11 +592,14 @@ export interface KillContainerRequest {
   /** Seconds that replace the pod's grace period. */
   readonly gracePeriodOverride?: number;
   readonly ordering?: TerminationOrdering;
+  /** The pod's IPs, for an httpGet preStop hook without a host. @default [] */
+  readonly podIPs?: readonly string[];
 }
 
 /**
- * upstream killContainer: records a Killing event and stops the container with its grace
- * period (deletionGracePeriodSeconds, else the probe's or the pod's terminationGracePeriodSeconds,
+ * upstream killContainer: records a Killing event, runs the preStop hook (its time counted
+ * against the grace period) and stops the container with its grace period
+ * (deletionGracePeriodSeconds, else the probe's or the pod's terminationGracePeriodSeconds,
  * replaced by the override, never under 2 s). Throws the runtime's error; NotFound counts as
  * stopped.
  */
@@ -571,8 +647,17 @@ export async function killContainer(
     containerName: req.containerName,
     containerID: req.containerId,
   });
-  if (spec.lifecycle?.preStop && gracePeriod > 0) {
-    log.error(undefined, "PreStop hooks are not supported yet; stopping the container without it");
+  const preStop = spec.lifecycle?.preStop;
+  if (preStop && gracePeriod > 0) {
+    gracePeriod -= await executePreStopHook(deps, signal, {
+      pod,
+      spec,
+      containerId: req.containerId,
+      podIPs: req.podIPs ?? [],
+      gracePeriod,
+      handler: preStop,
+      log,
+    });
   }
   if (req.ordering && gracePeriod > 0) {
     gracePeriod -= Math.trunc(await req.ordering.waitForTurn(spec.name, gracePeriod, signal));
@@ -590,6 +675,61 @@ export async function killContainer(
   }
   log.v(3).info("Container exited normally");
   req.ordering?.containerTerminated(spec.name);
+}
+
+/**
+ * upstream executePreStopHook: runs the hook for at most `gracePeriod` seconds (then gives up
+ * on it, aborting it) and returns the whole seconds it took. A failure is a FailedPreStopHook
+ * event without the hook's message.
+ */
+async function executePreStopHook(
+  deps: ContainerDeps,
+  signal: AbortSignal,
+  args: {
+    pod: V1Pod;
+    spec: V1Container;
+    containerId: string;
+    podIPs: readonly string[];
+    gracePeriod: number;
+    handler: V1LifecycleHandler;
+    log: Logger;
+  },
+): Promise<number> {
+  const { pod, spec, containerId, log } = args;
+  log.v(3).info("Running preStop hook");
+  const start = deps.clock.now();
+  const stop = new AbortController();
+  const hookSignal = AbortSignal.any([signal, stop.signal]);
+  const hook = handlerRunnerOf(deps)
+    .run(hookSignal, containerId, pod, args.podIPs, spec, args.handler)
+    .then((msg) => {
+      if (msg === undefined || stop.signal.aborted || signal.aborted) return;
+      log.error(new Error(msg), "PreStop hook failed");
+      deps.recorder.event(
+        containerRef(pod, spec.name),
+        "Warning",
+        "FailedPreStopHook",
+        "PreStopHook failed",
+      );
+    }, (e) => {
+      if (!signal.aborted && !stop.signal.aborted) log.error(e, "PreStop hook failed");
+    })
+    .then(() => "done" as const);
+  const timer = deps.clock.sleep(args.gracePeriod * 1000, stop.signal).then(
+    () => "timeout" as const,
+    () => "stopped" as const,
+  );
+  const first = await Promise.race([hook, timer]);
+  stop.abort();
+  signal.throwIfAborted();
+  if (first === "timeout") {
+    log.v(2).info("PreStop hook not completed in grace period", {
+      gracePeriod: args.gracePeriod,
+    });
+  } else {
+    log.v(3).info("PreStop hook completed");
+  }
+  return Math.trunc((deps.clock.now() - start) / 1000);
 }
 
 /** upstream setTerminationGracePeriod. */
@@ -658,6 +798,7 @@ export async function killContainersWithSyncResult(
   pod: V1Pod | undefined,
   running: readonly RunningContainer[],
   gracePeriodOverride?: number,
+  podIPs: readonly string[] = [],
 ): Promise<SyncResult[]> {
   const ordering = pod?.spec?.initContainers?.some(isRestartableInitContainer)
     ? new TerminationOrdering(deps.clock, pod, running.map((c) => c.name))
@@ -673,6 +814,7 @@ export async function killContainersWithSyncResult(
         reason: "Unknown",
         gracePeriodOverride,
         ordering,
+        podIPs,
       });
     } catch (e) {
       signal.throwIfAborted();

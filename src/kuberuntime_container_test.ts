@@ -10,6 +10,7 @@ import { DnsConfigurer } from "./dns.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "./fake_remote_runtime.ts";
 import { ImageManager } from "./image_manager.ts";
 import { createLogger } from "./klog.ts";
+import { HandlerRunner } from "./lifecycle_handlers.ts";
 import {
   calcRestartCountByLogDir,
   type ContainerDeps,
@@ -362,12 +363,6 @@ Deno.test("generateContainerConfig fails loudly for what is not supported yet", 
     volumeMounts: [{ name: "data", mountPath: "/data" }],
   };
   cases.push([pod([mounted]), mounted, /^volumes are not supported yet$/]);
-  const hook: V1Container = {
-    name: "main",
-    image: IMAGE,
-    lifecycle: { postStart: { exec: { command: ["true"] } } },
-  };
-  cases.push([pod([hook]), hook, /postStart hooks are not supported yet/]);
   const nonRoot: V1Container = {
     name: "main",
     image: IMAGE,
@@ -657,4 +652,210 @@ Deno.test("readTerminationMessage keeps 4096 bytes of the file and 80 lines / 20
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+/** The deps with a HandlerRunner that execs through the fake runtime. */
+function withHooks(h: Harness): ContainerDeps {
+  const handlerRunner = new HandlerRunner({
+    runtime: h.runtime,
+    logger: h.deps.logger,
+    clock: h.clock,
+  });
+  return { ...h.deps, handlerRunner };
+}
+
+/** Polls (real time, bounded) until `cond` holds. */
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !cond(); i++) await new Promise((r) => setTimeout(r, 2));
+  assert.ok(cond(), "condition not reached");
+}
+
+Deno.test("startContainer runs postStart after StartContainer", async () => {
+  await using h = await harness();
+  const calls: Array<[string, number]> = [];
+  h.fake.service.execHandler = (id, cmd) => {
+    calls.push([cmd.join(" "), h.fake.service.containers.get(id)?.state ?? -1]);
+    return { stdout: "ok" };
+  };
+  const container: V1Container = {
+    name: "main",
+    image: IMAGE,
+    lifecycle: { postStart: { exec: { command: ["sh", "-c", "touch /ready"] } } },
+  };
+  const p = pod([container]);
+  const sb = await h.sandbox(p);
+  const failure = await startContainer(withHooks(h), signal(), {
+    sandboxId: sb.id,
+    sandboxConfig: sb.config,
+    pod: p,
+    container,
+    podStatus: emptyStatus(),
+    pullSecrets: [],
+  });
+  assert.equal(failure, undefined);
+  assert.deepEqual(calls, [["sh -c touch /ready", api.ContainerState.CONTAINER_RUNNING]]);
+  assert.deepEqual(h.stops, []);
+});
+
+Deno.test("startContainer kills the container when postStart fails, with PostStartHookError", async () => {
+  await using h = await harness();
+  h.fake.service.execHandler = () => ({ stdout: "out", stderr: "boom", exitCode: 3 });
+  const container: V1Container = {
+    name: "main",
+    image: IMAGE,
+    lifecycle: { postStart: { exec: { command: ["sh", "-c", "exit 3"] } } },
+  };
+  const p = pod([container]);
+  const sb = await h.sandbox(p);
+  const failure = await startContainer(withHooks(h), signal(), {
+    sandboxId: sb.id,
+    sandboxConfig: sb.config,
+    pod: p,
+    container,
+    podStatus: emptyStatus(),
+    pullSecrets: [],
+  });
+  assert.deepEqual(failure, {
+    reason: "PostStartHookError",
+    message:
+      `Exec lifecycle hook ([sh -c exit 3]) for Container "main" in Pod "web_default(${UID})" ` +
+      `failed - error: command 'sh -c exit 3' exited with 3: boom, message: "outboom"`,
+  });
+  assert.deepEqual(h.events.slice(-3).map((e) => [e.type, e.reason, e.message]), [
+    ["Normal", "Started", "Container started"],
+    ["Warning", "FailedPostStartHook", "PostStartHook failed"],
+    ["Normal", "Killing", "FailedPostStartHook"],
+  ]);
+  assert.deepEqual(h.stops, [["main", 30]]);
+  const [c] = [...h.fake.service.containers.values()];
+  assert.equal(c?.state, api.ContainerState.CONTAINER_EXITED);
+});
+
+Deno.test("startContainer fails postStart exec loudly without ExecSync on the runtime", async () => {
+  await using h = await harness();
+  const container: V1Container = {
+    name: "main",
+    image: IMAGE,
+    lifecycle: { postStart: { exec: { command: ["true"] } } },
+  };
+  const p = pod([container]);
+  const sb = await h.sandbox(p);
+  const failure = await startContainer(h.deps, signal(), {
+    sandboxId: sb.id,
+    sandboxConfig: sb.config,
+    pod: p,
+    container,
+    podStatus: emptyStatus(),
+    pullSecrets: [],
+  });
+  assert.equal(failure?.reason, "PostStartHookError");
+  assert.match(failure?.message ?? "", /not supported yet/);
+});
+
+Deno.test("killContainer runs preStop before StopContainer and subtracts its time", async () => {
+  await using h = await harness();
+  const p = pod([{
+    name: "a",
+    image: IMAGE,
+    lifecycle: { preStop: { exec: { command: ["drain"] } } },
+  }]);
+  const ids = await runAll(h, p);
+  let release = () => {};
+  const stopsAtExec: number[] = [];
+  h.fake.service.execHandler = () => {
+    stopsAtExec.push(h.stops.length);
+    return new Promise((r) => release = () => r({ stdout: "" }));
+  };
+  const kill = killContainer(withHooks(h), signal(), {
+    pod: p,
+    containerId: ids.get("a")!,
+    containerName: "a",
+    message: "",
+    reason: "",
+  });
+  await until(() => stopsAtExec.length === 1);
+  h.clock.step(7_500);
+  release();
+  await kill;
+  assert.deepEqual(stopsAtExec, [0]);
+  assert.deepEqual(h.stops, [["a", 23]]);
+  assert.equal(h.events.some((e) => e.reason === "FailedPreStopHook"), false);
+});
+
+Deno.test("killContainer waits for a sleep preStop and keeps at least 2 s after it", async () => {
+  await using h = await harness();
+  const p = pod([
+    { name: "a", image: IMAGE, lifecycle: { preStop: { sleep: { seconds: 5 } } } },
+    { name: "b", image: IMAGE, lifecycle: { preStop: { sleep: { seconds: 100 } } } },
+  ], { terminationGracePeriodSeconds: 10 });
+  const ids = await runAll(h, p);
+  const kill = (name: string) =>
+    killContainer(withHooks(h), signal(), {
+      pod: p,
+      containerId: ids.get(name)!,
+      containerName: name,
+      message: "",
+      reason: "",
+    });
+  const a = kill("a");
+  await until(() => h.clock.waiters === 2);
+  assert.deepEqual(h.stops, []);
+  h.clock.step(5_000);
+  await a;
+  assert.deepEqual(h.stops, [["a", 5]]);
+
+  // A hook longer than the grace period is given up at its end; the stop still gets 2 s.
+  const b = kill("b");
+  await until(() => h.clock.waiters === 2);
+  h.clock.step(10_000);
+  await b;
+  assert.deepEqual(h.stops, [["a", 5], ["b", 2]]);
+  assert.equal(h.clock.waiters, 0);
+});
+
+Deno.test("killContainer records FailedPreStopHook and still stops the container", async () => {
+  await using h = await harness();
+  h.fake.service.execHandler = () => ({ stderr: "nope", exitCode: 1 });
+  const p = pod([{
+    name: "a",
+    image: IMAGE,
+    lifecycle: { preStop: { exec: { command: ["x"] } } },
+  }]);
+  const ids = await runAll(h, p);
+  await killContainer(withHooks(h), signal(), {
+    pod: p,
+    containerId: ids.get("a")!,
+    containerName: "a",
+    message: "",
+    reason: "",
+  });
+  assert.deepEqual(h.events.slice(-2).map((e) => [e.type, e.reason, e.message]), [
+    ["Normal", "Killing", "Stopping container a"],
+    ["Warning", "FailedPreStopHook", "PreStopHook failed"],
+  ]);
+  assert.deepEqual(h.stops, [["a", 30]]);
+});
+
+Deno.test("killContainer runs an orphan's preStop from its annotations", async () => {
+  await using h = await harness();
+  const cmds: string[] = [];
+  h.fake.service.execHandler = (_, cmd) => {
+    cmds.push(cmd.join(" "));
+    return {};
+  };
+  const p = pod([{
+    name: "a",
+    image: IMAGE,
+    lifecycle: { preStop: { exec: { command: ["nginx", "-s", "quit"] } } },
+  }]);
+  const ids = await runAll(h, p);
+  await killContainer(withHooks(h), signal(), {
+    pod: undefined,
+    containerId: ids.get("a")!,
+    containerName: "a",
+    message: "",
+    reason: "Unknown",
+  });
+  assert.deepEqual(cmds, ["nginx -s quit"]);
+  assert.deepEqual(h.stops, [["a", 30]]);
 });

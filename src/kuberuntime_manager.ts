@@ -193,6 +193,7 @@ export class KubeRuntimeManager {
             containerName: info.name,
             message: info.message,
             reason: info.reason,
+            podIPs: podStatus.ips,
           });
         } catch (e) {
           signal.throwIfAborted();
@@ -389,6 +390,7 @@ export class KubeRuntimeManager {
         pod,
         running,
         gracePeriodOverride,
+        podStatus.ips,
       ),
     );
     const r = result.add("KillPodSandbox", podStatus.id);

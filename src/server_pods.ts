@@ -24,6 +24,8 @@ export interface PodRoutesOptions {
   readonly config: KubeletConfiguration;
   /** Named health checks: undefined when healthy, else why not (syncloop, ...). */
   readonly checks: Readonly<Record<string, () => string | undefined>>;
+  /** The prober's metrics in Prometheus text, for /metrics/probes. */
+  readonly probeMetrics?: () => string;
 }
 
 /** The not-yet-built endpoints, and the issue area that builds them. */
@@ -93,6 +95,17 @@ export function podRoutes(opts: PodRoutesOptions): Route[] {
         }),
     },
   ];
+  const probeMetrics = opts.probeMetrics;
+  if (probeMetrics) {
+    routes.push({
+      pattern: "/metrics/probes",
+      methods: ["GET"],
+      handler: (_r, res) => {
+        res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+        res.end(probeMetrics());
+      },
+    });
+  }
   for (const { pattern, what } of NOT_YET) {
     routes.push({
       pattern,

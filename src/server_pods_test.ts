@@ -71,6 +71,7 @@ function routes(checks: Record<string, () => string | undefined> = {}): Route[] 
       clusterDNS: ["10.96.0.10"],
     } as unknown as KubeletConfiguration,
     checks,
+    probeMetrics: () => "# HELP prober_probe_total x\n",
   });
 }
 
@@ -118,6 +119,9 @@ Deno.test("podRoutes /healthz fails naming the failed check, and each check has 
 });
 
 Deno.test("podRoutes answers 501 for endpoints that are not built yet", async () => {
+  const probes = await call(routes(), "/metrics/probes");
+  assert.equal(probes.status, 200);
+  assert.equal(probes.body, "# HELP prober_probe_total x\n");
   for (const path of ["/stats/summary", "/metrics", "/metrics/cadvisor", "/spec/"]) {
     const res = await call(routes(), path);
     assert.equal(res.status, 501, path);

@@ -182,6 +182,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     // No --kubelet-certificate-authority, as in kubeadm: a kubelet's self-signed serving
     // certificate must still do for logs and exec. Tests that check it pass the flag.
     "--authorization-mode=Node,RBAC",
+    // Node names do not resolve here: the apiserver reaches kubelets at their InternalIP.
+    "--kubelet-preferred-address-types=InternalIP",
     "--enable-admission-plugins=NodeRestriction",
     `--service-cluster-ip-range=${SERVICE_CLUSTER_IP_RANGE}`,
     "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

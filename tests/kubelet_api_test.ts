@@ -60,8 +60,6 @@ const suite = e2eSuite<World>({
     const cp = await startControlPlane({
       dir: join(dir, "cp"),
       nodeNames: [NODE],
-      // No DNS for node names here: the apiserver reaches kubelets at their InternalIP.
-      apiserverArgs: ["--kubelet-preferred-address-types=InternalIP"],
     });
     const socket = join(dir, "containerd", "containerd.sock");
     const containerd = await startContainerd({ dir: join(dir, "containerd"), socket });
