@@ -117,6 +117,16 @@ async function processCpuSeconds(pid: number): Promise<number | undefined> {
 }
 
 /** A busybox pod with one long-running container, as a static pod file would give it. */
+function probe() {
+  return {
+    exec: { command: ["true"] },
+    periodSeconds: 1,
+    timeoutSeconds: 1,
+    successThreshold: 1,
+    failureThreshold: 3,
+  };
+}
+
 function densityPod(i: number): V1Pod {
   return {
     apiVersion: "v1",
@@ -142,6 +152,10 @@ function densityPod(i: number): V1Pod {
         command: ["sleep", "3600"],
         terminationMessagePath: "/dev/termination-log",
         terminationMessagePolicy: "File",
+        // Three exec probes at 1 s (the fake runtime's ExecSync answers at once, exit 0).
+        startupProbe: probe(),
+        livenessProbe: probe(),
+        readinessProbe: probe(),
       }],
     },
   };
@@ -395,6 +409,16 @@ try {
   const fakeCpu1 = await processCpuSeconds(fake.pid);
   const calls1 = await fake.calls();
   const memorySteady = memory();
+
+  // The same window with every probe worker stopped: the difference is the prober's cost.
+  lifecycle.prober.cleanupPods(new Set());
+  await new Promise((r) => setTimeout(r, SETTLE_MS));
+  const noProbeCpu0 = process.cpuUsage();
+  const noProbeWall0 = performance.now();
+  await new Promise((r) => setTimeout(r, STEADY_MS));
+  const noProbeCpu = process.cpuUsage(noProbeCpu0);
+  const noProbeSeconds = (performance.now() - noProbeWall0) / 1000;
+  const noProbeMsPerSecond = (noProbeCpu.user + noProbeCpu.system) / 1000 / noProbeSeconds;
   root.abort();
   await Promise.allSettled(running);
 
@@ -434,6 +458,11 @@ try {
         (iterations / seconds).toFixed(1)
       } sync loop iterations/s`,
       `  CRI calls/s: ${callRates.join(", ") || "none"}; fake runtime process CPU ${fakeCpu}`,
+      `  the prober (${PODS * 3} exec probes at 1 s): ${
+        (cpuMsPerSecond - noProbeMsPerSecond).toFixed(1)
+      } ms/s of CPU (${cpuMsPerSecond.toFixed(1)} ms/s with the probes, ${
+        noProbeMsPerSecond.toFixed(1)
+      } ms/s after stopping them)`,
       `  log lines written: ${logLines}, errors while the pods ran: ${errors.length}`,
       "",
     ].join("\n"),
