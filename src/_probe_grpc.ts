@@ -9,6 +9,7 @@ import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
 import { joinHostPort } from "./_probe_http.ts";
+import { GRPC_CODE_NAMES } from "./cri_connection.ts";
 
 /** The health service's method path. */
 export const HEALTH_CHECK_METHOD = "/grpc.health.v1.Health/Check";
@@ -82,25 +83,6 @@ function goDuration(ms: number): string {
   return ms < 1000 ? `${ms}ms` : `${ms / 1000}s`;
 }
 
-const CODE_NAMES: Readonly<Record<number, string>> = {
-  1: "Canceled",
-  2: "Unknown",
-  3: "InvalidArgument",
-  4: "DeadlineExceeded",
-  5: "NotFound",
-  6: "AlreadyExists",
-  7: "PermissionDenied",
-  8: "ResourceExhausted",
-  9: "FailedPrecondition",
-  10: "Aborted",
-  11: "OutOfRange",
-  12: "Unimplemented",
-  13: "Internal",
-  14: "Unavailable",
-  15: "DataLoss",
-  16: "Unauthenticated",
-};
-
 /**
  * upstream grpcProber.Probe: connects within the deadline, calls Health/Check, and succeeds
  * ("service healthy") only on SERVING; every other answer or error is a Failure with upstream's
@@ -170,7 +152,7 @@ export async function doGrpcProbe(opts: GrpcProbeOptions): Promise<GrpcProbeOutc
       return {
         result: "Failure",
         output: `error: health rpc probe failed: rpc error: code = ${
-          CODE_NAMES[error.code] ?? `Code(${error.code})`
+          GRPC_CODE_NAMES[error.code] ?? `Code(${error.code})`
         } desc = ${error.details}`,
       };
     }

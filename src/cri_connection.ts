@@ -15,7 +15,8 @@ import { unixSocketPath } from "./permissions.ts";
 /** Upstream's maxMsgSize for CRI messages: 16 MiB. */
 export const MAX_MESSAGE_SIZE = 16 * 1024 * 1024;
 
-const CODE_NAMES: Record<number, string> = {
+/** gRPC status code names as Go's codes.Code prints them. */
+export const GRPC_CODE_NAMES: Readonly<Record<number, string>> = {
   0: "OK",
   1: "Canceled",
   2: "Unknown",
@@ -45,12 +46,12 @@ export class CriError extends Error {
     readonly details: string,
     options?: ErrorOptions,
   ) {
-    super(`${rpc}: rpc error: code = ${CODE_NAMES[code] ?? code} desc = ${details}`, options);
+    super(`${rpc}: rpc error: code = ${GRPC_CODE_NAMES[code] ?? code} desc = ${details}`, options);
   }
 
   /** The error as Go's gRPC client prints it, without the RPC name (what upstream shows users). */
   get grpcText(): string {
-    return `rpc error: code = ${CODE_NAMES[this.code] ?? this.code} desc = ${this.details}`;
+    return `rpc error: code = ${GRPC_CODE_NAMES[this.code] ?? this.code} desc = ${this.details}`;
   }
 }
 

@@ -23,6 +23,7 @@ import {
   resolveContainerPort,
 } from "./_probe_http.ts";
 import { doTcpProbe } from "./_probe_tcp.ts";
+import { containerRef } from "./kuberuntime_container.ts";
 
 /** Which probe of the container to run. */
 export type ProbeKind = "liveness" | "readiness" | "startup";
@@ -116,7 +117,7 @@ export class Prober {
       if (!raw.error) break;
     }
     const event = (reason: string, message: string) =>
-      this.#recorder.event(containerRefOf(pod, container.name), "Warning", reason, message);
+      this.#recorder.event(containerRef(pod, container.name), "Warning", reason, message);
     const name = KIND_NAMES[kind];
     if (raw.error) {
       this.#log.v(1).info("Probe errored", {
@@ -247,20 +248,3 @@ function expandStatic(command: readonly string[], container: V1Container): strin
 }
 
 /** The container's place in the pod spec, as upstream's event references carry it. */
-function containerRefOf(pod: V1Pod, name: string) {
-  const spec = pod.spec;
-  const fieldPath = spec?.containers?.some((c) => c.name === name)
-    ? `spec.containers{${name}}`
-    : spec?.initContainers?.some((c) => c.name === name)
-    ? `spec.initContainers{${name}}`
-    : `spec.ephemeralContainers{${name}}`;
-  return {
-    kind: "Pod",
-    apiVersion: "v1",
-    name: pod.metadata?.name ?? "",
-    namespace: pod.metadata?.namespace,
-    uid: pod.metadata?.uid,
-    resourceVersion: pod.metadata?.resourceVersion,
-    fieldPath,
-  };
-}
