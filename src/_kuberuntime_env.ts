@@ -1,10 +1,9 @@
 /**
  * @module
- * A container's environment and the `$(VAR)` expansion of its env values, command and args,
- * and the error every container-config problem is reported as. Private to
- * `kuberuntime_container.ts`. Corresponds to upstream `third_party/forked/golang/expansion`,
- * `kubecontainer.ExpandContainerCommandAndArgs` and the plain-value part of
- * `makeEnvironmentVariables` (pkg/kubelet/kubelet_pods.go).
+ * The `$(VAR)` expansion of env values, command and args, and the error every container-config
+ * problem is reported as. Private to `kuberuntime_container.ts` (the expansion is shared with
+ * `kubelet_env.ts`, which builds the environment, and `prober.ts`). Corresponds to upstream
+ * `third_party/forked/golang/expansion` and `kubecontainer.ExpandContainerCommandAndArgs`.
  */
 
 import type { V1Container } from "@kubernetes/client-node";
@@ -67,29 +66,6 @@ export function expand(input: string, mapping: (name: string) => string): string
     checkpoint = cursor + 1;
   }
   return out + input.slice(checkpoint);
-}
-
-/**
- * The container's environment from its plain `env[].value` entries, each expanded against the
- * variables defined before it; a later entry of the same name replaces the earlier one in place.
- * `valueFrom` and `envFrom` throw {@link CreateContainerConfigError}: they need the API objects
- * (ConfigMaps, Secrets, the downward API) that a later piece provides.
- */
-export function makeEnvironmentVariables(container: V1Container): EnvVar[] {
-  if ((container.envFrom?.length ?? 0) > 0) {
-    throw new CreateContainerConfigError("envFrom is not supported yet");
-  }
-  const env = new Map<string, string>();
-  const mapping = mappingFuncFor(env);
-  for (const e of container.env ?? []) {
-    if (e.valueFrom !== undefined && !e.value) {
-      throw new CreateContainerConfigError(
-        `env ${JSON.stringify(e.name)}: valueFrom is not supported yet`,
-      );
-    }
-    env.set(e.name, e.value ? expand(e.value, mapping) : "");
-  }
-  return [...env].map(([name, value]) => ({ name, value }));
 }
 
 /** The container's command and args with `$(VAR)` expanded from `envs`. */

@@ -617,7 +617,7 @@ export class Kubelet {
    * One updateRuntimeUp: CRI Status into the runtime state. Returns the state as text ("" when
    * ready) and logs it when it differs from `last`.
    */
-  async #updateRuntimeUp(last: string, signal: AbortSignal): Promise<string> {
+  async #updateRuntimeUp(last: string | undefined, signal: AbortSignal): Promise<string> {
     const { deps } = this.#opts;
     const runtime = deps.runtimeService!;
     let now: string;
@@ -631,7 +631,7 @@ export class Kubelet {
         else deps.logger.error(null, "Container runtime not ready", { reason: now });
       }
     } catch (e) {
-      if (signal.aborted) return last;
+      if (signal.aborted) return last ?? "";
       now = `sanity check failed: ${e instanceof Error ? e.message : String(e)}`;
       if (now !== last) deps.logger.error(e, "Container runtime sanity check failed");
       // Upstream waits for the 30 s sync threshold before it calls the runtime down; a
@@ -651,7 +651,9 @@ export class Kubelet {
     const { deps } = this.#opts;
     const runtime = deps.runtimeService;
     if (!runtime) throw new Error("updateRuntimeUp needs a runtime service");
-    let last = "";
+    // Unknown at first: the first state always counts as a change, so the node status that
+    // was computed before it (runtime "not yet checked") is redone at once.
+    let last: string | undefined;
     while (!signal.aborted) {
       const now = await this.#updateRuntimeUp(last, signal);
       if (signal.aborted) break;

@@ -55,6 +55,7 @@ export class NodeStatusManager {
   #lastStatus: V1NodeStatus | undefined;
   #failing = false;
   #wake: AbortController | undefined;
+  #poked = false;
 
   constructor(opts: NodeStatusOptions) {
     this.#o = opts;
@@ -62,6 +63,9 @@ export class NodeStatusManager {
 
   /** Ends the current wait so the next status update happens now (a readiness change). */
   poke(): void {
+    // A poke while an update is under way is kept for the moment it ends: that update may
+    // have computed its status before the change.
+    this.#poked = true;
     this.#wake?.abort();
   }
 
@@ -183,6 +187,9 @@ export class NodeStatusManager {
     while (!signal.aborted) {
       if (o.config.registerNode && !this.#registered) await this.registerWithAPIServer(signal);
       if (signal.aborted) break;
+      this.#poked = false;
+      // Whether the status about to be posted says Ready: only then can fast polling end.
+      const readyBefore = o.notReadyReasons().length === 0;
       try {
         await this.updateNodeStatus(signal);
         if (this.#failing) o.logger.info("Node status updated again", { node: o.nodeName });
@@ -195,7 +202,8 @@ export class NodeStatusManager {
         this.#failing = true;
       }
       // fastStatusUpdateOnce: poll quickly until the node reports Ready, then settle into the period.
-      if (fast && o.notReadyReasons().length === 0 && !this.#failing) fast = false;
+      if (fast && readyBefore && !this.#failing) fast = false;
+      if (this.#poked) continue;
       const period = fast ? 100 : o.config.nodeStatusUpdateFrequency * (1 + 0.04 * random());
       this.#wake = new AbortController();
       await o.clock.sleep(period, AbortSignal.any([signal, this.#wake.signal])).catch(() => {});

@@ -18,6 +18,7 @@ import type { Logger } from "./klog.ts";
 import type { KubeClient } from "./kube_client.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import { PodSyncer } from "./kubelet_pod_sync.ts";
+import { kubeEnvSource } from "./kubelet_env.ts";
 import { Prober } from "./prober.ts";
 import { ProberManager } from "./prober_manager.ts";
 import { SyncLoop } from "./kubelet_sync_loop.ts";
@@ -186,6 +187,10 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     memoryCapacityBytes: o.memoryCapacityBytes,
     legacyContainerLogsDirectory: o.legacyContainerLogsDirectory,
     probeResults: prober,
+    // Env from configMaps and secrets with the node's credentials; none in standalone mode.
+    envSource: o.kubeClient ? kubeEnvSource(o.kubeClient) : undefined,
+    hostIPs: o.nodeIPs,
+    nodeAllocatable: () => o.getNode()?.status?.allocatable,
   });
   const mirrorClient = o.kubeClient
     ? new MirrorClient({

@@ -31,11 +31,8 @@ import type { PodStatus } from "./pod_cache.ts";
 import type { ImageManagerService } from "./remote_image.ts";
 import type { RuntimeService } from "./remote_runtime.ts";
 import { fail, type SyncErrorReason, type SyncResult } from "./sync_result.ts";
-import {
-  CreateContainerConfigError,
-  expandContainerCommandAndArgs,
-  makeEnvironmentVariables,
-} from "./_kuberuntime_env.ts";
+import { type EnvSource, makeEnvironmentVariables } from "./kubelet_env.ts";
+import { CreateContainerConfigError, expandContainerCommandAndArgs } from "./_kuberuntime_env.ts";
 import {
   determineEffectiveSecurityContext,
   effectiveSecurityContext,
@@ -86,6 +83,18 @@ export interface ContainerDeps {
    * ExecSync (exec hooks fail loudly otherwise)
    */
   readonly handlerRunner?: HandlerRunner;
+  /**
+   * ConfigMaps and Secrets for env and envFrom. @default none: a reference fails as upstream
+   * does without a kube client (standalone)
+   */
+  readonly envSource?: EnvSource;
+  /** The node's IPs, primary first, for status.hostIP(s). @default [] (those fail) */
+  readonly hostIPs?: readonly string[];
+  /**
+   * The node's allocatable resources, the default of a missing limit in a resourceFieldRef.
+   * @default none (a resourceFieldRef fails)
+   */
+  readonly nodeAllocatable?: () => Record<string, string> | undefined;
 }
 
 const defaultRunners = new WeakMap<ContainerDeps, HandlerRunner>();
@@ -223,6 +232,8 @@ export interface ContainerConfigRequest {
   readonly restartCount: number;
   /** The image as the runtime knows it, from the ImageManager. */
   readonly imageRef: string;
+  /** The pod's IPs, for status.podIP(s) in the env. @default [] */
+  readonly podIPs?: readonly string[];
 }
 
 /**
@@ -240,7 +251,16 @@ export async function generateContainerConfig(
   const user = await getImageUser(deps, pod, container, signal);
   const nonRoot = verifyRunAsNonRoot(pod, container, user, formatPod(pod));
   if (nonRoot !== undefined) throw new CreateContainerConfigError(nonRoot);
-  const envs = makeEnvironmentVariables(container);
+  const envs = await makeEnvironmentVariables({
+    pod,
+    container,
+    podIPs: req.podIPs ?? [],
+    hostIPs: deps.hostIPs ?? [],
+    nodeAllocatable: deps.nodeAllocatable?.(),
+    source: deps.envSource,
+    recorder: deps.recorder,
+    signal,
+  });
   const { command, args } = expandContainerCommandAndArgs(container, envs);
   const linux = api.LinuxContainerConfig.create({
     resources: generateLinuxContainerResources(pod, container, deps.linux),
@@ -392,6 +412,8 @@ export interface StartContainerRequest {
   readonly container: V1Container;
   readonly podStatus: PodStatus;
   readonly pullSecrets: readonly V1Secret[];
+  /** The pod's IPs (of a sandbox just created, say). @default podStatus.ips */
+  readonly podIPs?: readonly string[];
 }
 
 /** Why a start failed: the SyncResult error and upstream's message. */
@@ -454,7 +476,13 @@ export async function startContainer(
     });
     config = await generateContainerConfig(
       deps,
-      { pod, container, restartCount, imageRef: image.imageRef },
+      {
+        pod,
+        container,
+        restartCount,
+        imageRef: image.imageRef,
+        podIPs: req.podIPs ?? req.podStatus.ips,
+      },
       signal,
     );
   } catch (e) {

@@ -28,7 +28,7 @@ import { defaultPodStatus, type PodStatus } from "./pod_cache.ts";
 import { getContainerOOMScoreAdjust } from "./qos.ts";
 import { RemoteImageService } from "./remote_image.ts";
 import { RemoteRuntimeService } from "./remote_runtime.ts";
-import { expand, makeEnvironmentVariables, mappingFuncFor } from "./_kuberuntime_env.ts";
+import { expand, mappingFuncFor } from "./_kuberuntime_env.ts";
 import {
   milliCPUToQuota,
   milliCPUToShares,
@@ -166,36 +166,6 @@ Deno.test("expand follows upstream's $(VAR) syntax", () => {
     ["no refs", "no refs"],
   ];
   for (const [input, want] of cases) assert.equal(expand(input, mapping), want, input);
-});
-
-Deno.test("makeEnvironmentVariables expands values against earlier variables only", () => {
-  const env = makeEnvironmentVariables({
-    name: "c",
-    env: [
-      { name: "HOST", value: "db" },
-      { name: "URL", value: "pg://$(HOST):$(PORT)" },
-      { name: "PORT", value: "5432" },
-      { name: "HOST", value: "db2" },
-    ],
-  });
-  assert.deepEqual(env, [
-    { name: "HOST", value: "db2" },
-    { name: "URL", value: "pg://db:$(PORT)" },
-    { name: "PORT", value: "5432" },
-  ]);
-  assert.throws(
-    () =>
-      makeEnvironmentVariables({
-        name: "c",
-        env: [{ name: "X", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } }],
-      }),
-    (e) =>
-      e instanceof CreateContainerConfigError && /valueFrom is not supported yet/.test(e.message),
-  );
-  assert.throws(
-    () => makeEnvironmentVariables({ name: "c", envFrom: [{ configMapRef: { name: "cm" } }] }),
-    /envFrom is not supported yet/,
-  );
 });
 
 Deno.test("milliCPUToShares and milliCPUToQuota clamp as upstream", () => {
@@ -406,6 +376,70 @@ Deno.test("startContainer creates and starts the container with upstream's event
     ["Normal", "Started", "Container started"],
   ]);
   assert.equal(h.events[1]?.ref.fieldPath, "spec.containers{main}");
+});
+
+Deno.test("startContainer resolves env into the CRI config and fails a missing key with CreateContainerConfigError", async () => {
+  await using h = await harness();
+  const cm = { metadata: { name: "app", namespace: "default" }, data: { MODE: "fast" } };
+  const deps: ContainerDeps = {
+    ...h.deps,
+    hostIPs: ["192.0.2.10"],
+    envSource: {
+      getConfigMap: (_ns, name) => Promise.resolve(name === "app" ? cm : undefined),
+      getSecret: () => Promise.resolve(undefined),
+    },
+  };
+  const good: V1Container = {
+    name: "main",
+    image: IMAGE,
+    command: ["run", "$(MODE)"],
+    envFrom: [{ configMapRef: { name: "app" }, prefix: "APP_" }],
+    env: [
+      { name: "MODE", valueFrom: { configMapKeyRef: { name: "app", key: "MODE" } } },
+      { name: "POD", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
+      { name: "IP", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
+      { name: "HOST", valueFrom: { fieldRef: { fieldPath: "status.hostIP" } } },
+    ],
+  };
+  const bad: V1Container = {
+    name: "bad",
+    image: IMAGE,
+    env: [{ name: "X", valueFrom: { configMapKeyRef: { name: "app", key: "missing" } } }],
+  };
+  const p = pod([good, bad]);
+  const sb = await h.sandbox(p);
+  const status = { ...emptyStatus(), ips: ["10.1.0.7"] };
+  const start = (container: V1Container) =>
+    startContainer(deps, signal(), {
+      sandboxId: sb.id,
+      sandboxConfig: sb.config,
+      pod: p,
+      container,
+      podStatus: status,
+      pullSecrets: [],
+    });
+
+  assert.equal(await start(good), undefined);
+  const [c] = [...h.fake.service.containers.values()];
+  const decoder = new TextDecoder();
+  assert.deepEqual(c?.config.envs.map((e) => [e.key, decoder.decode(e.value)]), [
+    ["APP_MODE", "fast"],
+    ["MODE", "fast"],
+    ["POD", "web"],
+    ["IP", "10.1.0.7"],
+    ["HOST", "192.0.2.10"],
+  ]);
+  assert.deepEqual(c?.config.command, ["run", "fast"]);
+
+  assert.deepEqual(await start(bad), {
+    reason: "CreateContainerConfigError",
+    message: "couldn't find key missing in ConfigMap default/app",
+  });
+  assert.equal(h.fake.service.containers.size, 1);
+  assert.deepEqual(
+    [h.events.at(-1)?.reason, h.events.at(-1)?.message, h.events.at(-1)?.ref.fieldPath],
+    ["Failed", "Error: couldn't find key missing in ConfigMap default/app", "spec.containers{bad}"],
+  );
 });
 
 Deno.test("startContainer reports image, create and start failures with their reasons", async () => {

@@ -18,6 +18,7 @@ import { isCriCode } from "./cri_connection.ts";
 import type { EventRecorder } from "./dependencies.ts";
 import { formatDuration } from "./duration.ts";
 import type { ImageManager } from "./image_manager.ts";
+import type { EnvSource } from "./kubelet_env.ts";
 import { kobj, type Logger } from "./klog.ts";
 import {
   type ContainerDeps,
@@ -94,6 +95,18 @@ export interface KubeRuntimeManagerOptions
   readonly legacyContainerLogsDirectory?: string;
   /** Liveness and startup results; without a prober none has run. @default none */
   readonly probeResults?: ProbeResults;
+  /**
+   * ConfigMaps and Secrets for container env/envFrom (kubeEnvSource over the kube client).
+   * @default none: such references fail as upstream's "no kubeClient defined" (standalone)
+   */
+  readonly envSource?: EnvSource;
+  /** The node's IPs, primary first, for the status.hostIP(s) downward API. @default [] */
+  readonly hostIPs?: readonly string[];
+  /**
+   * The node's current allocatable resources (node status), the default of a missing limit
+   * in a resourceFieldRef. @default none (a resourceFieldRef fails)
+   */
+  readonly nodeAllocatable?: () => Record<string, string> | undefined;
 }
 
 /** Runs SyncPod and KillPod against the CRI runtime; see the module documentation. */
@@ -127,6 +140,9 @@ export class KubeRuntimeManager {
       podsDirectory: opts.podsDirectory,
       podLogsDirectory: opts.sandbox.podLogsDirectory,
       legacyContainerLogsDirectory: opts.legacyContainerLogsDirectory,
+      envSource: opts.envSource,
+      hostIPs: opts.hostIPs,
+      nodeAllocatable: opts.nodeAllocatable,
       linux: {
         memoryCapacityBytes: opts.memoryCapacityBytes,
         // One source for the cgroup settings the sandbox and its containers share.
@@ -208,6 +224,7 @@ export class KubeRuntimeManager {
 
     let sandboxId = changes.sandboxID;
     let sandboxConfig: api.PodSandboxConfig | undefined;
+    let podIPs: readonly string[] = podStatus.ips;
     if (changes.createSandbox) {
       const r = result.add("CreatePodSandbox", formatPod(pod));
       const created = await this.#createPodSandbox(signal, pod, changes.attempt);
@@ -226,6 +243,8 @@ export class KubeRuntimeManager {
       try {
         const res = await this.#runtime.podSandboxStatus(sandboxId, false, signal);
         if (!res.status) throw new Error("pod sandbox status is nil");
+        // As upstream SyncPod: the new sandbox's IPs, for the containers' env.
+        if (!pod.spec?.hostNetwork) podIPs = sandboxIPs(res.status);
       } catch (e) {
         signal.throwIfAborted();
         this.#recorder.event(
@@ -286,6 +305,7 @@ export class KubeRuntimeManager {
         container,
         podStatus,
         pullSecrets,
+        podIPs,
       });
       if (failure) {
         fail(r, failure.reason, failure.message);
@@ -485,4 +505,11 @@ export function getStableKey(pod: V1Pod, container: V1Container): string {
   return `${m.name ?? ""}_${m.namespace ?? ""}_${m.uid ?? ""}_${container.name}_${
     hashContainer(container).toString(16)
   }`;
+}
+
+/** upstream determinePodSandboxIPs: the sandbox's primary and additional IPs. */
+function sandboxIPs(status: api.PodSandboxStatus): string[] {
+  const net = status.network;
+  if (!net) return [];
+  return [net.ip, ...net.additionalIps.map((a) => a.ip)].filter((ip) => ip !== "");
 }

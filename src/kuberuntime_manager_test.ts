@@ -723,3 +723,45 @@ Deno.test("KubeRuntimeManager.syncPod keeps only the newest exited instance of a
   assert.equal(r.results.at(-1)?.error, "CrashLoopBackOff");
   assert.deepEqual(h.created().map(([n, a]) => [n, a]), [["setup", 1]], "attempt 0 pruned");
 });
+
+Deno.test("KubeRuntimeManager.syncPod resolves env from its options and the new sandbox's IP", async () => {
+  await using h = await harness(undefined, {
+    hostIPs: ["192.0.2.7"],
+    nodeAllocatable: () => ({ cpu: "2", memory: "4Gi" }),
+    envSource: {
+      getConfigMap: (_ns, name) =>
+        Promise.resolve(name === "cfg" ? { data: { MODE: "fast" } } : undefined),
+      getSecret: () => Promise.resolve(undefined),
+    },
+  });
+  const app: V1Container = {
+    name: "app",
+    image: IMAGE,
+    envFrom: [{ configMapRef: { name: "cfg" } }],
+    env: [
+      { name: "IP", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
+      { name: "HOST", valueFrom: { fieldRef: { fieldPath: "status.hostIP" } } },
+      { name: "CPU", valueFrom: { resourceFieldRef: { resource: "limits.cpu", divisor: "1m" } } },
+    ],
+  };
+  const bad: V1Container = {
+    name: "bad",
+    image: IMAGE,
+    env: [{ name: "S", valueFrom: { secretKeyRef: { name: "creds", key: "k" } } }],
+  };
+  const result = await h.sync(pod({ containers: [app, bad] }));
+  assert.deepEqual(steps(result).slice(-2), [
+    "StartContainer app",
+    'StartContainer bad CreateContainerConfigError: secret "creds" not found',
+  ]);
+  const [sb] = [...h.fake.service.sandboxes.values()];
+  const [c] = [...h.fake.service.containers.values()];
+  const decoder = new TextDecoder();
+  assert.deepEqual(c?.config.envs.map((e) => [e.key, decoder.decode(e.value)]), [
+    ["MODE", "fast"],
+    ["IP", sb?.ip ?? "?"],
+    ["HOST", "192.0.2.7"],
+    ["CPU", "2000"],
+  ]);
+  assert.notEqual(sb?.ip, undefined);
+});

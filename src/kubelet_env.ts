@@ -1,0 +1,437 @@
+/**
+ * @module
+ * A container's environment as upstream `makeEnvironmentVariables` builds it: `envFrom`
+ * ConfigMaps and Secrets first (with prefix, optional), then `env` entries overriding them in
+ * declaration order, each `value` `$(VAR)`-expanded against what is defined before it, each
+ * `valueFrom` resolved from the downward API (`fieldRef`, `resourceFieldRef` with node
+ * allocatable standing in for missing limits) or a ConfigMap/Secret key. Talks to an
+ * {@link EnvSource} (the apiserver through `kube_client.ts`, or nothing for a standalone
+ * kubelet) and the event recorder; called by `kuberuntime_container.ts` when it builds a
+ * container config. Corresponds to upstream `pkg/kubelet/kubelet_pods.go`
+ * (makeEnvironmentVariables, podFieldSelectorRuntimeValue, containerResourceRuntimeValue,
+ * sortPodIPs), `kubelet_resources.go` (defaultPodLimitsForDownwardAPI),
+ * `pkg/fieldpath` and `pkg/api/v1/resource` (ExtractContainerResourceValue).
+ */
+
+import { isIPv4, isIPv6 } from "node:net";
+import type { V1ConfigMap, V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
+import type { EventRecorder } from "./dependencies.ts";
+import { isStatus, type KubeClient } from "./kube_client.ts";
+import { type Dec, milliValueOf, parseDec, valueOf } from "./_resource_helpers.ts";
+import { expand, mappingFuncFor } from "./_kuberuntime_env.ts";
+
+/** Where ConfigMaps and Secrets come from (upstream configMapManager / secretManager). */
+export interface EnvSource {
+  /** The ConfigMap, or undefined when it does not exist. */
+  getConfigMap(
+    namespace: string,
+    name: string,
+    signal?: AbortSignal,
+  ): Promise<V1ConfigMap | undefined>;
+  /** The Secret, or undefined when it does not exist. */
+  getSecret(namespace: string, name: string, signal?: AbortSignal): Promise<V1Secret | undefined>;
+}
+
+/** What {@link makeEnvironmentVariables} needs. */
+export interface MakeEnvOptions {
+  readonly pod: V1Pod;
+  readonly container: V1Container;
+  /** The pod's IPs as the runtime reports them (PodStatus.ips). */
+  readonly podIPs: readonly string[];
+  /** The node's IPs, first one primary (node status addresses). */
+  readonly hostIPs: readonly string[];
+  /**
+   * The node's allocatable resources, the default of a missing limit for `resourceFieldRef`.
+   * @default none: a resourceFieldRef then fails as upstream does without a node
+   */
+  readonly nodeAllocatable?: Readonly<Record<string, string>>;
+  /** ConfigMaps and Secrets. @default none: a reference fails as with no kube client */
+  readonly source?: EnvSource;
+  /** For the InvalidEnvironmentVariableNames event. @default none */
+  readonly recorder?: EventRecorder;
+  readonly signal?: AbortSignal;
+}
+
+/** The environment cannot be built; the container start fails with CreateContainerConfigError. */
+export class EnvError extends Error {
+  override name = "EnvError";
+}
+
+/** One environment variable, resolved and expanded. */
+export interface ResolvedEnvVar {
+  name: string;
+  value: string;
+}
+
+/**
+ * The container's environment (upstream makeEnvironmentVariables). Throws {@link EnvError}
+ * with upstream's message when a required source or key is missing or a reference is invalid.
+ */
+export async function makeEnvironmentVariables(
+  opts: MakeEnvOptions,
+): Promise<ResolvedEnvVar[]> {
+  const { pod, container, signal } = opts;
+  const namespace = pod.metadata?.namespace ?? "";
+  // Service links (upstream getServiceEnvVarMap: KUBERNETES_SERVICE_HOST and, with
+  // enableServiceLinks, every service of the namespace) need a Service lister, which this
+  // kubelet does not have yet; they are left out rather than faked.
+  const objects = new ObjectCache(opts.source, namespace, signal);
+  const env = new Map<string, string>();
+
+  for (const from of container.envFrom ?? []) {
+    let data: Record<string, string>;
+    let name: string;
+    if (from.configMapRef) {
+      name = from.configMapRef.name ?? "";
+      const cm = await objects.configMap(name, from.configMapRef.optional === true);
+      if (cm === undefined) continue;
+      data = { ...cm.data };
+    } else if (from.secretRef) {
+      name = from.secretRef.name ?? "";
+      const secret = await objects.secret(name, from.secretRef.optional === true);
+      if (secret === undefined) continue;
+      data = {};
+      for (const [k, v] of Object.entries(secret.data ?? {})) data[k] = decodeSecretValue(v);
+    } else {
+      continue;
+    }
+    // Every key is taken as it is: with RelaxedEnvironmentVariableValidation (GA) upstream no
+    // longer skips keys that are not C identifiers, nor records InvalidEnvironmentVariableNames.
+    for (const [key, value] of Object.entries(data)) env.set((from.prefix ?? "") + key, value);
+  }
+
+  const mapping = mappingFuncFor(env);
+  for (const e of container.env ?? []) {
+    let value = e.value ?? "";
+    if (value !== "") {
+      value = expand(value, mapping);
+    } else if (e.valueFrom) {
+      const from = e.valueFrom;
+      if (from.fieldRef) {
+        value = podFieldSelectorRuntimeValue(
+          from.fieldRef.apiVersion,
+          from.fieldRef.fieldPath,
+          pod,
+          opts.podIPs,
+          opts.hostIPs,
+        );
+      } else if (from.resourceFieldRef) {
+        if (opts.nodeAllocatable === undefined) {
+          throw new EnvError("failed to find node object, expected a node");
+        }
+        value = containerResourceRuntimeValue(
+          from.resourceFieldRef,
+          pod,
+          container,
+          opts.nodeAllocatable,
+        );
+      } else if (from.configMapKeyRef) {
+        const ref = from.configMapKeyRef;
+        const optional = ref.optional === true;
+        const cm = await objects.configMap(ref.name ?? "", optional);
+        if (cm === undefined) continue;
+        const v = cm.data?.[ref.key];
+        if (v === undefined) {
+          if (optional) continue;
+          throw new EnvError(
+            `couldn't find key ${ref.key} in ConfigMap ${namespace}/${ref.name ?? ""}`,
+          );
+        }
+        value = v;
+      } else if (from.secretKeyRef) {
+        const ref = from.secretKeyRef;
+        const optional = ref.optional === true;
+        const secret = await objects.secret(ref.name ?? "", optional);
+        if (secret === undefined) continue;
+        const v = secret.data?.[ref.key];
+        if (v === undefined) {
+          if (optional) continue;
+          throw new EnvError(
+            `couldn't find key ${ref.key} in Secret ${namespace}/${ref.name ?? ""}`,
+          );
+        }
+        value = decodeSecretValue(v);
+      } else if (from.fileKeyRef) {
+        throw new EnvError(
+          `env ${JSON.stringify(e.name)}: fileKeyRef needs pod volumes: not supported yet`,
+        );
+      }
+    }
+    env.set(e.name, value);
+  }
+  return [...env].map(([name, value]) => ({ name, value }));
+}
+
+/**
+ * An EnvSource over the apiserver: GET of the namespaced ConfigMap or Secret, 404 as not
+ * found. Unlike upstream's watch-based managers it does not cache between calls.
+ */
+export function kubeEnvSource(client: KubeClient): EnvSource {
+  const get = async <T>(path: string, signal?: AbortSignal): Promise<T | undefined> => {
+    try {
+      return await client.get<T>(path, signal);
+    } catch (e) {
+      if (isStatus(e, 404)) return undefined;
+      throw e;
+    }
+  };
+  const path = (ns: string, resource: string, name: string) =>
+    `/api/v1/namespaces/${encodeURIComponent(ns)}/${resource}/${encodeURIComponent(name)}`;
+  return {
+    getConfigMap: (ns, name, signal) => get<V1ConfigMap>(path(ns, "configmaps", name), signal),
+    getSecret: (ns, name, signal) => get<V1Secret>(path(ns, "secrets", name), signal),
+  };
+}
+
+/** The ConfigMaps and Secrets one container's env refers to, each fetched once. */
+class ObjectCache {
+  readonly #configMaps = new Map<string, V1ConfigMap>();
+  readonly #secrets = new Map<string, V1Secret>();
+
+  constructor(
+    readonly source: EnvSource | undefined,
+    readonly namespace: string,
+    readonly signal: AbortSignal | undefined,
+  ) {}
+
+  /** The ConfigMap; undefined only when it is missing and optional. */
+  configMap(name: string, optional: boolean): Promise<V1ConfigMap | undefined> {
+    return this.#get(
+      this.#configMaps,
+      "configMap",
+      "configmap",
+      name,
+      optional,
+      (s) => s.getConfigMap(this.namespace, name, this.signal),
+    );
+  }
+
+  /** The Secret; undefined only when it is missing and optional. */
+  secret(name: string, optional: boolean): Promise<V1Secret | undefined> {
+    return this.#get(
+      this.#secrets,
+      "secret",
+      "secret",
+      name,
+      optional,
+      (s) => s.getSecret(this.namespace, name, this.signal),
+    );
+  }
+
+  async #get<T>(
+    cache: Map<string, T>,
+    kind: string,
+    resource: string,
+    name: string,
+    optional: boolean,
+    fetch: (source: EnvSource) => Promise<T | undefined>,
+  ): Promise<T | undefined> {
+    const cached = cache.get(name);
+    if (cached !== undefined) return cached;
+    if (!this.source) {
+      throw new EnvError(
+        `couldn't get ${kind} ${this.namespace}/${name}, no kubeClient defined`,
+      );
+    }
+    let obj: T | undefined;
+    try {
+      obj = await fetch(this.source);
+    } catch (e) {
+      this.signal?.throwIfAborted();
+      throw new EnvError(e instanceof Error ? e.message : String(e), { cause: e });
+    }
+    if (obj === undefined) {
+      if (optional) return undefined;
+      // The message of the NotFound error upstream's watch-based managers return.
+      throw new EnvError(`${resource} ${JSON.stringify(name)} not found`);
+    }
+    cache.set(name, obj);
+    return obj;
+  }
+}
+
+/** A Secret's base64 value as the string Go's `string([]byte)` gives, decoded as UTF-8. */
+function decodeSecretValue(b64: string): string {
+  const bin = atob(b64);
+  const bytes = Uint8Array.from(bin, (c) => c.charCodeAt(0));
+  return new TextDecoder().decode(bytes);
+}
+
+/** upstream fieldpath.SplitMaybeSubscriptedPath: `metadata.labels['k']` → path and key. */
+function splitSubscript(fieldPath: string): [string, string] | undefined {
+  if (!fieldPath.endsWith("']")) return undefined;
+  const s = fieldPath.slice(0, -2);
+  const i = s.indexOf("['");
+  if (i <= 0) return undefined;
+  return [s.slice(0, i), s.slice(i + 2)];
+}
+
+const DOWNWARD_API_FIELDS = new Set([
+  "metadata.annotations",
+  "metadata.labels",
+  "metadata.name",
+  "metadata.namespace",
+  "metadata.uid",
+  "spec.nodeName",
+  "spec.restartPolicy",
+  "spec.serviceAccountName",
+  "spec.schedulerName",
+  "status.phase",
+  "status.hostIP",
+  "status.hostIPs",
+  "status.podIP",
+  "status.podIPs",
+]);
+
+/** upstream podFieldSelectorRuntimeValue (with ConvertDownwardAPIFieldLabel and fieldpath). */
+function podFieldSelectorRuntimeValue(
+  apiVersion: string | undefined,
+  fieldPath: string,
+  pod: V1Pod,
+  podIPs: readonly string[],
+  hostIPs: readonly string[],
+): string {
+  // The apiserver defaults an empty apiVersion to v1; static pods may lack the default.
+  const version = apiVersion || "v1";
+  if (version !== "v1") throw new EnvError(`unsupported pod version: ${version}`);
+  const sub = splitSubscript(fieldPath);
+  let path = fieldPath;
+  if (sub) {
+    if (sub[0] !== "metadata.annotations" && sub[0] !== "metadata.labels") {
+      throw new EnvError(`field label does not support subscript: ${fieldPath}`);
+    }
+  } else if (fieldPath === "spec.host") {
+    path = "spec.nodeName";
+  } else if (!DOWNWARD_API_FIELDS.has(fieldPath)) {
+    throw new EnvError(`field label not supported: ${fieldPath}`);
+  }
+
+  const ips = sortPodIPs(podIPs, hostIPs);
+  switch (path) {
+    case "spec.nodeName":
+      return pod.spec?.nodeName ?? "";
+    case "spec.serviceAccountName":
+      return pod.spec?.serviceAccountName ?? "";
+    case "status.hostIP":
+    case "status.hostIPs":
+      if (hostIPs.length === 0) throw new EnvError("host IP unknown; known addresses: []");
+      return path === "status.hostIP" ? hostIPs[0] ?? "" : hostIPs.join(",");
+    case "status.podIP":
+      return ips[0] ?? "";
+    case "status.podIPs":
+      return ips.join(",");
+  }
+  const meta = pod.metadata ?? {};
+  if (sub) {
+    const [p, key] = sub;
+    return (p === "metadata.annotations" ? meta.annotations : meta.labels)?.[key] ?? "";
+  }
+  switch (path) {
+    case "metadata.annotations":
+      return formatMap(meta.annotations);
+    case "metadata.labels":
+      return formatMap(meta.labels);
+    case "metadata.name":
+      return meta.name ?? "";
+    case "metadata.namespace":
+      return meta.namespace ?? "";
+    case "metadata.uid":
+      return meta.uid ?? "";
+  }
+  throw new EnvError(`unsupported fieldPath: ${path}`);
+}
+
+/** upstream fieldpath.FormatMap: sorted `key="value"` lines. */
+function formatMap(m: Record<string, string> | undefined): string {
+  return Object.keys(m ?? {}).sort().map((k) => `${k}=${JSON.stringify(m?.[k] ?? "")}`)
+    .join("\n");
+}
+
+/**
+ * upstream sortPodIPs: at most one IP of each family, the node's primary family first
+ * (upstream takes the family from the configured node IPs; here the first host IP).
+ */
+function sortPodIPs(podIPs: readonly string[], hostIPs: readonly string[]): string[] {
+  const first = hostIPs[0];
+  const v6First = first !== undefined && isIPv6(first);
+  const [primary, secondary] = v6First ? [isIPv6, isIPv4] : [isIPv4, isIPv6];
+  const out: string[] = [];
+  const a = podIPs.find((ip) => primary(ip));
+  if (a !== undefined) out.push(a);
+  const b = podIPs.find((ip) => secondary(ip));
+  if (b !== undefined) out.push(b);
+  return out;
+}
+
+const DEFAULTED_LIMITS = ["cpu", "memory", "ephemeral-storage"];
+
+/** upstream MergeContainerResourceLimits: node allocatable for missing or zero limits. */
+function withDefaultLimits(c: V1Container, allocatable: Readonly<Record<string, string>>) {
+  const limits: Record<string, string> = { ...c.resources?.limits };
+  for (const r of DEFAULTED_LIMITS) {
+    const have = limits[r];
+    if (have !== undefined && parseDec(String(have)).n !== 0n) continue;
+    const cap = allocatable[r];
+    if (cap !== undefined) limits[r] = cap;
+  }
+  return { ...c, resources: { ...c.resources, limits } };
+}
+
+/** upstream containerResourceRuntimeValue over the limit-defaulted pod and container. */
+function containerResourceRuntimeValue(
+  fs: { containerName?: string; divisor?: string; resource: string },
+  pod: V1Pod,
+  container: V1Container,
+  allocatable: Readonly<Record<string, string>>,
+): string {
+  let target: V1Container;
+  if (!fs.containerName) {
+    target = withDefaultLimits(container, allocatable);
+  } else {
+    // As upstream, only regular containers of the pod get the defaulted limits.
+    const regular = pod.spec?.containers?.find((c) => c.name === fs.containerName);
+    const init = pod.spec?.initContainers?.find((c) => c.name === fs.containerName);
+    if (regular) target = withDefaultLimits(regular, allocatable);
+    else if (init) target = init;
+    else throw new EnvError(`container ${fs.containerName} not found`);
+  }
+  return extractContainerResourceValue(fs.resource, fs.divisor, target);
+}
+
+/** upstream ExtractContainerResourceValue: the amount in units of the divisor, rounded up. */
+function extractContainerResourceValue(
+  resource: string,
+  divisorText: string | undefined,
+  c: V1Container,
+): string {
+  let divisor = parseQuantity(divisorText ?? "0");
+  if (divisor.n === 0n) divisor = { n: 1n, s: 0 };
+  const dot = resource.indexOf(".");
+  const kind = resource.slice(0, dot);
+  const name = resource.slice(dot + 1);
+  const supported = name === "cpu" || name === "memory" || name === "ephemeral-storage" ||
+    name.startsWith("hugepages-");
+  if ((kind !== "limits" && kind !== "requests") || !supported) {
+    throw new EnvError(`unsupported container resource : ${resource}`);
+  }
+  const list = kind === "limits" ? c.resources?.limits : c.resources?.requests;
+  const raw = list?.[name];
+  const amount = raw === undefined ? undefined : parseQuantity(String(raw));
+  if (name === "cpu") return ceilDiv(milliValueOf(amount), milliValueOf(divisor));
+  return ceilDiv(valueOf(amount), valueOf(divisor));
+}
+
+function parseQuantity(text: string): Dec {
+  try {
+    return parseDec(text);
+  } catch (e) {
+    throw new EnvError(e instanceof Error ? e.message : String(e), { cause: e });
+  }
+}
+
+/** ceil(a / b) as Go's `int64(math.Ceil(float64(a) / float64(b)))`. */
+function ceilDiv(a: bigint, b: bigint): string {
+  if (b === 0n) throw new EnvError("divisor rounds to zero");
+  const q = a / b;
+  return String(a % b !== 0n && (a < 0n) === (b < 0n) ? q + 1n : q);
+}

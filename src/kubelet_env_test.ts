@@ -1,0 +1,396 @@
+import assert from "node:assert/strict";
+import type {
+  V1ConfigMap,
+  V1Container,
+  V1EnvFromSource,
+  V1EnvVar,
+  V1Pod,
+  V1Secret,
+} from "@kubernetes/client-node";
+import type { ObjectRef } from "./dependencies.ts";
+import { KubeApiError, type KubeClient } from "./kube_client.ts";
+import {
+  EnvError,
+  type EnvSource,
+  kubeEnvSource,
+  makeEnvironmentVariables,
+  type MakeEnvOptions,
+} from "./kubelet_env.ts";
+
+const b64 = (s: string) => btoa(String.fromCharCode(...new TextEncoder().encode(s)));
+
+const CONFIG_MAPS: Record<string, V1ConfigMap> = {
+  app: {
+    metadata: { name: "app" },
+    data: { MODE: "fast", LEVEL: "3", "bad key": "x", "1st": "y" },
+  },
+  other: { metadata: { name: "other" }, data: { MODE: "slow" } },
+};
+const SECRETS: Record<string, V1Secret> = {
+  creds: { metadata: { name: "creds" }, data: { USER: b64("admin"), PASS: b64("pä$$") } },
+};
+
+interface FakeSource extends EnvSource {
+  readonly calls: string[];
+}
+
+function source(): FakeSource {
+  const calls: string[] = [];
+  return {
+    calls,
+    getConfigMap(ns, name) {
+      calls.push(`configmap ${ns}/${name}`);
+      return Promise.resolve(CONFIG_MAPS[name]);
+    },
+    getSecret(ns, name) {
+      calls.push(`secret ${ns}/${name}`);
+      return Promise.resolve(SECRETS[name]);
+    },
+  };
+}
+
+function pod(containers: V1Container[] = []): V1Pod {
+  return {
+    metadata: {
+      name: "web",
+      namespace: "prod",
+      uid: "uid-1",
+      labels: { app: "web", tier: "front" },
+      annotations: { "example.com/owner": "team-a" },
+    },
+    spec: {
+      nodeName: "node-1",
+      serviceAccountName: "web-sa",
+      containers: [{ name: "main" }, ...containers],
+      initContainers: [{ name: "init", resources: { requests: { cpu: "100m" } } }],
+    },
+  };
+}
+
+async function envOf(
+  container: Partial<V1Container>,
+  opts: Partial<MakeEnvOptions> = {},
+): Promise<Record<string, string>> {
+  const list = await makeEnvironmentVariables({
+    pod: pod(),
+    container: { name: "c", ...container },
+    podIPs: ["10.0.0.5", "fd00::5"],
+    hostIPs: ["192.0.2.1", "2001:db8::1"],
+    nodeAllocatable: { cpu: "4", memory: "8Gi", "ephemeral-storage": "100Gi" },
+    source: source(),
+    ...opts,
+  });
+  return Object.fromEntries(list.map((e) => [e.name, e.value]));
+}
+
+const one = async (e: Omit<V1EnvVar, "name">, opts: Partial<MakeEnvOptions> = {}) =>
+  (await envOf({ env: [{ name: "V", ...e }] }, opts))["V"];
+
+Deno.test("makeEnvironmentVariables resolves every downward API fieldRef", async () => {
+  const cases: Array<[string, string]> = [
+    ["metadata.name", "web"],
+    ["metadata.namespace", "prod"],
+    ["metadata.uid", "uid-1"],
+    ["metadata.labels['app']", "web"],
+    ["metadata.labels['missing']", ""],
+    ["metadata.annotations['example.com/owner']", "team-a"],
+    ["metadata.labels", 'app="web"\ntier="front"'],
+    ["spec.nodeName", "node-1"],
+    ["spec.host", "node-1"],
+    ["spec.serviceAccountName", "web-sa"],
+    ["status.hostIP", "192.0.2.1"],
+    ["status.hostIPs", "192.0.2.1,2001:db8::1"],
+    ["status.podIP", "10.0.0.5"],
+    ["status.podIPs", "10.0.0.5,fd00::5"],
+  ];
+  for (const [fieldPath, want] of cases) {
+    assert.equal(
+      await one({ valueFrom: { fieldRef: { apiVersion: "v1", fieldPath } } }),
+      want,
+      fieldPath,
+    );
+  }
+});
+
+Deno.test("makeEnvironmentVariables orders pod IPs by the node's primary family", async () => {
+  const opts = { podIPs: ["10.0.0.5", "fd00::5", "10.0.0.6"], hostIPs: ["2001:db8::1"] };
+  assert.equal(
+    await one({ valueFrom: { fieldRef: { fieldPath: "status.podIP" } } }, opts),
+    "fd00::5",
+  );
+  assert.equal(
+    await one({ valueFrom: { fieldRef: { fieldPath: "status.podIPs" } } }, opts),
+    "fd00::5,10.0.0.5",
+  );
+});
+
+Deno.test("makeEnvironmentVariables rejects unsupported fieldRefs with upstream's messages", async () => {
+  const cases: Array<[string | undefined, string, string, string[]?]> = [
+    ["v2", "metadata.name", "unsupported pod version: v2"],
+    ["v1", "spec.containers", "field label not supported: spec.containers"],
+    ["v1", "spec.nodeName['x']", "field label does not support subscript: spec.nodeName['x']"],
+    ["v1", "status.phase", "unsupported fieldPath: status.phase"],
+    ["v1", "status.hostIP", "host IP unknown; known addresses: []", []],
+  ];
+  for (const [apiVersion, fieldPath, message, hostIPs] of cases) {
+    await assert.rejects(
+      one({ valueFrom: { fieldRef: { apiVersion, fieldPath } } }, hostIPs ? { hostIPs } : {}),
+      (e) => e instanceof EnvError && e.message === message,
+      fieldPath,
+    );
+  }
+});
+
+Deno.test("makeEnvironmentVariables resolves resourceFieldRef with divisors, rounding up", async () => {
+  const resources = {
+    requests: { cpu: "250m", memory: "100Mi", "hugepages-2Mi": "4Mi" },
+    limits: { cpu: "1500m", memory: "1Gi" },
+  };
+  const cases: Array<[string, string | undefined, string, string?]> = [
+    ["limits.cpu", undefined, "2"],
+    ["limits.cpu", "1m", "1500"],
+    ["requests.cpu", undefined, "1"],
+    ["requests.cpu", "1m", "250"],
+    ["requests.cpu", "100m", "3"],
+    ["limits.memory", undefined, String(2 ** 30)],
+    ["limits.memory", "1Mi", "1024"],
+    ["requests.memory", "1M", "105"],
+    ["requests.memory", "1Gi", "1"],
+    ["requests.hugepages-2Mi", "1Mi", "4"],
+    ["requests.ephemeral-storage", undefined, "0"],
+    // A missing limit is the node's allocatable.
+    ["limits.ephemeral-storage", "1Gi", "100"],
+    // Another container by name: init containers keep their missing limits, as upstream.
+    ["requests.cpu", "1m", "100", "init"],
+    ["limits.cpu", "1m", "0", "init"],
+    ["limits.cpu", undefined, "4", "main"],
+  ];
+  for (const [resource, divisor, want, containerName] of cases) {
+    const env = await envOf({
+      resources,
+      env: [{ name: "V", valueFrom: { resourceFieldRef: { resource, divisor, containerName } } }],
+    });
+    assert.equal(env["V"], want, `${resource} / ${divisor ?? "1"} of ${containerName ?? "self"}`);
+  }
+});
+
+Deno.test("makeEnvironmentVariables defaults a missing or zero limit to node allocatable only", async () => {
+  const env = await envOf({
+    resources: { limits: { memory: "0" } },
+    env: [
+      {
+        name: "MEM",
+        valueFrom: { resourceFieldRef: { resource: "limits.memory", divisor: "1Gi" } },
+      },
+      { name: "CPU", valueFrom: { resourceFieldRef: { resource: "limits.cpu" } } },
+      { name: "REQ", valueFrom: { resourceFieldRef: { resource: "requests.cpu", divisor: "1m" } } },
+    ],
+  });
+  assert.deepEqual(env, { MEM: "8", CPU: "4", REQ: "0" });
+  await assert.rejects(
+    one({ valueFrom: { resourceFieldRef: { resource: "limits.cpu" } } }, {
+      nodeAllocatable: undefined,
+    }),
+    { name: "EnvError", message: "failed to find node object, expected a node" },
+  );
+  await assert.rejects(
+    one({ valueFrom: { resourceFieldRef: { resource: "limits.gpu" } } }),
+    { message: "unsupported container resource : limits.gpu" },
+  );
+  await assert.rejects(
+    one({ valueFrom: { resourceFieldRef: { resource: "limits.cpu", containerName: "nope" } } }),
+    { message: "container nope not found" },
+  );
+});
+
+Deno.test("makeEnvironmentVariables resolves configMap and secret key refs as upstream", async () => {
+  const cm = (name: string, key: string, optional?: boolean) => ({
+    valueFrom: { configMapKeyRef: { name, key, optional } },
+  });
+  const sec = (name: string, key: string, optional?: boolean) => ({
+    valueFrom: { secretKeyRef: { name, key, optional } },
+  });
+  assert.equal(await one(cm("app", "MODE")), "fast");
+  assert.equal(await one(sec("creds", "PASS")), "pä$$");
+  // Optional: a missing object or key leaves the variable out.
+  assert.deepEqual(
+    await envOf({
+      env: [{ name: "A", ...cm("gone", "K", true) }, { name: "B", ...cm("app", "K", true) }],
+    }),
+    {},
+  );
+  assert.deepEqual(await envOf({ env: [{ name: "A", ...sec("creds", "K", true) }] }), {});
+  const failures: Array<[Omit<V1EnvVar, "name">, string]> = [
+    [cm("gone", "K"), 'configmap "gone" not found'],
+    [cm("app", "K"), "couldn't find key K in ConfigMap prod/app"],
+    [sec("gone", "K"), 'secret "gone" not found'],
+    [sec("creds", "K"), "couldn't find key K in Secret prod/creds"],
+  ];
+  for (const [e, message] of failures) {
+    await assert.rejects(
+      one(e),
+      (err) => err instanceof EnvError && err.message === message,
+      message,
+    );
+  }
+});
+
+Deno.test("makeEnvironmentVariables without a source fails as upstream without a kube client", async () => {
+  await assert.rejects(
+    one({ valueFrom: { configMapKeyRef: { name: "app", key: "MODE", optional: true } } }, {
+      source: undefined,
+    }),
+    { message: "couldn't get configMap prod/app, no kubeClient defined" },
+  );
+  await assert.rejects(
+    envOf({ envFrom: [{ secretRef: { name: "creds" } }] }, { source: undefined }),
+    { message: "couldn't get secret prod/creds, no kubeClient defined" },
+  );
+  // Plain values and the downward API need no source.
+  assert.equal(await one({ value: "x" }, { source: undefined }), "x");
+});
+
+Deno.test("makeEnvironmentVariables fetches each object once per container", async () => {
+  const src = source();
+  await envOf({
+    envFrom: [{ configMapRef: { name: "app" } }],
+    env: [
+      { name: "A", valueFrom: { configMapKeyRef: { name: "app", key: "MODE" } } },
+      { name: "B", valueFrom: { configMapKeyRef: { name: "app", key: "LEVEL" } } },
+      { name: "C", valueFrom: { secretKeyRef: { name: "creds", key: "USER" } } },
+      { name: "D", valueFrom: { secretKeyRef: { name: "creds", key: "PASS" } } },
+    ],
+  }, { source: src });
+  assert.deepEqual(src.calls, ["configmap prod/app", "secret prod/creds"]);
+});
+
+Deno.test("makeEnvironmentVariables takes envFrom with prefixes, every key as it is", async () => {
+  const events: Array<{ ref: ObjectRef; type: string; reason: string; message: string }> = [];
+  const recorder = {
+    event: (ref: ObjectRef, type: "Normal" | "Warning", reason: string, message: string) =>
+      events.push({ ref, type, reason, message }),
+  };
+  const envFrom: V1EnvFromSource[] = [
+    { configMapRef: { name: "app" } },
+    { secretRef: { name: "creds" }, prefix: "DB_" },
+    { configMapRef: { name: "gone", optional: true } },
+  ];
+  const env = await envOf({ envFrom }, { recorder });
+  // Keys that are not C identifiers pass (RelaxedEnvironmentVariableValidation, GA upstream).
+  assert.deepEqual(env, {
+    MODE: "fast",
+    LEVEL: "3",
+    "1st": "y",
+    "bad key": "x",
+    DB_USER: "admin",
+    DB_PASS: "pä$$",
+  });
+  assert.deepEqual(events, []);
+  await assert.rejects(envOf({ envFrom: [{ configMapRef: { name: "gone" } }] }), {
+    message: 'configmap "gone" not found',
+  });
+});
+
+Deno.test("makeEnvironmentVariables lets env override envFrom and later envFrom override earlier", async () => {
+  const list = await makeEnvironmentVariables({
+    pod: pod(),
+    container: {
+      name: "c",
+      envFrom: [{ configMapRef: { name: "app" } }, { configMapRef: { name: "other" } }],
+      env: [
+        { name: "LEVEL", value: "9" },
+        { name: "EXTRA", value: "e" },
+        { name: "EXTRA", value: "f" },
+      ],
+    },
+    podIPs: [],
+    hostIPs: [],
+    source: source(),
+  });
+  assert.deepEqual(list, [
+    { name: "MODE", value: "slow" },
+    { name: "LEVEL", value: "9" },
+    { name: "bad key", value: "x" },
+    { name: "1st", value: "y" },
+    { name: "EXTRA", value: "f" },
+  ]);
+});
+
+Deno.test("makeEnvironmentVariables expands $(VAR) against envFrom and earlier env only", async () => {
+  const env = await envOf({
+    envFrom: [{ configMapRef: { name: "other" } }],
+    env: [
+      { name: "HOST", value: "db" },
+      { name: "URL", value: "pg://$(HOST):$(PORT)/$(MODE)" },
+      { name: "PORT", value: "5432" },
+      { name: "ESC", value: "$$(HOST) $$$(HOST) $(HOST" },
+      { name: "FROM", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
+      { name: "REF", value: "$(FROM)-$(MODE)" },
+      // A resolved valueFrom is taken as is, never expanded.
+      { name: "RAW", valueFrom: { configMapKeyRef: { name: "dollar", key: "V" } } },
+    ],
+  }, {
+    source: {
+      ...source(),
+      getConfigMap: (_ns, name) =>
+        Promise.resolve(
+          name === "dollar" ? { data: { V: "$(HOST)" } } : CONFIG_MAPS[name],
+        ),
+    },
+  });
+  assert.deepEqual(env, {
+    MODE: "slow",
+    HOST: "db",
+    URL: "pg://db:$(PORT)/slow",
+    PORT: "5432",
+    ESC: "$(HOST) $db $(HOST",
+    FROM: "web",
+    REF: "web-slow",
+    RAW: "$(HOST)",
+  });
+});
+
+Deno.test("makeEnvironmentVariables fails fileKeyRef loudly", async () => {
+  await assert.rejects(
+    one({ valueFrom: { fileKeyRef: { volumeName: "v", path: "p", key: "k" } } }),
+    /not supported yet/,
+  );
+});
+
+Deno.test("kubeEnvSource reads the namespaced objects and maps 404 to undefined", async () => {
+  const paths: string[] = [];
+  const client = {
+    get: (path: string) => {
+      paths.push(path);
+      if (path.endsWith("/gone")) {
+        return Promise.reject(new KubeApiError("GET", path, 404, "NotFound", "not found"));
+      }
+      if (path.endsWith("/denied")) {
+        return Promise.reject(new KubeApiError("GET", path, 403, "Forbidden", "no"));
+      }
+      return Promise.resolve({ metadata: { name: path } });
+    },
+  } as unknown as KubeClient;
+  const src = kubeEnvSource(client);
+  assert.deepEqual(await src.getConfigMap("ns", "app"), {
+    metadata: { name: "/api/v1/namespaces/ns/configmaps/app" },
+  });
+  assert.equal(await src.getSecret("ns", "gone"), undefined);
+  await assert.rejects(src.getSecret("ns", "denied"), { code: 403 });
+  assert.deepEqual(paths, [
+    "/api/v1/namespaces/ns/configmaps/app",
+    "/api/v1/namespaces/ns/secrets/gone",
+    "/api/v1/namespaces/ns/secrets/denied",
+  ]);
+  // A Forbidden answer reaches the container as its message.
+  await assert.rejects(
+    makeEnvironmentVariables({
+      pod: pod(),
+      container: { name: "c", envFrom: [{ secretRef: { name: "denied" } }] },
+      podIPs: [],
+      hostIPs: [],
+      source: src,
+    }),
+    (e) => e instanceof EnvError && /403 Forbidden/.test(e.message),
+  );
+});
