@@ -2,23 +2,39 @@
  * @module
  * A container's environment as upstream `makeEnvironmentVariables` builds it: `envFrom`
  * ConfigMaps and Secrets first (with prefix, optional), then `env` entries overriding them in
- * declaration order, each `value` `$(VAR)`-expanded against what is defined before it, each
- * `valueFrom` resolved from the downward API (`fieldRef`, `resourceFieldRef` with node
- * allocatable standing in for missing limits) or a ConfigMap/Secret key. Talks to an
- * {@link EnvSource} (the apiserver through `kube_client.ts`, or nothing for a standalone
- * kubelet) and the event recorder; called by `kuberuntime_container.ts` when it builds a
- * container config. Corresponds to upstream `pkg/kubelet/kubelet_pods.go`
- * (makeEnvironmentVariables, podFieldSelectorRuntimeValue, containerResourceRuntimeValue,
- * sortPodIPs), `kubelet_resources.go` (defaultPodLimitsForDownwardAPI),
- * `pkg/fieldpath` and `pkg/api/v1/resource` (ExtractContainerResourceValue).
+ * declaration order, each `value` `$(VAR)`-expanded against what is defined before it and the
+ * service link variables, each `valueFrom` resolved from the downward API (`fieldRef`,
+ * `resourceFieldRef` with node allocatable standing in for missing limits), a ConfigMap/Secret
+ * key or a key of a `.env` file in a pod volume (`fileKeyRef`); last, the service link variables
+ * (`envvars.ts`) that nothing else defined. Talks to an {@link EnvSource} (the apiserver through
+ * `kube_client.ts`, or nothing for a standalone kubelet), a Service cache
+ * (`service_lister.ts`), the pod's mounted volumes and the event recorder; called by
+ * `kuberuntime_container.ts` when it builds a container config. Corresponds to upstream
+ * `pkg/kubelet/kubelet_pods.go` (makeEnvironmentVariables, podFieldSelectorRuntimeValue,
+ * containerResourceRuntimeValue, sortPodIPs), `kubelet_resources.go`
+ * (defaultPodLimitsForDownwardAPI), `pkg/fieldpath`, `pkg/api/v1/resource`
+ * (ExtractContainerResourceValue), `pkg/kubelet/util/env` (ParseEnv) and
+ * `github.com/cyphar/filepath-securejoin` (SecureJoin).
  */
 
 import { isIPv4, isIPv6 } from "node:net";
-import type { V1ConfigMap, V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
+import { isAbsolute, join } from "node:path";
+import type {
+  V1ConfigMap,
+  V1Container,
+  V1FileKeySelector,
+  V1Pod,
+  V1Secret,
+} from "@kubernetes/client-node";
 import type { EventRecorder } from "./dependencies.ts";
+import { kobj, type Logger } from "./klog.ts";
+import { goQuote } from "./_klog_encode.ts";
 import { isStatus, type KubeClient } from "./kube_client.ts";
 import { type Dec, milliValueOf, parseDec, valueOf } from "./_resource_helpers.ts";
 import { expand, mappingFuncFor } from "./_kuberuntime_env.ts";
+import { serviceEnvVarMap, type ServiceSource } from "./envvars.ts";
+import { isStaticPod } from "./pod_config.ts";
+import type { PodVolumesFunc } from "./volume_plugin.ts";
 
 /** Where ConfigMaps and Secrets come from (upstream configMapManager / secretManager). */
 export interface EnvSource {
@@ -49,6 +65,20 @@ export interface MakeEnvOptions {
   readonly source?: EnvSource;
   /** For the InvalidEnvironmentVariableNames event. @default none */
   readonly recorder?: EventRecorder;
+  /**
+   * The cluster's Services, for service link variables (upstream serviceLister).
+   * @default none: no service variables, as upstream without a kube client
+   */
+  readonly services?: ServiceSource;
+  /** Where the master `kubernetes` Service lives. @default "default" */
+  readonly masterServiceNamespace?: string;
+  /**
+   * The pod's mounted volumes, for `fileKeyRef`.
+   * @default none: a fileKeyRef fails as not supported yet
+   */
+  readonly podVolumes?: PodVolumesFunc;
+  /** For the detail of an env file that cannot be parsed. @default none */
+  readonly logger?: Logger;
   readonly signal?: AbortSignal;
 }
 
@@ -72,9 +102,22 @@ export async function makeEnvironmentVariables(
 ): Promise<ResolvedEnvVar[]> {
   const { pod, container, signal } = opts;
   const namespace = pod.metadata?.namespace ?? "";
-  // Service links (upstream getServiceEnvVarMap: KUBERNETES_SERVICE_HOST and, with
-  // enableServiceLinks, every service of the namespace) need a Service lister, which this
-  // kubelet does not have yet; they are left out rather than faked.
+  let serviceEnv = new Map<string, string>();
+  if (opts.services) {
+    // Waiting for the first list keeps KUBERNETES_SERVICE_HOST, which in-cluster clients read,
+    // from going missing after a restart. Static pods may run before the apiserver does.
+    if (!isStaticPod(pod) && !opts.services.hasSynced()) {
+      throw new EnvError(
+        "services have not yet been read at least once, cannot construct envvars",
+      );
+    }
+    serviceEnv = serviceEnvVarMap(
+      opts.services,
+      namespace,
+      pod.spec?.enableServiceLinks !== false,
+      opts.masterServiceNamespace,
+    );
+  }
   const objects = new ObjectCache(opts.source, namespace, signal);
   const env = new Map<string, string>();
 
@@ -100,7 +143,7 @@ export async function makeEnvironmentVariables(
     for (const [key, value] of Object.entries(data)) env.set((from.prefix ?? "") + key, value);
   }
 
-  const mapping = mappingFuncFor(env);
+  const mapping = mappingFuncFor(env, serviceEnv);
   for (const e of container.env ?? []) {
     let value = e.value ?? "";
     if (value !== "") {
@@ -152,14 +195,268 @@ export async function makeEnvironmentVariables(
         }
         value = decodeSecretValue(v);
       } else if (from.fileKeyRef) {
-        throw new EnvError(
-          `env ${JSON.stringify(e.name)}: fileKeyRef needs pod volumes: not supported yet`,
-        );
+        if (opts.podVolumes === undefined) {
+          throw new EnvError(
+            `env ${JSON.stringify(e.name)}: fileKeyRef needs pod volumes: not supported yet`,
+          );
+        }
+        const v = await fileKeyRefValue(from.fileKeyRef, opts.podVolumes, opts);
+        if (v === undefined) continue;
+        value = v;
       }
     }
     env.set(e.name, value);
   }
-  return [...env].map(([name, value]) => ({ name, value }));
+  const out = [...env].map(([name, value]) => ({ name, value }));
+  // Service variables come last and never replace what the container defines.
+  for (const [name, value] of serviceEnv) if (!env.has(name)) out.push({ name, value });
+  return out;
+}
+
+/**
+ * A fileKeyRef's value: the key of the `.env` file at `path` in the named volume; undefined
+ * when the key is missing or empty and the ref is optional (upstream's EnvFiles branch).
+ */
+async function fileKeyRefValue(
+  ref: V1FileKeySelector,
+  podVolumes: PodVolumesFunc,
+  opts: MakeEnvOptions,
+): Promise<string | undefined> {
+  const volume = podVolumes(opts.pod.metadata?.uid ?? "").get(ref.volumeName);
+  if (volume === undefined) {
+    throw new EnvError(
+      `cannot find the volume ${goQuote(ref.volumeName)} referenced by FileKeyRef`,
+    );
+  }
+  let path: string;
+  try {
+    path = await secureJoin(volume.hostPath, ref.path);
+  } catch (e) {
+    throw new EnvError(errorText(e), { cause: e });
+  }
+  let value: string;
+  try {
+    value = await parseEnvFile(path, ref.key, opts.signal);
+  } catch (e) {
+    opts.signal?.throwIfAborted();
+    opts.logger?.error(e, "Failed to parse env file", { pod: kobj(opts.pod) });
+    throw new EnvError("couldn't parse env file", { cause: e });
+  }
+  // As upstream, an empty value counts as a missing key.
+  if (value !== "") return value;
+  if (ref.optional === true) return undefined;
+  throw new EnvError(
+    `environment variable key ${goQuote(ref.key)} not found in file ${goQuote(path)}`,
+  );
+}
+
+/** An env file that cannot be read or is malformed (upstream ParseEnv's errors). */
+export class EnvFileError extends Error {
+  override name = "EnvFileError";
+}
+
+/**
+ * The value of `key` in the `.env` file at `path`, or "" when the file does not set it
+ * (upstream envutil.ParseEnv): `KEY='value'` lines, the value single-quoted and taken literally
+ * (newlines included), `#` comment lines and blank lines skipped, a comment allowed after the
+ * closing quote, no space before `=`, and a space after it meaning an empty value. The first
+ * assignment of `key` wins; lines after it are not read. Throws {@link EnvFileError}.
+ */
+export async function parseEnvFile(
+  path: string,
+  key: string,
+  signal?: AbortSignal,
+): Promise<string> {
+  let file: Deno.FsFile;
+  try {
+    file = await Deno.open(path);
+  } catch (e) {
+    throw new EnvFileError(
+      `failed to open environment variable file ${goQuote(path)}: ${errorText(e)}`,
+      { cause: e },
+    );
+  }
+  try {
+    const scanner = new LineScanner(file, signal);
+    const invalid = (n: number, why: string) =>
+      new EnvFileError(`invalid environment variable format at line ${n}: ${why}`);
+    let lineNum = 0;
+    while (await scanner.scan()) {
+      lineNum++;
+      const line = trimLeftBlank(scanner.text);
+      if (line === "" || line.startsWith("#")) continue;
+      const eq = line.indexOf("=");
+      if (eq < 0) throw invalid(lineNum, "missing '='");
+      const namePart = line.slice(0, eq);
+      const name = trimRightBlank(namePart);
+      if (name === "") throw invalid(lineNum, "empty variable name");
+      if (name !== namePart) throw invalid(lineNum, "whitespace before '=' is not allowed");
+      const valuePart = line.slice(eq + 1);
+      const trimmed = trimLeftBlank(valuePart);
+      if (trimmed !== valuePart) {
+        // As in a shell, `KEY= 'v'` assigns an empty KEY.
+        if (name === key) return "";
+        continue;
+      }
+      if (!trimmed.startsWith("'")) {
+        throw invalid(lineNum, "value must be enclosed in single quotes");
+      }
+      let value = "";
+      let rest = trimmed.slice(1);
+      const start = lineNum;
+      for (;;) {
+        const close = rest.indexOf("'");
+        if (close >= 0) {
+          value += rest.slice(0, close);
+          const after = trimLeftBlank(rest.slice(close + 1));
+          if (after !== "" && !after.startsWith("#")) {
+            throw invalid(lineNum, "unexpected content after closing quote");
+          }
+          if (name === key) return value;
+          break;
+        }
+        value += rest + "\n";
+        if (!await scanner.scan()) {
+          throw new EnvFileError(
+            `invalid environment variable format starting at line ${start}: unclosed single quote`,
+          );
+        }
+        lineNum++;
+        rest = scanner.text;
+      }
+    }
+    if (scanner.err !== undefined) {
+      throw new EnvFileError(
+        `error reading environment variable file ${goQuote(path)}: ${errorText(scanner.err)}`,
+        { cause: scanner.err },
+      );
+    }
+    return "";
+  } finally {
+    file.close();
+  }
+}
+
+/** Go's bufio.MaxScanTokenSize: a longer line is an error, and bounds what one line costs. */
+const MAX_LINE_BYTES = 64 * 1024;
+
+/**
+ * Lines of a file as Go's bufio.Scanner with ScanLines gives them: split at `\n`, a trailing
+ * `\r` dropped, the last line without a newline kept; on a read error or an over-long line,
+ * `scan` returns false and `err` says why.
+ */
+class LineScanner {
+  text = "";
+  err: Error | undefined;
+  readonly #file: Deno.FsFile;
+  readonly #signal: AbortSignal | undefined;
+  readonly #decoder = new TextDecoder();
+  #buf = new Uint8Array(0);
+  #eof = false;
+
+  constructor(file: Deno.FsFile, signal: AbortSignal | undefined) {
+    this.#file = file;
+    this.#signal = signal;
+  }
+
+  async scan(): Promise<boolean> {
+    if (this.err !== undefined) return false;
+    for (;;) {
+      const nl = this.#buf.indexOf(0x0a);
+      const end = nl >= 0 ? nl : this.#eof ? this.#buf.length : -1;
+      if (end >= 0 && end < MAX_LINE_BYTES && (nl >= 0 || end > 0)) {
+        let line = this.#buf.subarray(0, end);
+        if (line.at(-1) === 0x0d) line = line.subarray(0, -1);
+        this.text = this.#decoder.decode(line);
+        this.#buf = this.#buf.subarray(nl >= 0 ? nl + 1 : end);
+        return true;
+      }
+      if (this.#buf.length >= MAX_LINE_BYTES) {
+        this.err = new Error("bufio.Scanner: token too long");
+        return false;
+      }
+      if (this.#eof) return false;
+      this.#signal?.throwIfAborted();
+      const chunk = new Uint8Array(16 * 1024);
+      let n: number | null;
+      try {
+        n = await this.#file.read(chunk);
+      } catch (e) {
+        this.err = e instanceof Error ? e : new Error(String(e));
+        return false;
+      }
+      if (n === null) {
+        this.#eof = true;
+        continue;
+      }
+      const grown = new Uint8Array(this.#buf.length + n);
+      grown.set(this.#buf);
+      grown.set(chunk.subarray(0, n), this.#buf.length);
+      this.#buf = grown;
+    }
+  }
+}
+
+/** Go's strings.TrimLeft(s, " \t"). */
+function trimLeftBlank(s: string): string {
+  let i = 0;
+  while (s[i] === " " || s[i] === "\t") i++;
+  return s.slice(i);
+}
+
+/** Go's strings.TrimRight(s, " \t"). */
+function trimRightBlank(s: string): string {
+  let i = s.length;
+  while (s[i - 1] === " " || s[i - 1] === "\t") i--;
+  return s.slice(0, i);
+}
+
+/** Symlinks {@link secureJoin} follows before giving up (filepath-securejoin's limit). */
+const MAX_SYMLINKS = 255;
+
+/**
+ * `unsafePath` joined to `root` with every `..` and symlink resolved as if `root` were `/`, so
+ * the result cannot leave `root` (github.com/cyphar/filepath-securejoin SecureJoin). Missing
+ * components are taken as plain names.
+ */
+export async function secureJoin(root: string, unsafePath: string): Promise<string> {
+  let current = "";
+  let remaining = unsafePath;
+  let links = 0;
+  while (remaining !== "") {
+    const slash = remaining.indexOf("/");
+    const part = slash < 0 ? remaining : remaining.slice(0, slash);
+    remaining = slash < 0 ? "" : remaining.slice(slash + 1);
+    const next = join("/", current, part);
+    if (next === "/") {
+      current = "";
+      continue;
+    }
+    const full = root + next;
+    let isLink = false;
+    try {
+      isLink = (await Deno.lstat(full)).isSymlink;
+    } catch (e) {
+      if (!(e instanceof Deno.errors.NotFound || e instanceof Deno.errors.NotADirectory)) throw e;
+    }
+    if (!isLink) {
+      current = next;
+      continue;
+    }
+    if (++links > MAX_SYMLINKS) {
+      throw new Error(`SecureJoin ${root}/${unsafePath}: too many levels of symbolic links`);
+    }
+    const dest = await Deno.readLink(full);
+    remaining = `${dest}/${remaining}`;
+    // An absolute link starts again from the root.
+    if (isAbsolute(dest)) current = "";
+  }
+  const out = join(root, current);
+  return out.length > 1 && out.endsWith("/") ? out.slice(0, -1) : out;
+}
+
+function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
 }
 
 /**

@@ -5,9 +5,11 @@
  * PLEG events, HandlePodCleanups) and what the pod workers call for each phase of a pod
  * (SyncPod, SyncTerminatingPod, SyncTerminatedPod). Admission happens here, before a pod's
  * worker ever starts; a rejected pod is marked Failed with the predicate's reason and the
- * others are untouched. Static pods get mirror pods. Talks to the pod manager, the pod workers,
- * the runtime manager, the status manager and the PLEG's pod cache, each through the narrow
- * functions it needs. Corresponds to the pod parts of upstream `pkg/kubelet/kubelet.go` and
+ * others are untouched. Static pods get mirror pods. Volumes are set up before the runtime sync,
+ * torn down once the pod is terminated, and housekeeping cleans the directories of pods no
+ * longer known. Talks to the pod manager, the pod workers, the runtime manager, the status
+ * manager, the volume manager and the PLEG's pod cache, each through the narrow functions it
+ * needs. Corresponds to the pod parts of upstream `pkg/kubelet/kubelet.go` and
  * `kubelet_pods.go` (HandlePodCleanups, makePodDataDirs, getPullSecretsForPod).
  */
 
@@ -28,6 +30,7 @@ import { PodWorkers, type SyncPodType } from "./pod_workers.ts";
 import type { ReasonCache } from "./reason_cache.ts";
 import type { StatusManager } from "./status_manager.ts";
 import type { PodSyncResult } from "./sync_result.ts";
+import type { VolumeManager } from "./volume_manager.ts";
 import type { SyncHandler } from "./kubelet_sync_loop.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 
@@ -56,6 +59,12 @@ export interface PodProber {
   ready(containerId: string): boolean | undefined;
   started(containerId: string): boolean | undefined;
 }
+
+/** What the syncer asks of the volume manager (upstream VolumeManager, trimmed). */
+export type PodVolumes = Pick<
+  VolumeManager,
+  "mountPodVolumes" | "unmountPodVolumes" | "cleanupOrphanedPodDirs"
+>;
 
 /** What {@link PodSyncer} needs. */
 export interface PodSyncerOptions {
@@ -92,6 +101,8 @@ export interface PodSyncerOptions {
   readonly resyncIntervalMs?: number;
   /** Probes; without one, containers are ready once running (no probes run). */
   readonly prober?: PodProber;
+  /** Pod volumes; without one, no volume is set up and no pod directory is cleaned up. */
+  readonly volumes?: PodVolumes;
   /** Stops the pod workers. */
   readonly signal?: AbortSignal;
 }
@@ -283,6 +294,21 @@ export class PodSyncer implements SyncHandler {
       });
     }
 
+    // Directories of pods neither desired, nor working, nor in the runtime: their volumes are
+    // torn down, then the directories go (upstream cleanupOrphanedPodDirs).
+    const volumes = this.#o.volumes;
+    if (volumes) {
+      const keepDirs = new Set(keep);
+      for (const uid of this.#o.runtimePodIds()) keepDirs.add(uid);
+      logger.v(3).info("Clean up orphaned pod directories");
+      try {
+        await volumes.cleanupOrphanedPodDirs(signal, keepDirs);
+      } catch (e) {
+        if (signal.aborted) throw e;
+        logger.error(e, "Failed cleaning up orphaned pod directories");
+      }
+    }
+
     // Mirror pods whose static pod is gone.
     const mirror = this.#o.mirrorClient;
     if (mirror) {
@@ -389,6 +415,26 @@ export class PodSyncer implements SyncHandler {
     this.#o.prober?.addPod(pod);
 
     await this.#makePodDataDirs(uid);
+    // Volumes are not mounted for a pod being terminated (upstream IsPodTerminationRequested).
+    if (this.#o.volumes && !this.workers.isPodTerminationRequested(uid)) {
+      try {
+        await this.#o.volumes.mountPodVolumes(signal, pod);
+      } catch (e) {
+        if (!signal.aborted) {
+          this.#o.recorder.event(
+            podRef(pod),
+            "Warning",
+            "FailedMount",
+            `Unable to attach or mount volumes: ${e instanceof Error ? e.message : String(e)}`,
+          );
+          logger.error(e, "Unable to attach or mount volumes for pod; skipping pod", {
+            pod: kobj(pod),
+          });
+        }
+        // The worker retries with its back-off; the pod stays ContainerCreating meanwhile.
+        throw e;
+      }
+    }
     const pullSecrets = await this.#pullSecrets(pod, signal);
     const result = await runtime.syncPod(signal, pod, status, pullSecrets);
     reasonCache.update(uid, result);
@@ -455,9 +501,14 @@ export class PodSyncer implements SyncHandler {
   async syncTerminatedPod(signal: AbortSignal, pod: V1Pod): Promise<void> {
     const { statusManager, podCache, logger } = this.#o;
     const uid = uidOf(pod);
-    if (this.#orphans.delete(uid)) return;
+    if (this.#orphans.delete(uid)) {
+      await this.#unmountVolumes(signal, pod);
+      return;
+    }
     const status = podCache.get(uid).status;
     statusManager.setPodStatus(pod, await this.#generateStatus(pod, status, true, signal));
+    // Volumes go once no container can use them (the worker got here past termination).
+    await this.#unmountVolumes(signal, pod);
     statusManager.terminatePod(pod);
     statusManager.podTerminated?.(uid);
     this.#o.prober?.removePod(pod);
@@ -468,6 +519,26 @@ export class PodSyncer implements SyncHandler {
   }
 
   // ---- Helpers ------------------------------------------------------------------------------
+
+  /** Tears down the pod's volumes; a failure is logged and housekeeping tries again later. */
+  async #unmountVolumes(signal: AbortSignal, pod: V1Pod): Promise<void> {
+    const volumes = this.#o.volumes;
+    if (!volumes) return;
+    const uid = uidOf(pod);
+    try {
+      await volumes.unmountPodVolumes(signal, uid);
+      this.#o.logger.v(4).info("Pod termination unmounted volumes", {
+        pod: kobj(pod),
+        podUID: uid,
+      });
+    } catch (e) {
+      if (signal.aborted) throw e;
+      this.#o.logger.error(e, "Unable to unmount volumes of terminated pod", {
+        pod: kobj(pod),
+        podUID: uid,
+      });
+    }
+  }
 
   #dispatch(pod: V1Pod, updateType: SyncPodType, mirrorPod: V1Pod | undefined, start: number) {
     this.workers.updatePod({ updateType, pod, mirrorPod, startTime: start });

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import type { V1Pod, V1PodStatus } from "@kubernetes/client-node";
+import type { V1Pod, V1PodStatus, V1Volume } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import { FakeClock } from "./clock.ts";
 import { CriConnection } from "./cri_connection.ts";
@@ -12,14 +12,24 @@ import { RemoteImageService } from "./remote_image.ts";
 import { RemoteRuntimeService } from "./remote_runtime.ts";
 import { initialNode } from "./node_status.ts";
 import { newPodLifecycle } from "./kubelet_pod_lifecycle.ts";
-import type { PodSyncer } from "./kubelet_pod_sync.ts";
-import type { SyncLoop } from "./kubelet_sync_loop.ts";
+import { PodSyncer, type PodVolumes } from "./kubelet_pod_sync.ts";
+import { SyncLoop } from "./kubelet_sync_loop.ts";
 import type { StatusManager } from "./status_manager.ts";
+import type { Logger } from "./klog.ts";
+import { VolumeManager } from "./volume_manager.ts";
+import type {
+  MountedVolume,
+  VolumePlugin,
+  VolumeSetUpContext,
+  VolumeTearDownContext,
+} from "./volume_plugin.ts";
 
 const IMAGE = "docker.io/library/busybox:1.36";
 const NODE = "node-1";
 
 interface Harness extends AsyncDisposable {
+  /** `<root>/pods`. */
+  readonly podsDirectory: string;
   readonly fake: FakeRemoteRuntime;
   readonly runtime: RemoteRuntimeService;
   readonly clock: FakeClock;
@@ -43,7 +53,22 @@ async function settle(): Promise<void> {
   for (let i = 0; i < 5; i++) await new Promise((r) => setTimeout(r, 0));
 }
 
-async function harness(allocatableCpu = "4"): Promise<Harness> {
+/** What a test's volume manager gets from the harness. */
+interface VolumesContext {
+  readonly podsDirectory: string;
+  readonly recorder: EventRecorder;
+  readonly logger: Logger;
+}
+
+interface HarnessOptions {
+  /** @default "4" */
+  readonly allocatableCpu?: string;
+  /** Builds the syncer's volume manager; without one the syncer has none. */
+  readonly volumes?: (ctx: VolumesContext) => PodVolumes;
+}
+
+async function harness(opts: HarnessOptions = {}): Promise<Harness> {
+  const allocatableCpu = opts.allocatableCpu ?? "4";
   const dir = await Deno.makeTempDir({ prefix: "pod-sync-" });
   const clock = new FakeClock();
   const behaviours = new Map<string, ContainerBehaviour>();
@@ -102,7 +127,45 @@ async function harness(allocatableCpu = "4"): Promise<Harness> {
     legacyContainerLogsDirectory: join(dir, "containers"),
     signal: ctrl.signal,
   });
-  const { pleg, loop, syncer, statusManager: statuses, podManager } = lifecycle;
+  const { pleg, statusManager: statuses, podManager } = lifecycle;
+  const podsDirectory = join(dir, "pods");
+  let { loop, syncer } = lifecycle;
+  const volumes = opts.volumes?.({ podsDirectory, recorder, logger });
+  if (volumes) {
+    // newPodLifecycle takes no volume manager yet: the syncer and its loop are built here over
+    // the lifecycle's managers, and the lifecycle's own two stay idle.
+    syncer = new PodSyncer({
+      nodeName: NODE,
+      clock,
+      logger,
+      recorder,
+      podManager,
+      podCache: lifecycle.podCache,
+      runtime: lifecycle.runtimeManager,
+      statusManager: statuses,
+      reasonCache: lifecycle.reasonCache,
+      getNode: () => node,
+      nodeIPs: ["192.0.2.10"],
+      networkErrors: () => undefined,
+      podsDirectory,
+      runtimePodIds: () => pleg.podIds(),
+      relist: (s) => pleg.relist(s),
+      runtimeChanged: () => pleg.poke(),
+      resyncIntervalMs: 60_000,
+      signal: ctrl.signal,
+      prober: lifecycle.prober,
+      volumes,
+    });
+    loop = new SyncLoop({
+      handler: syncer,
+      pleg,
+      runtimeErrors: () => undefined,
+      sourcesReady: () => true,
+      clock,
+      logger,
+      resyncIntervalMs: 60_000,
+    });
+  }
   // The PLEG is relisted by hand here, on fake time; count the syncer's requests instead.
   const pokes = { count: 0 };
   pleg.poke = () => void pokes.count++;
@@ -113,6 +176,7 @@ async function harness(allocatableCpu = "4"): Promise<Harness> {
     await settle();
   };
   return {
+    podsDirectory,
     fake,
     runtime,
     clock,
@@ -272,7 +336,7 @@ Deno.test("PodSyncer restarts a crashing container after 10 s, 20 s, 40 s of bac
 });
 
 Deno.test("PodSyncer rejects a pod that asks for more CPU than allocatable, and only that one", async () => {
-  await using h = await harness("2");
+  await using h = await harness({ allocatableCpu: "2" });
   const big = pod("big");
   big.spec!.containers[0]!.resources = { requests: { cpu: "3" } };
   h.add(big, pod("small"));
@@ -381,4 +445,206 @@ Deno.test("PodSyncer.killPodNow stops the pod, or reports ExceededGracePeriod pa
     ),
   );
   h.fake.setLatency("StopContainer", 0);
+});
+
+/** A configMap-like plugin: fails while its configMap is in `missing`, else makes the dir. */
+class FakeConfigMapPlugin implements VolumePlugin {
+  readonly name = "kubernetes.io/configmap";
+  readonly requiresRemount = true;
+  readonly missing = new Set<string>();
+  readonly tornDown: string[] = [];
+
+  canSupport(volume: V1Volume): boolean {
+    return volume.configMap !== undefined;
+  }
+
+  async setUp(ctx: VolumeSetUpContext): Promise<MountedVolume> {
+    const cm = ctx.volume.configMap?.name ?? "";
+    if (this.missing.has(cm)) throw new Error(`configmap "${cm}" not found`);
+    await Deno.mkdir(ctx.dir, { recursive: true });
+    return { hostPath: ctx.dir, readOnly: true, selinuxRelabel: false };
+  }
+
+  async tearDown(ctx: VolumeTearDownContext): Promise<void> {
+    this.tornDown.push(`${ctx.podUid}/${ctx.volumeName}`);
+    await Deno.remove(ctx.dir, { recursive: true }).catch(() => {});
+  }
+}
+
+/**
+ * A real VolumeManager over the fake plugin, recording what the syncer asks of it. The runtime
+ * manager rejects pods with volumes for now ("volumes are not supported yet"), so a test pod
+ * names its configMap in the {@link CONFIG_ANNOTATION} annotation and the manager gets a copy of
+ * the pod with that volume mounted by its container.
+ */
+class RecordingVolumes implements PodVolumes {
+  readonly mounts: string[] = [];
+  readonly unmounts: string[] = [];
+  /** The keep set of each cleanupOrphanedPodDirs, sorted. */
+  readonly keeps: string[][] = [];
+  /** While set, unmountPodVolumes waits for it. */
+  unmountGate?: Promise<void>;
+
+  constructor(readonly manager: VolumeManager) {}
+
+  mountPodVolumes(signal: AbortSignal, pod: V1Pod): Promise<void> {
+    this.mounts.push(pod.metadata?.uid ?? "");
+    return this.manager.mountPodVolumes(signal, withConfigVolume(pod));
+  }
+
+  async unmountPodVolumes(signal: AbortSignal, uid: string): Promise<void> {
+    this.unmounts.push(uid);
+    await this.unmountGate;
+    await this.manager.unmountPodVolumes(signal, uid);
+  }
+
+  cleanupOrphanedPodDirs(signal: AbortSignal, keep: ReadonlySet<string>): Promise<void> {
+    this.keeps.push([...keep].sort());
+    return this.manager.cleanupOrphanedPodDirs(signal, keep);
+  }
+}
+
+async function volumesHarness() {
+  const plugin = new FakeConfigMapPlugin();
+  let volumes: RecordingVolumes | undefined;
+  const h = await harness({
+    volumes: ({ podsDirectory, recorder, logger }) =>
+      volumes = new RecordingVolumes(
+        new VolumeManager({ podsDirectory, plugins: [plugin], recorder, logger }),
+      ),
+  });
+  return { h, plugin, volumes: volumes! };
+}
+
+const CONFIG_ANNOTATION = "test.kubelet-ts/configmap";
+
+/** A pod meant to mount configMap `cm` as volume "cfg" (see {@link RecordingVolumes}). */
+function podWithConfig(name: string, cm: string): V1Pod {
+  const p = pod(name);
+  p.metadata!.annotations = { [CONFIG_ANNOTATION]: cm };
+  return p;
+}
+
+/** The pod as the volume manager sees it: volume "cfg" from the annotation, mounted. */
+function withConfigVolume(p: V1Pod): V1Pod {
+  const cm = p.metadata?.annotations?.[CONFIG_ANNOTATION];
+  if (cm === undefined) return p;
+  const spec = p.spec!;
+  const [first, ...rest] = spec.containers;
+  return {
+    ...p,
+    spec: {
+      ...spec,
+      volumes: [{ name: "cfg", configMap: { name: cm } }],
+      containers: [{ ...first!, volumeMounts: [{ name: "cfg", mountPath: "/etc/cfg" }] }, ...rest],
+    },
+  };
+}
+
+Deno.test("PodSyncer reports FailedMount and keeps the pod ContainerCreating until its volumes mount", async () => {
+  const { h, plugin, volumes } = await volumesHarness();
+  await using _ = h;
+  plugin.missing.add("settings");
+  const p = podWithConfig("web", "settings");
+  h.add(p);
+  const unable = "Unable to attach or mount volumes: unmounted volumes=[cfg], unattached " +
+    'volumes=[], failed to process volumes=[]: configmap "settings" not found';
+  await h.until("FailedMount", () => h.events.some((e) => e.message === unable));
+  assert.ok(h.events.some((e) =>
+    e.name === "web" && e.reason === "FailedMount" &&
+    e.message === 'MountVolume.SetUp failed for volume "cfg" : configmap "settings" not found'
+  ));
+  assert.equal(h.events.filter((e) => e.message === unable)[0]?.reason, "FailedMount");
+  // Nothing reached the runtime, and the pod waits in ContainerCreating.
+  assert.equal(h.fake.service.sandboxes.size, 0);
+  assert.equal(h.status("web")?.phase, "Pending");
+  assert.equal(main(h.status("web"))?.state?.waiting?.reason, "ContainerCreating");
+
+  // The worker retries with its back-off; once the configMap exists the pod starts.
+  const tries = volumes.mounts.length;
+  plugin.missing.clear();
+  await h.until("Running", () => h.status("web")?.phase === "Running");
+  assert.ok(volumes.mounts.length > tries);
+  assert.equal(
+    volumes.manager.podVolumes(p.metadata!.uid!).get("cfg")?.hostPath,
+    join(h.podsDirectory, p.metadata!.uid!, "volumes", "kubernetes.io~configmap", "cfg"),
+  );
+});
+
+Deno.test("PodSyncer mounts nothing for a terminating pod and unmounts a removed pod's volumes", async () => {
+  const { h, plugin, volumes } = await volumesHarness();
+  await using _ = h;
+  const p = podWithConfig("web", "settings");
+  const uid = p.metadata!.uid!;
+  h.add(p);
+  await h.until("Running", () => h.status("web")?.phase === "Running");
+  assert.equal(await volumes.manager.podVolumesExist(uid), true);
+  assert.deepEqual(plugin.tornDown, []);
+
+  // Stopping takes a while (less than the grace period): meanwhile a sync mounts nothing.
+  h.fake.setLatency("StopContainer", 500);
+  h.loop.push({ op: "REMOVE", pods: [p], source: "api" });
+  await h.until("termination requested", () => h.syncer.workers.isPodTerminationRequested(uid));
+  const mounts = volumes.mounts.length;
+  assert.equal(
+    await h.syncer.syncPod(new AbortController().signal, "sync", p, undefined, undefined),
+    false,
+  );
+  assert.equal(volumes.mounts.length, mounts);
+
+  await h.until("worker finished", () => h.syncer.workers.shouldPodBeFinished(uid), 20_000);
+  h.fake.setLatency("StopContainer", 0);
+  assert.deepEqual(volumes.unmounts, [uid]);
+  assert.deepEqual(plugin.tornDown, [`${uid}/cfg`]);
+  assert.equal(await volumes.manager.podVolumesExist(uid), false);
+  assert.equal(volumes.manager.podVolumes(uid).size, 0);
+});
+
+Deno.test("PodSyncer cleans up orphaned pod dirs at housekeeping, keeping desired, working and runtime pods", async () => {
+  const { h, plugin, volumes } = await volumesHarness();
+  await using _ = h;
+  const kept = podWithConfig("kept", "settings");
+  h.add(kept);
+  await h.until("kept Running", () => h.status("kept")?.phase === "Running");
+
+  // A runtime pod without an API object, already stopped: no worker, only the runtime has it.
+  const sandboxConfig = api.PodSandboxConfig.create({
+    metadata: { name: "runtime-only", namespace: "default", uid: "uid-runtime-only", attempt: 0 },
+    labels: {
+      "io.kubernetes.pod.name": "runtime-only",
+      "io.kubernetes.pod.namespace": "default",
+      "io.kubernetes.pod.uid": "uid-runtime-only",
+    },
+  });
+  await h.runtime.stopPodSandbox(await h.runtime.runPodSandbox(sandboxConfig, ""));
+
+  // A pod that never mounted, removed, whose worker is held in its volume teardown: known only
+  // to the pod workers.
+  plugin.missing.add("absent");
+  const stuck = podWithConfig("stuck", "absent");
+  const stuckUid = stuck.metadata!.uid!;
+  h.add(stuck);
+  await h.until("stuck FailedMount", () => h.events.some((e) => e.name === "stuck"));
+  const gate = Promise.withResolvers<void>();
+  volumes.unmountGate = gate.promise;
+  // Released whatever happens, or the harness would wait for the held worker forever.
+  await using _release = { [Symbol.asyncDispose]: () => Promise.resolve(gate.resolve()) };
+  h.loop.push({ op: "REMOVE", pods: [stuck], source: "api" });
+  await h.until("stuck unmounting", () => volumes.unmounts.includes(stuckUid));
+
+  // A pod dir left from an earlier life, with a volume on disk.
+  const gone = join(h.podsDirectory, "uid-gone");
+  await Deno.mkdir(join(gone, "volumes", "kubernetes.io~configmap", "cfg"), { recursive: true });
+  await Deno.mkdir(join(gone, "plugins"));
+  const seen = volumes.keeps.length;
+  await h.until("a housekeeping after that", () => volumes.keeps.length > seen + 1);
+  const expected = [kept.metadata!.uid!, stuckUid, "uid-runtime-only"].sort();
+  assert.deepEqual(volumes.keeps.at(-1), expected);
+  await assert.rejects(Deno.lstat(gone), Deno.errors.NotFound);
+  assert.ok(plugin.tornDown.includes("uid-gone/cfg"));
+  // The kept pod's volume is untouched.
+  assert.equal(volumes.manager.podVolumes(kept.metadata!.uid!).size, 1);
+  assert.ok(!plugin.tornDown.some((t) => t.startsWith(kept.metadata!.uid!)));
+  gate.resolve();
+  await h.until("stuck finished", () => h.syncer.workers.shouldPodBeFinished(stuckUid));
 });

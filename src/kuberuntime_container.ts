@@ -1,13 +1,14 @@
 /**
  * @module
  * The container half of the kuberuntime manager: builds a container's CRI config (command and
- * args with `$(VAR)` expansion, env, labels, annotations, log path, the termination-message
- * mount, Linux resources and security context), starts a container (image, create, start, with
- * upstream's events and SyncResult reasons), stops one (grace period rules, sidecar termination
- * order) and prunes old init containers; runs the postStart hook after a start (a failure kills
- * the container) and the preStop hook before a stop, within the grace period. Talks to the CRI
- * runtime and image services, the ImageManager and the lifecycle HandlerRunner; the pod-level
- * flow that calls all this is `kuberuntime_manager.ts`.
+ * args with `$(VAR)` expansion, env, labels, annotations, log path, the volume and /etc/hosts
+ * mounts from `kubelet_mounts.ts`, the termination-message mount, Linux resources and security
+ * context), starts a container (image, create, start, with upstream's events and SyncResult
+ * reasons), stops one (grace period rules, sidecar termination order) and prunes old init
+ * containers; runs the postStart hook after a start (a failure kills the container) and the
+ * preStop hook before a stop, within the grace period. Talks to the CRI runtime and image
+ * services, the ImageManager and the lifecycle HandlerRunner; the pod-level flow that calls all
+ * this is `kuberuntime_manager.ts`.
  * Corresponds to upstream `pkg/kubelet/kuberuntime/kuberuntime_container.go` (with the log paths
  * of `helpers.go` and `legacy.go`).
  */
@@ -45,7 +46,8 @@ import {
   isRestartableInitContainer,
   TerminationOrdering,
 } from "./_kuberuntime_termination_order.ts";
-import { buildPodLogsDirectory } from "./kuberuntime_sandbox.ts";
+import { buildPodLogsDirectory, generatePodHostNameAndDomain } from "./kuberuntime_sandbox.ts";
+import { type ContainerMounter, MountsError } from "./kubelet_mounts.ts";
 
 export { CreateContainerConfigError } from "./_kuberuntime_env.ts";
 export type { LinuxConfigOptions } from "./_kuberuntime_container_linux.ts";
@@ -95,6 +97,13 @@ export interface ContainerDeps {
    * @default none (a resourceFieldRef fails)
    */
   readonly nodeAllocatable?: () => Record<string, string> | undefined;
+  /**
+   * Volume mounts and the managed /etc/hosts (a KubeletMounts). @default none: a pod with
+   * volumes fails as not supported yet, and containers keep the image's /etc/hosts
+   */
+  readonly kubeletMounts?: ContainerMounter;
+  /** Cluster domain (config clusterDomain), for the pod's FQDN in /etc/hosts. @default "" */
+  readonly clusterDomain?: string;
 }
 
 const defaultRunners = new WeakMap<ContainerDeps, HandlerRunner>();
@@ -247,7 +256,7 @@ export async function generateContainerConfig(
 ): Promise<api.ContainerConfig> {
   const { pod, restartCount } = req;
   const container = withApiDefaults(req.container);
-  checkSupported(pod, container);
+  checkSupported(deps, pod, container);
   const user = await getImageUser(deps, pod, container, signal);
   const nonRoot = verifyRunAsNonRoot(pod, container, user, formatPod(pod));
   if (nonRoot !== undefined) throw new CreateContainerConfigError(nonRoot);
@@ -262,6 +271,14 @@ export async function generateContainerConfig(
     signal,
   });
   const { command, args } = expandContainerCommandAndArgs(container, envs);
+  const volumeMounts = await makeKubeletMounts(
+    deps,
+    pod,
+    container,
+    req.podIPs ?? [],
+    envs,
+    signal,
+  );
   const linux = api.LinuxContainerConfig.create({
     resources: generateLinuxContainerResources(pod, container, deps.linux),
     securityContext: determineEffectiveSecurityContext(pod, container, user, deps.linux),
@@ -291,7 +308,11 @@ export async function generateContainerConfig(
     args,
     workingDir: container.workingDir ?? "",
     envs: envs.map((e) => ({ key: e.name, value: encoder.encode(e.value) })),
-    mounts: await makeMounts(deps, pod, container),
+    // Volume mounts and /etc/hosts first, then the termination log, as upstream appends it.
+    mounts: [
+      ...volumeMounts,
+      ...await makeMounts(deps, pod, container),
+    ],
     labels: newContainerLabels(container, pod),
     annotations: newContainerAnnotations(container, pod, restartCount),
     logPath: buildContainerLogsPath(container.name, restartCount),
@@ -311,11 +332,14 @@ function withApiDefaults(c: V1Container): V1Container {
   };
 }
 
-/** Fails loudly for what later pieces (volumes, hooks, per-container restart rules) bring. */
-function checkSupported(pod: V1Pod, container: V1Container): void {
+/** Fails loudly for what later pieces (block volumes, per-container restart rules) bring. */
+function checkSupported(deps: ContainerDeps, pod: V1Pod, container: V1Container): void {
+  if ((container.volumeDevices?.length ?? 0) > 0) {
+    throw new CreateContainerConfigError("volumeDevices (block volumes) are not supported yet");
+  }
   if (
-    (pod.spec?.volumes?.length ?? 0) > 0 || (container.volumeMounts?.length ?? 0) > 0 ||
-    (container.volumeDevices?.length ?? 0) > 0
+    !deps.kubeletMounts &&
+    ((pod.spec?.volumes?.length ?? 0) > 0 || (container.volumeMounts?.length ?? 0) > 0)
   ) {
     throw new CreateContainerConfigError("volumes are not supported yet");
   }
@@ -353,6 +377,47 @@ async function getImageUser(
   if (image?.uid) return { uid: image.uid.value, username: "" };
   if (image && image.username !== "") return { username: image.username };
   return { uid: 0n, username: "" };
+}
+
+/**
+ * The container's volume mounts and managed /etc/hosts from `deps.kubeletMounts` (upstream
+ * GenerateRunContainerOptions: hostname and domain as the sandbox's, then makeMounts); none
+ * without it. Their failures are CreateContainerConfigErrors with upstream's message.
+ */
+async function makeKubeletMounts(
+  deps: ContainerDeps,
+  pod: V1Pod,
+  container: V1Container,
+  podIPs: readonly string[],
+  envs: readonly { name: string; value: string }[],
+  signal?: AbortSignal,
+): Promise<api.Mount[]> {
+  if (!deps.kubeletMounts) return [];
+  let hostname: string;
+  let domain: string;
+  try {
+    ({ hostname, domain } = generatePodHostNameAndDomain(
+      pod,
+      deps.clusterDomain ?? "",
+      deps.logger,
+    ));
+  } catch (e) {
+    throw new CreateContainerConfigError(errorText(e), { cause: e });
+  }
+  try {
+    return await deps.kubeletMounts.makeMounts({
+      pod,
+      container,
+      podIPs,
+      hostname,
+      domain,
+      envs,
+      signal,
+    });
+  } catch (e) {
+    if (e instanceof MountsError) throw new CreateContainerConfigError(e.message, { cause: e });
+    throw e;
+  }
 }
 
 /**

@@ -23,6 +23,7 @@ import {
 } from "./kuberuntime_container.ts";
 import { readTerminationMessage } from "./kuberuntime_manager.ts";
 import { generatePodSandboxConfig, type SandboxConfigOptions } from "./kuberuntime_sandbox.ts";
+import { type ContainerMounter, type MakeMountsRequest, MountsError } from "./kubelet_mounts.ts";
 import { newContainerAnnotations, newContainerLabels } from "./labels.ts";
 import { defaultPodStatus, type PodStatus } from "./pod_cache.ts";
 import { getContainerOOMScoreAdjust } from "./qos.ts";
@@ -345,12 +346,120 @@ Deno.test("generateContainerConfig fails loudly for what is not supported yet", 
     resources: { limits: { "hugepages-2Mi": "4Mi", memory: "8Mi" } },
   };
   cases.push([pod([huge]), huge, /hugepages are not supported yet/]);
+  const block: V1Container = {
+    name: "main",
+    image: IMAGE,
+    volumeDevices: [{ name: "disk", devicePath: "/dev/xvda" }],
+  };
+  cases.push([pod([block]), block, /^volumeDevices \(block volumes\) are not supported yet$/]);
   for (const [p, container, message] of cases) {
     await assert.rejects(
       generateContainerConfig(h.deps, { pod: p, container, restartCount: 0, imageRef: "x" }),
       (e) => e instanceof CreateContainerConfigError && message.test(e.message),
     );
   }
+});
+
+/** A ContainerMounter that records its requests and answers with `mounts` (or throws `error`). */
+function fakeMounter(
+  mounts: api.Mount[],
+  error?: Error,
+): ContainerMounter & { requests: MakeMountsRequest[] } {
+  const requests: MakeMountsRequest[] = [];
+  return {
+    requests,
+    makeMounts(req) {
+      requests.push(req);
+      return error ? Promise.reject(error) : Promise.resolve(mounts);
+    },
+  };
+}
+
+Deno.test("generateContainerConfig puts the kubelet's mounts before the termination log", async () => {
+  await using h = await harness();
+  const container: V1Container = {
+    name: "main",
+    image: IMAGE,
+    env: [{ name: "DIR", value: "logs" }],
+    volumeMounts: [{ name: "data", mountPath: "/data", subPathExpr: "$(DIR)" }],
+  };
+  const p = pod([container], {
+    hostname: "db-0",
+    subdomain: "db",
+    volumes: [{ name: "data", emptyDir: {} }],
+  });
+  const volume = api.Mount.create({ containerPath: "/data", hostPath: "/vol/data/logs" });
+  const hosts = api.Mount.create({ containerPath: "/etc/hosts", hostPath: "/pods/etc-hosts" });
+  const mounter = fakeMounter([volume, hosts]);
+  const deps = { ...h.deps, kubeletMounts: mounter, clusterDomain: "cluster.local" };
+  const config = await generateContainerConfig(deps, {
+    pod: p,
+    container,
+    restartCount: 0,
+    imageRef: "x",
+    podIPs: ["10.0.0.5", "fd00::5"],
+  });
+  assert.deepEqual(config.mounts.map((m) => m.containerPath), [
+    "/data",
+    "/etc/hosts",
+    "/dev/termination-log",
+  ]);
+  assert.equal(mounter.requests.length, 1);
+  const req = mounter.requests[0]!;
+  assert.equal(req.pod, p);
+  assert.equal(req.container.name, "main");
+  assert.deepEqual(req.podIPs, ["10.0.0.5", "fd00::5"]);
+  assert.equal(req.hostname, "db-0", "the short hostname, as the sandbox's");
+  assert.equal(req.domain, "db.default.svc.cluster.local");
+  assert.deepEqual(req.envs, [{ name: "DIR", value: "logs" }]);
+});
+
+Deno.test("generateContainerConfig reports mount failures as CreateContainerConfigError", async () => {
+  await using h = await harness();
+  const container: V1Container = {
+    name: "main",
+    image: IMAGE,
+    volumeMounts: [{ name: "cache", mountPath: "/cache" }],
+  };
+  const message = 'cannot find volume "cache" to mount into container "main"';
+  const deps = { ...h.deps, kubeletMounts: fakeMounter([], new MountsError(message)) };
+  await assert.rejects(
+    generateContainerConfig(deps, {
+      pod: pod([container]),
+      container,
+      restartCount: 0,
+      imageRef: "x",
+    }),
+    (e) => e instanceof CreateContainerConfigError && e.message === message,
+  );
+  // An invalid hostname fails before any mount is made, with the sandbox's message.
+  const unused = fakeMounter([]);
+  await assert.rejects(
+    generateContainerConfig({ ...h.deps, kubeletMounts: unused }, {
+      pod: pod([container], { hostname: "Bad_Host" }),
+      container,
+      restartCount: 0,
+      imageRef: "x",
+    }),
+    (e) =>
+      e instanceof CreateContainerConfigError &&
+      /^pod Hostname "Bad_Host" is not a valid DNS label: /.test(e.message),
+  );
+  assert.equal(unused.requests.length, 0);
+
+  // Through startContainer, the failure is the container's CreateContainerConfigError.
+  const p = pod([container]);
+  const sb = await h.sandbox(p);
+  const failure = await startContainer(deps, signal(), {
+    sandboxId: sb.id,
+    sandboxConfig: sb.config,
+    pod: p,
+    container,
+    podStatus: emptyStatus(),
+    pullSecrets: [],
+  });
+  assert.deepEqual(failure, { reason: "CreateContainerConfigError", message });
+  assert.equal(h.events.at(-1)?.message, `Error: ${message}`);
 });
 
 Deno.test("startContainer creates and starts the container with upstream's events", async () => {

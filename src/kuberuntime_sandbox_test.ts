@@ -254,6 +254,13 @@ Deno.test("generatePodSandboxConfig sets the FQDN as hostname with setHostnameAs
     options(),
   );
   assert.equal(fqdn.hostname, "db-0.db.shop.svc.cluster.local");
+  // Without a subdomain there is no domain, so the short hostname stays.
+  const noDomain = await generatePodSandboxConfig(
+    pod({ hostname: "db-0", setHostnameAsFQDN: true }),
+    0,
+    options(),
+  );
+  assert.equal(noDomain.hostname, "db-0");
   const longDomain = options({ clusterDomain: `${"c".repeat(47)}.local` });
   await assert.rejects(
     () => generatePodSandboxConfig(pod({ ...spec, setHostnameAsFQDN: true }), 0, longDomain),

@@ -177,11 +177,34 @@ export interface NodeAgent {
   readonly config: string;
 }
 
+/** kubectl's stderr says the object exists ("AlreadyExists" in JSON, "already exists" in text). */
+function alreadyExists(stderr: string): boolean {
+  return /AlreadyExists|already exists/.test(stderr);
+}
+
 /** Creates ServiceAccount `default` in `ns` (no controller manager runs to do it). */
 export async function ensureDefaultServiceAccount(cp: ControlPlane, ns = "default"): Promise<void> {
   const sa = await cp.kubectl(["create", "serviceaccount", "default", "-n", ns]);
-  if (sa.code !== 0 && !sa.stderr.includes("AlreadyExists")) {
+  if (sa.code !== 0 && !alreadyExists(sa.stderr)) {
     throw new Error(`cannot create ServiceAccount ${ns}/default: ${sa.stderr}`);
+  }
+}
+
+/** The ConfigMap upstream's root CA publisher writes into every namespace. */
+export const ROOT_CA_CONFIGMAP = "kube-root-ca.crt";
+
+/**
+ * Creates ConfigMap `kube-root-ca.crt` in `ns` with key `ca.crt` = the cluster CA's PEM, as
+ * kube-controller-manager's root CA publisher would (none runs here). Pods whose service account
+ * token is mounted (the `kube-api-access-*` projected volume) need it to start.
+ */
+export async function ensureRootCAConfigMap(cp: ControlPlane, ns = "default"): Promise<void> {
+  const r = await cp.kubectl([
+    ...["create", "configmap", ROOT_CA_CONFIGMAP, "-n", ns],
+    `--from-file=ca.crt=${cp.pki.ca.cert}`,
+  ]);
+  if (r.code !== 0 && !alreadyExists(r.stderr)) {
+    throw new Error(`cannot create ConfigMap ${ns}/${ROOT_CA_CONFIGMAP}: ${r.stderr}`);
   }
 }
 
