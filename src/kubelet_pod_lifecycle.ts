@@ -9,7 +9,7 @@
  */
 
 import { join } from "node:path";
-import type { V1Node } from "@kubernetes/client-node";
+import type { V1ConfigMap, V1Node, V1Secret } from "@kubernetes/client-node";
 import type { Clock } from "./clock.ts";
 import type { EventRecorder } from "./dependencies.ts";
 import { DnsConfigurer } from "./dns.ts";
@@ -18,7 +18,9 @@ import type { Logger } from "./klog.ts";
 import type { KubeClient } from "./kube_client.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import { PodSyncer } from "./kubelet_pod_sync.ts";
-import { kubeEnvSource } from "./kubelet_env.ts";
+import { KubeletMounts } from "./kubelet_mounts.ts";
+import { Mounter } from "./mount.ts";
+import { envSourceOf, ObjectManager } from "./object_manager.ts";
 import { Prober } from "./prober.ts";
 import { ProberManager } from "./prober_manager.ts";
 import { SyncLoop } from "./kubelet_sync_loop.ts";
@@ -31,26 +33,33 @@ import { PodManager } from "./pod_manager.ts";
 import { ReasonCache } from "./reason_cache.ts";
 import type { ImageManagerService } from "./remote_image.ts";
 import type { RuntimeService } from "./remote_runtime.ts";
+import { ServiceLister } from "./service_lister.ts";
 import { StatusManager, type StatusManagerOptions } from "./status_manager.ts";
+import { TOKEN_GC_PERIOD_MS, TokenManager } from "./token_manager.ts";
+import { VolumeManager, type VolumeManagerOptions } from "./volume_manager.ts";
+import type { VolumePlugin } from "./volume_plugin.ts";
+import { probeVolumePlugins } from "./volume_plugins.ts";
 
 /** The configuration fields the pod lifecycle reads. */
-export type PodLifecycleConfig = Pick<
-  KubeletConfiguration,
-  | "serializeImagePulls"
-  | "maxParallelImagePulls"
-  | "registryPullQPS"
-  | "registryBurst"
-  | "clusterDNS"
-  | "clusterDomain"
-  | "resolvConf"
-  | "podLogsDir"
-  | "cpuCFSQuota"
-  | "cpuCFSQuotaPeriod"
-  | "singleProcessOOMKill"
-  | "syncFrequency"
-  | "imagePullCredentialsVerificationPolicy"
-  | "preloadedImagesVerificationAllowlist"
->;
+export type PodLifecycleConfig =
+  & Pick<
+    KubeletConfiguration,
+    | "serializeImagePulls"
+    | "maxParallelImagePulls"
+    | "registryPullQPS"
+    | "registryBurst"
+    | "clusterDNS"
+    | "clusterDomain"
+    | "resolvConf"
+    | "podLogsDir"
+    | "cpuCFSQuota"
+    | "cpuCFSQuotaPeriod"
+    | "singleProcessOOMKill"
+    | "syncFrequency"
+    | "imagePullCredentialsVerificationPolicy"
+    | "preloadedImagesVerificationAllowlist"
+  >
+  & Partial<Pick<KubeletConfiguration, "configMapAndSecretChangeDetectionStrategy">>;
 
 /** What {@link newPodLifecycle} needs. */
 export interface PodLifecycleOptions {
@@ -81,6 +90,12 @@ export interface PodLifecycleOptions {
   readonly signal?: AbortSignal;
   /** Builds the status manager; benchmarks observe statuses with a subclass. @default new StatusManager */
   readonly newStatusManager?: (opts: StatusManagerOptions) => StatusManager;
+  /** Mounts tmpfs volumes. @default new Mounter (mount(8) and umount(8)) */
+  readonly mounter?: Mounter;
+  /** The volume plugins. @default probeVolumePlugins over this lifecycle's managers */
+  readonly volumePlugins?: readonly VolumePlugin[];
+  /** Builds the volume manager; tests observe it with a subclass. @default new VolumeManager */
+  readonly newVolumeManager?: (opts: VolumeManagerOptions) => VolumeManager;
 }
 
 /** The built graph; nothing runs until {@link PodLifecycle.run}. */
@@ -95,7 +110,14 @@ export interface PodLifecycle {
   readonly syncer: PodSyncer;
   readonly loop: SyncLoop;
   readonly prober: ProberManager;
-  /** Starts the PLEG, the status manager, the prober and the sync loop; one promise each. */
+  readonly volumeManager: VolumeManager;
+  readonly tokenManager: TokenManager;
+  /** The cluster's Services for service link env; none in standalone mode. */
+  readonly serviceLister?: ServiceLister;
+  /**
+   * Starts the PLEG, the status manager, the prober, the sync loop, the Service lister and the
+   * token clean-up; one promise each. The configMap and secret managers stop with `signal`.
+   */
   run(signal: AbortSignal): Promise<void>[];
 }
 
@@ -150,6 +172,50 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     logger,
   });
   const podsDirectory = join(o.rootDirectory, "pods");
+  const { kubeClient } = o;
+  // ConfigMaps and Secrets of this node's pods, with the node's credentials (upstream
+  // configMapManager and secretManager); a kubelet without an apiserver has none.
+  const strategy = config.configMapAndSecretChangeDetectionStrategy ?? "Watch";
+  const configMaps = kubeClient
+    ? new ObjectManager<V1ConfigMap>({
+      client: kubeClient,
+      resource: "configmaps",
+      strategy: strategy as "Watch" | "Cache" | "Get",
+      clock,
+      logger,
+    })
+    : undefined;
+  const secrets = kubeClient
+    ? new ObjectManager<V1Secret>({
+      client: kubeClient,
+      resource: "secrets",
+      strategy: strategy as "Watch" | "Cache" | "Get",
+      clock,
+      logger,
+    })
+    : undefined;
+  const tokenManager = new TokenManager({ client: kubeClient, clock, logger });
+  const serviceLister = kubeClient
+    ? new ServiceLister({ client: kubeClient, clock, logger })
+    : undefined;
+  const nodeAllocatable = () => o.getNode()?.status?.allocatable;
+  const volumeOptions: VolumeManagerOptions = {
+    podsDirectory,
+    plugins: o.volumePlugins ?? probeVolumePlugins({
+      mounter: o.mounter ?? new Mounter(),
+      configMaps,
+      secrets,
+      tokens: tokenManager,
+      nodeAllocatable,
+      logger,
+      clock,
+    }),
+    recorder,
+    logger,
+    references: [configMaps, secrets].filter((m) => m !== undefined),
+  };
+  const volumeManager = (o.newVolumeManager ?? ((v) => new VolumeManager(v)))(volumeOptions);
+  const podVolumes = (uid: string) => volumeManager.podVolumes(uid);
   const loopRef: { loop?: SyncLoop } = {};
   const prober = new ProberManager({
     runner: new Prober({ runtime, recorder, logger, clock }),
@@ -187,10 +253,13 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     memoryCapacityBytes: o.memoryCapacityBytes,
     legacyContainerLogsDirectory: o.legacyContainerLogsDirectory,
     probeResults: prober,
-    // Env from configMaps and secrets with the node's credentials; none in standalone mode.
-    envSource: o.kubeClient ? kubeEnvSource(o.kubeClient) : undefined,
+    // Env from configMaps and secrets through their managers; none in standalone mode.
+    envSource: kubeClient ? envSourceOf(configMaps, secrets) : undefined,
     hostIPs: o.nodeIPs,
-    nodeAllocatable: () => o.getNode()?.status?.allocatable,
+    nodeAllocatable,
+    kubeletMounts: new KubeletMounts({ podsDirectory, podVolumes, logger }),
+    services: serviceLister,
+    podVolumes,
   });
   const mirrorClient = o.kubeClient
     ? new MirrorClient({
@@ -222,6 +291,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     resyncIntervalMs: config.syncFrequency,
     signal: o.signal,
     prober,
+    volumes: volumeManager,
   });
   syncerRef.syncer = syncer;
   const loop = new SyncLoop({
@@ -245,8 +315,39 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     syncer,
     loop,
     prober,
-    run: (
-      signal,
-    ) => [pleg.run(signal), statusManager.run(signal), prober.run(signal), loop.run(signal)],
+    volumeManager,
+    tokenManager,
+    serviceLister,
+    run: (signal) => {
+      signal.addEventListener("abort", () => {
+        configMaps?.close();
+        secrets?.close();
+      }, { once: true });
+      const running = [
+        pleg.run(signal),
+        statusManager.run(signal),
+        prober.run(signal),
+        loop.run(signal),
+        runTokenCleanup(tokenManager, clock, signal),
+      ];
+      if (serviceLister) running.push(serviceLister.run(signal));
+      return running;
+    },
   };
+}
+
+/** Drops expired tokens every minute (upstream token manager's cleanup goroutine). */
+async function runTokenCleanup(
+  tokens: TokenManager,
+  clock: Clock,
+  signal: AbortSignal,
+): Promise<void> {
+  while (!signal.aborted) {
+    try {
+      await clock.sleep(TOKEN_GC_PERIOD_MS, signal);
+    } catch {
+      return;
+    }
+    tokens.cleanup();
+  }
 }

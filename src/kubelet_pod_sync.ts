@@ -507,8 +507,9 @@ export class PodSyncer implements SyncHandler {
     }
     const status = podCache.get(uid).status;
     statusManager.setPodStatus(pod, await this.#generateStatus(pod, status, true, signal));
-    // Volumes go once no container can use them (the worker got here past termination).
-    await this.#unmountVolumes(signal, pod);
+    // Volumes go once no container can use them (the worker got here past termination). Until
+    // they are gone the pod is not finished: the worker retries, and the API object stays.
+    await this.#unmountVolumes(signal, pod, true);
     statusManager.terminatePod(pod);
     statusManager.podTerminated?.(uid);
     this.#o.prober?.removePod(pod);
@@ -520,8 +521,11 @@ export class PodSyncer implements SyncHandler {
 
   // ---- Helpers ------------------------------------------------------------------------------
 
-  /** Tears down the pod's volumes; a failure is logged and housekeeping tries again later. */
-  async #unmountVolumes(signal: AbortSignal, pod: V1Pod): Promise<void> {
+  /**
+   * Tears down the pod's volumes. A failure is logged, then thrown when `required` (upstream
+   * WaitForUnmount failing syncTerminatedPod); else housekeeping tries again later.
+   */
+  async #unmountVolumes(signal: AbortSignal, pod: V1Pod, required = false): Promise<void> {
     const volumes = this.#o.volumes;
     if (!volumes) return;
     const uid = uidOf(pod);
@@ -537,6 +541,7 @@ export class PodSyncer implements SyncHandler {
         pod: kobj(pod),
         podUID: uid,
       });
+      if (required) throw e;
     }
   }
 

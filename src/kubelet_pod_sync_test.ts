@@ -12,10 +12,9 @@ import { RemoteImageService } from "./remote_image.ts";
 import { RemoteRuntimeService } from "./remote_runtime.ts";
 import { initialNode } from "./node_status.ts";
 import { newPodLifecycle } from "./kubelet_pod_lifecycle.ts";
-import { PodSyncer, type PodVolumes } from "./kubelet_pod_sync.ts";
-import { SyncLoop } from "./kubelet_sync_loop.ts";
+import type { PodSyncer } from "./kubelet_pod_sync.ts";
+import type { SyncLoop } from "./kubelet_sync_loop.ts";
 import type { StatusManager } from "./status_manager.ts";
-import type { Logger } from "./klog.ts";
 import { VolumeManager } from "./volume_manager.ts";
 import type {
   MountedVolume,
@@ -36,6 +35,8 @@ interface Harness extends AsyncDisposable {
   readonly loop: SyncLoop;
   readonly syncer: PodSyncer;
   readonly statuses: StatusManager;
+  /** The lifecycle's volume manager, recording the syncer's calls. */
+  readonly volumes: RecordingVolumes;
   readonly events: { reason: string; message: string; name: string }[];
   /** How often the syncer asked for a relist after changing containers. */
   readonly pokes: { count: number };
@@ -53,18 +54,11 @@ async function settle(): Promise<void> {
   for (let i = 0; i < 5; i++) await new Promise((r) => setTimeout(r, 0));
 }
 
-/** What a test's volume manager gets from the harness. */
-interface VolumesContext {
-  readonly podsDirectory: string;
-  readonly recorder: EventRecorder;
-  readonly logger: Logger;
-}
-
 interface HarnessOptions {
   /** @default "4" */
   readonly allocatableCpu?: string;
-  /** Builds the syncer's volume manager; without one the syncer has none. */
-  readonly volumes?: (ctx: VolumesContext) => PodVolumes;
+  /** The volume plugins. @default none: a pod with volumes fails FailedMount */
+  readonly volumePlugins?: readonly VolumePlugin[];
 }
 
 async function harness(opts: HarnessOptions = {}): Promise<Harness> {
@@ -126,46 +120,11 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
     sourcesReady: () => true,
     legacyContainerLogsDirectory: join(dir, "containers"),
     signal: ctrl.signal,
+    volumePlugins: opts.volumePlugins ?? [],
+    newVolumeManager: (v) => new RecordingVolumes(v),
   });
-  const { pleg, statusManager: statuses, podManager } = lifecycle;
+  const { pleg, statusManager: statuses, podManager, loop, syncer } = lifecycle;
   const podsDirectory = join(dir, "pods");
-  let { loop, syncer } = lifecycle;
-  const volumes = opts.volumes?.({ podsDirectory, recorder, logger });
-  if (volumes) {
-    // newPodLifecycle takes no volume manager yet: the syncer and its loop are built here over
-    // the lifecycle's managers, and the lifecycle's own two stay idle.
-    syncer = new PodSyncer({
-      nodeName: NODE,
-      clock,
-      logger,
-      recorder,
-      podManager,
-      podCache: lifecycle.podCache,
-      runtime: lifecycle.runtimeManager,
-      statusManager: statuses,
-      reasonCache: lifecycle.reasonCache,
-      getNode: () => node,
-      nodeIPs: ["192.0.2.10"],
-      networkErrors: () => undefined,
-      podsDirectory,
-      runtimePodIds: () => pleg.podIds(),
-      relist: (s) => pleg.relist(s),
-      runtimeChanged: () => pleg.poke(),
-      resyncIntervalMs: 60_000,
-      signal: ctrl.signal,
-      prober: lifecycle.prober,
-      volumes,
-    });
-    loop = new SyncLoop({
-      handler: syncer,
-      pleg,
-      runtimeErrors: () => undefined,
-      sourcesReady: () => true,
-      clock,
-      logger,
-      resyncIntervalMs: 60_000,
-    });
-  }
   // The PLEG is relisted by hand here, on fake time; count the syncer's requests instead.
   const pokes = { count: 0 };
   pleg.poke = () => void pokes.count++;
@@ -183,6 +142,7 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
     loop,
     syncer,
     statuses,
+    volumes: lifecycle.volumeManager as RecordingVolumes,
     events,
     pokes,
     behaviours,
@@ -453,6 +413,8 @@ class FakeConfigMapPlugin implements VolumePlugin {
   readonly requiresRemount = true;
   readonly missing = new Set<string>();
   readonly tornDown: string[] = [];
+  /** While set, every tearDown throws it. */
+  failTearDown?: Error;
 
   canSupport(volume: V1Volume): boolean {
     return volume.configMap !== undefined;
@@ -466,18 +428,14 @@ class FakeConfigMapPlugin implements VolumePlugin {
   }
 
   async tearDown(ctx: VolumeTearDownContext): Promise<void> {
+    if (this.failTearDown) throw this.failTearDown;
     this.tornDown.push(`${ctx.podUid}/${ctx.volumeName}`);
     await Deno.remove(ctx.dir, { recursive: true }).catch(() => {});
   }
 }
 
-/**
- * A real VolumeManager over the fake plugin, recording what the syncer asks of it. The runtime
- * manager rejects pods with volumes for now ("volumes are not supported yet"), so a test pod
- * names its configMap in the {@link CONFIG_ANNOTATION} annotation and the manager gets a copy of
- * the pod with that volume mounted by its container.
- */
-class RecordingVolumes implements PodVolumes {
+/** The harness's volume manager: a real one that records what the syncer asks of it. */
+class RecordingVolumes extends VolumeManager {
   readonly mounts: string[] = [];
   readonly unmounts: string[] = [];
   /** The keep set of each cleanupOrphanedPodDirs, sorted. */
@@ -485,60 +443,36 @@ class RecordingVolumes implements PodVolumes {
   /** While set, unmountPodVolumes waits for it. */
   unmountGate?: Promise<void>;
 
-  constructor(readonly manager: VolumeManager) {}
-
-  mountPodVolumes(signal: AbortSignal, pod: V1Pod): Promise<void> {
+  override mountPodVolumes(signal: AbortSignal, pod: V1Pod): Promise<void> {
     this.mounts.push(pod.metadata?.uid ?? "");
-    return this.manager.mountPodVolumes(signal, withConfigVolume(pod));
+    return super.mountPodVolumes(signal, pod);
   }
 
-  async unmountPodVolumes(signal: AbortSignal, uid: string): Promise<void> {
+  override async unmountPodVolumes(signal: AbortSignal, uid: string): Promise<void> {
     this.unmounts.push(uid);
     await this.unmountGate;
-    await this.manager.unmountPodVolumes(signal, uid);
+    await super.unmountPodVolumes(signal, uid);
   }
 
-  cleanupOrphanedPodDirs(signal: AbortSignal, keep: ReadonlySet<string>): Promise<void> {
+  override cleanupOrphanedPodDirs(signal: AbortSignal, keep: ReadonlySet<string>): Promise<void> {
     this.keeps.push([...keep].sort());
-    return this.manager.cleanupOrphanedPodDirs(signal, keep);
+    return super.cleanupOrphanedPodDirs(signal, keep);
   }
 }
 
 async function volumesHarness() {
   const plugin = new FakeConfigMapPlugin();
-  let volumes: RecordingVolumes | undefined;
-  const h = await harness({
-    volumes: ({ podsDirectory, recorder, logger }) =>
-      volumes = new RecordingVolumes(
-        new VolumeManager({ podsDirectory, plugins: [plugin], recorder, logger }),
-      ),
-  });
-  return { h, plugin, volumes: volumes! };
+  const h = await harness({ volumePlugins: [plugin] });
+  return { h, plugin, volumes: h.volumes };
 }
 
-const CONFIG_ANNOTATION = "test.kubelet-ts/configmap";
-
-/** A pod meant to mount configMap `cm` as volume "cfg" (see {@link RecordingVolumes}). */
+/** A pod whose container mounts configMap `cm` as volume "cfg". */
 function podWithConfig(name: string, cm: string): V1Pod {
   const p = pod(name);
-  p.metadata!.annotations = { [CONFIG_ANNOTATION]: cm };
-  return p;
-}
-
-/** The pod as the volume manager sees it: volume "cfg" from the annotation, mounted. */
-function withConfigVolume(p: V1Pod): V1Pod {
-  const cm = p.metadata?.annotations?.[CONFIG_ANNOTATION];
-  if (cm === undefined) return p;
   const spec = p.spec!;
-  const [first, ...rest] = spec.containers;
-  return {
-    ...p,
-    spec: {
-      ...spec,
-      volumes: [{ name: "cfg", configMap: { name: cm } }],
-      containers: [{ ...first!, volumeMounts: [{ name: "cfg", mountPath: "/etc/cfg" }] }, ...rest],
-    },
-  };
+  spec.volumes = [{ name: "cfg", configMap: { name: cm } }];
+  spec.containers[0]!.volumeMounts = [{ name: "cfg", mountPath: "/etc/cfg" }];
+  return p;
 }
 
 Deno.test("PodSyncer reports FailedMount and keeps the pod ContainerCreating until its volumes mount", async () => {
@@ -565,10 +499,44 @@ Deno.test("PodSyncer reports FailedMount and keeps the pod ContainerCreating unt
   plugin.missing.clear();
   await h.until("Running", () => h.status("web")?.phase === "Running");
   assert.ok(volumes.mounts.length > tries);
-  assert.equal(
-    volumes.manager.podVolumes(p.metadata!.uid!).get("cfg")?.hostPath,
-    join(h.podsDirectory, p.metadata!.uid!, "volumes", "kubernetes.io~configmap", "cfg"),
+  const hostPath = join(
+    h.podsDirectory,
+    p.metadata!.uid!,
+    "volumes",
+    "kubernetes.io~configmap",
+    "cfg",
   );
+  assert.equal(volumes.podVolumes(p.metadata!.uid!).get("cfg")?.hostPath, hostPath);
+  // The container got the volume, read-only as the plugin says, and the managed hosts file.
+  const [container] = [...h.fake.service.containers.values()];
+  assert.deepEqual(
+    container?.config.mounts.map((m) => [m.containerPath, m.hostPath, m.readonly]),
+    [
+      ["/etc/cfg", hostPath, true],
+      ["/etc/hosts", join(h.podsDirectory, p.metadata!.uid!, "etc-hosts"), false],
+      ["/dev/termination-log", container?.config.mounts[2]?.hostPath, false],
+    ],
+  );
+});
+
+Deno.test("PodSyncer keeps a terminated pod unfinished until its volumes are torn down", async () => {
+  const { h, plugin, volumes } = await volumesHarness();
+  await using _ = h;
+  const p = podWithConfig("web", "settings");
+  const uid = p.metadata!.uid!;
+  h.add(p);
+  await h.until("Running", () => h.status("web")?.phase === "Running");
+  plugin.failTearDown = new Error("device or resource busy");
+  h.loop.push({ op: "REMOVE", pods: [p], source: "api" });
+  await h.until("a failed teardown", () => volumes.unmounts.length >= 1);
+  await h.step(1000);
+  // Not finished: the API object would stay, and the worker tries again after its back-off.
+  assert.equal(h.syncer.workers.shouldPodBeFinished(uid), false);
+  assert.equal(await volumes.podVolumesExist(uid), true);
+  await h.until("a retry", () => volumes.unmounts.length >= 2);
+  plugin.failTearDown = undefined;
+  await h.until("worker finished", () => h.syncer.workers.shouldPodBeFinished(uid), 60_000);
+  assert.equal(await volumes.podVolumesExist(uid), false);
 });
 
 Deno.test("PodSyncer mounts nothing for a terminating pod and unmounts a removed pod's volumes", async () => {
@@ -578,7 +546,7 @@ Deno.test("PodSyncer mounts nothing for a terminating pod and unmounts a removed
   const uid = p.metadata!.uid!;
   h.add(p);
   await h.until("Running", () => h.status("web")?.phase === "Running");
-  assert.equal(await volumes.manager.podVolumesExist(uid), true);
+  assert.equal(await volumes.podVolumesExist(uid), true);
   assert.deepEqual(plugin.tornDown, []);
 
   // Stopping takes a while (less than the grace period): meanwhile a sync mounts nothing.
@@ -596,8 +564,8 @@ Deno.test("PodSyncer mounts nothing for a terminating pod and unmounts a removed
   h.fake.setLatency("StopContainer", 0);
   assert.deepEqual(volumes.unmounts, [uid]);
   assert.deepEqual(plugin.tornDown, [`${uid}/cfg`]);
-  assert.equal(await volumes.manager.podVolumesExist(uid), false);
-  assert.equal(volumes.manager.podVolumes(uid).size, 0);
+  assert.equal(await volumes.podVolumesExist(uid), false);
+  assert.equal(volumes.podVolumes(uid).size, 0);
 });
 
 Deno.test("PodSyncer cleans up orphaned pod dirs at housekeeping, keeping desired, working and runtime pods", async () => {
@@ -643,7 +611,7 @@ Deno.test("PodSyncer cleans up orphaned pod dirs at housekeeping, keeping desire
   await assert.rejects(Deno.lstat(gone), Deno.errors.NotFound);
   assert.ok(plugin.tornDown.includes("uid-gone/cfg"));
   // The kept pod's volume is untouched.
-  assert.equal(volumes.manager.podVolumes(kept.metadata!.uid!).size, 1);
+  assert.equal(volumes.podVolumes(kept.metadata!.uid!).size, 1);
   assert.ok(!plugin.tornDown.some((t) => t.startsWith(kept.metadata!.uid!)));
   gate.resolve();
   await h.until("stuck finished", () => h.syncer.workers.shouldPodBeFinished(stuckUid));

@@ -48,6 +48,8 @@ import {
 } from "./_kuberuntime_termination_order.ts";
 import { buildPodLogsDirectory, generatePodHostNameAndDomain } from "./kuberuntime_sandbox.ts";
 import { type ContainerMounter, MountsError } from "./kubelet_mounts.ts";
+import type { ServiceSource } from "./envvars.ts";
+import type { PodVolumesFunc } from "./volume_plugin.ts";
 
 export { CreateContainerConfigError } from "./_kuberuntime_env.ts";
 export type { LinuxConfigOptions } from "./_kuberuntime_container_linux.ts";
@@ -104,6 +106,10 @@ export interface ContainerDeps {
   readonly kubeletMounts?: ContainerMounter;
   /** Cluster domain (config clusterDomain), for the pod's FQDN in /etc/hosts. @default "" */
   readonly clusterDomain?: string;
+  /** The cluster's Services, for service link env. @default none: no service variables */
+  readonly services?: ServiceSource;
+  /** The pod's mounted volumes, for env `fileKeyRef`. @default none: such a ref fails */
+  readonly podVolumes?: PodVolumesFunc;
 }
 
 const defaultRunners = new WeakMap<ContainerDeps, HandlerRunner>();
@@ -268,6 +274,9 @@ export async function generateContainerConfig(
     nodeAllocatable: deps.nodeAllocatable?.(),
     source: deps.envSource,
     recorder: deps.recorder,
+    services: deps.services,
+    podVolumes: deps.podVolumes,
+    logger: deps.logger,
     signal,
   });
   const { command, args } = expandContainerCommandAndArgs(container, envs);

@@ -414,6 +414,51 @@ Deno.test("generateContainerConfig puts the kubelet's mounts before the terminat
   assert.deepEqual(req.envs, [{ name: "DIR", value: "logs" }]);
 });
 
+Deno.test("generateContainerConfig builds env with the deps' Services and pod volumes", async () => {
+  await using h = await harness();
+  const dir = await Deno.makeTempDir({ prefix: "container_env_" });
+  try {
+    await Deno.writeFile(join(dir, "app.env"), new TextEncoder().encode("MODE='fast'\n"));
+    const services = {
+      hasSynced: () => true,
+      list: () => [{
+        metadata: { name: "kubernetes", namespace: "default" },
+        spec: { clusterIP: "10.96.0.1", ports: [{ name: "https", port: 443, protocol: "TCP" }] },
+      }],
+    };
+    const podVolumes = () =>
+      new Map([["envs", { hostPath: dir, readOnly: false, selinuxRelabel: false }]]);
+    const container: V1Container = {
+      name: "main",
+      image: IMAGE,
+      env: [{
+        name: "MODE",
+        valueFrom: { fileKeyRef: { volumeName: "envs", path: "app.env", key: "MODE" } },
+      }],
+    };
+    const config = await generateContainerConfig(
+      { ...h.deps, services, podVolumes },
+      { pod: pod([container]), container, restartCount: 0, imageRef: "x" },
+    );
+    const env = Object.fromEntries(
+      config.envs.map((e) => [e.key, new TextDecoder().decode(e.value)]),
+    );
+    assert.equal(env.MODE, "fast");
+    assert.equal(env.KUBERNETES_SERVICE_HOST, "10.96.0.1");
+    assert.equal(env.KUBERNETES_SERVICE_PORT, "443");
+    // Before the first list of Services a (non-static) pod's env cannot be built.
+    await assert.rejects(
+      generateContainerConfig(
+        { ...h.deps, services: { ...services, hasSynced: () => false }, podVolumes },
+        { pod: pod([container]), container, restartCount: 0, imageRef: "x" },
+      ),
+      { message: "services have not yet been read at least once, cannot construct envvars" },
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("generateContainerConfig reports mount failures as CreateContainerConfigError", async () => {
   await using h = await harness();
   const container: V1Container = {

@@ -46,6 +46,9 @@ import type { RuntimeService } from "./remote_runtime.ts";
 import { fail, PodSyncResult } from "./sync_result.ts";
 import { EventBackOff } from "./_kuberuntime_backoff.ts";
 import { computePodActions, type ProbeResults } from "./_kuberuntime_pod_actions.ts";
+import type { ServiceSource } from "./envvars.ts";
+import type { ContainerMounter } from "./kubelet_mounts.ts";
+import type { PodVolumesFunc } from "./volume_plugin.ts";
 
 export {
   computePodActions,
@@ -107,6 +110,15 @@ export interface KubeRuntimeManagerOptions
    * in a resourceFieldRef. @default none (a resourceFieldRef fails)
    */
   readonly nodeAllocatable?: () => Record<string, string> | undefined;
+  /**
+   * Volume mounts and the managed /etc/hosts of containers (a KubeletMounts).
+   * @default none: a pod with volumes fails as not supported yet
+   */
+  readonly kubeletMounts?: ContainerMounter;
+  /** The cluster's Services, for service link env. @default none: no service variables */
+  readonly services?: ServiceSource;
+  /** The pod's mounted volumes, for env `fileKeyRef`. @default none: such a ref fails */
+  readonly podVolumes?: PodVolumesFunc;
 }
 
 /** Runs SyncPod and KillPod against the CRI runtime; see the module documentation. */
@@ -143,6 +155,10 @@ export class KubeRuntimeManager {
       envSource: opts.envSource,
       hostIPs: opts.hostIPs,
       nodeAllocatable: opts.nodeAllocatable,
+      kubeletMounts: opts.kubeletMounts,
+      clusterDomain: opts.sandbox.clusterDomain,
+      services: opts.services,
+      podVolumes: opts.podVolumes,
       linux: {
         memoryCapacityBytes: opts.memoryCapacityBytes,
         // One source for the cgroup settings the sandbox and its containers share.

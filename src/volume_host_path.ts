@@ -47,6 +47,8 @@ export interface HostPathPluginOptions {
   readonly logger?: Logger;
   /** Mode of directories made for DirectoryOrCreate, before the umask. @default 0o755 */
   readonly mkdirMode?: number;
+  /** Checks (and makes) the path by its type. @default {@link checkHostPathType} */
+  readonly checkType?: typeof checkHostPathType;
 }
 
 /** Options of {@link checkHostPathType}. */
@@ -61,10 +63,12 @@ export class HostPathPlugin implements VolumePlugin {
   readonly requiresRemount = false;
   readonly #log: Logger;
   readonly #mkdirMode: number;
+  readonly #checkType: typeof checkHostPathType;
 
   constructor(opts: HostPathPluginOptions = {}) {
     this.#log = opts.logger ?? createLogger();
     this.#mkdirMode = opts.mkdirMode ?? 0o755;
+    this.#checkType = opts.checkType ?? checkHostPathType;
   }
 
   /** Handles volumes with a `hostPath` source. */
@@ -92,7 +96,22 @@ export class HostPathPlugin implements VolumePlugin {
     }
     const type = source.type ?? "";
     this.#log.v(4).info("Checking hostPath type", { path, type });
-    await checkHostPathType(path, type, { mkdirMode: this.#mkdirMode });
+    try {
+      await this.#checkType(path, type, { mkdirMode: this.#mkdirMode });
+    } catch (err) {
+      // The agent runs under Deno's permissions (-P=kubelet): a path outside them cannot be
+      // checked or made. Say which permission to grant rather than Deno's bare message.
+      if (!(err instanceof Deno.errors.NotCapable)) throw err;
+      const write = type.endsWith("OrCreate");
+      throw new HostPathError(
+        `hostPath ${path} of type ${type} cannot be checked: the kubelet lacks ` +
+          `${write ? "read and write" : "read"} permission for it (${err.message}); add it to ` +
+          `permissions.kubelet.${write ? "read and .write" : "read"} in deno.json and rebuild ` +
+          `(deno task compile), or run the agent with --allow-read=${path}` +
+          (write ? ` --allow-write=${path}` : ""),
+        { cause: err },
+      );
+    }
     return { hostPath: path, readOnly: false, selinuxRelabel: false };
   }
 

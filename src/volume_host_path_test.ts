@@ -355,3 +355,40 @@ Deno.test("HostPathPlugin tearDown leaves the host path and removes only an empt
     assert.equal(await Deno.readTextFile(join(hostDir, "f")), "precious");
   });
 });
+
+Deno.test("HostPathPlugin names the permission to add when Deno refuses the path", async () => {
+  const refuse = (path: string) => () =>
+    Promise.reject(new Deno.errors.NotCapable(`Requires read access to "${path}"`));
+  const cases: [string, RegExp][] = [
+    [
+      "Directory",
+      /^hostPath \/srv\/data of type Directory cannot be checked: the kubelet lacks read permission for it \(Requires read access to "\/srv\/data"\); add it to permissions\.kubelet\.read in deno\.json and rebuild \(deno task compile\), or run the agent with --allow-read=\/srv\/data$/,
+    ],
+    [
+      "DirectoryOrCreate",
+      /lacks read and write permission .* permissions\.kubelet\.read and \.write .* --allow-read=\/srv\/data --allow-write=\/srv\/data$/,
+    ],
+  ];
+  for (const [type, message] of cases) {
+    const plugin = new HostPathPlugin({ logger: quiet, checkType: refuse("/srv/data") });
+    const volume = { name: "data", hostPath: { path: "/srv/data", type } };
+    await assert.rejects(
+      plugin.setUp({ pod, volume, dir: "/nonexistent/volumes/data" }),
+      (e) => e instanceof HostPathError && message.test(e.message),
+      type,
+    );
+  }
+  // Other failures pass through unchanged.
+  const boom = new HostPathPlugin({
+    logger: quiet,
+    checkType: () => Promise.reject(new HostPathError("hostPath /srv/data doesn't exist")),
+  });
+  await assert.rejects(
+    boom.setUp({
+      pod,
+      volume: { name: "data", hostPath: { path: "/srv/data", type: "Directory" } },
+      dir: "/x",
+    }),
+    { message: "hostPath /srv/data doesn't exist" },
+  );
+});
