@@ -294,12 +294,16 @@ export class PodSyncer implements SyncHandler {
       });
     }
 
-    // Directories of pods neither desired, nor working, nor in the runtime: their volumes are
+    // Directories of pods neither desired, nor working, nor running: their volumes are
     // torn down, then the directories go (upstream cleanupOrphanedPodDirs).
     const volumes = this.#o.volumes;
     if (volumes) {
+      // Runtime pods count while something of them runs (upstream's runningPods): exited
+      // containers and stopped sandboxes wait for the garbage collector, not in pod dirs.
       const keepDirs = new Set(keep);
-      for (const uid of this.#o.runtimePodIds()) keepDirs.add(uid);
+      for (const uid of this.#o.runtimePodIds()) {
+        if (hasRunning(podCache.get(uid).status)) keepDirs.add(uid);
+      }
       logger.v(3).info("Clean up orphaned pod directories");
       try {
         await volumes.cleanupOrphanedPodDirs(signal, keepDirs);

@@ -568,7 +568,7 @@ Deno.test("PodSyncer mounts nothing for a terminating pod and unmounts a removed
   assert.equal(volumes.podVolumes(uid).size, 0);
 });
 
-Deno.test("PodSyncer cleans up orphaned pod dirs at housekeeping, keeping desired, working and runtime pods", async () => {
+Deno.test("PodSyncer cleans up orphaned pod dirs at housekeeping, keeping desired, working and running pods", async () => {
   const { h, plugin, volumes } = await volumesHarness();
   await using _ = h;
   const kept = podWithConfig("kept", "settings");
@@ -604,11 +604,15 @@ Deno.test("PodSyncer cleans up orphaned pod dirs at housekeeping, keeping desire
   const gone = join(h.podsDirectory, "uid-gone");
   await Deno.mkdir(join(gone, "volumes", "kubernetes.io~configmap", "cfg"), { recursive: true });
   await Deno.mkdir(join(gone, "plugins"));
+  const stoppedDir = join(h.podsDirectory, "uid-runtime-only");
+  await Deno.mkdir(join(stoppedDir, "volumes"), { recursive: true });
   const seen = volumes.keeps.length;
   await h.until("a housekeeping after that", () => volumes.keeps.length > seen + 1);
-  const expected = [kept.metadata!.uid!, stuckUid, "uid-runtime-only"].sort();
+  // The stopped runtime-only pod is not kept: only running runtime pods are (upstream).
+  const expected = [kept.metadata!.uid!, stuckUid].sort();
   assert.deepEqual(volumes.keeps.at(-1), expected);
   await assert.rejects(Deno.lstat(gone), Deno.errors.NotFound);
+  await assert.rejects(Deno.lstat(stoppedDir), Deno.errors.NotFound);
   assert.ok(plugin.tornDown.includes("uid-gone/cfg"));
   // The kept pod's volume is untouched.
   assert.equal(volumes.podVolumes(kept.metadata!.uid!).size, 1);

@@ -1,5 +1,3 @@
-// Pending: becomes tests/volumes_test.ts (and so part of the suite) once the volume manager,
-// plugins and container mounts are wired into the agent (issue 8); until then it would fail.
 /**
  * Pod volumes end to end, on real containerd through the real apiserver: configMap and secret
  * volumes (items, modes, live updates) and env, the service account token the apiserver's
@@ -536,21 +534,18 @@ e2e(
       "hi\n",
     );
 
+    // Upstream's current messages (pkg/volume/hostpath typeMatchedOrError).
     for (
-      const [name, path, what] of [
-        ["hostpath-missing", missing, "is not a directory"],
-        ["hostpath-file", aDir, "is not a file"],
+      const [name, message] of [
+        ["hostpath-missing", `hostPath ${missing} doesn't exist`],
+        ["hostpath-file", `hostPath type check failed: ${aDir} is not a file, it's a Directory`],
       ] as const
     ) {
       const ev = await waitEvent(
         api,
         name,
         "FailedMount",
-        new RegExp(
-          `^MountVolume\\.SetUp failed for volume "host" : hostPath type check failed: ${
-            re(path)
-          } ${what}$`,
-        ),
+        new RegExp(`^MountVolume\\.SetUp failed for volume "host" : ${re(message)}$`),
       );
       assert.equal(ev.type, "Warning");
       const p = await waitPod(
