@@ -103,12 +103,12 @@ export class HostPathPlugin implements VolumePlugin {
       // checked or made. Say which permission to grant rather than Deno's bare message.
       if (!(err instanceof Deno.errors.NotCapable)) throw err;
       const write = type.endsWith("OrCreate");
+      const grant = write ? `--allow-read=${path} --allow-write=${path}` : `--allow-read=${path}`;
       throw new HostPathError(
-        `hostPath ${path} of type ${type} cannot be checked: the kubelet lacks ` +
-          `${write ? "read and write" : "read"} permission for it (${err.message}); add it to ` +
-          `permissions.kubelet.${write ? "read and .write" : "read"} in deno.json and rebuild ` +
-          `(deno task compile), or run the agent with --allow-read=${path}` +
-          (write ? ` --allow-write=${path}` : ""),
+        `hostPath ${path} of type ${type} cannot be checked: the permission set does not allow ` +
+          `${write ? "read and write" : "read"} access to it (${err.message}): add it to ` +
+          `"permissions.kubelet.read"${write ? ' and "permissions.kubelet.write"' : ""} in ` +
+          `deno.json and rebuild, or run with ${grant} in place of -P=kubelet`,
         { cause: err },
       );
     }

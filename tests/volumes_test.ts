@@ -82,7 +82,7 @@ const suite = e2eSuite<World>({
         endpoint: containerd.endpoint,
         // Volume contents are refreshed on pod resyncs: upstream's configMap update delay is
         // up to syncFrequency plus the cache TTL.
-        configLines: ["syncFrequency: 5s"],
+        configLines: ["syncFrequency: 5s", "clusterDomain: cluster.local"],
       });
       stack.move();
       return { dir, cp, containerd, agent, root: join(dir, "root"), host };
@@ -445,6 +445,87 @@ e2e(
     );
     assert.deepEqual(relabelled, ['app="dapi"', 'tier="frontend"']);
     assert.equal(containerStatus(await getPod(api, NS, "dapi"))?.restartCount, 0);
+  },
+);
+
+e2e(
+  "pod identity: hostname, subdomain and setHostnameAsFQDN; the managed /etc/hosts with hostAliases",
+  async (w, api) => {
+    await create(
+      w,
+      pod("identity", {
+        hostname: "db-0",
+        subdomain: "db",
+        setHostnameAsFQDN: true,
+        hostAliases: [{ ip: "10.1.2.3", hostnames: ["foo.local", "bar.local"] }],
+      }),
+    );
+    const p = await waitRunning(api, "identity");
+    const fqdn = `db-0.db.${NS}.svc.cluster.local`;
+    assert.equal((await sh(w, "identity", "hostname")).trim(), fqdn);
+    const hosts = await sh(w, "identity", "cat /etc/hosts");
+    const podIP = p.status?.podIP;
+    assert.ok(podIP, "the pod has an IP");
+    // Upstream's managedHostsFileContent, line for line.
+    assert.equal(
+      hosts,
+      [
+        "# Kubernetes-managed hosts file.",
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        "fe00::0\tip6-localnet",
+        "fe00::0\tip6-mcastprefix",
+        "fe00::1\tip6-allnodes",
+        "fe00::2\tip6-allrouters",
+        `${podIP}\t${fqdn}\tdb-0`,
+        "",
+        "# Entries added by HostAliases.",
+        "10.1.2.3\tfoo.local\tbar.local",
+        "",
+      ].join("\n"),
+    );
+    // The file lives in the pod's directory on the node and is bind-mounted.
+    const onNode = join(w.root, "pods", p.metadata!.uid!, "etc-hosts");
+    assert.equal(await Deno.readTextFile(onNode), hosts);
+    assert.ok((await sh(w, "identity", "cat /proc/mounts")).includes(" /etc/hosts "));
+  },
+);
+
+e2e(
+  "service link env: the namespace's Services with enableServiceLinks, the kubernetes Service always",
+  async (w, api) => {
+    await create(
+      w,
+      JSON.stringify({
+        apiVersion: "v1",
+        kind: "Service",
+        metadata: { name: "web-svc", namespace: NS },
+        spec: { ports: [{ name: "http", port: 8080, protocol: "TCP" }] },
+      }),
+    );
+    const svc = await api.get<{ spec?: { clusterIP?: string } }>(
+      `/api/v1/namespaces/${NS}/services/web-svc`,
+    );
+    const ip = svc.spec?.clusterIP;
+    assert.ok(ip, "the apiserver allocated a cluster IP");
+    const master = await api.get<{ spec?: { clusterIP?: string } }>(
+      "/api/v1/namespaces/default/services/kubernetes",
+    );
+    await create(w, pod("links", {}));
+    await create(w, pod("nolinks", { enableServiceLinks: false }));
+    await waitRunning(api, "links");
+    await waitRunning(api, "nolinks");
+    const links = await envOf(w, "links");
+    assert.equal(links.get("WEB_SVC_SERVICE_HOST"), ip);
+    assert.equal(links.get("WEB_SVC_SERVICE_PORT"), "8080");
+    assert.equal(links.get("WEB_SVC_SERVICE_PORT_HTTP"), "8080");
+    assert.equal(links.get("WEB_SVC_PORT"), `tcp://${ip}:8080`);
+    assert.equal(links.get("WEB_SVC_PORT_8080_TCP_ADDR"), ip);
+    assert.equal(links.get("KUBERNETES_SERVICE_HOST"), master.spec?.clusterIP);
+    const none = await envOf(w, "nolinks");
+    assert.equal(none.get("WEB_SVC_SERVICE_HOST"), undefined);
+    assert.equal(none.get("KUBERNETES_SERVICE_HOST"), master.spec?.clusterIP);
+    await kubectlOk(w, ["delete", "service", "web-svc", "-n", NS]);
   },
 );
 
