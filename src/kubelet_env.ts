@@ -24,13 +24,19 @@ import type {
   V1Container,
   V1FileKeySelector,
   V1Pod,
+  V1ResourceFieldSelector,
   V1Secret,
 } from "@kubernetes/client-node";
 import type { EventRecorder } from "./dependencies.ts";
 import { kobj, type Logger } from "./klog.ts";
 import { goQuote } from "./_klog_encode.ts";
-import { isStatus, type KubeClient } from "./kube_client.ts";
-import { type Dec, milliValueOf, parseDec, valueOf } from "./_resource_helpers.ts";
+import {
+  DownwardApiError,
+  extractContainerResourceValue,
+  formatMap,
+  mergeContainerResourceLimits,
+  splitMaybeSubscriptedPath,
+} from "./_downward_api.ts";
 import { expand, mappingFuncFor } from "./_kuberuntime_env.ts";
 import { serviceEnvVarMap, type ServiceSource } from "./envvars.ts";
 import { isStaticPod } from "./pod_config.ts";
@@ -459,27 +465,6 @@ function errorText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-/**
- * An EnvSource over the apiserver: GET of the namespaced ConfigMap or Secret, 404 as not
- * found. Unlike upstream's watch-based managers it does not cache between calls.
- */
-export function kubeEnvSource(client: KubeClient): EnvSource {
-  const get = async <T>(path: string, signal?: AbortSignal): Promise<T | undefined> => {
-    try {
-      return await client.get<T>(path, signal);
-    } catch (e) {
-      if (isStatus(e, 404)) return undefined;
-      throw e;
-    }
-  };
-  const path = (ns: string, resource: string, name: string) =>
-    `/api/v1/namespaces/${encodeURIComponent(ns)}/${resource}/${encodeURIComponent(name)}`;
-  return {
-    getConfigMap: (ns, name, signal) => get<V1ConfigMap>(path(ns, "configmaps", name), signal),
-    getSecret: (ns, name, signal) => get<V1Secret>(path(ns, "secrets", name), signal),
-  };
-}
-
 /** The ConfigMaps and Secrets one container's env refers to, each fetched once. */
 class ObjectCache {
   readonly #configMaps = new Map<string, V1ConfigMap>();
@@ -554,15 +539,6 @@ function decodeSecretValue(b64: string): string {
   return new TextDecoder().decode(bytes);
 }
 
-/** upstream fieldpath.SplitMaybeSubscriptedPath: `metadata.labels['k']` → path and key. */
-function splitSubscript(fieldPath: string): [string, string] | undefined {
-  if (!fieldPath.endsWith("']")) return undefined;
-  const s = fieldPath.slice(0, -2);
-  const i = s.indexOf("['");
-  if (i <= 0) return undefined;
-  return [s.slice(0, i), s.slice(i + 2)];
-}
-
 const DOWNWARD_API_FIELDS = new Set([
   "metadata.annotations",
   "metadata.labels",
@@ -591,7 +567,7 @@ function podFieldSelectorRuntimeValue(
   // The apiserver defaults an empty apiVersion to v1; static pods may lack the default.
   const version = apiVersion || "v1";
   if (version !== "v1") throw new EnvError(`unsupported pod version: ${version}`);
-  const sub = splitSubscript(fieldPath);
+  const sub = splitMaybeSubscriptedPath(fieldPath);
   let path = fieldPath;
   if (sub) {
     if (sub[0] !== "metadata.annotations" && sub[0] !== "metadata.labels") {
@@ -638,12 +614,6 @@ function podFieldSelectorRuntimeValue(
   throw new EnvError(`unsupported fieldPath: ${path}`);
 }
 
-/** upstream fieldpath.FormatMap: sorted `key="value"` lines. */
-function formatMap(m: Record<string, string> | undefined): string {
-  return Object.keys(m ?? {}).sort().map((k) => `${k}=${JSON.stringify(m?.[k] ?? "")}`)
-    .join("\n");
-}
-
 /**
  * upstream sortPodIPs: at most one IP of each family, the node's primary family first
  * (upstream takes the family from the configured node IPs; here the first host IP).
@@ -660,75 +630,30 @@ function sortPodIPs(podIPs: readonly string[], hostIPs: readonly string[]): stri
   return out;
 }
 
-const DEFAULTED_LIMITS = ["cpu", "memory", "ephemeral-storage"];
-
-/** upstream MergeContainerResourceLimits: node allocatable for missing or zero limits. */
-function withDefaultLimits(c: V1Container, allocatable: Readonly<Record<string, string>>) {
-  const limits: Record<string, string> = { ...c.resources?.limits };
-  for (const r of DEFAULTED_LIMITS) {
-    const have = limits[r];
-    if (have !== undefined && parseDec(String(have)).n !== 0n) continue;
-    const cap = allocatable[r];
-    if (cap !== undefined) limits[r] = cap;
-  }
-  return { ...c, resources: { ...c.resources, limits } };
-}
-
 /** upstream containerResourceRuntimeValue over the limit-defaulted pod and container. */
 function containerResourceRuntimeValue(
-  fs: { containerName?: string; divisor?: string; resource: string },
+  fs: V1ResourceFieldSelector,
   pod: V1Pod,
   container: V1Container,
   allocatable: Readonly<Record<string, string>>,
 ): string {
-  let target: V1Container;
-  if (!fs.containerName) {
-    target = withDefaultLimits(container, allocatable);
-  } else {
+  try {
+    if (!fs.containerName) {
+      return extractContainerResourceValue(
+        fs,
+        mergeContainerResourceLimits(container, allocatable),
+      );
+    }
     // As upstream, only regular containers of the pod get the defaulted limits.
     const regular = pod.spec?.containers?.find((c) => c.name === fs.containerName);
     const init = pod.spec?.initContainers?.find((c) => c.name === fs.containerName);
-    if (regular) target = withDefaultLimits(regular, allocatable);
-    else if (init) target = init;
-    else throw new EnvError(`container ${fs.containerName} not found`);
-  }
-  return extractContainerResourceValue(fs.resource, fs.divisor, target);
-}
-
-/** upstream ExtractContainerResourceValue: the amount in units of the divisor, rounded up. */
-function extractContainerResourceValue(
-  resource: string,
-  divisorText: string | undefined,
-  c: V1Container,
-): string {
-  let divisor = parseQuantity(divisorText ?? "0");
-  if (divisor.n === 0n) divisor = { n: 1n, s: 0 };
-  const dot = resource.indexOf(".");
-  const kind = resource.slice(0, dot);
-  const name = resource.slice(dot + 1);
-  const supported = name === "cpu" || name === "memory" || name === "ephemeral-storage" ||
-    name.startsWith("hugepages-");
-  if ((kind !== "limits" && kind !== "requests") || !supported) {
-    throw new EnvError(`unsupported container resource : ${resource}`);
-  }
-  const list = kind === "limits" ? c.resources?.limits : c.resources?.requests;
-  const raw = list?.[name];
-  const amount = raw === undefined ? undefined : parseQuantity(String(raw));
-  if (name === "cpu") return ceilDiv(milliValueOf(amount), milliValueOf(divisor));
-  return ceilDiv(valueOf(amount), valueOf(divisor));
-}
-
-function parseQuantity(text: string): Dec {
-  try {
-    return parseDec(text);
+    if (regular) {
+      return extractContainerResourceValue(fs, mergeContainerResourceLimits(regular, allocatable));
+    }
+    if (init) return extractContainerResourceValue(fs, init);
   } catch (e) {
-    throw new EnvError(e instanceof Error ? e.message : String(e), { cause: e });
+    if (e instanceof DownwardApiError) throw new EnvError(e.message, { cause: e });
+    throw e;
   }
-}
-
-/** ceil(a / b) as Go's `int64(math.Ceil(float64(a) / float64(b)))`. */
-function ceilDiv(a: bigint, b: bigint): string {
-  if (b === 0n) throw new EnvError("divisor rounds to zero");
-  const q = a / b;
-  return String(a % b !== 0n && (a < 0n) === (b < 0n) ? q + 1n : q);
+  throw new EnvError(`container ${fs.containerName} not found`);
 }

@@ -10,12 +10,10 @@ import type {
 } from "@kubernetes/client-node";
 import type { ObjectRef } from "./dependencies.ts";
 import { createLogger } from "./klog.ts";
-import { KubeApiError, type KubeClient } from "./kube_client.ts";
 import {
   EnvError,
   EnvFileError,
   type EnvSource,
-  kubeEnvSource,
   makeEnvironmentVariables,
   type MakeEnvOptions,
   parseEnvFile,
@@ -666,42 +664,4 @@ Deno.test("parseEnvFile follows upstream's strict single-quote format", async ()
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
-});
-
-Deno.test("kubeEnvSource reads the namespaced objects and maps 404 to undefined", async () => {
-  const paths: string[] = [];
-  const client = {
-    get: (path: string) => {
-      paths.push(path);
-      if (path.endsWith("/gone")) {
-        return Promise.reject(new KubeApiError("GET", path, 404, "NotFound", "not found"));
-      }
-      if (path.endsWith("/denied")) {
-        return Promise.reject(new KubeApiError("GET", path, 403, "Forbidden", "no"));
-      }
-      return Promise.resolve({ metadata: { name: path } });
-    },
-  } as unknown as KubeClient;
-  const src = kubeEnvSource(client);
-  assert.deepEqual(await src.getConfigMap("ns", "app"), {
-    metadata: { name: "/api/v1/namespaces/ns/configmaps/app" },
-  });
-  assert.equal(await src.getSecret("ns", "gone"), undefined);
-  await assert.rejects(src.getSecret("ns", "denied"), { code: 403 });
-  assert.deepEqual(paths, [
-    "/api/v1/namespaces/ns/configmaps/app",
-    "/api/v1/namespaces/ns/secrets/gone",
-    "/api/v1/namespaces/ns/secrets/denied",
-  ]);
-  // A Forbidden answer reaches the container as its message.
-  await assert.rejects(
-    makeEnvironmentVariables({
-      pod: pod(),
-      container: { name: "c", envFrom: [{ secretRef: { name: "denied" } }] },
-      podIPs: [],
-      hostIPs: [],
-      source: src,
-    }),
-    (e) => e instanceof EnvError && /403 Forbidden/.test(e.message),
-  );
 });

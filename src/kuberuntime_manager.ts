@@ -99,7 +99,7 @@ export interface KubeRuntimeManagerOptions
   /** Liveness and startup results; without a prober none has run. @default none */
   readonly probeResults?: ProbeResults;
   /**
-   * ConfigMaps and Secrets for container env/envFrom (kubeEnvSource over the kube client).
+   * ConfigMaps and Secrets for container env/envFrom (envSourceOf over the object managers).
    * @default none: such references fail as upstream's "no kubeClient defined" (standalone)
    */
   readonly envSource?: EnvSource;

@@ -425,7 +425,7 @@ class WatchStore<T extends ManagedObject> implements ObjectStore<T> {
     });
     const reflector = new Reflector<T & { metadata?: { uid?: string } }>({
       // The reflector only lists (request) and watches; see ObjectManagerOptions.client.
-      client: this.#o.client as KubeClient,
+      client: this.#o.client,
       path: `/api/v1/namespaces/${encodeURIComponent(namespace)}/${this.#o.resource}`,
       fieldSelector: `metadata.name=${name}`,
       clock: this.#o.clock,

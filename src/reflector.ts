@@ -17,7 +17,8 @@ interface Meta {
 
 /** What a reflector needs. */
 export interface ReflectorOptions<T extends Meta> {
-  readonly client: KubeClient;
+  /** The reflector lists with `request` and watches with `watch`. */
+  readonly client: Pick<KubeClient, "request" | "watch">;
   /** Collection path, e.g. "/api/v1/pods". */
   readonly path: string;
   readonly fieldSelector?: string;

@@ -38,8 +38,7 @@ export class ServiceLister {
 
   constructor(opts: ServiceListerOptions) {
     this.#reflector = new Reflector<V1Service>({
-      // The reflector calls only request and watch; its option asks for the whole class.
-      client: trimmingClient(opts.client) as KubeClient,
+      client: trimmingClient(opts.client),
       path: "/api/v1/services",
       fieldSelector: SERVICE_FIELD_SELECTOR,
       clock: opts.clock,
