@@ -90,8 +90,14 @@ export async function projectVolumePayload(opts: ProjectVolumeOptions): Promise<
       logger,
       clock: opts.clock,
     });
-    await writer.write(payload, ctx.signal);
-    await setVolumeOwnership(ctx.dir, ctx.pod.spec?.securityContext?.fsGroup, logger);
+    // As upstream, the whole volume dir's ownership (the first write also makes the links
+    // outside the timestamped dir), before the new data becomes visible.
+    const fsGroup = ctx.pod.spec?.securityContext?.fsGroup ?? undefined;
+    await writer.write(
+      payload,
+      ctx.signal,
+      fsGroup === undefined ? undefined : () => setVolumeOwnership(ctx.dir, fsGroup, logger),
+    );
   } catch (err) {
     if (!existed || mounted) {
       logger.error(err, "Error writing payload to dir", { dir: ctx.dir });

@@ -22,7 +22,15 @@ import { createLogger, type Logger } from "./klog.ts";
 export interface FileProjection {
   data: Uint8Array;
   mode: number;
+  /** The file's owner uid, set before the swap (upstream FsUser). @default the writer's */
+  fsUser?: number;
 }
+
+/**
+ * Applies ownership and permissions to the volume once the new timestamped directory (named
+ * by the argument) is written and before it becomes visible (upstream's setPerms).
+ */
+export type SetPermsFunc = (tsDirName: string) => Promise<void>;
 
 /** A payload that cannot be projected, or a filesystem step of the projection that failed. */
 export class AtomicWriterError extends Error {
@@ -104,7 +112,11 @@ export class AtomicWriter {
    * dropped, except to recreate missing user-visible links. Throws {@link AtomicWriterError}
    * without touching the directory when a path is invalid.
    */
-  async write(payload: ReadonlyMap<string, FileProjection>, signal?: AbortSignal): Promise<void> {
+  async write(
+    payload: ReadonlyMap<string, FileProjection>,
+    signal?: AbortSignal,
+    setPerms?: SetPermsFunc,
+  ): Promise<void> {
     signal?.throwIfAborted();
     const ctx = this.#logContext;
 
@@ -176,6 +188,18 @@ export class AtomicWriter {
       if (signal?.aborted) {
         await removeQuietly(tsDir);
         throw signal.reason;
+      }
+
+      // Ownership first, so no reader sees the new files with the wrong owner or mode.
+      if (setPerms !== undefined) {
+        try {
+          await setPerms(tsDirName);
+        } catch (err) {
+          await removeQuietly(tsDir);
+          // Upstream returns the ownership error itself: it is the FailedMount text.
+          this.#log.error(err, `${this.#logContext}: error applying ownership settings`);
+          throw err;
+        }
       }
 
       // (7) ..data_tmp -> new directory, (8) renamed over ..data in one step.
@@ -271,6 +295,16 @@ export class AtomicWriter {
             formatMode(file.mode)
           }`,
         );
+      }
+      if (file.fsUser !== undefined) {
+        try {
+          await Deno.chown(fullPath, file.fsUser, null);
+        } catch (err) {
+          this.#log.error(
+            err,
+            `${this.#logContext}: unable to change file ${fullPath} with owner ${file.fsUser}`,
+          );
+        }
       }
     }
   }

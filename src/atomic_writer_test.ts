@@ -247,3 +247,58 @@ Deno.test("AtomicWriter write never lets a reader see a partial or mixed file", 
     assert.equal((await tsDirs(dir)).length, 1);
   });
 });
+
+Deno.test("AtomicWriter runs setPerms on the new directory before it becomes visible", async () => {
+  await withWriter(async (w, dir) => {
+    await w.write(payloadOf({ a: file("v1") }));
+    const seen: { arg: string; visible: string; newText: string }[] = [];
+    await w.write(payloadOf({ a: file("v2") }), undefined, async (tsDirName) => {
+      seen.push({
+        arg: tsDirName,
+        // Readers still see v1 while the ownership pass runs.
+        visible: await readText(posix.join(dir, "a")),
+        newText: await readText(posix.join(dir, tsDirName, "a")),
+      });
+    });
+    assert.equal(seen.length, 1);
+    assert.equal(seen[0]!.visible, "v1");
+    assert.equal(seen[0]!.newText, "v2");
+    assert.equal(await Deno.readLink(posix.join(dir, "..data")), seen[0]!.arg);
+    assert.equal(await readText(posix.join(dir, "a")), "v2");
+
+    // Nothing to write: no ownership pass either (upstream).
+    let calls = 0;
+    await w.write(payloadOf({ a: file("v2") }), undefined, () => Promise.resolve(void calls++));
+    assert.equal(calls, 0);
+
+    // A failed pass keeps the old data visible, leaves no new directory and is the error.
+    const before = await tsDirs(dir);
+    const denied = new Error("chown: operation not permitted");
+    await assert.rejects(
+      w.write(payloadOf({ a: file("v3") }), undefined, () => Promise.reject(denied)),
+      (e) => e === denied,
+    );
+    assert.equal(await readText(posix.join(dir, "a")), "v2");
+    assert.deepEqual(await tsDirs(dir), before);
+  });
+});
+
+Deno.test("AtomicWriter gives files with fsUser that owner before the swap", async () => {
+  if (Deno.uid() !== 0) {
+    if (Deno.env.get("CI") === "true") throw new Error("CI=true but chown needs root");
+    console.warn(`SKIPPING fsUser ownership: chown needs root (uid is ${Deno.uid()})`);
+    return;
+  }
+  await withWriter(async (w, dir) => {
+    let ownerAtSetPerms: number | null = null;
+    await w.write(
+      payloadOf({ token: { ...file("secret", 0o600), fsUser: 1234 }, ca: file("ca") }),
+      undefined,
+      async (ts) => void (ownerAtSetPerms = (await Deno.stat(posix.join(dir, ts, "token"))).uid),
+    );
+    assert.equal(ownerAtSetPerms, 1234);
+    assert.equal((await Deno.stat(posix.join(dir, "token"))).uid, 1234);
+    assert.equal((await Deno.stat(posix.join(dir, "token"))).mode! & 0o777, 0o600);
+    assert.equal((await Deno.stat(posix.join(dir, "ca"))).uid, 0);
+  });
+});

@@ -12,7 +12,6 @@
  * (FsUserFrom).
  */
 
-import { join, posix } from "node:path";
 import type {
   V1Container,
   V1Pod,
@@ -117,13 +116,6 @@ export class ProjectedPlugin implements VolumePlugin {
       clock: this.#o.clock,
       tmpfs: this.#o.mounter,
     });
-    // Upstream's FileProjection.FsUser: the token is the pod user's, so it can stay 0600.
-    const fsUser = collected.fsUser;
-    if (fsUser !== undefined) {
-      for (const path of collected.ownedByFsUser) {
-        await Deno.chown(join(ctx.dir, "..data", path), fsUser, null);
-      }
-    }
     return { hostPath: ctx.dir, readOnly: true, selinuxRelabel: true };
   }
 
@@ -146,11 +138,9 @@ export class ProjectedPlugin implements VolumePlugin {
     const fsGroup = pod.spec?.securityContext?.fsGroup ?? undefined;
     const errs: unknown[] = [];
     const payload = new Map<string, FileProjection>();
-    const ownedByFsUser = new Set<string>();
     const merge = (files: ReadonlyMap<string, FileProjection>) => {
       for (const [path, file] of files) {
         payload.set(path, file);
-        ownedByFsUser.delete(cleanPath(path));
       }
     };
 
@@ -194,8 +184,8 @@ export class ProjectedPlugin implements VolumePlugin {
             tokenRequestSpec(tp, pod),
             signal,
           );
-          payload.set(tp.path, { data: new TextEncoder().encode(token.token), mode });
-          ownedByFsUser.add(cleanPath(tp.path));
+          // Upstream's FileProjection.FsUser: the token is the pod user's, so it can stay 0600.
+          payload.set(tp.path, { data: new TextEncoder().encode(token.token), mode, fsUser });
         } else {
           throw new VolumeSourceError(unsupportedSource(ctx.volume.name, source));
         }
@@ -205,7 +195,7 @@ export class ProjectedPlugin implements VolumePlugin {
       }
     }
     if (errs.length > 0) throw new VolumeSourceError(aggregateMessage(errs), { cause: errs[0] });
-    return { payload, fsUser, ownedByFsUser };
+    return { payload };
   }
 
   /** A ConfigMap or Secret, logging a failed get as upstream does. */
@@ -224,12 +214,9 @@ export class ProjectedPlugin implements VolumePlugin {
   }
 }
 
-/** What {@link ProjectedPlugin} projects, and which files belong to the pod's user. */
+/** What {@link ProjectedPlugin} projects; token files carry the pod user as their owner. */
 interface Collected {
   readonly payload: Map<string, FileProjection>;
-  readonly fsUser: number | undefined;
-  /** Cleaned payload paths to chown to `fsUser` (upstream FileProjection.FsUser). */
-  readonly ownedByFsUser: ReadonlySet<string>;
 }
 
 /** The TokenRequest spec of a serviceAccountToken source: bound to the pod. */
@@ -274,10 +261,4 @@ export function fsUserFrom(pod: V1Pod): number | undefined {
     fsUser = runAsUser;
   }
   return fsUser;
-}
-
-/** Go's filepath.Clean for the relative paths validation lets through. */
-function cleanPath(path: string): string {
-  const out = posix.normalize(path);
-  return out.length > 1 && out.endsWith("/") ? out.slice(0, -1) : out;
 }
