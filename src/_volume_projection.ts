@@ -50,6 +50,8 @@ export interface ProjectVolumeOptions {
   readonly clock?: Clock;
   /** Mounts a tmpfs on the directory first (secret volumes). @default no tmpfs */
   readonly tmpfs?: Mounter;
+  /** The node's allocatable memory in bytes, an upper bound of the tmpfs. @default unknown */
+  readonly nodeAllocatableMemory?: number;
 }
 
 /**
@@ -67,12 +69,12 @@ export async function projectVolumePayload(opts: ProjectVolumeOptions): Promise<
     const real = await Deno.realPath(ctx.dir);
     const current = await opts.tmpfs.mountAt(real);
     if (current?.fsType !== "tmpfs") {
-      // Sized like upstream's wrapped medium Memory emptyDir, except that the node's
-      // allocatable memory is not known here: only the pod's memory limit bounds it.
+      // Sized like upstream's wrapped medium Memory emptyDir: the pod's memory limit, else
+      // the node's allocatable memory.
       const size = emptyDirMemorySize(
         ctx.pod,
         { name: ctx.volume.name, emptyDir: { medium: "Memory" } },
-        undefined,
+        opts.nodeAllocatableMemory,
       );
       logger.v(3).info(
         `pod ${ctx.pod.metadata?.uid}: mounting tmpfs for volume ${ctx.volume.name}`,

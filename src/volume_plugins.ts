@@ -46,15 +46,11 @@ export function probeVolumePlugins(o: VolumePluginsOptions): VolumePlugin[] {
   const { mounter, logger, clock, nodeAllocatable } = o;
   const configMaps = o.configMaps ?? noClientGetter<V1ConfigMap>("configMap");
   const secrets = o.secrets ?? noClientGetter<V1Secret>("secret");
+  const nodeAllocatableMemory = () => allocatableBytes(nodeAllocatable(), "memory");
   return [
-    new EmptyDirPlugin({
-      mounter,
-      logger,
-      tmpfsNoswap: o.tmpfsNoswap,
-      nodeAllocatableMemory: () => allocatableBytes(nodeAllocatable(), "memory"),
-    }),
+    new EmptyDirPlugin({ mounter, logger, tmpfsNoswap: o.tmpfsNoswap, nodeAllocatableMemory }),
     new HostPathPlugin({ logger }),
-    new SecretPlugin({ secrets, mounter, logger, clock }),
+    new SecretPlugin({ secrets, mounter, logger, clock, nodeAllocatableMemory }),
     new ConfigMapPlugin({ configMaps, logger, clock }),
     new DownwardApiPlugin({ logger, clock, nodeAllocatable }),
     new ProjectedPlugin({
@@ -65,6 +61,7 @@ export function probeVolumePlugins(o: VolumePluginsOptions): VolumePlugin[] {
       logger,
       clock,
       nodeAllocatable,
+      nodeAllocatableMemory,
     }),
   ];
 }

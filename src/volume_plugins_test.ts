@@ -123,3 +123,29 @@ Deno.test("probeVolumePlugins bounds a memory emptyDir by the node's allocatable
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("probeVolumePlugins bounds secret and projected tmpfs by the node's allocatable memory", async () => {
+  const { list, commands } = plugins({
+    nodeAllocatable: () => ({ memory: "512Mi" }),
+    secrets: {
+      get: () => Promise.resolve({ metadata: { name: "creds" }, data: { k: btoa("v") } }),
+    },
+  });
+  const dir = await Deno.makeTempDir({ prefix: "volume_plugins_test_" });
+  try {
+    const volumes: V1Volume[] = [
+      { name: "sec", secret: { secretName: "creds" } },
+      { name: "proj", projected: { sources: [{ secret: { name: "creds" } }] } },
+    ];
+    for (const volume of volumes) {
+      const plugin = list.find((p) => p.canSupport(volume))!;
+      await plugin.setUp({ pod: podWith(volume), volume, dir: join(dir, volume.name) });
+    }
+    const sizes = commands.filter((c) => c[0] === "mount").map((c) =>
+      c.find((a) => a.includes("size="))
+    );
+    assert.deepEqual(sizes, [`size=${512 * 2 ** 20}`, `size=${512 * 2 ** 20}`]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

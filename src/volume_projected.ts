@@ -67,6 +67,8 @@ export interface ProjectedPluginOptions {
    * @default none: such items fail
    */
   readonly nodeAllocatable?: NodeAllocatableFunc;
+  /** The node's allocatable memory in bytes, bounding the tmpfs. @default unknown */
+  readonly nodeAllocatableMemory?: () => number | undefined;
 }
 
 /** The projected plugin (upstream `projectedPlugin` with its mounter and unmounter). */
@@ -115,6 +117,7 @@ export class ProjectedPlugin implements VolumePlugin {
       logger: this.#log,
       clock: this.#o.clock,
       tmpfs: this.#o.mounter,
+      nodeAllocatableMemory: this.#o.nodeAllocatableMemory?.(),
     });
     return { hostPath: ctx.dir, readOnly: true, selinuxRelabel: true };
   }

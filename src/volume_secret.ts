@@ -51,6 +51,8 @@ export interface SecretPluginOptions {
   readonly logger?: Logger;
   /** Names the atomic writer's timestamped directories. @default the wall clock */
   readonly clock?: Clock;
+  /** The node's allocatable memory in bytes, bounding the tmpfs. @default () => undefined */
+  readonly nodeAllocatableMemory?: () => number | undefined;
 }
 
 /** The secret plugin (upstream `secretPlugin` with its mounter and unmounter). */
@@ -61,8 +63,10 @@ export class SecretPlugin implements VolumePlugin {
   readonly #mounter: Mounter;
   readonly #log: Logger;
   readonly #clock: Clock | undefined;
+  readonly #nodeAllocatableMemory: () => number | undefined;
 
   constructor(opts: SecretPluginOptions) {
+    this.#nodeAllocatableMemory = opts.nodeAllocatableMemory ?? (() => undefined);
     this.#secrets = opts.secrets;
     this.#mounter = opts.mounter;
     this.#log = opts.logger ?? createLogger();
@@ -118,6 +122,7 @@ export class SecretPlugin implements VolumePlugin {
       logger: this.#log,
       clock: this.#clock,
       tmpfs: this.#mounter,
+      nodeAllocatableMemory: this.#nodeAllocatableMemory(),
     });
     return { hostPath: ctx.dir, readOnly: true, selinuxRelabel: true };
   }
