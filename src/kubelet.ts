@@ -29,6 +29,7 @@ import { buildAuth } from "./server_auth.ts";
 import { logRoutes } from "./server_logs.ts";
 import { podRoutes } from "./server_pods.ts";
 import { streamingRoutes } from "./server_streaming.ts";
+import { type KubeletStats, newKubeletStats, statsUnavailableRoutes } from "./kubelet_stats.ts";
 import { loadOrGenerateServingCert, tlsSettings } from "./server_tls.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { MachineInfo } from "./machine_info.ts";
@@ -104,6 +105,8 @@ export class Kubelet {
   #podManager: PodManager | undefined;
   #podCache: PodCache | undefined;
   #prober: ProberManager | undefined;
+  /** The statistics graph, or why it could not be built (cgroups unreadable). */
+  #stats: KubeletStats | Error | undefined;
   #standaloneNode: V1Node | undefined;
 
   constructor(opts: KubeletOptions) {
@@ -320,7 +323,34 @@ export class Kubelet {
       });
       running.push(api.run(signal));
     }
-    if (mode === "loop") running.push(...pods.run(signal));
+    if (mode === "loop") {
+      running.push(...pods.run(signal));
+      try {
+        const stats = await newKubeletStats({
+          nodeName,
+          runtime,
+          imageService,
+          pods: () =>
+            podManager.getPods().map((pod) => ({
+              pod,
+              status: podCache.get(pod.metadata?.uid ?? "").status,
+            })),
+          runtimePods: () => pleg.podIds().map((uid) => podCache.get(uid).status),
+          rootDirectory: flags.rootDirectory,
+          podLogsDirectory: config.podLogsDir,
+          machine,
+          volumeStatsAggPeriodMs: config.volumeStatsAggPeriod,
+          clock,
+          logger,
+        });
+        this.#stats = stats;
+        running.push(stats.run(signal));
+      } catch (e) {
+        // Pods still run; the statistics endpoints answer with this reason.
+        this.#stats = e instanceof Error ? e : new Error(String(e));
+        logger.error(e, "Failed to start the statistics collection");
+      }
+    }
     return running;
   }
 
@@ -469,7 +499,11 @@ export class Kubelet {
       checks: { syncloop: () => this.syncLoop?.healthCheck() },
       probeMetrics: () => this.#prober!.metricsText(),
     });
+    const stats = this.#stats;
     const routes = [
+      ...(stats instanceof Error || stats === undefined
+        ? statsUnavailableRoutes(stats?.message ?? "the pod lifecycle is not running")
+        : stats.routes),
       ...ownRoutes,
       ...logRoutes({
         getPodByName: findPod,

@@ -1,12 +1,14 @@
 /**
  * @module
- * The machine facts node status reports: CPUs, memory, hugepages, the root filesystem's size,
- * machine ID, system UUID, boot ID, kernel and OS image. Read from /proc, /sys and /etc as
- * cAdvisor's `MachineInfo` does (the fuller cAdvisor equivalent, with statistics, is its own
- * issue). Every source is a path under a root so tests read fixture trees.
+ * The machine facts node status and the stats endpoints report: CPUs (count, model, clock),
+ * memory, swap, hugepages, the root filesystem's size, machine ID, system UUID, boot ID, kernel
+ * and OS image. Read from /proc, /sys and /etc as cAdvisor's `MachineInfo` does (`machine/`:
+ * `GetClockSpeed`, `GetMachineSwapCapacity`); the filesystem size through `fs_stats.ts`. Every
+ * source is a path under a root so tests read fixture trees.
  */
 
 import { join } from "node:path";
+import { statFilesystems } from "./fs_stats.ts";
 
 /** What node status needs of cAdvisor's MachineInfo and VersionInfo. */
 export interface MachineInfo {
@@ -19,6 +21,12 @@ export interface MachineInfo {
   readonly bootID: string;
   readonly kernelVersion: string;
   readonly osImage: string;
+  /** /proc/cpuinfo's first "model name", when the architecture prints one. */
+  readonly cpuModel?: string;
+  /** SwapTotal in bytes (0 without swap). Always set by {@link readMachineInfo}. */
+  readonly swapCapacity?: number;
+  /** cpu0's cpufreq `cpuinfo_max_freq`, else /proc/cpuinfo's "cpu MHz" × 1000, in kHz. */
+  readonly cpuFrequencyKhz?: number;
 }
 
 async function read(root: string, path: string): Promise<string | undefined> {
@@ -40,6 +48,14 @@ export function countCpuList(list: string): number {
   return n;
 }
 
+/** The CPU clock in kHz as cAdvisor's GetClockSpeed finds it; undefined when unknown. */
+function clockSpeedKhz(maxFreq: string | undefined, cpuinfo: string): number | undefined {
+  if (maxFreq !== undefined) return /^\d+$/.test(maxFreq) ? Number(maxFreq) : undefined;
+  // x86 and POWER print the current clock per CPU; cAdvisor takes the first.
+  const mhz = /(?:cpu MHz|CPU MHz|clock)[ \t]*:[ \t]*(\d+\.\d+)/.exec(cpuinfo)?.[1];
+  return mhz === undefined ? undefined : Math.floor(Number(mhz) * 1000);
+}
+
 /** Reads machine info under `root` (default "/"). */
 export async function readMachineInfo(root = "/"): Promise<MachineInfo> {
   const online = await read(root, "sys/devices/system/cpu/online");
@@ -49,6 +65,8 @@ export async function readMachineInfo(root = "/"): Promise<MachineInfo> {
     : (cpuinfo?.match(/^processor\s*:/gm)?.length ?? 0);
   const meminfo = (await read(root, "proc/meminfo")) ?? "";
   const memKb = Number(/^MemTotal:\s+(\d+) kB/m.exec(meminfo)?.[1] ?? 0);
+  const swapKb = Number(/^SwapTotal:\s+(\d+) kB/m.exec(meminfo)?.[1] ?? 0);
+  const maxFreq = await read(root, "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
   const hugePages = new Map<number, number>();
   try {
     for await (const e of Deno.readDir(join(root, "sys/kernel/mm/hugepages"))) {
@@ -73,22 +91,14 @@ export async function readMachineInfo(root = "/"): Promise<MachineInfo> {
     bootID: (await read(root, "proc/sys/kernel/random/boot_id")) ?? "",
     kernelVersion: (await read(root, "proc/sys/kernel/osrelease")) ?? "",
     osImage: pretty ?? "Linux",
+    cpuModel: /^model name[ \t]*:[ \t]*(\S.*)$/m.exec(cpuinfo ?? "")?.[1]?.trim(),
+    swapCapacity: swapKb * 1024,
+    cpuFrequencyKhz: clockSpeedKhz(maxFreq, cpuinfo ?? ""),
   };
 }
 
-/** Size in bytes of the filesystem holding `path` (`df`, until statfs is read natively). */
+/** Size in bytes of the filesystem holding `path` (`df`, see `fs_stats.ts`); undefined on error. */
 export async function filesystemCapacity(path: string): Promise<number | undefined> {
-  try {
-    const out = await new Deno.Command("df", {
-      args: ["-B1", "--output=size", path],
-      stdout: "piped",
-      stderr: "null",
-    })
-      .output();
-    if (!out.success) return undefined;
-    const size = Number(new TextDecoder().decode(out.stdout).trim().split("\n")[1]);
-    return Number.isFinite(size) ? size : undefined;
-  } catch {
-    return undefined;
-  }
+  const usage = (await statFilesystems([path])).get(path);
+  return usage === undefined || usage instanceof Error ? undefined : usage.capacityBytes;
 }

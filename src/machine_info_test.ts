@@ -20,7 +20,11 @@ Deno.test("countCpuList reads kernel cpulists", () => {
 Deno.test("readMachineInfo reads a fixture tree as cAdvisor would", async () => {
   const root = await fixture({
     "sys/devices/system/cpu/online": "0-1\n",
-    "proc/meminfo": "MemTotal:       24576000 kB\nMemFree:        1000 kB\n",
+    "proc/meminfo":
+      "MemTotal:       24576000 kB\nMemFree:        1000 kB\nSwapTotal:       2097148 kB\n",
+    "proc/cpuinfo": "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n" +
+      "cpu MHz\t\t: 2596.098\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 7B13\n",
+    "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq": "3500000\n",
     "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages": "4\n",
     "sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages": "0\n",
     "etc/os-release": 'NAME="Debian GNU/Linux"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n',
@@ -39,8 +43,36 @@ Deno.test("readMachineInfo reads a fixture tree as cAdvisor would", async () => 
     assert.equal(m.systemUUID, "4c4c4544-0042-3510-8052-b4c04f5a4d32");
     assert.equal(m.bootID, "b6a0e6a4-6e0a-4bcb-a4a8-0d0d55e2b7b9");
     assert.equal(m.kernelVersion, "6.18.0-test");
+    assert.equal(m.cpuModel, "AMD EPYC 7B13");
+    assert.equal(m.swapCapacity, 2097148 * 1024);
+    assert.equal(m.cpuFrequencyKhz, 3500000, "cpufreq's maximum wins over the current clock");
   } finally {
     await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("readMachineInfo falls back to cpuinfo's clock and reports no swap as 0", async () => {
+  const root = await fixture({
+    "proc/meminfo": "MemTotal:       1024 kB\nSwapTotal:             0 kB\n",
+    "proc/cpuinfo": "processor\t: 0\nmodel name\t:\ncpu MHz\t\t: 2596.098\n",
+  });
+  try {
+    const m = await readMachineInfo(root);
+    assert.equal(m.cpuFrequencyKhz, 2596098);
+    assert.equal(m.cpuModel, undefined, "an empty model name is no model");
+    assert.equal(m.swapCapacity, 0);
+    assert.equal(m.numCores, 1);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+  const bare = await fixture({ "proc/cpuinfo": "processor\t: 0\nBogoMIPS\t: 50.00\n" });
+  try {
+    const m = await readMachineInfo(bare);
+    assert.equal(m.cpuFrequencyKhz, undefined);
+    assert.equal(m.cpuModel, undefined);
+    assert.equal(m.swapCapacity, 0);
+  } finally {
+    await Deno.remove(bare, { recursive: true });
   }
 });
 
@@ -50,4 +82,9 @@ Deno.test("readMachineInfo matches this machine", async () => {
   assert.equal(m.kernelVersion, Deno.osRelease());
   assert.ok(m.memoryCapacity > 0);
   assert.ok(((await filesystemCapacity("/")) ?? 0) > 0);
+  assert.equal(await filesystemCapacity("/nonexistent-machine-info-test"), undefined);
+  assert.ok(m.swapCapacity !== undefined && m.swapCapacity >= 0);
+  const meminfo = await Deno.readTextFile("/proc/meminfo");
+  const swapKb = Number(/^SwapTotal:\s+(\d+) kB/m.exec(meminfo)?.[1]);
+  assert.equal(m.swapCapacity, swapKb * 1024);
 });

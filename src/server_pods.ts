@@ -3,7 +3,7 @@
  * The kubelet API's own endpoints: `/healthz` (with `/healthz/ping`, `/healthz/log`,
  * `/healthz/syncloop`), `/pods` (the pods the kubelet runs, as a v1 PodList), `/runningpods/`
  * (what the runtime runs, as minimal pods), `/configz` (the configuration in effect), and the
- * paths whose owners are not built yet (`/stats/`, `/metrics`, `/spec/`, `/checkpoint/`), which
+ * paths whose owners are not built yet (`/metrics`, `/metrics/slis`, `/spec/`, `/checkpoint/`), which
  * answer 501 saying so. Corresponds to the handlers of upstream `pkg/kubelet/server/server.go`
  * (InstallDefaultHandlers, InstallDebuggingHandlers' configz) and `healthz`.
  */
@@ -30,9 +30,8 @@ export interface PodRoutesOptions {
 
 /** The not-yet-built endpoints, and the issue area that builds them. */
 const NOT_YET: readonly { pattern: string; what: string }[] = [
-  { pattern: "/stats/*rest", what: "statistics (/stats)" },
   { pattern: "/metrics", what: "metrics (/metrics)" },
-  { pattern: "/metrics/*rest", what: "metrics (/metrics)" },
+  { pattern: "/metrics/slis", what: "metrics (/metrics/slis)" },
   { pattern: "/spec/*rest", what: "machine info (/spec)" },
   { pattern: "/checkpoint/*rest", what: "container checkpoints (/checkpoint)" },
 ];

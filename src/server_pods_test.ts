@@ -122,7 +122,7 @@ Deno.test("podRoutes answers 501 for endpoints that are not built yet", async ()
   const probes = await call(routes(), "/metrics/probes");
   assert.equal(probes.status, 200);
   assert.equal(probes.body, "# HELP prober_probe_total x\n");
-  for (const path of ["/stats/summary", "/metrics", "/metrics/cadvisor", "/spec/"]) {
+  for (const path of ["/metrics", "/metrics/slis", "/spec/", "/checkpoint/x/y/z"]) {
     const res = await call(routes(), path);
     assert.equal(res.status, 501, path);
     assert.match(res.body, /is not supported yet by this kubelet/);

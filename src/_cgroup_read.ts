@@ -1,0 +1,85 @@
+/**
+ * @module
+ * Private helpers of `cgroup_stats.ts`: reading one cgroup or /proc file without throwing (a
+ * failure becomes a reason naming the file), and the node's /proc fallbacks for a cgroup2 root
+ * that lacks memory.stat or cpu.stat (/proc/meminfo, the /proc/stat cpu line).
+ */
+
+import type { CgroupCpu, CgroupMemory } from "./cgroup_stats.ts";
+
+/** A file's text, or why it could not be read ("memory.max: no such file"). */
+export type FileRead =
+  | { ok: true; text: string }
+  | { ok: false; notFound: boolean; reason: string };
+
+/** Jiffies per second in /proc/stat (USER_HZ, 100 on every Linux architecture in use). */
+const USER_HZ = 100n;
+
+/** Reads `dir/file`; errors other than an abort become a reason (`file: why`). */
+export async function readCgroupFile(
+  dir: string,
+  file: string,
+  signal?: AbortSignal,
+): Promise<FileRead> {
+  try {
+    return { ok: true, text: await Deno.readTextFile(`${dir}/${file}`, { signal }) };
+  } catch (e) {
+    signal?.throwIfAborted();
+    if (e instanceof Deno.errors.NotFound) {
+      return { ok: false, notFound: true, reason: `${file}: no such file` };
+    }
+    return { ok: false, notFound: false, reason: `${file}: ${(e as Error).message}` };
+  }
+}
+
+/** Node CPU time from the /proc/stat cpu line: user+nice+system+irq+softirq+steal jiffies. */
+export async function readNodeCpuFromProc(
+  root: string,
+  cgroupReason: string,
+  signal?: AbortSignal,
+): Promise<{ value?: CgroupCpu; missing: string[] }> {
+  const read = await readCgroupFile(procDir(root), "stat", signal);
+  if (!read.ok) return { missing: [cgroupReason, `/proc/${read.reason}`] };
+  const line = read.text.split("\n").find((l) => l.startsWith("cpu "));
+  const fields = line?.trim().split(/\s+/).slice(1) ?? [];
+  // Busy time excludes idle (3) and iowait (4); guest time is already inside user and nice.
+  const busy = [0, 1, 2, 5, 6, 7].map((i) => fields[i]);
+  if (!busy.every((f) => f !== undefined && /^\d+$/.test(f))) {
+    return { missing: [cgroupReason, "/proc/stat: no parsable cpu line"] };
+  }
+  const jiffies = busy.reduce((sum, f) => sum + BigInt(f!), 0n);
+  return { value: { usageCoreNanoSeconds: (jiffies * 1_000_000_000n) / USER_HZ }, missing: [] };
+}
+
+/** Node memory from /proc/meminfo: usage MemTotal - MemFree, working set minus Inactive(file). */
+export async function readNodeMemoryFromProc(
+  root: string,
+  cgroupReason: string,
+  signal?: AbortSignal,
+): Promise<{ value?: CgroupMemory; missing: string[] }> {
+  const read = await readCgroupFile(procDir(root), "meminfo", signal);
+  if (!read.ok) return { missing: [cgroupReason, `/proc/${read.reason}`] };
+  const kb = new Map<string, bigint>();
+  for (const line of read.text.split("\n")) {
+    const m = /^([^:]+):\s+(\d+)(?: kB)?\s*$/.exec(line);
+    if (m) kb.set(m[1]!, BigInt(m[2]!) * 1024n);
+  }
+  const total = kb.get("MemTotal");
+  const free = kb.get("MemFree");
+  if (total === undefined || free === undefined || free > total) {
+    return { missing: [cgroupReason, "/proc/meminfo: no MemTotal or MemFree"] };
+  }
+  const usage = total - free;
+  const inactive = kb.get("Inactive(file)") ?? 0n;
+  return {
+    value: {
+      usageBytes: Number(usage),
+      workingSetBytes: Number(usage > inactive ? usage - inactive : 0n),
+    },
+    missing: [`${cgroupReason}: memory from /proc/meminfo, without rss and page faults`],
+  };
+}
+
+function procDir(root: string): string {
+  return root === "/" || root === "" ? "/proc" : `${root.replace(/\/+$/, "")}/proc`;
+}

@@ -1,0 +1,141 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { buildCgroupFixture, type FixtureCgroup } from "./_cgroup_fixtures.ts";
+import { Cadvisor, type SampleTarget } from "./cadvisor.ts";
+import { detectCgroupLayout } from "./cgroup_layout.ts";
+import { FakeClock } from "./clock.ts";
+import { createLogger } from "./klog.ts";
+
+const A = "/k8s.io/aaaa";
+const B = "/k8s.io/bbbb";
+
+function cgroup(path: string, cpuNs: bigint, memUsage = 64 * 2 ** 20): FixtureCgroup {
+  return { path, cpuNs, memUsage, inactiveFile: 16 * 2 ** 20, rss: 32 * 2 ** 20, pids: 3 };
+}
+
+async function world(mode: "v1" | "v2" | "hybrid" = "hybrid") {
+  const root = await Deno.makeTempDir({ prefix: "cadvisor_test_" });
+  const fixture = await buildCgroupFixture(root, mode, [cgroup(A, 1_000_000_000n), cgroup(B, 0n)]);
+  const layout = await detectCgroupLayout({ root });
+  const clock = new FakeClock();
+  const lines: string[] = [];
+  const logger = createLogger({ write: (l) => void lines.push(l), pid: 1, verbosity: 4 });
+  let targets: SampleTarget[] = [
+    { id: "a", kind: "container", podUid: "p1" },
+    { id: "b", kind: "container", podUid: "p1" },
+  ];
+  const pidCalls: string[] = [];
+  const cadvisor = new Cadvisor({
+    layout,
+    root,
+    clock,
+    logger,
+    targets: () => targets,
+    pidOf: (t) => {
+      pidCalls.push(t.id);
+      if (t.id === "gone") return Promise.reject(new Error("container not found"));
+      return Promise.resolve(fixture.pids.get(t.id === "a" ? A : B));
+    },
+  });
+  return {
+    root,
+    clock,
+    lines,
+    cadvisor,
+    pidCalls,
+    setTargets: (t: SampleTarget[]) => targets = t,
+    rebuild: (cgroups: FixtureCgroup[]) => buildCgroupFixture(root, mode, cgroups),
+    [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }),
+  };
+}
+
+for (const mode of ["hybrid", "v2"] as const) {
+  Deno.test(`Cadvisor samples containers and computes usageNanoCores between passes (${mode})`, async () => {
+    await using w = await world(mode);
+    await w.cadvisor.housekeep();
+    const first = w.cadvisor.latest("a");
+    assert.equal(first?.cgroup.cpu?.usageCoreNanoSeconds, 1_000_000_000n);
+    assert.equal(first?.usageNanoCores, undefined, "no rate from one sample");
+    assert.equal(first?.cgroup.memory?.workingSetBytes, 48 * 2 ** 20);
+    assert.equal(first?.cgroupPath, A);
+    assert.ok(w.cadvisor.node()?.cgroup.memory !== undefined);
+
+    // 10 s later container a used 5 more CPU-seconds: half a core.
+    w.clock.step(10_000);
+    await w.rebuild([cgroup(A, 6_000_000_000n), cgroup(B, 0n)]);
+    await w.cadvisor.housekeep();
+    assert.equal(w.cadvisor.latest("a")?.usageNanoCores, 500_000_000);
+    assert.equal(w.cadvisor.latest("b")?.usageNanoCores, 0);
+    // Each container's cgroup was looked up once.
+    assert.deepEqual(w.pidCalls.sort(), ["a", "b"]);
+  });
+}
+
+Deno.test("Cadvisor drops containers that stopped and tolerates a vanished cgroup", async () => {
+  await using w = await world();
+  await w.cadvisor.housekeep();
+  assert.equal(w.cadvisor.trackedCount, 2);
+
+  // b's cgroup disappears under us: no values, no throw, and the reason is logged once.
+  for (const ctrl of ["cpu", "cpuacct", "memory", "pids"]) {
+    await Deno.remove(join(w.root, "sys/fs/cgroup", ctrl, B), { recursive: true }).catch(() => {});
+  }
+  w.clock.step(10_000);
+  await w.cadvisor.housekeep();
+  w.clock.step(10_000);
+  await w.cadvisor.housekeep();
+  const b = w.cadvisor.latest("b");
+  assert.equal(b?.cgroup.cpu, undefined);
+  assert.equal(b?.cgroup.memory, undefined);
+  const logged = w.lines.filter((l) =>
+    l.includes("Statistics value omitted") && l.includes('id="b"')
+  );
+  assert.ok(logged.length > 0, "the reason is logged");
+  assert.equal(new Set(logged).size, logged.length, "each reason once");
+
+  // b is gone from the runtime: its sample is dropped.
+  w.setTargets([{ id: "a", kind: "container", podUid: "p1" }]);
+  await w.cadvisor.housekeep();
+  assert.equal(w.cadvisor.trackedCount, 1);
+  assert.equal(w.cadvisor.latest("b"), undefined);
+});
+
+Deno.test("Cadvisor logs a container whose pid the runtime cannot give once, and goes on", async () => {
+  await using w = await world();
+  w.setTargets([
+    { id: "gone", kind: "container", podUid: "p1" },
+    { id: "a", kind: "container", podUid: "p1" },
+  ]);
+  await w.cadvisor.housekeep();
+  await w.cadvisor.housekeep();
+  assert.equal(w.cadvisor.latest("gone"), undefined);
+  assert.ok(w.cadvisor.latest("a")?.cgroup.cpu);
+  const logged = w.lines.filter((l) => l.includes("container not found"));
+  assert.equal(logged.length, 1);
+});
+
+Deno.test("Cadvisor.run samples every housekeeping interval until aborted", async () => {
+  await using w = await world();
+  const ctrl = new AbortController();
+  const running = new Cadvisor({
+    layout: await detectCgroupLayout({ root: w.root }),
+    root: w.root,
+    clock: w.clock,
+    logger: createLogger({ write: () => {} }),
+    targets: () => [],
+    pidOf: () => Promise.resolve(undefined),
+    intervalMs: 10_000,
+  });
+  const done = running.run(ctrl.signal);
+  const settle = async () => {
+    for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 0));
+  };
+  await settle();
+  const t1 = running.node()?.time;
+  assert.equal(t1, w.clock.now());
+  w.clock.step(10_000);
+  await settle();
+  assert.equal(running.node()?.time, t1! + 10_000);
+  ctrl.abort();
+  await done;
+});

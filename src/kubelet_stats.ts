@@ -1,0 +1,209 @@
+/**
+ * @module
+ * Wires the statistics half of the kubelet: detects the cgroup layout, builds the cAdvisor
+ * equivalent over the pods' running containers and sandboxes (their pids from the runtime's
+ * verbose status), the Summary provider, the entries of `/metrics/cadvisor`, and the routes
+ * the API server mounts. Corresponds to the stats parts of upstream NewMainKubelet
+ * (`cadvisor.New`, `stats.NewCRIStatsProvider`) and `pkg/kubelet/server/server.go`.
+ */
+
+import * as api from "../proto/runtime/v1/api.ts";
+import { Cadvisor, type SampleTarget } from "./cadvisor.ts";
+import { type CgroupLayout, detectCgroupLayout } from "./cgroup_layout.ts";
+import type { Clock } from "./clock.ts";
+import type { Logger } from "./klog.ts";
+import type { MachineInfo } from "./machine_info.ts";
+import type { CadvisorEntry } from "./metrics_cadvisor.ts";
+import type { PodStatus } from "./pod_cache.ts";
+import type { ImageManagerService } from "./remote_image.ts";
+import type { RuntimeService } from "./remote_runtime.ts";
+import { httpError, type Route } from "./server.ts";
+import { statsRoutes } from "./server_stats.ts";
+import { type StatsPod, StatsProvider } from "./stats_provider.ts";
+
+/** The labels the runtime puts on pod containers (upstream kubelet's container labels). */
+const CONTAINER_NAME_LABEL = "io.kubernetes.container.name";
+
+/** What {@link newKubeletStats} needs. */
+export interface KubeletStatsOptions {
+  readonly nodeName: string;
+  readonly runtime: Pick<
+    RuntimeService,
+    "containerStatus" | "podSandboxStatus" | "listContainerStats"
+  >;
+  readonly imageService: Pick<ImageManagerService, "imageFsInfo">;
+  /** The pods the kubelet runs, with their runtime status. */
+  readonly pods: () => readonly StatsPod[];
+  /** Every runtime pod's status (running ones are sampled). */
+  readonly runtimePods: () => readonly PodStatus[];
+  readonly rootDirectory: string;
+  readonly podLogsDirectory: string;
+  readonly machine: Pick<
+    MachineInfo,
+    "numCores" | "memoryCapacity" | "machineID" | "systemUUID" | "bootID" | "swapCapacity"
+  >;
+  readonly volumeStatsAggPeriodMs?: number;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  /** The layout, for tests. @default detected from /proc/self/mountinfo */
+  readonly layout?: CgroupLayout;
+  /** Root of /proc and /sys, for tests. @default "/" */
+  readonly root?: string;
+}
+
+/** The built statistics graph. */
+export interface KubeletStats {
+  readonly cadvisor: Cadvisor;
+  readonly provider: StatsProvider;
+  readonly routes: Route[];
+  /** Runs the housekeeping loop until `signal` aborts. */
+  run(signal: AbortSignal): Promise<void>;
+}
+
+/** Builds the statistics graph; rejects when the cgroup layout cannot be read. */
+export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletStats> {
+  const layout = o.layout ?? await detectCgroupLayout({ root: o.root });
+  const machineReadAt = o.clock.now();
+  const targets = new Map<string, { pod: PodStatus; container?: api.ContainerStatus }>();
+  const cadvisor = new Cadvisor({
+    layout,
+    root: o.root,
+    clock: o.clock,
+    logger: o.logger,
+    targets: () => {
+      targets.clear();
+      const out: SampleTarget[] = [];
+      for (const pod of o.runtimePods()) {
+        for (const s of pod.sandboxStatuses) {
+          if (s.state !== api.PodSandboxState.SANDBOX_READY) continue;
+          out.push({ id: s.id, kind: "sandbox", podUid: pod.id });
+          targets.set(s.id, { pod });
+        }
+        for (const c of pod.containerStatuses) {
+          if (c.state !== api.ContainerState.CONTAINER_RUNNING) continue;
+          out.push({ id: c.id, kind: "container", podUid: pod.id });
+          targets.set(c.id, { pod, container: c });
+        }
+      }
+      return out;
+    },
+    pidOf: async (t, signal) => {
+      const res = t.kind === "sandbox"
+        ? await o.runtime.podSandboxStatus(t.id, true, signal)
+        : await o.runtime.containerStatus(t.id, true, signal);
+      return pidFromVerboseInfo(res.info);
+    },
+  });
+  const provider = new StatsProvider({
+    nodeName: o.nodeName,
+    cadvisor,
+    pods: o.pods,
+    runtime: o.runtime,
+    imageService: o.imageService,
+    rootDirectory: o.rootDirectory,
+    podLogsDirectory: o.podLogsDirectory,
+    memoryCapacityBytes: o.machine.memoryCapacity,
+    volumeStatsAggPeriodMs: o.volumeStatsAggPeriodMs,
+    clock: o.clock,
+    logger: o.logger,
+    root: o.root,
+  });
+  const cadvisorEntries = (): CadvisorEntry[] => {
+    const entries: CadvisorEntry[] = [];
+    const node = cadvisor.node();
+    if (node) entries.push(toEntry("/", "", "", "", "", "", node));
+    for (const [id, { pod, container }] of targets) {
+      const sample = cadvisor.latest(id);
+      if (!sample) continue;
+      const name = container ? container.labels[CONTAINER_NAME_LABEL] ?? "" : "POD";
+      entries.push(
+        toEntry(
+          sample.cgroupPath ?? "",
+          id,
+          container?.image?.image ?? "",
+          name,
+          pod.name,
+          pod.namespace,
+          sample,
+          container ? Number(container.startedAt / 1_000_000_000n) : undefined,
+        ),
+      );
+    }
+    return entries;
+  };
+  return {
+    cadvisor,
+    provider,
+    routes: statsRoutes({
+      summary: (signal) => provider.summary(signal),
+      cpuAndMemory: () => provider.cpuAndMemory(),
+      cadvisorEntries,
+      machine: {
+        numCores: o.machine.numCores,
+        memoryBytes: o.machine.memoryCapacity,
+        swapBytes: o.machine.swapCapacity,
+        machineID: o.machine.machineID,
+        systemUUID: o.machine.systemUUID,
+        bootID: o.machine.bootID,
+        timestampMs: machineReadAt,
+      },
+      logger: o.logger,
+    }),
+    run: (signal) => cadvisor.run(signal),
+  };
+}
+
+/** The statistics endpoints when statistics could not start: 500 with the reason. */
+export function statsUnavailableRoutes(reason: string): Route[] {
+  return ["/stats/summary", "/metrics/resource", "/metrics/cadvisor"].map((pattern) => ({
+    pattern,
+    handler: (_r, res) =>
+      httpError(res, 500, `Internal Error: statistics are unavailable: ${reason}`),
+  }));
+}
+
+/** The pid in a CRI verbose status: containerd's `info` JSON has `"pid"`. */
+export function pidFromVerboseInfo(info: Readonly<Record<string, string>>): number | undefined {
+  const raw = info["info"];
+  if (raw === undefined) return undefined;
+  try {
+    const pid = (JSON.parse(raw) as { pid?: unknown }).pid;
+    return typeof pid === "number" && Number.isInteger(pid) && pid > 0 ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function toEntry(
+  id: string,
+  name: string,
+  image: string,
+  container: string,
+  pod: string,
+  namespace: string,
+  s: import("./cadvisor.ts").Sample,
+  startTimeSeconds?: number,
+): CadvisorEntry {
+  const m = s.cgroup.memory;
+  return {
+    id,
+    name,
+    image,
+    container,
+    pod,
+    namespace,
+    timestampMs: s.time,
+    cpu: s.cgroup.cpu && { usageSecondsTotal: Number(s.cgroup.cpu.usageCoreNanoSeconds) / 1e9 },
+    memory: m && {
+      usageBytes: m.usageBytes,
+      workingSetBytes: m.workingSetBytes,
+      rssBytes: m.rssBytes,
+      pageFaults: m.pageFaults,
+      majorPageFaults: m.majorPageFaults,
+      limitBytes: m.limitBytes ?? Infinity,
+    },
+    network: s.network?.map((n) => ({ ...n })),
+    startTimeSeconds,
+    processes: s.cgroup.pids?.current,
+  };
+}
