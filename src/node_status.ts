@@ -10,7 +10,7 @@ import type { V1Node, V1NodeCondition, V1NodeStatus, V1Taint } from "@kubernetes
 import type * as api from "../proto/runtime/v1/api.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import type { MachineInfo } from "./machine_info.ts";
-import { parseQuantity } from "./quantity.ts";
+import { formatBinarySI, parseQuantity } from "./quantity.ts";
 import { aggregate } from "./runtime_state.ts";
 
 /** What initialNode needs. */
@@ -130,7 +130,13 @@ export function capacityAndAllocatable(inputs: StatusInputs): {
       c - reserved("ephemeral-storage") - eviction("nodefs.available", c),
     );
   }
-  const fmt = (name: string, v: number) => (name === "cpu" ? formatCpu(v) : String(Math.floor(v)));
+  // Quantities as upstream builds them: cpu in millis, pods DecimalSI, the rest BinarySI.
+  const fmt = (name: string, v: number) =>
+    name === "cpu"
+      ? formatCpu(v)
+      : name === "pods"
+      ? String(Math.floor(v))
+      : formatBinarySI(Math.floor(v));
   return {
     capacity: Object.fromEntries(Object.entries(cap).map(([k, v]) => [k, fmt(k, v)])),
     allocatable: Object.fromEntries(Object.entries(alloc).map(([k, v]) => [k, fmt(k, v)])),

@@ -83,16 +83,17 @@ Deno.test("capacityAndAllocatable subtracts reservations and hard eviction thres
       kubeReserved: { memory: "512Mi" },
     }),
   }));
+  // Upstream's BinarySI quantities: the largest suffix that divides the amount exactly.
   assert.deepEqual(capacity, {
     cpu: "2",
-    memory: String(8 * 2 ** 30),
+    memory: "8Gi",
     pods: "110",
-    "ephemeral-storage": String(100 * 2 ** 30),
+    "ephemeral-storage": "100Gi",
     "hugepages-2Mi": "0",
   });
   assert.equal(allocatable.cpu, "1500m");
-  assert.equal(allocatable.memory, String(8 * 2 ** 30 - 2 ** 30 - 512 * 2 ** 20 - 100 * 2 ** 20));
-  assert.equal(allocatable["ephemeral-storage"], String(Math.floor(100 * 2 ** 30 * 0.9)));
+  assert.equal(allocatable.memory, "6556Mi", "8Gi - 1Gi - 512Mi - 100Mi");
+  assert.equal(allocatable["ephemeral-storage"], "90Gi", "100Gi less the 10% threshold");
   assert.equal(allocatable.pods, "110");
   assert.equal(hugePageResourceName(2 ** 30), "hugepages-1Gi");
 });

@@ -53,3 +53,21 @@ export function isQuantity(input: string): boolean {
     return false;
   }
 }
+
+const BINARY_SUFFIXES = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+
+/**
+ * An integer amount as apimachinery writes a BinarySI quantity (CanonicalizeBytes): below 1024
+ * plain, else the largest power-of-1024 suffix that divides it exactly ("24683568Ki", "6556Mi").
+ */
+export function formatBinarySI(n: number): string {
+  if (!Number.isSafeInteger(n)) throw new RangeError(`not an integer amount: ${n}`);
+  if (Math.abs(n) < 1024) return String(n);
+  let amount = n;
+  let exp = 0;
+  while (amount % 1024 === 0 && exp < BINARY_SUFFIXES.length - 1) {
+    amount /= 1024;
+    exp++;
+  }
+  return `${amount}${BINARY_SUFFIXES[exp]}`;
+}

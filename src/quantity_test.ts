@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { isQuantity, parseQuantity, QuantitySyntaxError } from "./quantity.ts";
+import { formatBinarySI, isQuantity, parseQuantity, QuantitySyntaxError } from "./quantity.ts";
 
 Deno.test("parseQuantity reads binary, decimal and exponent forms", () => {
   assert.equal(parseQuantity("100Mi"), 100 * 2 ** 20);
@@ -18,4 +18,16 @@ Deno.test("parseQuantity rejects what apimachinery rejects", () => {
     assert.throws(() => parseQuantity(bad), QuantitySyntaxError, bad);
     assert.equal(isQuantity(bad), false);
   }
+});
+
+Deno.test("formatBinarySI writes amounts as apimachinery canonicalizes BinarySI", () => {
+  assert.equal(formatBinarySI(0), "0");
+  assert.equal(formatBinarySI(1000), "1000");
+  assert.equal(formatBinarySI(1024), "1Ki");
+  assert.equal(formatBinarySI(1536), "1536");
+  assert.equal(formatBinarySI(25_275_973_632), "24683568Ki");
+  assert.equal(formatBinarySI(8 * 2 ** 30), "8Gi");
+  assert.equal(formatBinarySI(1023 * 1024 + 1), "1047553");
+  assert.equal(formatBinarySI(3 * 2 ** 50), "3Pi");
+  assert.throws(() => formatBinarySI(1.5), RangeError);
 });
