@@ -18,6 +18,7 @@ import type { Logger } from "./klog.ts";
 import {
   type CgroupLayout,
   type CgroupPaths,
+  cgroupPathsOf,
   containerCgroupPaths,
   parseProcCgroup,
 } from "./cgroup_layout.ts";
@@ -33,6 +34,11 @@ export interface SampleTarget {
   readonly id: string;
   readonly kind: "container" | "sandbox";
   readonly podUid: string;
+  /**
+   * A known cgroup path, relative to the hierarchy (system containers such as the kubelet's
+   * own): used instead of looking the cgroup up from a pid.
+   */
+  readonly cgroupPath?: string;
 }
 
 /** One sampling of a cgroup, with the CPU rate over the previous one. */
@@ -190,8 +196,14 @@ export class Cadvisor {
   async #findCgroup(
     target: SampleTarget,
     signal?: AbortSignal,
-  ): Promise<{ paths: CgroupPaths; cgroupPath: string; pid: number } | undefined> {
+  ): Promise<{ paths: CgroupPaths; cgroupPath: string; pid?: number } | undefined> {
     const tracked = this.#tracked.get(target.id)!;
+    if (target.cgroupPath !== undefined) {
+      return {
+        paths: cgroupPathsOf(this.#o.layout, target.cgroupPath),
+        cgroupPath: target.cgroupPath,
+      };
+    }
     let pid: number | undefined;
     try {
       pid = await this.#o.pidOf(target, signal);

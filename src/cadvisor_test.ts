@@ -139,3 +139,12 @@ Deno.test("Cadvisor.run samples every housekeeping interval until aborted", asyn
   ctrl.abort();
   await done;
 });
+
+Deno.test("Cadvisor samples a target with a known cgroup path without asking for a pid", async () => {
+  await using w = await world();
+  w.setTargets([{ id: "system:misc", kind: "container", podUid: "", cgroupPath: A }]);
+  await w.cadvisor.housekeep();
+  assert.deepEqual(w.pidCalls, []);
+  assert.equal(w.cadvisor.latest("system:misc")?.cgroup.cpu?.usageCoreNanoSeconds, 1_000_000_000n);
+  assert.equal(w.cadvisor.latest("system:misc")?.cgroupPath, A);
+});

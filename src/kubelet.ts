@@ -340,6 +340,8 @@ export class Kubelet {
           podLogsDirectory: config.podLogsDir,
           machine,
           volumeStatsAggPeriodMs: config.volumeStatsAggPeriod,
+          kubeletCgroups: config.kubeletCgroups,
+          systemCgroups: config.systemCgroups,
           clock,
           logger,
         });

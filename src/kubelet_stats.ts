@@ -20,6 +20,7 @@ import type { RuntimeService } from "./remote_runtime.ts";
 import { httpError, type Route } from "./server.ts";
 import { statsRoutes } from "./server_stats.ts";
 import { type StatsPod, StatsProvider } from "./stats_provider.ts";
+import { SYSTEM_CONTAINER_KUBELET, SYSTEM_CONTAINER_MISC } from "./stats_types.ts";
 
 /** The labels the runtime puts on pod containers (upstream kubelet's container labels). */
 const CONTAINER_NAME_LABEL = "io.kubernetes.container.name";
@@ -49,6 +50,10 @@ export interface KubeletStatsOptions {
   readonly layout?: CgroupLayout;
   /** Root of /proc and /sys, for tests. @default "/" */
   readonly root?: string;
+  /** Config kubeletCgroups: the "kubelet" system container. @default the agent's own cgroup */
+  readonly kubeletCgroups?: string;
+  /** Config systemCgroups: the "misc" system container. @default none */
+  readonly systemCgroups?: string;
 }
 
 /** The built statistics graph. */
@@ -64,6 +69,26 @@ export interface KubeletStats {
 export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletStats> {
   const layout = o.layout ?? await detectCgroupLayout({ root: o.root });
   const machineReadAt = o.clock.now();
+  // System containers (upstream NodeConfig): the kubelet's cgroup is its own process's unless
+  // configured; "misc" only when systemCgroups is set.
+  const system: (SampleTarget & { name: string; startTime: number })[] = [{
+    id: "system:kubelet",
+    kind: "container",
+    podUid: "",
+    cgroupPath: o.kubeletCgroups || undefined,
+    name: SYSTEM_CONTAINER_KUBELET,
+    startTime: o.clock.now() - performance.now(),
+  }];
+  if (o.systemCgroups) {
+    system.push({
+      id: "system:misc",
+      kind: "container",
+      podUid: "",
+      cgroupPath: o.systemCgroups,
+      name: SYSTEM_CONTAINER_MISC,
+      startTime: machineReadAt,
+    });
+  }
   const targets = new Map<string, { pod: PodStatus; container?: api.ContainerStatus }>();
   const cadvisor = new Cadvisor({
     layout,
@@ -72,7 +97,7 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     logger: o.logger,
     targets: () => {
       targets.clear();
-      const out: SampleTarget[] = [];
+      const out: SampleTarget[] = [...system];
       for (const pod of o.runtimePods()) {
         for (const s of pod.sandboxStatuses) {
           if (s.state !== api.PodSandboxState.SANDBOX_READY) continue;
@@ -88,6 +113,7 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
       return out;
     },
     pidOf: async (t, signal) => {
+      if (t.id === "system:kubelet") return Deno.pid;
       const res = t.kind === "sandbox"
         ? await o.runtime.podSandboxStatus(t.id, true, signal)
         : await o.runtime.containerStatus(t.id, true, signal);
@@ -107,6 +133,7 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     clock: o.clock,
     logger: o.logger,
     root: o.root,
+    systemContainers: system.map(({ name, id, startTime }) => ({ name, id, startTime })),
   });
   const cadvisorEntries = (): CadvisorEntry[] => {
     const entries: CadvisorEntry[] = [];

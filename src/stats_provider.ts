@@ -64,6 +64,19 @@ export interface StatsProviderOptions {
   readonly volumeStatsAggPeriodMs?: number;
   /** Root under which /proc is read, for tests. @default "/" */
   readonly root?: string;
+  /**
+   * Raw cgroups reported as the node's system containers (upstream: "kubelet" is the agent's
+   * own cgroup, "runtime" and "misc" when configured, "pods" the kubepods cgroup), each with
+   * its id in the cAdvisor sampler. @default none
+   */
+  readonly systemContainers?: readonly SystemContainer[];
+}
+
+/** A system container: its Summary name, its sampler id, and when it started (ms). */
+export interface SystemContainer {
+  readonly name: string;
+  readonly id: string;
+  readonly startTime: number;
 }
 
 /** Volume types whose directory the kubelet measures (plugins with du metrics). */
@@ -112,6 +125,7 @@ export class StatsProvider {
     const node = this.#o.cadvisor.node();
     const nodeStats: NodeStats = {
       nodeName: this.#o.nodeName,
+      systemContainers: this.#systemContainers(),
       startTime: iso(this.#bootTime()),
       cpu: node && cpuStats(node),
       memory: node && memoryStats(node, this.#o.memoryCapacityBytes),
@@ -167,6 +181,7 @@ export class StatsProvider {
       imageFs,
       stats: {
         nodeName: this.#o.nodeName,
+        systemContainers: this.#systemContainers(),
         startTime: iso(this.#bootTime()),
         cpu: node && cpuStats(node),
         memory: node && memoryStats(node, this.#o.memoryCapacityBytes),
@@ -180,6 +195,22 @@ export class StatsProvider {
         },
       },
     };
+  }
+
+  /** The system containers with a sample (CPU and memory, as upstream's cgroup stats). */
+  #systemContainers(): ContainerStats[] | undefined {
+    const out: ContainerStats[] = [];
+    for (const c of this.#o.systemContainers ?? []) {
+      const s = this.#o.cadvisor.latest(c.id);
+      if (!s) continue;
+      out.push({
+        name: c.name,
+        startTime: iso(c.startTime),
+        cpu: cpuStats(s),
+        memory: memoryStats(s, undefined),
+      });
+    }
+    return out.length > 0 ? out : undefined;
   }
 
   /** The writable layer of each container by id (CRI ListContainerStats). */

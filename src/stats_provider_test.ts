@@ -124,6 +124,10 @@ async function world() {
     memoryCapacityBytes: 8 * 2 ** 30,
     clock: new FakeClock(T0),
     logger: createLogger({ write: () => {} }),
+    systemContainers: [
+      { name: "kubelet", id: "c-side", startTime: T0 - 3_600_000 },
+      { name: "misc", id: "not-sampled", startTime: T0 },
+    ],
   });
   return { root, provider, [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }) };
 }
@@ -140,6 +144,11 @@ Deno.test("StatsProvider.summary has upstream's shape and the sampled values", a
   assert.equal(node.runtime?.imageFs?.usedBytes, 1_000_000);
   assert.equal(node.runtime?.imageFs?.inodesUsed, 42);
   assert.ok((node.rlimit?.maxpid ?? 0) > 0);
+  // System containers with a sample only.
+  assert.deepEqual(node.systemContainers?.map((c) => [c.name, c.startTime]), [
+    ["kubelet", "2026-12-03T07:00:00Z"],
+  ]);
+  assert.equal(node.systemContainers?.[0]?.memory?.workingSetBytes, 20_000_000);
 
   const [pod] = s.pods;
   assert.deepEqual(pod?.podRef, { name: "web", namespace: "shop", uid: UID });

@@ -138,6 +138,9 @@ e2e("/stats/summary has the Summary API's shape and what metrics-server reads", 
   assert.ok((s.node.fs?.capacityBytes ?? 0) > 0);
   assert.ok((s.node.runtime?.imageFs?.usedBytes ?? 0) > 0, "the imported images");
   assert.ok((s.node.rlimit?.maxpid ?? 0) > 0);
+  // The agent's own cgroup is the "kubelet" system container.
+  const kubelet = s.node.systemContainers?.find((c) => c.name === "kubelet");
+  assert.ok((kubelet?.memory?.workingSetBytes ?? 0) > 0, "the kubelet system container");
   const p = podStats(s, "idle")!;
   assert.deepEqual(p.containers.map((c) => c.name), ["main"]);
   const main = p.containers[0]!;
