@@ -61,6 +61,8 @@ export interface KubeletFlags {
   experimentalNodeAllocatableIgnoreEvictionThreshold: boolean;
   /** --experimental-mounter-path (deprecated) */
   experimentalMounterPath: string;
+  /** --housekeeping-interval (cAdvisor's): between statistics samples, in ms. @default 10000 */
+  housekeepingInterval: number;
 }
 
 /** The defaults of upstream's NewKubeletFlags. */
@@ -89,6 +91,7 @@ export function newKubeletFlags(): KubeletFlags {
     registerSchedulable: true,
     experimentalNodeAllocatableIgnoreEvictionThreshold: false,
     experimentalMounterPath: "",
+    housekeepingInterval: 10_000,
   };
 }
 
@@ -200,6 +203,11 @@ const OWN_FLAGS: Readonly<Record<string, OwnFlag>> = {
     key: "imageCredentialProviderBinDir",
     kind: "string",
     usage: "The path to the directory where credential provider plugin binaries are located.",
+  },
+  "housekeeping-interval": {
+    key: "housekeepingInterval",
+    kind: "duration",
+    usage: "Interval between container housekeepings",
   },
   "minimum-container-ttl-duration": {
     key: "minimumGCAge",

@@ -13,6 +13,7 @@ Deno.test("parseCommandLine gives upstream's KubeletFlags defaults", () => {
   assert.equal(flags.maxContainerCount, -1);
   assert.equal(flags.maxPerPodContainerCount, 1);
   assert.equal(flags.registerSchedulable, true);
+  assert.equal(flags.housekeepingInterval, 10_000, "cAdvisor's 10s as the kubelet sets it");
   assert.deepEqual(flags.nodeLabels, {});
   assert.deepEqual(config, []);
   assert.equal(help, false);
@@ -32,6 +33,7 @@ Deno.test("parseCommandLine reads KubeletFlags by upstream name", () => {
     "--root-dir=/srv/kubelet",
     "--cert-dir=/srv/pki",
     "--runonce",
+    "--housekeeping-interval=15s",
   );
   assert.equal(flags.kubeletConfigFile, "/etc/kubelet.yaml");
   assert.equal(flags.kubeletDropinConfigDirectory, "/etc/kubelet.d");
@@ -43,6 +45,7 @@ Deno.test("parseCommandLine reads KubeletFlags by upstream name", () => {
   assert.equal(flags.rootDirectory, "/srv/kubelet");
   assert.equal(flags.certDirectory, "/srv/pki");
   assert.equal(flags.runOnce, true);
+  assert.equal(flags.housekeepingInterval, 15_000);
 });
 
 Deno.test("parseCommandLine reads booleans as pflag does", () => {

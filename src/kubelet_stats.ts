@@ -9,7 +9,13 @@
 
 import * as api from "../proto/runtime/v1/api.ts";
 import { Cadvisor, type SampleTarget } from "./cadvisor.ts";
-import { type CgroupLayout, detectCgroupLayout } from "./cgroup_layout.ts";
+import { join } from "node:path";
+import {
+  cgroupfsName,
+  type CgroupLayout,
+  detectCgroupLayout,
+  systemdName,
+} from "./cgroup_layout.ts";
 import type { Clock } from "./clock.ts";
 import type { Logger } from "./klog.ts";
 import type { MachineInfo } from "./machine_info.ts";
@@ -20,7 +26,20 @@ import type { RuntimeService } from "./remote_runtime.ts";
 import { httpError, type Route } from "./server.ts";
 import { statsRoutes } from "./server_stats.ts";
 import { type StatsPod, StatsProvider } from "./stats_provider.ts";
-import { SYSTEM_CONTAINER_KUBELET, SYSTEM_CONTAINER_MISC } from "./stats_types.ts";
+import {
+  SYSTEM_CONTAINER_KUBELET,
+  SYSTEM_CONTAINER_MISC,
+  SYSTEM_CONTAINER_PODS,
+} from "./stats_types.ts";
+import { getPodQOS } from "./qos.ts";
+
+/** The sampler id of the kubepods cgroup (the "pods" system container). */
+const POD_CGROUPS_ID = "system:pods";
+
+/** The sampler id of a pod's cgroup. */
+function podCgroupId(uid: string): string {
+  return `pod:${uid}`;
+}
 
 /** The labels the runtime puts on pod containers (upstream kubelet's container labels). */
 const CONTAINER_NAME_LABEL = "io.kubernetes.container.name";
@@ -54,6 +73,12 @@ export interface KubeletStatsOptions {
   readonly kubeletCgroups?: string;
   /** Config systemCgroups: the "misc" system container. @default none */
   readonly systemCgroups?: string;
+  /** `--housekeeping-interval` in ms. @default 10000 */
+  readonly housekeepingIntervalMs?: number;
+  /** Config cgroupDriver: how pod cgroup names are spelled. @default "cgroupfs" */
+  readonly cgroupDriver?: string;
+  /** Config cgroupRoot: where the kubepods hierarchy lives. @default "/" */
+  readonly cgroupRoot?: string;
 }
 
 /** The built statistics graph. */
@@ -79,6 +104,24 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     name: SYSTEM_CONTAINER_KUBELET,
     startTime: o.clock.now() - performance.now(),
   }];
+  // Pod cgroups (kubepods/<qos>/pod<uid>) are sampled once the hierarchy exists; until then
+  // a pod's figures are its sandbox and containers added up (stats_provider.ts).
+  const rootParts = (o.cgroupRoot ?? "/").split("/").filter((p) => p !== "");
+  const nameOf = (parts: string[]) =>
+    o.cgroupDriver === "systemd" ? systemdName([...rootParts, ...parts]) : cgroupfsName([
+      ...rootParts,
+      ...parts,
+    ]);
+  const kubepods = nameOf(["kubepods"]);
+  const hierarchyDir = layout.v1.get("cpu") ?? layout.v1.get("memory") ?? layout.unified;
+  const kubepodsExists = () => {
+    if (hierarchyDir === undefined) return false;
+    try {
+      return Deno.statSync(join(hierarchyDir, kubepods)).isDirectory;
+    } catch {
+      return false;
+    }
+  };
   if (o.systemCgroups) {
     system.push({
       id: "system:misc",
@@ -95,9 +138,26 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     root: o.root,
     clock: o.clock,
     logger: o.logger,
+    intervalMs: o.housekeepingIntervalMs,
     targets: () => {
       targets.clear();
       const out: SampleTarget[] = [...system];
+      if (kubepodsExists()) {
+        out.push({ id: POD_CGROUPS_ID, kind: "container", podUid: "", cgroupPath: kubepods });
+        for (const { pod } of o.pods()) {
+          const uid = pod.metadata?.uid ?? "";
+          const qos = getPodQOS(pod);
+          const parts = qos === "Guaranteed"
+            ? ["kubepods", `pod${uid}`]
+            : ["kubepods", qos.toLowerCase(), `pod${uid}`];
+          out.push({
+            id: podCgroupId(uid),
+            kind: "container",
+            podUid: uid,
+            cgroupPath: nameOf(parts),
+          });
+        }
+      }
       for (const pod of o.runtimePods()) {
         for (const s of pod.sandboxStatuses) {
           if (s.state !== api.PodSandboxState.SANDBOX_READY) continue;
@@ -133,7 +193,11 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     clock: o.clock,
     logger: o.logger,
     root: o.root,
-    systemContainers: system.map(({ name, id, startTime }) => ({ name, id, startTime })),
+    systemContainers: [
+      ...system.map(({ name, id, startTime }) => ({ name, id, startTime })),
+      { name: SYSTEM_CONTAINER_PODS, id: POD_CGROUPS_ID, startTime: machineReadAt },
+    ],
+    podCgroupId,
   });
   const cadvisorEntries = (): CadvisorEntry[] => {
     const entries: CadvisorEntry[] = [];

@@ -70,6 +70,11 @@ export interface StatsProviderOptions {
    * its id in the cAdvisor sampler. @default none
    */
   readonly systemContainers?: readonly SystemContainer[];
+  /**
+   * The sampler id of a pod's own cgroup; its sample, when it has one, is the pod's CPU,
+   * memory and processes (upstream's pod cgroup). @default none: containers added up
+   */
+  readonly podCgroupId?: (uid: string) => string;
 }
 
 /** A system container: its Summary name, its sampler id, and when it started (ms). */
@@ -202,7 +207,7 @@ export class StatsProvider {
     const out: ContainerStats[] = [];
     for (const c of this.#o.systemContainers ?? []) {
       const s = this.#o.cadvisor.latest(c.id);
-      if (!s) continue;
+      if (!s || (!s.cgroup.cpu && !s.cgroup.memory)) continue;
       out.push({
         name: c.name,
         startTime: iso(c.startTime),
@@ -308,7 +313,8 @@ export class StatsProvider {
       startTime: iso(startMs),
       containers,
     };
-    const summed = sumSamples(samples);
+    const own = this.#o.podCgroupId && this.#o.cadvisor.latest(this.#o.podCgroupId(meta.uid ?? ""));
+    const summed = own && (own.cgroup.cpu || own.cgroup.memory) ? own : sumSamples(samples);
     if (summed) {
       stats.cpu = cpuStats(summed);
       stats.memory = memoryStats(summed, undefined);

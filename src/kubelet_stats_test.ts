@@ -1,0 +1,113 @@
+import assert from "node:assert/strict";
+import type { V1Pod } from "@kubernetes/client-node";
+import * as api from "../proto/runtime/v1/api.ts";
+import { buildCgroupFixture, type FixtureCgroup } from "./_cgroup_fixtures.ts";
+import { FakeClock } from "./clock.ts";
+import { createLogger } from "./klog.ts";
+import { newKubeletStats } from "./kubelet_stats.ts";
+import type { PodStatus } from "./pod_cache.ts";
+
+const UID = "0a1b2c3d-0000-4000-8000-000000000001";
+const BURSTABLE_POD = `/kubepods/burstable/pod${UID}`;
+
+function cg(path: string, cpuNs: bigint, memUsage: number): FixtureCgroup {
+  return { path, cpuNs, memUsage, inactiveFile: 0, rss: memUsage, pids: 1 };
+}
+
+/** A burstable pod with one container, its cgroups at `podPath` (or in containerd's tree). */
+async function world(podPath: string | undefined) {
+  const root = await Deno.makeTempDir({ prefix: "kubelet_stats_test_" });
+  const sbPath = podPath ? `${podPath}/sandbox` : "/k8s.io/sandbox";
+  const cPath = podPath ? `${podPath}/main` : "/k8s.io/main";
+  const cgroups = [cg(sbPath, 1_000n, 1_000), cg(cPath, 2_000_000_000n, 40_000_000)];
+  // The pod cgroup holds more than its children (pod overhead): its own figures win.
+  if (podPath) {
+    cgroups.push(cg(podPath, 5_000_000_000n, 60_000_000), cg("/kubepods", 9_000_000_000n, 1e8));
+  }
+  const fixture = await buildCgroupFixture(root, "hybrid", cgroups);
+  const info = (path: string) => ({ info: JSON.stringify({ pid: fixture.pids.get(path) }) });
+  const pod: V1Pod = {
+    metadata: { name: "web", namespace: "default", uid: UID },
+    spec: { containers: [{ name: "main", resources: { requests: { cpu: "100m" } } }] },
+  };
+  const status: PodStatus = {
+    id: UID,
+    name: "web",
+    namespace: "default",
+    ips: [],
+    timestamp: 0,
+    sandboxStatuses: [api.PodSandboxStatus.create({
+      id: "sb",
+      state: api.PodSandboxState.SANDBOX_READY,
+    })],
+    containerStatuses: [api.ContainerStatus.create({
+      id: "c1",
+      metadata: { name: "main", attempt: 0 },
+      state: api.ContainerState.CONTAINER_RUNNING,
+      labels: { "io.kubernetes.container.name": "main" },
+    })],
+  };
+  const stats = await newKubeletStats({
+    nodeName: "node-1",
+    runtime: {
+      containerStatus: () =>
+        Promise.resolve(api.ContainerStatusResponse.create({ info: info(cPath) })),
+      podSandboxStatus: () =>
+        Promise.resolve(api.PodSandboxStatusResponse.create({ info: info(sbPath) })),
+      listContainerStats: () => Promise.resolve([]),
+    },
+    imageService: { imageFsInfo: () => Promise.resolve(api.ImageFsInfoResponse.create({})) },
+    pods: () => [{ pod, status }],
+    runtimePods: () => [status],
+    rootDirectory: root,
+    podLogsDirectory: root,
+    machine: {
+      numCores: 4,
+      memoryCapacity: 8 * 2 ** 30,
+      machineID: "m",
+      systemUUID: "s",
+      bootID: "b",
+    },
+    clock: new FakeClock(),
+    logger: createLogger({ write: () => {} }),
+    root,
+  });
+  return { stats, [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }) };
+}
+
+Deno.test("newKubeletStats reports a pod's own cgroup and the pods system container", async () => {
+  await using w = await world(BURSTABLE_POD);
+  await w.stats.cadvisor.housekeep();
+  const s = w.stats.provider.cpuAndMemory();
+  const pod = s.pods[0]!;
+  assert.equal(pod.cpu?.usageCoreNanoSeconds, 5_000_000_000, "the pod cgroup, not the sum");
+  assert.equal(pod.memory?.usageBytes, 60_000_000);
+  assert.equal(pod.containers[0]?.cpu?.usageCoreNanoSeconds, 2_000_000_000);
+  assert.deepEqual(s.node.systemContainers?.map((c) => c.name), ["pods"]);
+  assert.equal(s.node.systemContainers?.[0]?.cpu?.usageCoreNanoSeconds, 9_000_000_000);
+});
+
+Deno.test("newKubeletStats adds up sandbox and containers while pods have no cgroup", async () => {
+  await using w = await world(undefined);
+  await w.stats.cadvisor.housekeep();
+  const s = w.stats.provider.cpuAndMemory();
+  assert.equal(s.pods[0]?.cpu?.usageCoreNanoSeconds, 2_000_001_000);
+  assert.equal(s.pods[0]?.memory?.usageBytes, 40_001_000);
+  assert.equal(s.node.systemContainers, undefined, "no kubepods, and no kubelet cgroup here");
+});
+
+Deno.test("newKubeletStats gives /metrics/cadvisor an entry per container and sandbox", async () => {
+  await using w = await world(undefined);
+  await w.stats.cadvisor.housekeep();
+  const route = w.stats.routes.find((r) => r.pattern === "/metrics/cadvisor")!;
+  let body = "";
+  await route.handler!(
+    { url: new URL("https://k/metrics/cadvisor") } as never,
+    { writeHead: () => {}, end: (t: string) => void (body = t) } as never,
+  );
+  assert.match(
+    body,
+    /^container_memory_usage_bytes\{container="main",id="\/k8s.io\/main",image="",name="c1",namespace="default",pod="web"\} 4e\+07 /m,
+  );
+  assert.match(body, /^container_memory_usage_bytes\{container="POD",id="\/k8s.io\/sandbox",/m);
+});
