@@ -30,6 +30,8 @@ import { logRoutes } from "./server_logs.ts";
 import { podRoutes } from "./server_pods.ts";
 import { streamingRoutes } from "./server_streaming.ts";
 import { type KubeletStats, newKubeletStats, statsUnavailableRoutes } from "./kubelet_stats.ts";
+import { ImageGCManager } from "./image_gc_manager.ts";
+import { ContainerGC } from "./container_gc.ts";
 import { loadOrGenerateServingCert, tlsSettings } from "./server_tls.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { MachineInfo } from "./machine_info.ts";
@@ -38,7 +40,7 @@ import type { PodCache } from "./pod_cache.ts";
 import type { GenericPLEG } from "./pleg.ts";
 import type { PodManager } from "./pod_manager.ts";
 import type { PodSyncer } from "./kubelet_pod_sync.ts";
-import { newPodLifecycle } from "./kubelet_pod_lifecycle.ts";
+import { newPodLifecycle, type PodLifecycle } from "./kubelet_pod_lifecycle.ts";
 import type { ProberManager } from "./prober_manager.ts";
 import { API_SOURCE, FILE_SOURCE, HTTP_SOURCE, PodConfig } from "./pod_config.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
@@ -105,6 +107,10 @@ export class Kubelet {
   #podManager: PodManager | undefined;
   #podCache: PodCache | undefined;
   #prober: ProberManager | undefined;
+  /** Image garbage collection (loop mode). */
+  imageGC: ImageGCManager | undefined;
+  /** Container garbage collection (loop mode). */
+  containerGC: ContainerGC | undefined;
   /** The statistics graph, or why it could not be built (cgroups unreadable). */
   #stats: KubeletStats | Error | undefined;
   #standaloneNode: V1Node | undefined;
@@ -350,6 +356,14 @@ export class Kubelet {
         });
         this.#stats = stats;
         running.push(stats.run(signal));
+        running.push(
+          ...this.#startGarbageCollection(
+            signal,
+            stats,
+            pods,
+            () => podConfig.seenAllSources(sources),
+          ),
+        );
       } catch (e) {
         // Pods still run; the statistics endpoints answer with this reason.
         this.#stats = e instanceof Error ? e : new Error(String(e));
@@ -357,6 +371,55 @@ export class Kubelet {
       }
     }
     return running;
+  }
+
+  /**
+   * Image GC every 5 min and container GC every minute (upstream StartGarbageCollection), with
+   * the thresholds and policies of the configuration and flags.
+   */
+  #startGarbageCollection(
+    signal: AbortSignal,
+    stats: KubeletStats,
+    pods: PodLifecycle,
+    sourcesReady: () => boolean,
+  ): Promise<void>[] {
+    const { server, deps, nodeName } = this.#opts;
+    const { config, flags } = server;
+    const { clock, logger, recorder } = deps;
+    const nodeRef = { kind: "Node", name: nodeName, uid: nodeName };
+    const imageGC = new ImageGCManager({
+      imageService: deps.imageService!,
+      runtime: deps.runtimeService!,
+      imageFsStats: (s) => stats.provider.imageFsCapacity(s),
+      policy: {
+        highThresholdPercent: config.imageGCHighThresholdPercent,
+        lowThresholdPercent: config.imageGCLowThresholdPercent,
+        minAgeMs: config.imageMinimumGCAge,
+        maxAgeMs: config.imageMaximumGCAge,
+      },
+      recorder,
+      nodeRef,
+      clock,
+      logger,
+    });
+    const containerGC = new ContainerGC({
+      runtime: deps.runtimeService!,
+      podStateProvider: pods.syncer.workers,
+      sourcesReady,
+      policy: {
+        minAgeMs: flags.minimumGCAge,
+        maxPerPodContainer: flags.maxPerPodContainerCount,
+        maxContainers: flags.maxContainerCount,
+      },
+      podLogsDirectory: config.podLogsDir,
+      recorder,
+      nodeRef,
+      clock,
+      logger,
+    });
+    this.imageGC = imageGC;
+    this.containerGC = containerGC;
+    return [imageGC.run(signal), containerGC.run(signal)];
   }
 
   /**

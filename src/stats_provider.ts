@@ -125,6 +125,18 @@ export class StatsProvider {
     };
   }
 
+  /** Size and free space of the image filesystem (for image GC), undefined when unknown. */
+  async imageFsCapacity(
+    signal?: AbortSignal,
+  ): Promise<{ capacityBytes: number; availableBytes: number } | undefined> {
+    const info = (await this.#o.imageService.imageFsInfo(signal)).imageFilesystems[0];
+    const mount = info?.fsId?.mountpoint;
+    if (!mount) return undefined;
+    const fs = (await statFilesystems([mount], { signal })).get(mount);
+    if (fs === undefined || fs instanceof Error) return undefined;
+    return { capacityBytes: fs.capacityBytes, availableBytes: fs.availableBytes };
+  }
+
   /** CPU and memory only, no filesystems (upstream GetCPUAndMemoryStats, for /metrics/resource). */
   cpuAndMemory(): Summary {
     const node = this.#o.cadvisor.node();

@@ -217,3 +217,9 @@ Deno.test("StatsProvider keeps reporting when the runtime's stats calls fail", a
   assert.equal(s.node.cpu, undefined);
   assert.ok((s.node.fs?.capacityBytes ?? 0) > 0);
 });
+
+Deno.test("StatsProvider.imageFsCapacity is the image filesystem's size and free space", async () => {
+  await using w = await world();
+  const fs = await w.provider.imageFsCapacity();
+  assert.ok(fs !== undefined && fs.capacityBytes > 0 && fs.availableBytes <= fs.capacityBytes);
+});
