@@ -109,7 +109,9 @@ export class ImageGCManager {
   #beganGC: number;
 
   constructor(opts: ImageGCManagerOptions) {
-    const policy = { ...DEFAULT_IMAGE_GC_POLICY, ...opts.policy };
+    // An unset (undefined) field keeps its default, as an unset config field does upstream.
+    const given = Object.entries(opts.policy ?? {}).filter(([, v]) => v !== undefined);
+    const policy: ImageGCPolicy = { ...DEFAULT_IMAGE_GC_POLICY, ...Object.fromEntries(given) };
     const { highThresholdPercent: high, lowThresholdPercent: low } = policy;
     if (!(high >= 0 && high <= 100)) {
       throw new ImageGCPolicyError(

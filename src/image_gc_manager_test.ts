@@ -419,3 +419,21 @@ Deno.test("ImageGCManager keeps the pinned sandbox image and images of exited co
   assert.ok(cri.images.get(pause), "the pinned sandbox image stays");
   assert.ok(cri.images.get("busybox:1.36"), "an exited container still uses busybox");
 });
+
+Deno.test("ImageGCManager keeps the defaults of policy fields given as undefined", async () => {
+  // As the agent passes unset config fields (imageMaximumGCAge has no default).
+  const { clock, fake, manager } = setup({
+    policy: { highThresholdPercent: undefined, maxAgeMs: undefined, minAgeMs: undefined },
+  });
+  assert.deepEqual(manager.policy, {
+    highThresholdPercent: 85,
+    lowThresholdPercent: 80,
+    minAgeMs: 120_000,
+    maxAgeMs: 0,
+  });
+  fake.add("sha256:a", 100 * MB);
+  await manager.detectImages();
+  clock.step(10 * MIN);
+  await manager.garbageCollect();
+  assert.deepEqual(fake.removed, [], "50% usage, no maximum age: nothing goes");
+});

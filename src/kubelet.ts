@@ -32,6 +32,8 @@ import { streamingRoutes } from "./server_streaming.ts";
 import { type KubeletStats, newKubeletStats, statsUnavailableRoutes } from "./kubelet_stats.ts";
 import { ImageGCManager } from "./image_gc_manager.ts";
 import { ContainerGC } from "./container_gc.ts";
+import { evictionConfigFrom, EvictionManager } from "./eviction_manager.ts";
+import { parseQuantity } from "./quantity.ts";
 import { loadOrGenerateServingCert, tlsSettings } from "./server_tls.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { MachineInfo } from "./machine_info.ts";
@@ -107,6 +109,8 @@ export class Kubelet {
   #podManager: PodManager | undefined;
   #podCache: PodCache | undefined;
   #prober: ProberManager | undefined;
+  /** The eviction manager (loop mode): node pressure, evictions, admission under pressure. */
+  evictionManager: EvictionManager | undefined;
   /** Image garbage collection (loop mode). */
   imageGC: ImageGCManager | undefined;
   /** Container garbage collection (loop mode). */
@@ -267,6 +271,8 @@ export class Kubelet {
       networkErrors: () => this.runtimeState.networkErrors(),
       sourcesReady: () => podConfig.seenAllSources(sources),
       signal,
+      // Upstream's admit handlers after the predicates: the eviction manager's pressure check.
+      admitHandlers: [(pod) => this.evictionManager?.admit(pod) ?? { admit: true }],
     });
     const { pleg, syncer, loop, podManager, podCache } = pods;
     this.#prober = pods.prober;
@@ -356,6 +362,14 @@ export class Kubelet {
         });
         this.#stats = stats;
         running.push(stats.run(signal));
+      } catch (e) {
+        // Pods still run; the statistics endpoints answer with this reason, and garbage
+        // collection and eviction, which need statistics, do not run.
+        this.#stats = e instanceof Error ? e : new Error(String(e));
+        logger.error(e, "Failed to start the statistics collection");
+      }
+      const stats = this.#stats;
+      if (stats && !(stats instanceof Error)) {
         running.push(
           ...this.#startGarbageCollection(
             signal,
@@ -364,10 +378,6 @@ export class Kubelet {
             () => podConfig.seenAllSources(sources),
           ),
         );
-      } catch (e) {
-        // Pods still run; the statistics endpoints answer with this reason.
-        this.#stats = e instanceof Error ? e : new Error(String(e));
-        logger.error(e, "Failed to start the statistics collection");
       }
     }
     return running;
@@ -375,7 +385,8 @@ export class Kubelet {
 
   /**
    * Image GC every 5 min and container GC every minute (upstream StartGarbageCollection), with
-   * the thresholds and policies of the configuration and flags.
+   * the thresholds and policies of the configuration and flags, and the eviction manager every
+   * 10 s (upstream evictionManager.Start) reclaiming through them before it evicts.
    */
   #startGarbageCollection(
     signal: AbortSignal,
@@ -419,7 +430,51 @@ export class Kubelet {
     });
     this.imageGC = imageGC;
     this.containerGC = containerGC;
-    return [imageGC.run(signal), containerGC.run(signal)];
+    const { syncer, podManager, statusManager, volumeManager } = pods;
+    const eviction = new EvictionManager({
+      ...evictionConfigFrom(config, flags),
+      summary: (s) => stats.provider.summary(s),
+      activePods: () =>
+        podManager.getPods().filter((p) => {
+          const uid = p.metadata?.uid ?? "";
+          const phase = statusManager.getPodStatus(uid)?.phase ?? p.status?.phase;
+          return phase !== "Failed" && phase !== "Succeeded" &&
+            !syncer.workers.isPodKnownTerminated(uid);
+        }),
+      killPod: (pod, status, grace) =>
+        syncer.killPodNow(pod, { evict: true, gracePeriodOverride: grace, status, signal }),
+      podCleanedUp: (pod) => {
+        const uid = pod.metadata?.uid ?? "";
+        return !syncer.workers.couldHaveRunningContainers(uid) &&
+          volumeManager.podVolumes(uid).size === 0;
+      },
+      imageGC,
+      containerGC,
+      diskInfo: {
+        hasDedicatedImageFs: async (s) => {
+          const mount = (await deps.imageService!.imageFsInfo(s)).imageFilesystems[0]?.fsId
+            ?.mountpoint;
+          if (!mount) return false;
+          const [a, b] = await Promise.all([Deno.stat(flags.rootDirectory), Deno.stat(mount)]);
+          return a.dev !== b.dev;
+        },
+        // containerd keeps writable layers with its images unless it reports them apart.
+        hasDedicatedContainerFs: async (s) =>
+          (await deps.imageService!.imageFsInfo(s)).containerFilesystems.length > 0,
+      },
+      nodeAllocatableMemory: () => {
+        const reserved = [config.kubeReserved?.memory, config.systemReserved?.memory]
+          .reduce((sum, q) => sum + (q ? parseQuantity(q) : 0), 0);
+        const capacity = this.#machine?.memoryCapacity;
+        return capacity === undefined ? undefined : capacity - reserved;
+      },
+      nodeRef,
+      recorder,
+      clock,
+      logger,
+    });
+    this.evictionManager = eviction;
+    return [imageGC.run(signal), containerGC.run(signal), eviction.run(signal)];
   }
 
   /**
@@ -696,6 +751,14 @@ export class Kubelet {
           this.runtimeState.storageErrors(),
         ]
           .filter((e): e is string => e !== undefined),
+      pressure: () => {
+        const e = this.evictionManager;
+        return e && {
+          memory: e.isUnderMemoryPressure(),
+          disk: e.isUnderDiskPressure(),
+          pid: e.isUnderPIDPressure(),
+        };
+      },
     });
     this.nodeStatus = status;
     this.nodeInformer = new NodeInformer({

@@ -42,6 +42,8 @@ export interface NodeStatusOptions extends InitialNodeOptions {
   readonly listImages: (signal?: AbortSignal) => Promise<api.Image[]>;
   /** Why the node is not ready, from the runtime state; empty when it is. */
   readonly notReadyReasons: () => string[];
+  /** Memory, disk and PID pressure (the eviction manager's). @default none */
+  readonly pressure?: () => { memory: boolean; disk: boolean; pid: boolean } | undefined;
   /** Random number in [0, 1), for jitter. @default Math.random */
   readonly random?: () => number;
 }
@@ -165,6 +167,7 @@ export class NodeStatusManager {
       containerRuntimeVersion: o.containerRuntimeVersion(),
       images: await o.listImages(signal).catch(() => []),
       notReadyReasons: o.notReadyReasons(),
+      pressure: o.pressure?.(),
       now,
     }, this.#lastStatus ?? this.#node?.status);
     const due = now - this.#lastReport >= (o.config.nodeStatusReportFrequency ?? 300_000);

@@ -17,7 +17,7 @@ import { type CredentialVerificationPolicy, ImageManager } from "./image_manager
 import type { Logger } from "./klog.ts";
 import type { KubeClient } from "./kube_client.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
-import { PodSyncer } from "./kubelet_pod_sync.ts";
+import { type PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
 import { KubeletMounts } from "./kubelet_mounts.ts";
 import { Mounter } from "./mount.ts";
 import { envSourceOf, ObjectManager } from "./object_manager.ts";
@@ -88,6 +88,8 @@ export interface PodLifecycleOptions {
   readonly legacyContainerLogsDirectory?: string;
   /** Stops the pod workers. */
   readonly signal?: AbortSignal;
+  /** Admission checks after the resource and node checks (the eviction manager's). */
+  readonly admitHandlers?: readonly PodAdmitHandler[];
   /** Builds the status manager; benchmarks observe statuses with a subclass. @default new StatusManager */
   readonly newStatusManager?: (opts: StatusManagerOptions) => StatusManager;
   /** Mounts tmpfs volumes. @default new Mounter (mount(8) and umount(8)) */
@@ -292,6 +294,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     signal: o.signal,
     prober,
     volumes: volumeManager,
+    admitHandlers: o.admitHandlers,
   });
   syncerRef.syncer = syncer;
   const loop = new SyncLoop({

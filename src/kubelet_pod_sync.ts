@@ -14,7 +14,7 @@
  */
 
 import { join } from "node:path";
-import type { V1Node, V1Pod, V1PodStatus, V1Secret } from "@kubernetes/client-node";
+import type { V1Node, V1Pod, V1PodCondition, V1PodStatus, V1Secret } from "@kubernetes/client-node";
 import type { Clock } from "./clock.ts";
 import type { EventRecorder, ObjectRef } from "./dependencies.ts";
 import { kobj, type Logger } from "./klog.ts";
@@ -101,6 +101,8 @@ export interface PodSyncerOptions {
   readonly resyncIntervalMs?: number;
   /** Probes; without one, containers are ready once running (no probes run). */
   readonly prober?: PodProber;
+  /** Admission checks after the resource and node checks (the eviction manager's). @default [] */
+  readonly admitHandlers?: readonly PodAdmitHandler[];
   /** Pod volumes; without one, no volume is set up and no pod directory is cleaned up. */
   readonly volumes?: PodVolumes;
   /** Stops the pod workers. */
@@ -134,12 +136,28 @@ function hasRunning(status: PodStatus): boolean {
     status.sandboxStatuses.some((s) => s.state === api.PodSandboxState.SANDBOX_READY);
 }
 
+/** What a killer sets on the pod's status (upstream's PodStatusFunc for an eviction). */
+export interface PodStatusOverride {
+  readonly phase: "Failed";
+  readonly reason: string;
+  readonly message: string;
+  /** Replace conditions of the same type (upstream UpdatePodCondition). */
+  readonly conditions?: readonly V1PodCondition[];
+}
+
+/** An extra admission check (upstream PodAdmitHandler). */
+export type PodAdmitHandler = (
+  pod: V1Pod,
+) => { readonly admit: boolean; readonly reason?: string; readonly message?: string };
+
 /** The kubelet's pod handlers and syncer; see the module documentation. */
 export class PodSyncer implements SyncHandler {
   readonly #o: PodSyncerOptions;
   readonly workers: PodWorkers<PodStatus>;
   /** UIDs of runtime pods with no API object, being killed as orphans. */
   readonly #orphans = new Set<string>();
+  /** Status set by whoever killed the pod (eviction), applied to every status generated. */
+  readonly #statusOverrides = new Map<string, PodStatusOverride>();
   /** Termination messages by pod UID and container id, read once per exited container. */
   readonly #messages = new Map<string, Map<string, string>>();
 
@@ -274,6 +292,9 @@ export class PodSyncer implements SyncHandler {
     statusManager.removeOrphanedStatuses(keep);
     this.#o.prober?.cleanupPods(keep);
     for (const uid of [...this.#messages.keys()]) if (!keep.has(uid)) this.#messages.delete(uid);
+    for (const uid of [...this.#statusOverrides.keys()]) {
+      if (!keep.has(uid)) this.#statusOverrides.delete(uid);
+    }
 
     // Runtime pods the kubelet has no worker for (such as pods deleted while it was down).
     const start = clock.now();
@@ -349,8 +370,15 @@ export class PodSyncer implements SyncHandler {
    */
   async killPodNow(
     pod: V1Pod,
-    opts: { evict?: boolean; gracePeriodOverride?: number; signal?: AbortSignal } = {},
+    opts: {
+      evict?: boolean;
+      gracePeriodOverride?: number;
+      signal?: AbortSignal;
+      /** The status the pod gets while and after it is killed (an eviction's). */
+      status?: PodStatusOverride;
+    } = {},
   ): Promise<void> {
+    if (opts.status) this.#statusOverrides.set(uidOf(pod), opts.status);
     const grace = opts.gracePeriodOverride ?? pod.spec?.terminationGracePeriodSeconds ?? 30;
     const timeoutMs = Math.max(Math.floor(grace * 1.5), 10) * 1000;
     const done = Promise.withResolvers<void>();
@@ -580,7 +608,13 @@ export class PodSyncer implements SyncHandler {
         !this.workers.isPodKnownTerminated(uidOf(p))
       );
     const r = admitPod({ pod, otherPods, node });
-    return r.admit ? undefined : { reason: r.reason, message: r.message };
+    if (!r.admit) return { reason: r.reason, message: r.message };
+    // Further admit handlers (the eviction manager's), in order, as upstream's admitHandlers.
+    for (const handler of this.#o.admitHandlers ?? []) {
+      const h = handler(pod);
+      if (!h.admit) return { reason: h.reason ?? "", message: h.message ?? "" };
+    }
+    return undefined;
   }
 
   /** Upstream rejectPod: an event, and the pod's status set to Failed. */
@@ -688,7 +722,7 @@ export class PodSyncer implements SyncHandler {
     const ids = new Set(status.containerStatuses.map((c) => c.id));
     for (const id of [...read.keys()]) if (!ids.has(id)) read.delete(id);
     const base = this.#o.statusManager.getPodStatus(uidOf(pod));
-    return generateAPIPodStatus({
+    const generated = generateAPIPodStatus({
       pod: base ? { ...pod, status: base } : pod,
       podStatus: status,
       podIsTerminal,
@@ -698,6 +732,22 @@ export class PodSyncer implements SyncHandler {
       hostIPs: this.#o.nodeIPs,
       now: new Date(this.#o.clock.now()),
     });
+    const override = this.#statusOverrides.get(uid);
+    if (!override) return generated;
+    // The killer's status wins (upstream applies the kill's PodStatusFunc after generating).
+    const conditions = [...(generated.conditions ?? [])];
+    for (const c of override.conditions ?? []) {
+      const i = conditions.findIndex((x) => x.type === c.type);
+      if (i >= 0) conditions[i] = c;
+      else conditions.push(c);
+    }
+    return {
+      ...generated,
+      phase: override.phase,
+      reason: override.reason,
+      message: override.message,
+      conditions,
+    };
   }
 }
 

@@ -12,7 +12,7 @@ import { RemoteImageService } from "./remote_image.ts";
 import { RemoteRuntimeService } from "./remote_runtime.ts";
 import { initialNode } from "./node_status.ts";
 import { newPodLifecycle } from "./kubelet_pod_lifecycle.ts";
-import type { PodSyncer } from "./kubelet_pod_sync.ts";
+import type { PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
 import type { StatusManager } from "./status_manager.ts";
 import { VolumeManager } from "./volume_manager.ts";
@@ -59,6 +59,7 @@ interface HarnessOptions {
   readonly allocatableCpu?: string;
   /** The volume plugins. @default none: a pod with volumes fails FailedMount */
   readonly volumePlugins?: readonly VolumePlugin[];
+  readonly admitHandlers?: readonly PodAdmitHandler[];
 }
 
 async function harness(opts: HarnessOptions = {}): Promise<Harness> {
@@ -121,6 +122,7 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
     legacyContainerLogsDirectory: join(dir, "containers"),
     signal: ctrl.signal,
     volumePlugins: opts.volumePlugins ?? [],
+    admitHandlers: opts.admitHandlers,
     newVolumeManager: (v) => new RecordingVolumes(v),
   });
   const { pleg, statusManager: statuses, podManager, loop, syncer } = lifecycle;
@@ -619,4 +621,66 @@ Deno.test("PodSyncer cleans up orphaned pod dirs at housekeeping, keeping desire
   assert.ok(!plugin.tornDown.some((t) => t.startsWith(kept.metadata!.uid!)));
   gate.resolve();
   await h.until("stuck finished", () => h.syncer.workers.shouldPodBeFinished(stuckUid));
+});
+
+Deno.test("PodSyncer rejects a pod an admit handler refuses, with its reason and message", async () => {
+  let pressure = true;
+  await using h = await harness({
+    admitHandlers: [
+      (p) =>
+        pressure && p.metadata?.name === "besteffort"
+          ? {
+            admit: false,
+            reason: "Evicted",
+            message: "The node had condition: [MemoryPressure]. ",
+          }
+          : { admit: true },
+    ],
+  });
+  h.add(pod("besteffort"));
+  await h.until("rejected", () => h.status("besteffort")?.phase === "Failed");
+  assert.equal(h.status("besteffort")?.reason, "Evicted");
+  assert.equal(
+    h.status("besteffort")?.message,
+    "Pod was rejected: The node had condition: [MemoryPressure]. ",
+  );
+  assert.ok(h.events.some((e) => e.name === "besteffort" && e.reason === "Evicted"));
+  assert.equal(h.fake.service.sandboxes.size, 0);
+  pressure = false;
+  h.add(pod("later"));
+  await h.until("later Running", () => h.status("later")?.phase === "Running");
+});
+
+Deno.test("PodSyncer.killPodNow with a status gives the evicted pod that status", async () => {
+  await using h = await harness();
+  const p = pod("victim");
+  h.add(p);
+  await h.until("Running", () => h.status("victim")?.phase === "Running");
+  const message = "The node was low on resource: memory. ";
+  const killed = h.syncer.killPodNow(p, {
+    evict: true,
+    gracePeriodOverride: 1,
+    status: {
+      phase: "Failed",
+      reason: "Evicted",
+      message,
+      conditions: [{
+        type: "DisruptionTarget",
+        status: "True",
+        reason: "TerminationByKubelet",
+        message,
+      }],
+    },
+  });
+  await h.until("killed", () => h.syncer.workers.shouldPodBeFinished(p.metadata!.uid!), 20_000);
+  await killed;
+  const status = h.status("victim");
+  assert.equal(status?.phase, "Failed");
+  assert.equal(status?.reason, "Evicted");
+  assert.equal(status?.message, message);
+  assert.equal(
+    status?.conditions?.find((c) => c.type === "DisruptionTarget")?.reason,
+    "TerminationByKubelet",
+  );
+  assert.equal(status?.conditions?.find((c) => c.type === "Ready")?.status, "False");
 });

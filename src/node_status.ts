@@ -72,6 +72,12 @@ export interface StatusInputs {
   readonly notReadyReasons: readonly string[];
   /** Time of this status, in ms. */
   readonly now: number;
+  /** Resource pressure as the eviction manager reports it. @default none */
+  readonly pressure?: {
+    readonly memory?: boolean;
+    readonly disk?: boolean;
+    readonly pid?: boolean;
+  };
 }
 
 const GI = 2 ** 30;
@@ -192,30 +198,57 @@ export function nodeStatus(inputs: StatusInputs, previous?: V1NodeStatus): V1Nod
     capacity,
     allocatable,
     conditions: [
-      condition(
-        prev,
-        "MemoryPressure",
-        "False",
-        "KubeletHasSufficientMemory",
-        "kubelet has sufficient memory available",
-        now,
-      ),
-      condition(
-        prev,
-        "DiskPressure",
-        "False",
-        "KubeletHasNoDiskPressure",
-        "kubelet has no disk pressure",
-        now,
-      ),
-      condition(
-        prev,
-        "PIDPressure",
-        "False",
-        "KubeletHasSufficientPID",
-        "kubelet has sufficient PID available",
-        now,
-      ),
+      inputs.pressure?.memory
+        ? condition(
+          prev,
+          "MemoryPressure",
+          "True",
+          "KubeletHasInsufficientMemory",
+          "kubelet has insufficient memory available",
+          now,
+        )
+        : condition(
+          prev,
+          "MemoryPressure",
+          "False",
+          "KubeletHasSufficientMemory",
+          "kubelet has sufficient memory available",
+          now,
+        ),
+      inputs.pressure?.disk
+        ? condition(
+          prev,
+          "DiskPressure",
+          "True",
+          "KubeletHasDiskPressure",
+          "kubelet has disk pressure",
+          now,
+        )
+        : condition(
+          prev,
+          "DiskPressure",
+          "False",
+          "KubeletHasNoDiskPressure",
+          "kubelet has no disk pressure",
+          now,
+        ),
+      inputs.pressure?.pid
+        ? condition(
+          prev,
+          "PIDPressure",
+          "True",
+          "KubeletHasInsufficientPID",
+          "kubelet has insufficient PID available",
+          now,
+        )
+        : condition(
+          prev,
+          "PIDPressure",
+          "False",
+          "KubeletHasSufficientPID",
+          "kubelet has sufficient PID available",
+          now,
+        ),
       ready
         ? condition(prev, "Ready", "True", "KubeletReady", "kubelet is posting ready status", now)
         : condition(

@@ -166,3 +166,28 @@ Deno.test("nodeStatus lists the largest images first with at most five names eac
     { names: ["a:1"], sizeBytes: 10 },
   ]);
 });
+
+Deno.test("nodeStatus reports the eviction manager's pressure with upstream's reasons", () => {
+  const status = nodeStatus({ ...inputs(), pressure: { memory: true, disk: true, pid: true } });
+  const byType = Object.fromEntries((status.conditions ?? []).map((c) => [c.type, c]));
+  assert.deepEqual(
+    ["MemoryPressure", "DiskPressure", "PIDPressure"].map((t) => [
+      byType[t]?.status,
+      byType[t]?.reason,
+      byType[t]?.message,
+    ]),
+    [
+      ["True", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"],
+      ["True", "KubeletHasDiskPressure", "kubelet has disk pressure"],
+      ["True", "KubeletHasInsufficientPID", "kubelet has insufficient PID available"],
+    ],
+  );
+  // Back to False: a new transition time.
+  const later = nodeStatus({ ...inputs(), now: inputs().now + 60_000 }, status);
+  const mem = later.conditions?.find((c) => c.type === "MemoryPressure");
+  assert.equal(mem?.status, "False");
+  assert.notEqual(
+    String(mem?.lastTransitionTime),
+    String(byType.MemoryPressure?.lastTransitionTime),
+  );
+});
