@@ -1,0 +1,62 @@
+/**
+ * @module
+ * The file operations the cgroup manager makes on cgroupfs, behind one small interface so that
+ * tests run them on a temporary tree that behaves like the kernel's (`_cm_fixtures.ts`). Writes
+ * never create a file, as opencontainers/cgroups' `WriteFile` (O_WRONLY|O_TRUNC) never does.
+ * Private to cgroup_manager.ts and the managers built on it.
+ */
+
+/** What the cgroup manager does to cgroupfs. Errors keep their errno in `code` ("EBUSY"). */
+export interface CgroupFs {
+  /** mkdir; resolves false when the directory already existed. */
+  mkdir(path: string): Promise<boolean>;
+  /** rmdir of one (empty) cgroup directory. */
+  rmdir(path: string): Promise<void>;
+  readFile(path: string): Promise<string>;
+  /** Writes an existing control file; never creates one. */
+  writeFile(path: string, value: string): Promise<void>;
+  /** The names of the subdirectories (child cgroups) of `path`. */
+  readDirs(path: string): Promise<string[]>;
+  exists(path: string): Promise<boolean>;
+}
+
+/** cgroupfs through Deno's file APIs. */
+export const realCgroupFs: CgroupFs = {
+  async mkdir(path) {
+    try {
+      await Deno.mkdir(path, { mode: 0o755 });
+      return true;
+    } catch (e) {
+      if (e instanceof Deno.errors.AlreadyExists) return false;
+      throw e;
+    }
+  },
+  rmdir: (path) => Deno.remove(path),
+  readFile: (path) => Deno.readTextFile(path),
+  writeFile: (path, value) => Deno.writeTextFile(path, value, { create: false }),
+  async readDirs(path) {
+    const out: string[] = [];
+    for await (const e of Deno.readDir(path)) if (e.isDirectory) out.push(e.name);
+    return out;
+  },
+  async exists(path) {
+    try {
+      await Deno.stat(path);
+      return true;
+    } catch {
+      return false;
+    }
+  },
+};
+
+/** The errno name of a file error ("ENOENT", "EBUSY", "EINVAL"), when it has one. */
+export function errnoOf(e: unknown): string | undefined {
+  if (e instanceof Deno.errors.NotFound) return "ENOENT";
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "string" ? code : undefined;
+}
+
+/** A cgroup file's content without its trailing newline. */
+export async function readTrimmed(fs: CgroupFs, path: string): Promise<string> {
+  return (await fs.readFile(path)).trim();
+}
