@@ -47,6 +47,11 @@ export function makeSignalObservations(
   summary: Summary,
   logger: Logger,
   podsMemoryLimit?: number,
+  /**
+   * Told when the "pods" system container is missing (true) or present (false), so the
+   * caller can log the missing signal once per change. @default logs an error every time
+   */
+  podsContainerMissing?: (missing: boolean) => void,
 ): { observations: Map<Signal, SignalObservation>; statsFunc: StatsFunc } {
   const byUid = new Map<string, PodStats>();
   for (const p of summary.pods) byUid.set(p.podRef.uid, p);
@@ -65,12 +70,9 @@ export function makeSignalObservations(
   }
 
   const pods = node.systemContainers?.find((c) => c.name === SYSTEM_CONTAINER_PODS);
+  podsContainerMissing?.(!pods);
   if (!pods) {
-    logger.error(
-      new Error(`system container "${SYSTEM_CONTAINER_PODS}" not found in metrics`),
-      "Eviction manager: failed to construct signal",
-      { signal: "allocatableMemory.available" },
-    );
+    if (!podsContainerMissing) logPodsContainerMissing(logger);
   } else if (pods.memory?.workingSetBytes !== undefined) {
     const ws = pods.memory.workingSetBytes;
     const available = pods.memory.availableBytes ??
@@ -271,4 +273,13 @@ export function formatThreshold(t: Threshold): string {
 /** The resource a signal's pressure reclaims. */
 export function resourceOf(signal: Signal): string {
   return SIGNAL_RESOURCE[signal];
+}
+
+/** Upstream's error for a summary without the "pods" system container. */
+export function logPodsContainerMissing(logger: Logger): void {
+  logger.error(
+    new Error(`system container "${SYSTEM_CONTAINER_PODS}" not found in metrics`),
+    "Eviction manager: failed to construct signal",
+    { signal: "allocatableMemory.available" },
+  );
 }

@@ -39,6 +39,7 @@ import { localStorageViolation } from "./_eviction_local_storage.ts";
 import { evictionMessage, REASON } from "./_eviction_message.ts";
 import {
   byEvictionPriority,
+  logPodsContainerMissing,
   makeSignalObservations,
   type NodeConditionType,
   resourceOf,
@@ -117,6 +118,8 @@ export class EvictionManager {
   #thresholds: readonly Threshold[];
   #layout: DiskLayout | undefined;
   readonly #tracker: PressureTracker;
+  /** The "pods" system container was missing at the last pass (and that was logged). */
+  #podsMissingLogged = false;
 
   constructor(opts: EvictionManagerOptions) {
     this.#o = opts;
@@ -201,6 +204,11 @@ export class EvictionManager {
       summary,
       logger,
       o.nodeAllocatableMemory(),
+      // Until pods have their own cgroups this is missing every pass: say so once.
+      (missing) => {
+        if (missing && !this.#podsMissingLogged) logPodsContainerMissing(logger);
+        this.#podsMissingLogged = missing;
+      },
     );
 
     let thresholds = this.#tracker.observe(this.#thresholds, observations, o.clock.now());

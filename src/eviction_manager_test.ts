@@ -505,3 +505,18 @@ Deno.test("EvictionManager names the pod-level request when the pod sets one", a
       "Container main was using 300Mi, request is 0, has larger consumption of memory. ",
   );
 });
+
+Deno.test("EvictionManager logs a missing pods system container once per change", async () => {
+  const h = harness({ evictionHard: { "memory.available": "100Mi" } });
+  h.state.node = plentyMemory;
+  const missing = () => h.lines.filter((l) => l.includes("failed to construct signal")).length;
+  await h.sync();
+  await h.sync();
+  await h.sync();
+  assert.equal(missing(), 1, "not once every 10 s");
+  h.state.node = { ...plentyMemory, pods: { workingSet: Gi } };
+  await h.sync();
+  h.state.node = plentyMemory;
+  await h.sync();
+  assert.equal(missing(), 2, "again after it came back and went");
+});

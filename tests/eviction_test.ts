@@ -1,0 +1,209 @@
+/**
+ * Eviction end to end, on real containerd through the real apiserver: a pod writing past its
+ * emptyDir sizeLimit is evicted with upstream's message (local storage eviction), and a node
+ * under memory pressure (here made so by a hard threshold no node can meet) reports
+ * MemoryPressure and refuses new BestEffort pods while it admits others. Upstream's
+ * counterparts are `test/e2e_node/eviction_test.go` (LocalStorageCapacityIsolationEviction,
+ * MemoryAllocatableEviction) and the admission part of `pkg/kubelet/eviction`.
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import type { CoreV1EventList, V1Node, V1Pod } from "@kubernetes/client-node";
+import type { KubeClient } from "../src/kube_client.ts";
+import type { RunningAgent } from "./agent_process.ts";
+import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
+import { type ControlPlane, startControlPlane } from "./control_plane.ts";
+import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
+import { e2eSuite, poll, startNodeAgent, waitPod } from "./node_harness.ts";
+import { requireRoot } from "./requirements.ts";
+
+const gate = await requireRoot("eviction e2e tests", [
+  "containerd",
+  "ctr",
+  "runc",
+  "openssl",
+  "go",
+]);
+const NS = "default";
+
+interface World {
+  readonly dir: string;
+  readonly cp: ControlPlane;
+  readonly containerd: ContainerdHandle;
+  readonly agent: RunningAgent;
+  readonly node: string;
+}
+
+/** A world whose agent runs with `configLines`. */
+function suiteFor(name: string, node: string, configLines: string[]) {
+  return e2eSuite<World>({
+    name,
+    gate,
+    userAgent: `${name}-e2e-test`,
+    async start() {
+      const dir = await Deno.makeTempDir({ prefix: `${name}-e2e-` });
+      const stack = new AsyncDisposableStack();
+      try {
+        const cp = stack.use(await startControlPlane({ dir: join(dir, "cp"), nodeNames: [node] }));
+        const socket = join(dir, "containerd", "containerd.sock");
+        const containerd = stack.use(
+          await startContainerd({ dir: join(dir, "containerd"), socket }),
+        );
+        await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE] });
+        const { agent } = await startNodeAgent({
+          cp,
+          dir,
+          nodeName: node,
+          endpoint: containerd.endpoint,
+          configLines,
+        });
+        stack.move();
+        return { dir, cp, containerd, agent, node };
+      } catch (e) {
+        await stack.disposeAsync();
+        await Deno.remove(dir, { recursive: true }).catch(() => {});
+        throw e;
+      }
+    },
+  });
+}
+
+function pod(w: World, name: string, script: string, spec: Record<string, unknown> = {}) {
+  const { resources, volumeMounts, ...rest } = spec;
+  return JSON.stringify({
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: { name, namespace: NS },
+    spec: {
+      nodeName: w.node,
+      automountServiceAccountToken: false,
+      terminationGracePeriodSeconds: 1,
+      restartPolicy: "Never",
+      containers: [{
+        name: "main",
+        image: BUSYBOX_IMAGE,
+        imagePullPolicy: "Never",
+        command: ["sh", "-c", script],
+        resources,
+        volumeMounts,
+      }],
+      ...rest,
+    },
+  });
+}
+
+async function create(w: World, manifest: string): Promise<void> {
+  const r = await w.cp.kubectl(["create", "-f", "-"], { stdin: manifest });
+  assert.equal(r.code, 0, r.stderr);
+}
+
+async function events(api: KubeClient, name: string) {
+  return (await api.get<CoreV1EventList>(
+    `/api/v1/namespaces/${NS}/events?fieldSelector=involvedObject.name%3D${name}`,
+  )).items;
+}
+
+// ---- Local storage: emptyDir sizeLimit ----------------------------------------------------------
+
+const storage = suiteFor("eviction storage", "kts-evict-storage", [
+  // Volume usage is measured this often (upstream default 1m) so the test is quick.
+  "volumeStatsAggPeriod: 2s",
+]);
+
+storage.test("a pod writing past its emptyDir sizeLimit is evicted", async (w, api) => {
+  await create(
+    w,
+    pod(w, "filler", "dd if=/dev/zero of=/scratch/fill bs=1M count=16; sleep 3600", {
+      volumes: [{ name: "scratch", emptyDir: { sizeLimit: "8Mi" } }],
+      volumeMounts: [{ name: "scratch", mountPath: "/scratch" }],
+    }),
+  );
+  const message = 'Usage of EmptyDir volume "scratch" exceeds the limit "8Mi". ';
+  const evicted = await waitPod(
+    api,
+    NS,
+    "filler",
+    "Failed with reason Evicted",
+    (p) => p.status?.phase === "Failed" && p.status.reason === "Evicted",
+    90_000,
+  );
+  assert.equal(evicted.status?.message, message);
+  const ev = await poll("the Evicted event", async () => {
+    return (await events(api, "filler")).find((e) => e.reason === "Evicted");
+  }, 30_000);
+  assert.equal(ev.type, "Warning");
+  assert.equal(ev.message, message);
+});
+
+storage.teardown("teardown", async (w) => {
+  await w.containerd.stop();
+});
+
+// ---- Memory pressure: admission -----------------------------------------------------------------
+
+const memory = suiteFor("eviction memory", "kts-evict-memory", [
+  // No node has this much memory available: the node is under memory pressure at once.
+  "evictionHard:",
+  "  memory.available: 1000Ti",
+  "evictionPressureTransitionPeriod: 10s",
+]);
+
+memory.test(
+  "under MemoryPressure a new BestEffort pod is refused and others are admitted",
+  async (w, api) => {
+    const node = await poll(
+      "MemoryPressure on the node",
+      async () => {
+        const n = await api.get<V1Node>(`/api/v1/nodes/${w.node}`);
+        const c = n.status?.conditions?.find((c) => c.type === "MemoryPressure");
+        return c?.status === "True" ? n : undefined;
+      },
+      60_000,
+      1_000,
+    );
+    const cond = node.status?.conditions?.find((c) => c.type === "MemoryPressure");
+    assert.equal(cond?.reason, "KubeletHasInsufficientMemory");
+    assert.equal(cond?.message, "kubelet has insufficient memory available");
+
+    await create(w, pod(w, "besteffort", "sleep 3600"));
+    const refused = await waitPod(
+      api,
+      NS,
+      "besteffort",
+      "rejected",
+      (p) => p.status?.phase === "Failed",
+      60_000,
+    );
+    assert.equal(refused.status?.reason, "Evicted");
+    assert.equal(
+      refused.status?.message,
+      "Pod was rejected: The node had condition: [MemoryPressure]. ",
+    );
+
+    // A Burstable pod is admitted (and, the node being starved, evicted later). It asks for CPU
+    // only: the threshold leaves no allocatable memory, so a memory request would not fit.
+    await create(
+      w,
+      pod(w, "burstable", "sleep 3600", {
+        resources: { requests: { cpu: "10m" } },
+      }),
+    );
+    const admitted = await waitPod(
+      api,
+      NS,
+      "burstable",
+      "admitted",
+      (p: V1Pod) =>
+        p.status?.phase === "Running" ||
+        (p.status?.phase === "Failed" && p.status.message !== undefined &&
+          !p.status.message.startsWith("Pod was rejected")),
+      60_000,
+    );
+    assert.notEqual(admitted.status?.message?.startsWith("Pod was rejected"), true);
+  },
+);
+
+memory.teardown("teardown", async (w) => {
+  await w.containerd.stop();
+});
