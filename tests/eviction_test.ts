@@ -1,6 +1,7 @@
 /**
  * Eviction end to end, on real containerd through the real apiserver: a pod writing past its
- * emptyDir sizeLimit is evicted with upstream's message (local storage eviction), and a node
+ * emptyDir sizeLimit is evicted with upstream's message (local storage eviction), a container
+ * over its memory limit is reported OOMKilled with exit code 137, and a node
  * under memory pressure (here made so by a hard threshold no node can meet) reports
  * MemoryPressure and refuses new BestEffort pods while it admits others. Upstream's
  * counterparts are `test/e2e_node/eviction_test.go` (LocalStorageCapacityIsolationEviction,
@@ -135,6 +136,32 @@ storage.test("a pod writing past its emptyDir sizeLimit is evicted", async (w, a
   assert.equal(ev.type, "Warning");
   assert.equal(ev.message, message);
 });
+
+storage.test(
+  "a container over its memory limit is OOMKilled with exit code 137",
+  async (w, api) => {
+    // busybox tail keeps a line without end in memory: /dev/zero never ends one.
+    await create(
+      w,
+      pod(w, "oom", "tail /dev/zero", { resources: { limits: { memory: "32Mi" } } }),
+    );
+    const p = await waitPod(
+      api,
+      NS,
+      "oom",
+      "Failed, its container terminated",
+      // The phase turns terminal once the pod worker has finished, a sync after the exit.
+      (p) =>
+        p.status?.phase === "Failed" &&
+        p.status.containerStatuses?.[0]?.state?.terminated !== undefined,
+      60_000,
+    );
+    const terminated = p.status?.containerStatuses?.[0]?.state?.terminated;
+    assert.equal(terminated?.reason, "OOMKilled");
+    assert.equal(terminated?.exitCode, 137);
+    assert.equal(p.status?.phase, "Failed");
+  },
+);
 
 storage.teardown("teardown", async (w) => {
   await w.containerd.stop();
