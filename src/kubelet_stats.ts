@@ -7,9 +7,9 @@
  * (`cadvisor.New`, `stats.NewCRIStatsProvider`) and `pkg/kubelet/server/server.go`.
  */
 
-import * as api from "../proto/runtime/v1/api.ts";
-import { Cadvisor, type SampleTarget } from "./cadvisor.ts";
 import { join } from "node:path";
+import * as api from "../proto/runtime/v1/api.ts";
+import { Cadvisor, type Sample, type SampleTarget } from "./cadvisor.ts";
 import {
   cgroupfsName,
   type CgroupLayout,
@@ -272,7 +272,7 @@ function toEntry(
   container: string,
   pod: string,
   namespace: string,
-  s: import("./cadvisor.ts").Sample,
+  s: Sample,
   startTimeSeconds?: number,
 ): CadvisorEntry {
   const m = s.cgroup.memory;
