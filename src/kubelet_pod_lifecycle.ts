@@ -18,6 +18,7 @@ import type { Logger } from "./klog.ts";
 import type { KubeClient } from "./kube_client.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import { type PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
+import type { PodCgroups } from "./container_manager.ts";
 import { KubeletMounts } from "./kubelet_mounts.ts";
 import { Mounter } from "./mount.ts";
 import { envSourceOf, ObjectManager } from "./object_manager.ts";
@@ -90,6 +91,8 @@ export interface PodLifecycleOptions {
   readonly signal?: AbortSignal;
   /** Admission checks after the resource and node checks (the eviction manager's). */
   readonly admitHandlers?: readonly PodAdmitHandler[];
+  /** Pod cgroups (the container manager's). @default none: the runtime's default cgroups */
+  readonly podCgroups?: PodCgroups;
   /** Builds the status manager; benchmarks observe statuses with a subclass. @default new StatusManager */
   readonly newStatusManager?: (opts: StatusManagerOptions) => StatusManager;
   /** Mounts tmpfs volumes. @default new Mounter (mount(8) and umount(8)) */
@@ -242,7 +245,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     sandbox: {
       dns,
       podLogsDirectory: config.podLogsDir,
-      cgroupParent: "",
+      cgroupParent: o.podCgroups ? (pod) => o.podCgroups!.cgroupParent(pod) : "",
       nodeHostname: o.hostname,
       clusterDomain: config.clusterDomain ?? "",
       cpuCFSQuota: config.cpuCFSQuota,
@@ -295,6 +298,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     prober,
     volumes: volumeManager,
     admitHandlers: o.admitHandlers,
+    podCgroups: o.podCgroups,
   });
   syncerRef.syncer = syncer;
   const loop = new SyncLoop({

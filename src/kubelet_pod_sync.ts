@@ -22,6 +22,7 @@ import type { KubeClient } from "./kube_client.ts";
 import { generateAPIPodStatus, podIsTerminalPhase } from "./kubelet_pods.ts";
 import { readTerminationMessage } from "./kuberuntime_manager.ts";
 import { admitPod } from "./lifecycle_predicate.ts";
+import type { PodCgroups } from "./container_manager.ts";
 import { isMirrorPod, isMirrorPodOf, isStaticPod, type MirrorClient } from "./mirror_client.ts";
 import type { PodLifecycleEvent } from "./pleg.ts";
 import type { PodCache, PodStatus } from "./pod_cache.ts";
@@ -101,6 +102,8 @@ export interface PodSyncerOptions {
   readonly resyncIntervalMs?: number;
   /** Probes; without one, containers are ready once running (no probes run). */
   readonly prober?: PodProber;
+  /** Pod cgroups (the container manager's). @default none: the runtime's default cgroups */
+  readonly podCgroups?: PodCgroups;
   /** Admission checks after the resource and node checks (the eviction manager's). @default [] */
   readonly admitHandlers?: readonly PodAdmitHandler[];
   /** Pod volumes; without one, no volume is set up and no pod directory is cleaned up. */
@@ -334,6 +337,16 @@ export class PodSyncer implements SyncHandler {
       }
     }
 
+    // Cgroups of pods neither desired nor working (upstream cleanupOrphanedPodCgroups).
+    if (this.#o.podCgroups) {
+      try {
+        await this.#o.podCgroups.cleanupOrphans(keep, signal);
+      } catch (e) {
+        if (signal.aborted) throw e;
+        logger.error(e, "Failed cleaning up orphaned pod cgroups");
+      }
+    }
+
     // Mirror pods whose static pod is gone.
     const mirror = this.#o.mirrorClient;
     if (mirror) {
@@ -440,6 +453,26 @@ export class PodSyncer implements SyncHandler {
         `network is not ready: ${networkErrors}`,
       );
       throw new Error(`network is not ready: ${networkErrors}`);
+    }
+
+    // The pod's cgroup, unless the pod is being terminated (upstream SyncPod's pcm.EnsureExists).
+    const podCgroups = this.#o.podCgroups;
+    if (podCgroups && !this.workers.isPodTerminationRequested(uid)) {
+      try {
+        await podCgroups.ensureExists(pod);
+      } catch (e) {
+        const err = e instanceof Error ? e.message : String(e);
+        this.#o.recorder.event(
+          podRef(pod),
+          "Warning",
+          "FailedToCreatePodContainer",
+          `unable to ensure pod container exists: ${err}`,
+        );
+        throw new Error(
+          `failed to ensure that the pod: ${uid} cgroups exist and are correctly applied: ${err}`,
+          { cause: e },
+        );
+      }
     }
 
     if (isStaticPod(pod)) await this.#syncMirrorPod(pod, mirrorPod, signal);

@@ -13,6 +13,7 @@ import { RemoteRuntimeService } from "./remote_runtime.ts";
 import { initialNode } from "./node_status.ts";
 import { newPodLifecycle } from "./kubelet_pod_lifecycle.ts";
 import type { PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
+import type { PodCgroups } from "./container_manager.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
 import type { StatusManager } from "./status_manager.ts";
 import { VolumeManager } from "./volume_manager.ts";
@@ -60,6 +61,7 @@ interface HarnessOptions {
   /** The volume plugins. @default none: a pod with volumes fails FailedMount */
   readonly volumePlugins?: readonly VolumePlugin[];
   readonly admitHandlers?: readonly PodAdmitHandler[];
+  readonly podCgroups?: PodCgroups;
 }
 
 async function harness(opts: HarnessOptions = {}): Promise<Harness> {
@@ -123,6 +125,7 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
     signal: ctrl.signal,
     volumePlugins: opts.volumePlugins ?? [],
     admitHandlers: opts.admitHandlers,
+    podCgroups: opts.podCgroups,
     newVolumeManager: (v) => new RecordingVolumes(v),
   });
   const { pleg, statusManager: statuses, podManager, loop, syncer } = lifecycle;
@@ -683,4 +686,41 @@ Deno.test("PodSyncer.killPodNow with a status gives the evicted pod that status"
     "TerminationByKubelet",
   );
   assert.equal(status?.conditions?.find((c) => c.type === "Ready")?.status, "False");
+});
+
+Deno.test("PodSyncer creates the pod cgroup before the sandbox, whose parent it is, and removes orphans", async () => {
+  const ensured: string[] = [];
+  const kept: string[][] = [];
+  let fail: Error | undefined = new Error(
+    "mkdir /sys/fs/cgroup/cpu/kubepods/pod-x: permission denied",
+  );
+  const podCgroups: PodCgroups = {
+    cgroupParent: (p) => `/kubepods/besteffort/pod${p.metadata?.uid}`,
+    ensureExists: (p) => {
+      ensured.push(p.metadata?.name ?? "");
+      return fail ? Promise.reject(fail) : Promise.resolve();
+    },
+    cleanupOrphans: (keep) => {
+      kept.push([...keep].sort());
+      return Promise.resolve();
+    },
+  };
+  await using h = await harness({ podCgroups });
+  const p = pod("web");
+  h.add(p);
+  await h.until(
+    "FailedToCreatePodContainer",
+    () => h.events.some((e) => e.reason === "FailedToCreatePodContainer"),
+  );
+  assert.equal(
+    h.events.find((e) => e.reason === "FailedToCreatePodContainer")?.message,
+    `unable to ensure pod container exists: ${fail.message}`,
+  );
+  assert.equal(h.fake.service.sandboxes.size, 0, "no sandbox without its cgroup");
+  fail = undefined;
+  await h.until("Running", () => h.status("web")?.phase === "Running", 60_000);
+  const [sandbox] = [...h.fake.service.sandboxes.values()];
+  assert.equal(sandbox?.config.linux?.cgroupParent, `/kubepods/besteffort/pod${p.metadata!.uid}`);
+  assert.ok(ensured.length >= 2);
+  await h.until("a housekeeping", () => kept.some((k) => k.includes(p.metadata!.uid!)));
 });

@@ -32,8 +32,8 @@ export interface SandboxConfigOptions {
   readonly dns: DnsConfigurer;
   /** @default "/var/log/pods" (config podLogsDir) */
   readonly podLogsDirectory: string;
-  /** The pod's cgroup parent; "" until the QoS cgroup tree exists (a later issue). */
-  readonly cgroupParent?: string;
+  /** The pod's cgroup parent (the container manager's), "" for the runtime's default. */
+  readonly cgroupParent?: string | ((pod: V1Pod) => string);
   /** Node hostname, for hostNetwork pods (whose sandbox hostname upstream leaves empty). */
   readonly nodeHostname: string;
   /** Cluster domain for the pod's subdomain FQDN (config clusterDomain). */
@@ -487,7 +487,9 @@ export async function generatePodSandboxConfig(
 
   const { resources, overhead } = sandboxResources(pod, opts);
   config.linux = {
-    cgroupParent: opts.cgroupParent ?? "",
+    cgroupParent: typeof opts.cgroupParent === "function"
+      ? opts.cgroupParent(pod)
+      : opts.cgroupParent ?? "",
     securityContext: sandboxSecurityContext(pod),
     sysctls: sandboxSysctls(pod),
     overhead,
