@@ -7,7 +7,7 @@
  * with its socket under /run/kubelet-ts (a path the agent's permission set may open), build the
  * busybox and pause images from Debian's busybox-static and import them (no registry is reached),
  * write a kubelet config and a static pod manifest under /etc/kubernetes, then run the agent with
- * the `kubelet` permission set, print the static pod's log from /var/log/pods as it grows, and
+ * --allow-all (Deno 2.9 denies /proc and /sys to the `kubelet` set), print the static pod's log from /var/log/pods as it grows, and
  * stop the agent (SIGTERM) and containerd when asked to. Exits with the agent's exit code. Needs
  * root: run it as `deno run --allow-all deploy/demo.ts`.
  */
@@ -229,7 +229,9 @@ async function findPodLog(): Promise<string | undefined> {
 
 /** Runs the agent until it exits or `signal` aborts; resolves to its exit code. */
 async function runAgent(signal: AbortSignal): Promise<number> {
-  const args = ["run", "-P=kubelet", "main.ts", "--config", CONFIG_FILE];
+  // --allow-all, not -P=kubelet: Deno 2.9 denies /proc and /sys to any narrower set (README,
+  // "Known problem").
+  const args = ["run", "--allow-all", "main.ts", "--config", CONFIG_FILE];
   console.log(`demo: starting the agent: deno ${args.join(" ")} (cwd ${REPO_ROOT})`);
   const agent = new Deno.Command(Deno.execPath(), {
     args,

@@ -29,10 +29,24 @@ export interface MachineInfo {
   readonly cpuFrequencyKhz?: number;
 }
 
+/** The machine's facts cannot be read at all (Deno's permissions deny /proc and /sys). */
+export class MachineInfoError extends Error {
+  override name = "MachineInfoError";
+}
+
 async function read(root: string, path: string): Promise<string | undefined> {
   try {
     return (await Deno.readTextFile(join(root, path))).trim();
-  } catch {
+  } catch (e) {
+    // Deno 2.9 wants all permissions for any read under /proc and /sys: a node with no
+    // memory or CPUs would be worse than not starting.
+    if (e instanceof Deno.errors.NotCapable) {
+      throw new MachineInfoError(
+        `cannot read ${join(root, path)}: Deno requires --allow-all for /proc and /sys ` +
+          `(${e.message}); run the agent with --allow-all in place of -P=kubelet`,
+        { cause: e },
+      );
+    }
     return undefined;
   }
 }

@@ -88,3 +88,30 @@ Deno.test("readMachineInfo matches this machine", async () => {
   const swapKb = Number(/^SwapTotal:\s+(\d+) kB/m.exec(meminfo)?.[1]);
   assert.equal(m.swapCapacity, swapKb * 1024);
 });
+
+Deno.test("readMachineInfo fails naming --allow-all when Deno denies /proc", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "machine_info_perm_" });
+  try {
+    const script = `${dir}/probe.ts`;
+    const module = new URL("./machine_info.ts", import.meta.url).href;
+    await Deno.writeTextFile(
+      script,
+      `import { readMachineInfo } from ${JSON.stringify(module)};\n` +
+        `try { await readMachineInfo(); console.log("read"); } ` +
+        `catch (e) { console.log((e as Error).name + ": " + (e as Error).message); }\n`,
+    );
+    const srcDir = new URL(".", import.meta.url).pathname;
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", `--allow-read=/proc,/sys,${srcDir},${dir}`, "--no-prompt", script],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(out.stdout);
+    assert.match(
+      text,
+      /^MachineInfoError: cannot read \/sys\/devices\/system\/cpu\/online: Deno requires --allow-all for \/proc and \/sys .*run the agent with --allow-all in place of -P=kubelet/,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

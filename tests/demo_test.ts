@@ -1,6 +1,6 @@
 /**
  * `deno task demo` end to end: it installs what is missing, starts a private containerd, imports
- * the busybox and pause images, starts the agent in standalone mode under its permission set
+ * the busybox and pause images, starts the agent in standalone mode (with --allow-all)
  * against that containerd, shows the sample static pod's log, and stops both cleanly when
  * DEMO_SECONDS runs out.
  */
