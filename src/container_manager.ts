@@ -16,6 +16,7 @@ import type { V1Pod } from "@kubernetes/client-node";
 import type * as api from "../proto/runtime/v1/api.ts";
 import { type CgroupDriver, CgroupManager } from "./cgroup_manager.ts";
 import type { CgroupLayout } from "./cgroup_layout.ts";
+import type { CgroupFs } from "./_cm_cgroupfs.ts";
 import type { Clock } from "./clock.ts";
 import type { EventRecorder } from "./dependencies.ts";
 import type { Logger } from "./klog.ts";
@@ -43,20 +44,23 @@ export interface PodCgroups {
 
 /** What {@link newContainerManager} needs. */
 export interface ContainerManagerOptions {
-  readonly config: Pick<
-    KubeletConfiguration,
-    | "cgroupsPerQOS"
-    | "cgroupDriver"
-    | "cgroupRoot"
-    | "enforceNodeAllocatable"
-    | "systemReserved"
-    | "kubeReserved"
-    | "systemReservedCgroup"
-    | "kubeReservedCgroup"
-    | "cpuCFSQuota"
-    | "cpuCFSQuotaPeriod"
-    | "podPidsLimit"
-    | "qosReserved"
+  /** The configuration fields it reads; unset ones take upstream's defaults. */
+  readonly config: Partial<
+    Pick<
+      KubeletConfiguration,
+      | "cgroupsPerQOS"
+      | "cgroupDriver"
+      | "cgroupRoot"
+      | "enforceNodeAllocatable"
+      | "systemReserved"
+      | "kubeReserved"
+      | "systemReservedCgroup"
+      | "kubeReservedCgroup"
+      | "cpuCFSQuota"
+      | "cpuCFSQuotaPeriod"
+      | "podPidsLimit"
+      | "qosReserved"
+    >
   >;
   readonly layout: CgroupLayout;
   readonly runtime: { runtimeConfig(signal?: AbortSignal): Promise<api.RuntimeConfigResponse> };
@@ -69,6 +73,10 @@ export interface ContainerManagerOptions {
   readonly clock: Clock;
   readonly logger: Logger;
   readonly signal?: AbortSignal;
+  /** The cgroup filesystem, for tests. @default the host's */
+  readonly cgroupFs?: CgroupFs;
+  /** Where hugepage sizes are listed, for tests. @default /sys/kernel/mm/hugepages */
+  readonly hugePagesDir?: string;
 }
 
 /** The built container manager. */
@@ -90,7 +98,14 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
     o.runtime,
     { logger, clock: o.clock, signal: o.signal },
   );
-  const cgroupManager = new CgroupManager({ layout: o.layout, driver, logger, clock: o.clock });
+  const cgroupManager = new CgroupManager({
+    layout: o.layout,
+    driver,
+    logger,
+    clock: o.clock,
+    fs: o.cgroupFs,
+    hugePagesDir: o.hugePagesDir,
+  });
   const node = new NodeContainerManager({
     cgroupManager,
     cgroupRoot: config.cgroupRoot ?? "/",
