@@ -34,6 +34,10 @@ import { ImageGCManager } from "./image_gc_manager.ts";
 import { ContainerGC } from "./container_gc.ts";
 import { evictionConfigFrom, EvictionManager } from "./eviction_manager.ts";
 import { parseQuantity } from "./quantity.ts";
+import { hugePageResourceName } from "./node_status.ts";
+import { type CgroupLayout, detectCgroupLayout } from "./cgroup_layout.ts";
+import { type ContainerManager, newContainerManager } from "./container_manager.ts";
+import { readRlimit } from "./process_stats.ts";
 import { loadOrGenerateServingCert, tlsSettings } from "./server_tls.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { MachineInfo } from "./machine_info.ts";
@@ -250,6 +254,52 @@ export class Kubelet {
     const machine = await readMachineInfo();
     this.#machine = machine;
 
+    // The cgroup layout, read once for the container manager and the statistics.
+    let layout: CgroupLayout | Error;
+    try {
+      layout = await detectCgroupLayout();
+    } catch (e) {
+      layout = e instanceof Error ? e : new Error(String(e));
+    }
+    // Pods admitted and not terminal (upstream GetActivePods), once the lifecycle exists.
+    const built: { lifecycle?: PodLifecycle } = {};
+    const activePods = (): V1Pod[] => {
+      if (!built.lifecycle) return [];
+      const { podManager, statusManager, syncer } = built.lifecycle;
+      return podManager.getPods().filter((p) => {
+        const uid = p.metadata?.uid ?? "";
+        const phase = statusManager.getPodStatus(uid)?.phase ?? p.status?.phase;
+        return phase !== "Failed" && phase !== "Succeeded" &&
+          !syncer.workers.isPodKnownTerminated(uid);
+      });
+    };
+    let containerManager: ContainerManager | undefined;
+    if (config.cgroupsPerQOS ?? true) {
+      // Upstream's NewContainerManager and Start: a bad cgroup setup stops the kubelet.
+      if (layout instanceof Error) throw layout;
+      const rlimit = await readRlimit();
+      const capacity: Record<string, string> = {
+        cpu: String(machine.numCores),
+        memory: String(machine.memoryCapacity),
+      };
+      for (const [size, count] of machine.hugePages) {
+        capacity[hugePageResourceName(size)] = String(size * count);
+      }
+      if (rlimit.maxPid !== undefined) capacity.pid = String(rlimit.maxPid);
+      containerManager = await newContainerManager({
+        config,
+        layout,
+        runtime,
+        capacity,
+        activePods,
+        nodeName,
+        recorder,
+        clock,
+        logger,
+        signal,
+      });
+    }
+
     const sources: string[] = [];
     const podConfig = new PodConfig({ now: () => clock.now(), logger });
     const pods = newPodLifecycle({
@@ -273,7 +323,9 @@ export class Kubelet {
       signal,
       // Upstream's admit handlers after the predicates: the eviction manager's pressure check.
       admitHandlers: [(pod) => this.evictionManager?.admit(pod) ?? { admit: true }],
+      podCgroups: containerManager?.podCgroups,
     });
+    built.lifecycle = pods;
     const { pleg, syncer, loop, podManager, podCache } = pods;
     this.#prober = pods.prober;
     // Pull records that cannot be opened stop the kubelet, as upstream.
@@ -337,8 +389,11 @@ export class Kubelet {
     }
     if (mode === "loop") {
       running.push(...pods.run(signal));
+      if (containerManager) running.push(containerManager.run(signal));
       try {
+        if (layout instanceof Error) throw layout;
         const stats = await newKubeletStats({
+          layout,
           nodeName,
           runtime,
           imageService,

@@ -1,7 +1,8 @@
 /**
  * Eviction end to end, on real containerd through the real apiserver: a pod writing past its
  * emptyDir sizeLimit is evicted with upstream's message (local storage eviction), a container
- * over its memory limit is reported OOMKilled with exit code 137, and a node
+ * over its memory limit is reported OOMKilled with exit code 137, pods of each QoS class get
+ * upstream's cgroups and values under kubepods, and a node
  * under memory pressure (here made so by a hard threshold no node can meet) reports
  * MemoryPressure and refuses new BestEffort pods while it admits others. Upstream's
  * counterparts are `test/e2e_node/eviction_test.go` (LocalStorageCapacityIsolationEviction,
@@ -9,7 +10,8 @@
  */
 
 import assert from "node:assert/strict";
-import { join } from "node:path";
+import { basename, join } from "node:path";
+import { detectCgroupLayout } from "../src/cgroup_layout.ts";
 import type { CoreV1EventList, V1Node, V1Pod } from "@kubernetes/client-node";
 import type { KubeClient } from "../src/kube_client.ts";
 import type { RunningAgent } from "./agent_process.ts";
@@ -160,6 +162,67 @@ storage.test(
     assert.equal(terminated?.reason, "OOMKilled");
     assert.equal(terminated?.exitCode, 137);
     assert.equal(p.status?.phase, "Failed");
+  },
+);
+
+storage.test(
+  "pods of each QoS class get upstream's cgroups and values under kubepods",
+  async (w, api) => {
+    const layout = await detectCgroupLayout();
+    const cpuDir = layout.v1.get("cpu") ?? layout.unified!;
+    const memDir = layout.v1.get("memory") ?? layout.unified!;
+    const v2 = layout.v1.get("cpu") === undefined;
+    // The harness gives each agent its own cgroup root (tests/node_harness.ts).
+    const root = `/kubelet-ts-e2e/${basename(w.dir).replace(/[^A-Za-z0-9_.-]/g, "_")}/kubepods`;
+    const limits = { cpu: "250m", memory: "64Mi" };
+    await create(w, pod(w, "qos-g", "sleep 3600", { resources: { requests: limits, limits } }));
+    await create(w, pod(w, "qos-b", "sleep 3600", { resources: { requests: { cpu: "100m" } } }));
+    await create(w, pod(w, "qos-be", "sleep 3600"));
+    const uid = async (name: string) =>
+      (await waitPod(api, NS, name, "Running", (p) => p.status?.phase === "Running")).metadata!
+        .uid!;
+    const [g, b, be] = [await uid("qos-g"), await uid("qos-b"), await uid("qos-be")];
+    const read = async (dir: string, path: string, file: string) =>
+      (await Deno.readTextFile(join(dir, path, file))).trim();
+    if (v2) {
+      assert.equal(await read(cpuDir, `${root}/pod${g}`, "cpu.max"), "25000 100000");
+      assert.equal(await read(memDir, `${root}/pod${g}`, "memory.max"), String(64 * 2 ** 20));
+    } else {
+      // Guaranteed: directly under kubepods, shares from the request, quota and memory limit.
+      assert.equal(await read(cpuDir, `${root}/pod${g}`, "cpu.shares"), "256");
+      assert.equal(await read(cpuDir, `${root}/pod${g}`, "cpu.cfs_quota_us"), "25000");
+      assert.equal(
+        await read(memDir, `${root}/pod${g}`, "memory.limit_in_bytes"),
+        String(64 * 2 ** 20),
+      );
+      // Burstable and BestEffort under their class cgroups.
+      assert.equal(await read(cpuDir, `${root}/burstable/pod${b}`, "cpu.shares"), "102");
+      assert.equal(await read(cpuDir, `${root}/besteffort/pod${be}`, "cpu.shares"), "2");
+      assert.equal(await read(cpuDir, `${root}/besteffort`, "cpu.shares"), "2");
+    }
+    // The containers run inside their pod's cgroup.
+    const children: string[] = [];
+    for await (const e of Deno.readDir(join(memDir, `${root}/pod${g}`))) {
+      if (e.isDirectory) children.push(e.name);
+    }
+    assert.ok(children.length >= 2, `sandbox and container cgroups: ${children}`);
+    for (const name of ["qos-g", "qos-b", "qos-be"]) {
+      await w.cp.kubectl(["delete", "pod", name, "-n", NS, "--wait=false"]);
+    }
+    // Pod cgroups go once the pods are gone (housekeeping).
+    await poll(
+      "the Guaranteed pod's cgroup removed",
+      async () => {
+        try {
+          await Deno.stat(join(cpuDir, `${root}/pod${g}`));
+          return undefined;
+        } catch {
+          return true;
+        }
+      },
+      60_000,
+      1_000,
+    );
   },
 );
 

@@ -147,9 +147,10 @@ async function agentConfig(
   const socket = join(dir, "cri.sock");
   const file = join(dir, "kubelet.yaml");
   // Standalone, the webhooks have no apiserver: the kubelet API on loopback, open to anyone.
+  // No pod cgroups: these agents run beside other tests' agents on the host's cgroup tree.
   await Deno.writeTextFile(
     file,
-    `${HEADER}failCgroupV1: false\nhealthzPort: ${port}\ncontainerRuntimeEndpoint: unix://${socket}\npodLogsDir: ${dir}/pod-logs\n` +
+    `${HEADER}failCgroupV1: false\ncgroupsPerQOS: false\nenforceNodeAllocatable: []\nhealthzPort: ${port}\ncontainerRuntimeEndpoint: unix://${socket}\npodLogsDir: ${dir}/pod-logs\n` +
       `address: 127.0.0.1\nport: ${apiPort}\nauthentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n`,
   );
   return { file, port, apiPort, socket };

@@ -12,9 +12,12 @@
  */
 
 import assert from "node:assert/strict";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import type { V1Pod } from "@kubernetes/client-node";
 import { FakeClock } from "../src/clock.ts";
+import { detectCgroupLayout } from "../src/cgroup_layout.ts";
+import { CgroupManager } from "../src/cgroup_manager.ts";
+import { createLogger } from "../src/klog.ts";
 import { isStatus, KubeClient } from "../src/kube_client.ts";
 import { loadKubeconfig } from "../src/kubeconfig.ts";
 import { type RunningAgent, spawnAgent } from "./agent_process.ts";
@@ -131,6 +134,9 @@ export interface KubeletConfigOptions {
  * parallel agents would share), then `opts.lines`.
  */
 export async function writeKubeletConfig(path: string, opts: KubeletConfigOptions): Promise<void> {
+  // Agents of parallel tests share the host's cgroups: each gets its own cgroupRoot, so none
+  // takes another's pod cgroups for orphans.
+  const cgroupRoot = await ensureTestCgroupRoot(basename(dirname(path)));
   await Deno.writeTextFile(
     path,
     [
@@ -139,10 +145,26 @@ export async function writeKubeletConfig(path: string, opts: KubeletConfigOption
       "failCgroupV1: false",
       `containerRuntimeEndpoint: ${opts.endpoint}`,
       "healthzPort: 0",
+      `cgroupRoot: ${cgroupRoot}`,
       ...(opts.lines ?? []),
       "",
     ].join("\n"),
   );
+}
+
+/** Parent of the test agents' cgroup roots. */
+export const TEST_CGROUP_PARENT = "kubelet-ts-e2e";
+
+/** Creates `/kubelet-ts-e2e/<name>` in every cgroup hierarchy and returns it. */
+export async function ensureTestCgroupRoot(name: string): Promise<string> {
+  const safe = name.replace(/[^A-Za-z0-9_.-]/g, "_");
+  const cgroups = new CgroupManager({
+    layout: await detectCgroupLayout(),
+    driver: "cgroupfs",
+    logger: createLogger({ write: () => {} }),
+  });
+  await cgroups.create([TEST_CGROUP_PARENT, safe]);
+  return `/${TEST_CGROUP_PARENT}/${safe}`;
 }
 
 /** Options of {@link startNodeAgent}. */
