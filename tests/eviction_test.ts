@@ -2,7 +2,9 @@
  * Eviction end to end, on real containerd through the real apiserver: a pod writing past its
  * emptyDir sizeLimit is evicted with upstream's message (local storage eviction), a container
  * over its memory limit is reported OOMKilled with exit code 137, pods of each QoS class get
- * upstream's cgroups and values under kubepods, and a node
+ * upstream's cgroups and values under kubepods, a BestEffort memory hog is evicted first when
+ * the pods' allocatable memory runs short and MemoryPressure clears after the transition
+ * period, and a node
  * under memory pressure (here made so by a hard threshold no node can meet) reports
  * MemoryPressure and refuses new BestEffort pods while it admits others. Upstream's
  * counterparts are `test/e2e_node/eviction_test.go` (LocalStorageCapacityIsolationEviction,
@@ -227,6 +229,79 @@ storage.test(
 );
 
 storage.teardown("teardown", async (w) => {
+  await w.containerd.stop();
+});
+
+// ---- Memory pressure: eviction of a memory hog -------------------------------------------------
+
+// Pods get 400Mi (kubepods is sized to capacity minus kubeReserved), and the allocatable memory
+// threshold, derived from memory.available, is 100Mi: a pod filling 320Mi starves them.
+const meminfo = await Deno.readTextFile("/proc/meminfo").catch(() => "MemTotal: 0 kB");
+const memTotalKi = Number(/^MemTotal:\s+(\d+) kB$/m.exec(meminfo)?.[1] ?? 0);
+const hogs = suiteFor("eviction hog", "kts-evict-hog", [
+  "kubeReserved:",
+  `  memory: ${Math.max(0, memTotalKi - 400 * 1024)}Ki`,
+  "evictionHard:",
+  "  memory.available: 100Mi",
+  "evictionPressureTransitionPeriod: 10s",
+]);
+
+hogs.test(
+  "a BestEffort memory hog is evicted first, and MemoryPressure clears after the transition",
+  async (w, api) => {
+    await create(
+      w,
+      pod(w, "keeper", "sleep 3600", { resources: { requests: { memory: "32Mi" } } }),
+    );
+    await waitPod(api, NS, "keeper", "Running", (p) => p.status?.phase === "Running");
+    await create(
+      w,
+      pod(w, "hog", "sleep 2; dd if=/dev/zero of=/fill/x bs=1M count=320; sleep 3600", {
+        volumes: [{ name: "fill", emptyDir: { medium: "Memory" } }],
+        volumeMounts: [{ name: "fill", mountPath: "/fill" }],
+      }),
+    );
+    const pressure = (n: V1Node) =>
+      n.status?.conditions?.find((c) => c.type === "MemoryPressure")?.status;
+    const evicted = await waitPod(
+      api,
+      NS,
+      "hog",
+      "evicted",
+      (p) => p.status?.phase === "Failed" && p.status.reason === "Evicted",
+      90_000,
+    );
+    assert.match(evicted.status?.message ?? "", /^The node was low on resource: memory\. /);
+    // The pod within its request stays.
+    const keeper = await waitPod(api, NS, "keeper", "still Running", () => true);
+    assert.equal(keeper.status?.phase, "Running");
+    await poll(
+      "MemoryPressure reported",
+      async () => {
+        const n = await api.get<V1Node>(`/api/v1/nodes/${w.node}`);
+        return pressure(n) === "True" ? n : undefined;
+      },
+      30_000,
+      500,
+    );
+    // With the hog gone, the pressure clears once the transition period has passed.
+    await poll(
+      "MemoryPressure cleared",
+      async () => {
+        const n = await api.get<V1Node>(`/api/v1/nodes/${w.node}`);
+        return pressure(n) === "False" ? n : undefined;
+      },
+      90_000,
+      1_000,
+    );
+    assert.equal(
+      (await waitPod(api, NS, "keeper", "still Running", () => true)).status?.phase,
+      "Running",
+    );
+  },
+);
+
+hogs.teardown("teardown", async (w) => {
   await w.containerd.stop();
 });
 
