@@ -431,6 +431,7 @@ export class Kubelet {
             stats,
             pods,
             () => podConfig.seenAllSources(sources),
+            activePods,
           ),
         );
       }
@@ -448,6 +449,7 @@ export class Kubelet {
     stats: KubeletStats,
     pods: PodLifecycle,
     sourcesReady: () => boolean,
+    activePods: () => V1Pod[],
   ): Promise<void>[] {
     const { server, deps, nodeName } = this.#opts;
     const { config, flags } = server;
@@ -485,17 +487,11 @@ export class Kubelet {
     });
     this.imageGC = imageGC;
     this.containerGC = containerGC;
-    const { syncer, podManager, statusManager, volumeManager } = pods;
+    const { syncer, volumeManager } = pods;
     const eviction = new EvictionManager({
       ...evictionConfigFrom(config, flags),
       summary: (s) => stats.provider.summary(s),
-      activePods: () =>
-        podManager.getPods().filter((p) => {
-          const uid = p.metadata?.uid ?? "";
-          const phase = statusManager.getPodStatus(uid)?.phase ?? p.status?.phase;
-          return phase !== "Failed" && phase !== "Succeeded" &&
-            !syncer.workers.isPodKnownTerminated(uid);
-        }),
+      activePods,
       killPod: (pod, status, grace) =>
         syncer.killPodNow(pod, { evict: true, gracePeriodOverride: grace, status, signal }),
       podCleanedUp: (pod) => {

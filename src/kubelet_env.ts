@@ -33,7 +33,7 @@ import { goQuote } from "./_klog_encode.ts";
 import {
   DownwardApiError,
   extractContainerResourceValue,
-  formatMap,
+  extractFieldPathAsString,
   mergeContainerResourceLimits,
   splitMaybeSubscriptedPath,
 } from "./_downward_api.ts";
@@ -594,24 +594,13 @@ function podFieldSelectorRuntimeValue(
     case "status.podIPs":
       return ips.join(",");
   }
-  const meta = pod.metadata ?? {};
-  if (sub) {
-    const [p, key] = sub;
-    return (p === "metadata.annotations" ? meta.annotations : meta.labels)?.[key] ?? "";
+  // The metadata fields, as upstream's default case calls fieldpath.ExtractFieldPathAsString.
+  try {
+    return extractFieldPathAsString(pod, path);
+  } catch (e) {
+    if (e instanceof DownwardApiError) throw new EnvError(e.message, { cause: e });
+    throw e;
   }
-  switch (path) {
-    case "metadata.annotations":
-      return formatMap(meta.annotations);
-    case "metadata.labels":
-      return formatMap(meta.labels);
-    case "metadata.name":
-      return meta.name ?? "";
-    case "metadata.namespace":
-      return meta.namespace ?? "";
-    case "metadata.uid":
-      return meta.uid ?? "";
-  }
-  throw new EnvError(`unsupported fieldPath: ${path}`);
 }
 
 /**
