@@ -68,6 +68,8 @@ export class FakeRemoteRuntime implements AsyncDisposable {
   readonly #latency = new Map<string, number>();
   /** Fails pending latency sleeps and open event streams when the server goes down. */
   readonly #onShutdown = new Set<() => void>();
+  /** Ends each open GetContainerEvents stream with the error given. */
+  readonly #eventStreams = new Set<(e: FakeRuntimeError) => void>();
   readonly #runtimeImpl: api.RuntimeServiceServer;
   readonly #imageImpl: api.ImageServiceServer;
   #server: grpc.Server | undefined;
@@ -158,6 +160,24 @@ export class FakeRemoteRuntime implements AsyncDisposable {
     const queue = this.#errors.get(rpc) ?? [];
     queue.push({ code, details: details ?? `injected ${rpc} error`, remaining: times });
     this.#errors.set(rpc, queue);
+  }
+
+  /**
+   * Ends every open GetContainerEvents stream with `code`, as a runtime restart or a broken
+   * connection does; returns how many there were. New streams can be opened afterwards.
+   */
+  cutEventStreams(
+    code: grpc.status = grpc.status.UNAVAILABLE,
+    details = "event stream cut",
+  ): number {
+    const n = this.#eventStreams.size;
+    for (const end of [...this.#eventStreams]) end(new FakeRuntimeError(code, details));
+    return n;
+  }
+
+  /** Open GetContainerEvents streams. */
+  get eventStreams(): number {
+    return this.#eventStreams.size;
   }
 
   /** Drops every injected error not yet returned. */
@@ -300,12 +320,15 @@ export class FakeRemoteRuntime implements AsyncDisposable {
       const close = () => {
         unsubscribe();
         this.#onShutdown.delete(shutdown);
+        this.#eventStreams.delete(end);
       };
-      const shutdown = () => {
+      const end = (e: FakeRuntimeError) => {
         close();
-        call.emit("error", toStatus(stopped()));
+        call.emit("error", toStatus(e));
       };
+      const shutdown = () => end(stopped());
       this.#onShutdown.add(shutdown);
+      this.#eventStreams.add(end);
       call.on("cancelled", close);
       call.on("close", close);
     }, (e) => call.emit("error", toStatus(e)));

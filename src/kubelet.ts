@@ -43,7 +43,7 @@ import * as api from "../proto/runtime/v1/api.ts";
 import type { MachineInfo } from "./machine_info.ts";
 import { initialNode, nodeStatus } from "./node_status.ts";
 import type { PodCache } from "./pod_cache.ts";
-import type { GenericPLEG } from "./pleg.ts";
+import type { PodLifecycleEventGenerator } from "./pleg.ts";
 import type { PodManager } from "./pod_manager.ts";
 import type { PodSyncer } from "./kubelet_pod_sync.ts";
 import { newPodLifecycle, type PodLifecycle } from "./kubelet_pod_lifecycle.ts";
@@ -106,7 +106,7 @@ export class Kubelet {
   /** The pod lifecycle, once started. */
   podSyncer: PodSyncer | undefined;
   syncLoop: SyncLoop | undefined;
-  pleg: GenericPLEG | undefined;
+  pleg: PodLifecycleEventGenerator | undefined;
   #runtimeVersion = "";
   #machine: MachineInfo | undefined;
   #firstUpdate: PromiseWithResolvers<V1Pod[]> | undefined;

@@ -27,7 +27,8 @@ import { ProberManager } from "./prober_manager.ts";
 import { SyncLoop } from "./kubelet_sync_loop.ts";
 import { KubeRuntimeManager } from "./kuberuntime_manager.ts";
 import { MirrorClient } from "./mirror_client.ts";
-import { GenericPLEG } from "./pleg.ts";
+import { EventedPLEG } from "./evented_pleg.ts";
+import { GenericPLEG, type PodLifecycleEventGenerator } from "./pleg.ts";
 import { PodCache } from "./pod_cache.ts";
 import { isStaticPod } from "./pod_config.ts";
 import { PodManager } from "./pod_manager.ts";
@@ -60,7 +61,9 @@ export type PodLifecycleConfig =
     | "imagePullCredentialsVerificationPolicy"
     | "preloadedImagesVerificationAllowlist"
   >
-  & Partial<Pick<KubeletConfiguration, "configMapAndSecretChangeDetectionStrategy">>;
+  & Partial<
+    Pick<KubeletConfiguration, "configMapAndSecretChangeDetectionStrategy" | "featureGates">
+  >;
 
 /** What {@link newPodLifecycle} needs. */
 export interface PodLifecycleOptions {
@@ -106,7 +109,7 @@ export interface PodLifecycleOptions {
 /** The built graph; nothing runs until {@link PodLifecycle.run}. */
 export interface PodLifecycle {
   readonly podCache: PodCache;
-  readonly pleg: GenericPLEG;
+  readonly pleg: PodLifecycleEventGenerator;
   readonly podManager: PodManager;
   readonly reasonCache: ReasonCache;
   readonly imageManager: ImageManager;
@@ -130,7 +133,12 @@ export interface PodLifecycle {
 export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
   const { config, clock, logger, recorder, runtime, imageService } = o;
   const podCache = new PodCache();
-  const pleg = new GenericPLEG({ runtime, cache: podCache, clock, logger });
+  const generic = new GenericPLEG({ runtime, cache: podCache, clock, logger });
+  // On unless the EventedPLEG gate is turned off (upstream: alpha, off); a runtime without
+  // container events leaves it relisting as the generic PLEG does.
+  const pleg: PodLifecycleEventGenerator = config.featureGates?.EventedPLEG === false
+    ? generic
+    : new EventedPLEG({ runtime, cache: podCache, generic, clock, logger });
   const podManager = new PodManager();
   const reasonCache = new ReasonCache();
   const syncerRef: { syncer?: PodSyncer } = {};

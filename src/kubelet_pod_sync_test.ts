@@ -15,6 +15,8 @@ import { newPodLifecycle } from "./kubelet_pod_lifecycle.ts";
 import type { PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
 import type { PodCgroups } from "./container_manager.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
+import { EventedPLEG } from "./evented_pleg.ts";
+import type { PodLifecycleEventGenerator } from "./pleg.ts";
 import type { StatusManager } from "./status_manager.ts";
 import { VolumeManager } from "./volume_manager.ts";
 import type {
@@ -36,6 +38,8 @@ interface Harness extends AsyncDisposable {
   readonly loop: SyncLoop;
   readonly syncer: PodSyncer;
   readonly statuses: StatusManager;
+  /** The lifecycle's PLEG; relisted by {@link step}, not running unless a test runs it. */
+  readonly pleg: PodLifecycleEventGenerator;
   /** The lifecycle's volume manager, recording the syncer's calls. */
   readonly volumes: RecordingVolumes;
   readonly events: { reason: string; message: string; name: string }[];
@@ -147,6 +151,7 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
     loop,
     syncer,
     statuses,
+    pleg,
     volumes: lifecycle.volumeManager as RecordingVolumes,
     events,
     pokes,
@@ -723,4 +728,48 @@ Deno.test("PodSyncer creates the pod cgroup before the sandbox, whose parent it 
   assert.equal(sandbox?.config.linux?.cgroupParent, `/kubepods/besteffort/pod${p.metadata!.uid}`);
   assert.ok(ensured.length >= 2);
   await h.until("a housekeeping", () => kept.some((k) => k.includes(p.metadata!.uid!)));
+});
+
+/** Real-time wait, for what gRPC round trips deliver while fake time stands still. */
+async function realUntil(what: string, cond: () => boolean): Promise<void> {
+  const end = Date.now() + 5_000;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+
+Deno.test("the evented PLEG (the default) brings a container exit to the pod status with no relist and no relist period passing", async () => {
+  await using h = await harness();
+  assert.ok(h.pleg instanceof EventedPLEG, "newPodLifecycle builds the evented PLEG by default");
+  h.add(pod("evented"));
+  const state = () => h.status("evented")?.containerStatuses?.[0]?.state;
+  await h.until("the container to run", () => state()?.running !== undefined);
+
+  const ctl = new AbortController();
+  const running = h.pleg.run(ctl.signal);
+  try {
+    await realUntil("the event stream", () => h.fake.eventStreams === 1);
+    await realUntil("the settle wait", () => h.clock.waiters > 0);
+    h.clock.step(1_000);
+    await realUntil("events in use", () => (h.pleg as EventedPLEG).inUse);
+    // A relist the same clock step started may still be queued: let it end first.
+    await h.pleg.relist();
+    const lists = h.fake.callCount("ListContainers");
+    // The worker's last sync started at this fake millisecond; the exit comes in the next one.
+    h.clock.step(1);
+    const before = h.clock.now();
+    const id = h.status("evented")!.containerStatuses![0]!.containerID!.replace(/^\w+:\/\//, "");
+    h.fake.service.exitContainer(id, 3, "Error");
+    // The exit shows as the state, or, once the container was restarted, as its last state.
+    const exited = () =>
+      state()?.terminated ?? h.status("evented")?.containerStatuses?.[0]?.lastState?.terminated;
+    await realUntil("the exit in the pod status", () => exited()?.exitCode === 3);
+    assert.equal(exited()?.reason, "Error");
+    assert.equal(h.clock.now(), before, "no fake time passed");
+    assert.equal(h.fake.callCount("ListContainers"), lists, "no relist");
+  } finally {
+    ctl.abort();
+    await running;
+  }
 });

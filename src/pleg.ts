@@ -41,6 +41,26 @@ export interface PlegHealth {
   message: string;
 }
 
+/**
+ * What the sync loop, the health checks and housekeeping need from a PLEG (upstream
+ * `PodLifecycleEventGenerator`); {@link GenericPLEG} and the evented PLEG both are one.
+ */
+export interface PodLifecycleEventGenerator {
+  /** Runs until `signal` aborts. */
+  run(signal: AbortSignal): Promise<void>;
+  /** One relist of every pod now. */
+  relist(signal?: AbortSignal): Promise<void>;
+  /** The kubelet changed containers and wants the change seen soon. */
+  poke(): void;
+  healthy(): PlegHealth;
+  /** UIDs of the pods the runtime has. */
+  podIds(): string[];
+  /** The next event; rejects with the signal's reason when it aborts first. */
+  next(signal?: AbortSignal): Promise<PodLifecycleEvent>;
+  /** Every event, in order, until `signal` aborts. */
+  watch(signal?: AbortSignal): AsyncGenerator<PodLifecycleEvent>;
+}
+
 /** The CRI calls the PLEG needs. */
 export type PlegRuntime = Pick<
   RuntimeService,
@@ -150,13 +170,13 @@ function limiter(limit: number): <T>(fn: () => Promise<T>) => Promise<T> {
 }
 
 /** The relisting PLEG; see the module documentation. */
-export class GenericPLEG {
+export class GenericPLEG implements PodLifecycleEventGenerator {
   readonly #runtime: PlegRuntime;
   readonly #cache: PodCache;
   readonly #clock: Clock;
   readonly #log: Logger;
-  readonly #period: number;
-  readonly #threshold: number;
+  #period: number;
+  #threshold: number;
   readonly #capacity: number;
   readonly #concurrency: number;
   readonly #records = new Map<string, PodRecord>();
@@ -188,9 +208,35 @@ export class GenericPLEG {
     return this.#dropped;
   }
 
+  /** Events the queue holds before new ones are dropped. */
+  get capacity(): number {
+    return this.#capacity;
+  }
+
   /** Events waiting for the consumer. */
   get pending(): number {
     return this.#queue.length;
+  }
+
+  /** The time between relists, and the age of the last relist healthy() accepts. */
+  get relistPeriodMs(): number {
+    return this.#period;
+  }
+
+  get relistThresholdMs(): number {
+    return this.#threshold;
+  }
+
+  /**
+   * Changes the relist period and the health threshold (upstream's Update), as the evented PLEG
+   * does when the runtime's event stream comes and goes. A shorter period ends the wait under
+   * way and relists at once; a longer one applies from the next wait.
+   */
+  setRelistPeriod(periodMs: number, thresholdMs: number): void {
+    const shorter = periodMs < this.#period;
+    this.#period = positive("relistPeriodMs", periodMs);
+    this.#threshold = positive("relistThresholdMs", thresholdMs);
+    if (shorter) this.poke();
   }
 
   /** Relists now, then every relistPeriodMs after the previous relist ends, until `signal` aborts. */
@@ -356,7 +402,7 @@ export class GenericPLEG {
       for (const e of events) {
         // Not reliable, and nothing consumes it yet.
         if (e.type === "ContainerChanged") continue;
-        this.#send(e);
+        this.send(e);
         if (e.type === "ContainerDied") this.#logExit(e);
       }
     });
@@ -482,7 +528,11 @@ export class GenericPLEG {
     return old.status.ips;
   }
 
-  #send(e: PodLifecycleEvent): void {
+  /**
+   * Hands an event to the consumer, or queues it; drops it (counted and logged) when the queue is
+   * full. The evented PLEG sends through here, so the sync loop reads one stream.
+   */
+  send(e: PodLifecycleEvent): void {
     const consumer = this.#consumers.shift();
     if (consumer) return consumer(e);
     if (this.#queue.length < this.#capacity) {

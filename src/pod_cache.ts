@@ -103,6 +103,23 @@ export class PodCache {
     this.#notify(uid, time);
   }
 
+  /**
+   * Stores the entry unless the cache already holds one observed after `time`, as upstream's
+   * Set does for the evented PLEG (an event can arrive after a relist that saw later state).
+   * Returns whether it stored it.
+   */
+  setIfNewer(uid: string, status: PodStatus, error: Error | undefined, time: number): boolean {
+    const d = this.#pods.get(uid);
+    if (d !== undefined && d.modified > time) return false;
+    this.set(uid, status, error, time);
+    return true;
+  }
+
+  /** UIDs of the pods the cache holds an entry for. */
+  uids(): string[] {
+    return [...this.#pods.keys()];
+  }
+
   /** Forgets the pod; waiters keep waiting, as upstream, until a later set or updateTime. */
   delete(uid: string): void {
     this.#pods.delete(uid);
