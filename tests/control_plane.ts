@@ -72,6 +72,12 @@ export interface KubectlOptions {
   readonly signal?: AbortSignal;
   /** @default 60000 */
   readonly timeoutMs?: number;
+  /**
+   * Runs kubectl on a terminal (util-linux `script` gives it a pseudo-terminal and types `stdin`
+   * into it), as `kubectl exec -it` and `kubectl attach -it` need; stdout is the terminal's
+   * output (input echoed, CRLF line ends) and the exit code kubectl's.
+   */
+  readonly tty?: boolean;
 }
 
 /** A running control plane started by {@link startControlPlane}. */
@@ -531,8 +537,10 @@ async function runKubectl(
 ): Promise<KubectlResult> {
   const timeout = AbortSignal.timeout(opts.timeoutMs ?? 60_000);
   const signal = opts.signal ? AbortSignal.any([timeout, opts.signal]) : timeout;
-  const child = new Deno.Command(kubectl, {
-    args: ["--kubeconfig", kubeconfig, ...args],
+  const argv = [kubectl, "--kubeconfig", kubeconfig, ...args];
+  const quote = (a: string) => `'${a.replaceAll("'", `'\\''`)}'`;
+  const child = new Deno.Command(opts.tty ? "script" : kubectl, {
+    args: opts.tty ? ["-qefc", argv.map(quote).join(" "), "/dev/null"] : argv.slice(1),
     clearEnv: true,
     // HOME under `dir`: kubectl's discovery cache goes to $HOME/.kube/cache.
     env: { PATH: "/usr/local/bin:/usr/bin:/bin", HOME: dir },

@@ -231,6 +231,58 @@ e2e("kubectl exec: output and exit code, and stdin", async (w, api) => {
   assert.equal(cat.stdout, "from stdin\n");
 });
 
+e2e("kubectl exec -it runs a shell on a terminal", async (w, api) => {
+  await createRunning(
+    w,
+    api,
+    podJson("term", { image: BUSYBOX_IMAGE, command: ["sleep", "3600"] }),
+  );
+  const r = await w.cp.kubectl(["exec", "-it", "term", "-n", NS, "--", "sh"], {
+    tty: true,
+    stdin: "tty\necho on-tty-$((40+2))\nexit 7\n",
+  });
+  assert.equal(r.code, 7, r.stdout + r.stderr);
+  // The shell's stdin is a terminal of the runtime's, and it ran what was typed.
+  assert.match(r.stdout, /^\/dev\/pts\/\d+\r?$/m, r.stdout);
+  assert.match(r.stdout, /^on-tty-42\r?$/m, r.stdout);
+});
+
+e2e("kubectl attach: -it to a terminal pod, and -i to a stdinOnce pod", async (w, api) => {
+  await createRunning(
+    w,
+    api,
+    podJson("attach-tty", {
+      image: BUSYBOX_IMAGE,
+      command: ["sh"],
+      stdin: true,
+      tty: true,
+    }, "Never"),
+  );
+  const tty = await w.cp.kubectl(["attach", "-it", "attach-tty", "-n", NS], {
+    tty: true,
+    stdin: "echo attached-$((1+1))\nexit 0\n",
+  });
+  assert.equal(tty.code, 0, tty.stdout + tty.stderr);
+  assert.match(tty.stdout, /^attached-2\r?$/m, tty.stdout);
+  await waitPod(api, NS, "attach-tty", "Succeeded", (p) => p.status?.phase === "Succeeded");
+
+  await createRunning(
+    w,
+    api,
+    podJson("attach-once", {
+      image: BUSYBOX_IMAGE,
+      command: ["sh", "-c", 'while read l; do echo "got $l"; done; echo done'],
+      stdin: true,
+      stdinOnce: true,
+    }, "Never"),
+  );
+  const once = await w.cp.kubectl(["attach", "-i", "attach-once", "-n", NS], {
+    stdin: "one\ntwo\n",
+  });
+  assert.equal(once.code, 0, once.stderr);
+  assert.equal(once.stdout, "got one\ngot two\ndone\n");
+});
+
 e2e("kubectl port-forward reaches an httpd pod's page", async (w, api) => {
   await createRunning(w, api, podJson("web", { image: HTTPD_IMAGE }));
   const local = freePort();
