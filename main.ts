@@ -2,14 +2,25 @@
  * @module
  * The kubelet's only entry point, upstream's NewKubeletCommand: parse the flags, build the
  * configuration (defaults, --config, --config-dir, flags), build the dependencies, run until
- * SIGTERM or SIGINT. Every start-up error is one log line naming what is wrong, and exit 1.
+ * SIGTERM or SIGINT; SIGHUP reloads the configuration (kubelet_config_reload.ts). Every start-up
+ * error is one log line naming what is wrong, and exit 1.
  */
 
 import { ConfigError } from "./src/config_schema.ts";
 import { unsecuredDependencies } from "./src/dependencies.ts";
-import { createLogger, type LogFormat, type Logger } from "./src/klog.ts";
+import {
+  createLogger,
+  type LogFormat,
+  type Logger,
+  setLogVerbosity,
+  type VModuleEntry,
+} from "./src/klog.ts";
 import { loadKubeletConfiguration } from "./src/kubelet_config.ts";
-import { kubeletConfigurationFields } from "./src/kubelet_config_types.ts";
+import { ConfigReloader } from "./src/kubelet_config_reload.ts";
+import {
+  type KubeletConfiguration,
+  kubeletConfigurationFields,
+} from "./src/kubelet_config_types.ts";
 import { type CommandLine, FlagError, parseCommandLine, usage } from "./src/kubelet_flags.ts";
 import { run } from "./src/kubelet_server.ts";
 import { checkPermissions } from "./src/permissions.ts";
@@ -31,6 +42,13 @@ function flagLogging(cl: CommandLine): { format: LogFormat; verbosity: number } 
     if (f.path.join(".") === "logging.verbosity") verbosity = f.value as number;
   }
   return { format, verbosity };
+}
+
+function vmoduleOf(config: KubeletConfiguration): VModuleEntry[] {
+  return (config.logging.vmodule ?? []).map((e) => ({
+    filePattern: e.filePattern ?? "",
+    verbosity: e.verbosity ?? 0,
+  }));
 }
 
 /** Runs the kubelet with `args`; resolves to the process exit code. */
@@ -64,24 +82,29 @@ export async function main(args: readonly string[]): Promise<number> {
       { permission: "read", path: cl.flags.kubeletConfigFile, source: "--config" },
       { permission: "read", path: cl.flags.kubeletDropinConfigDirectory, source: "--config-dir" },
     ]);
-    const { config } = await loadKubeletConfiguration({
-      configFile: cl.flags.kubeletConfigFile,
-      dropinDir: cl.flags.kubeletDropinConfigDirectory,
-      flags: cl.config,
-    });
+    const load = async () =>
+      (await loadKubeletConfiguration({
+        configFile: cl.flags.kubeletConfigFile,
+        dropinDir: cl.flags.kubeletDropinConfigDirectory,
+        flags: cl.config,
+      })).config;
+    const config = await load();
     log = createLogger({
       format: config.logging.format === "json" ? "json" : "text",
       verbosity: config.logging.verbosity,
-      vmodule: config.logging.vmodule?.map((e) => ({
-        filePattern: e.filePattern ?? "",
-        verbosity: e.verbosity ?? 0,
-      })),
+      vmodule: vmoduleOf(config),
     });
     for (const w of cl.warnings) log.warning(w);
     log.info("kubelet version", { kubeletVersion: KUBELET_VERSION });
     log.v(1).info("KubeletConfiguration", { config: JSON.stringify(config) });
 
-    const deps = unsecuredDependencies({ logger: log });
+    const reloader = new ConfigReloader({ load, current: config, logger: log });
+    const logger = log;
+    reloader.onChange(
+      ["logging.verbosity", "logging.vmodule"],
+      (c) => setLogVerbosity(logger, c.logging.verbosity, vmoduleOf(c)),
+    );
+    const deps = { ...unsecuredDependencies({ logger: log }), reloader };
     const root = new AbortController();
     const onSignal = (name: Deno.Signal) => () => {
       if (root.signal.aborted) {
@@ -99,6 +122,7 @@ export async function main(args: readonly string[]): Promise<number> {
       Deno.unrefTimer(deadline);
     };
     for (const sig of ["SIGTERM", "SIGINT"] as const) Deno.addSignalListener(sig, onSignal(sig));
+    Deno.addSignalListener("SIGHUP", () => void reloader.reload());
     await run({ flags: cl.flags, config }, deps, root.signal);
     log.info("Kubelet stopped");
     return 0;

@@ -32,13 +32,23 @@ export class PressureTracker {
   #lastObservations: SignalObservations = new Map();
 
   constructor(
-    private readonly transitionPeriodMs: number,
+    public transitionPeriodMs: number,
     private readonly logger: Logger,
   ) {}
 
   /** The node conditions to report, in the order they were first seen. */
   get conditions(): readonly NodeConditionType[] {
     return this.#conditions;
+  }
+
+  /**
+   * Forgets the thresholds met so far (new thresholds were configured: the old ones no longer
+   * apply, not even until their minimum reclaim). The conditions keep their last observation, so
+   * a pressure still clears only after the transition period.
+   */
+  forgetThresholds(): void {
+    this.#thresholdsMet = [];
+    this.#thresholdsFirstObservedAt = new Map();
   }
 
   /**

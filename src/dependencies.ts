@@ -7,6 +7,7 @@
  * client, the mounter) join it as they are built, each behind an interface like these.
  */
 
+import type { ConfigReloader } from "./kubelet_config_reload.ts";
 import { type Clock, realClock } from "./clock.ts";
 import type { Logger } from "./klog.ts";
 import type { KubeClient } from "./kube_client.ts";
@@ -75,6 +76,8 @@ export interface Dependencies {
   readonly kubeClient?: KubeClient;
   /** The unthrottled client for node status and lease heartbeats; undefined in standalone mode. */
   readonly heartbeatClient?: KubeClient;
+  /** Reloads the configuration on SIGHUP; components register what they apply live. */
+  readonly reloader?: ConfigReloader;
 }
 
 /** Builds the default dependencies (upstream's UnsecuredDependencies: nothing is dialled yet). */

@@ -88,6 +88,10 @@ export class ApiserverEventRecorder implements EventRecorder {
     this.#correlator = new EventCorrelator(opts.clock, this.#namer);
     this.#bucket = new TokenBucket(opts.clock, opts.qps, opts.burst);
   }
+  /** Changes eventRecordQPS / eventBurst from now on (a configuration reload). */
+  setRateLimit(qps: number, burst: number): void {
+    this.#bucket.setRate(qps, burst);
+  }
 
   /** Events dropped because the queue was full (each drop also logged). */
   get dropped(): number {

@@ -117,6 +117,7 @@ export class EvictionManager {
   readonly #o: EvictionManagerOptions;
   #thresholds: readonly Threshold[];
   #layout: DiskLayout | undefined;
+  #maxPodGracePeriodSeconds: number;
   readonly #tracker: PressureTracker;
   /** The "pods" system container was missing at the last pass (and that was logged). */
   #podsMissingLogged = false;
@@ -124,7 +125,24 @@ export class EvictionManager {
   constructor(opts: EvictionManagerOptions) {
     this.#o = opts;
     this.#thresholds = opts.thresholds;
+    this.#maxPodGracePeriodSeconds = opts.maxPodGracePeriodSeconds ?? 0;
     this.#tracker = new PressureTracker(opts.pressureTransitionPeriodMs ?? 300_000, opts.logger);
+  }
+
+  /**
+   * Takes new thresholds, transition period and soft-eviction grace cap from the next pass on (a
+   * configuration reload). The disk layout is detected again, as it rewrites the filesystem
+   * thresholds; a soft threshold already met starts its grace period again.
+   */
+  reconfigure(cfg: Omit<EvictionConfig, "localStorageCapacityIsolation">): void {
+    this.#thresholds = cfg.thresholds;
+    this.#layout = undefined;
+    this.#maxPodGracePeriodSeconds = cfg.maxPodGracePeriodSeconds ?? 0;
+    this.#tracker.transitionPeriodMs = cfg.pressureTransitionPeriodMs ?? 300_000;
+    this.#tracker.forgetThresholds();
+    this.#o.logger.info("Eviction manager: thresholds reconfigured", {
+      thresholds: this.#thresholds.length,
+    });
   }
 
   /** The node conditions currently reported, in the order they were seen. */
@@ -260,7 +278,7 @@ export class EvictionManager {
     rank(activePods, statsFunc);
     logger.info("Eviction manager: pods ranked for eviction", { pods: activePods.map(kobj) });
 
-    const maxGrace = o.maxPodGracePeriodSeconds ?? 0;
+    const maxGrace = this.#maxPodGracePeriodSeconds;
     for (const pod of activePods) {
       let grace = IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS;
       if (!isHardEvictionThreshold(toReclaim)) {

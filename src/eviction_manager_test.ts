@@ -520,3 +520,44 @@ Deno.test("EvictionManager logs a missing pods system container once per change"
   await h.sync();
   assert.equal(missing(), 2, "again after it came back and went");
 });
+
+Deno.test("EvictionManager.reconfigure: a raised threshold and a shorter transition period apply from the next pass", async () => {
+  const h = harness({ evictionHard: { "memory.available": "10Mi" } });
+  h.state.node = underMemory;
+  await h.sync();
+  assert.ok(!h.manager.isUnderMemoryPressure(), "50Mi available is above 10Mi");
+  h.manager.reconfigure({
+    ...evictionConfigFrom({
+      evictionHard: { "memory.available": "100Mi" },
+      evictionPressureTransitionPeriod: 20_000,
+      enforceNodeAllocatable: [],
+      localStorageCapacityIsolation: true,
+    }),
+  });
+  await h.sync();
+  assert.ok(h.manager.isUnderMemoryPressure(), "50Mi available is below the new 100Mi");
+  h.state.node = plentyMemory;
+  await h.sync(10_000);
+  assert.ok(h.manager.isUnderMemoryPressure());
+  await h.sync(10_000);
+  assert.ok(!h.manager.isUnderMemoryPressure(), "the new 20 s transition period applies");
+});
+
+Deno.test("EvictionManager.reconfigure: a lowered threshold no longer holds the pressure until the old minimum reclaim", async () => {
+  const h = harness({ evictionHard: { "memory.available": "1000Gi" } }, {
+    pressureTransitionPeriodMs: 10_000,
+  });
+  h.state.node = plentyMemory;
+  await h.sync();
+  assert.ok(h.manager.isUnderMemoryPressure(), "no node has 1000Gi available");
+  h.manager.reconfigure(evictionConfigFrom({
+    evictionHard: { "memory.available": "100Mi" },
+    evictionPressureTransitionPeriod: 10_000,
+    enforceNodeAllocatable: [],
+    localStorageCapacityIsolation: true,
+  }));
+  await h.sync(5_000);
+  assert.ok(h.manager.isUnderMemoryPressure(), "within the transition period");
+  await h.sync(10_000);
+  assert.ok(!h.manager.isUnderMemoryPressure(), "the 1000Gi threshold is gone");
+});

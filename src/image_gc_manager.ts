@@ -101,34 +101,45 @@ interface Candidate {
   readonly record: ImageRecord;
 }
 
+/** The policy with defaults for unset (undefined) fields, checked as upstream's NewImageGCManager. */
+function resolvePolicy(given: Partial<ImageGCPolicy> = {}): ImageGCPolicy {
+  const set = Object.entries(given).filter(([, v]) => v !== undefined);
+  const policy: ImageGCPolicy = { ...DEFAULT_IMAGE_GC_POLICY, ...Object.fromEntries(set) };
+  const { highThresholdPercent: high, lowThresholdPercent: low } = policy;
+  if (!(high >= 0 && high <= 100)) {
+    throw new ImageGCPolicyError(`invalid HighThresholdPercent ${high}, must be in range [0-100]`);
+  }
+  if (!(low >= 0 && low <= 100)) {
+    throw new ImageGCPolicyError(`invalid LowThresholdPercent ${low}, must be in range [0-100]`);
+  }
+  if (low > high) {
+    throw new ImageGCPolicyError(
+      `LowThresholdPercent ${low} can not be higher than HighThresholdPercent ${high}`,
+    );
+  }
+  return policy;
+}
+
 /** Tracks images and removes unused ones; see the module documentation. */
 export class ImageGCManager {
   readonly #o: ImageGCManagerOptions;
-  readonly #policy: ImageGCPolicy;
+  #policy: ImageGCPolicy;
   readonly #records = new Map<string, MutableRecord>();
   #beganGC: number;
 
   constructor(opts: ImageGCManagerOptions) {
-    // An unset (undefined) field keeps its default, as an unset config field does upstream.
-    const given = Object.entries(opts.policy ?? {}).filter(([, v]) => v !== undefined);
-    const policy: ImageGCPolicy = { ...DEFAULT_IMAGE_GC_POLICY, ...Object.fromEntries(given) };
-    const { highThresholdPercent: high, lowThresholdPercent: low } = policy;
-    if (!(high >= 0 && high <= 100)) {
-      throw new ImageGCPolicyError(
-        `invalid HighThresholdPercent ${high}, must be in range [0-100]`,
-      );
-    }
-    if (!(low >= 0 && low <= 100)) {
-      throw new ImageGCPolicyError(`invalid LowThresholdPercent ${low}, must be in range [0-100]`);
-    }
-    if (low > high) {
-      throw new ImageGCPolicyError(
-        `LowThresholdPercent ${low} can not be higher than HighThresholdPercent ${high}`,
-      );
-    }
+    const policy = resolvePolicy(opts.policy);
     this.#o = opts;
     this.#policy = policy;
     this.#beganGC = opts.clock.now();
+  }
+
+  /**
+   * Replaces the policy from the next pass on (a configuration reload); throws
+   * {@link ImageGCPolicyError}, changing nothing, for one upstream's NewImageGCManager refuses.
+   */
+  setPolicy(policy: Partial<ImageGCPolicy>): void {
+    this.#policy = resolvePolicy(policy);
   }
 
   /** The policy in force, defaults filled in. */

@@ -148,6 +148,12 @@ export class BackOff {
 }
 
 /** Admits at most `limit` holders at once, in arrival order. */
+/** One pull at a time when serialized, else at most `maxParallel` (unlimited when unset). */
+function pullSemaphore(serialize = true, maxParallel?: number): Semaphore | undefined {
+  if (serialize) return new Semaphore(1);
+  return maxParallel && maxParallel > 0 ? new Semaphore(maxParallel) : undefined;
+}
+
 class Semaphore {
   #free: number;
   readonly #waiting: Array<() => void> = [];
@@ -212,7 +218,7 @@ export class ImageManager {
   readonly #backOff: BackOff;
   /** The last pull error per back-off key, for the ImagePullBackOff message. */
   readonly #lastErrors = new Map<string, string>();
-  readonly #pulls: Semaphore | undefined;
+  #pulls: Semaphore | undefined;
   readonly #limiter: TokenBucket;
   readonly #log: Logger;
   readonly #recordsDirectory: string | undefined;
@@ -243,18 +249,20 @@ export class ImageManager {
       opts.backOffInitialMs ?? 10_000,
       opts.backOffMaxMs ?? 300_000,
     );
-    const serial = opts.serializeImagePulls ?? true;
-    const parallel = opts.maxParallelImagePulls;
-    this.#pulls = serial
-      ? new Semaphore(1)
-      : parallel && parallel > 0
-      ? new Semaphore(parallel)
-      : undefined;
+    this.#pulls = pullSemaphore(opts.serializeImagePulls, opts.maxParallelImagePulls);
     this.#limiter = new TokenBucket(
       opts.clock,
       opts.registryPullQPS ?? 5,
       opts.registryBurst ?? 10,
     );
+  }
+
+  /**
+   * Changes serializeImagePulls / maxParallelImagePulls (a configuration reload): pulls that
+   * start from now on follow the new limit; those under way finish under the old one.
+   */
+  setPullParallelism(serializeImagePulls?: boolean, maxParallelImagePulls?: number): void {
+    this.#pulls = pullSemaphore(serializeImagePulls, maxParallelImagePulls);
   }
 
   /**

@@ -135,7 +135,31 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     clock: now ? () => now().getTime() : wallClock,
     pid: opts.pid ?? Deno.pid,
   };
-  return makeLogger(core, []);
+  const logger = makeLogger(core, []);
+  cores.set(logger, core);
+  return logger;
+}
+
+/** The settings behind each logger createLogger made (shared by the loggers `with` derives). */
+const cores = new WeakMap<Logger, Core>();
+
+/**
+ * Changes `-v` and `-vmodule` of a logger createLogger made, and of every logger derived from
+ * it, from the next line on (a configuration reload); throws {@link LoggerOptionsError},
+ * changing nothing, for a bad value.
+ */
+export function setLogVerbosity(
+  logger: Logger,
+  verbosity: number,
+  vmodule: readonly VModuleEntry[] = [],
+): void {
+  const core = cores.get(logger);
+  if (!core) throw new LoggerOptionsError("Cannot change the verbosity of this logger");
+  const next = createLogger({ format: core.json ? "json" : "text", verbosity, vmodule });
+  const nextCore = cores.get(next)!;
+  core.verbosity = nextCore.verbosity;
+  core.vmodule = nextCore.vmodule;
+  core.vmoduleCache.clear();
 }
 
 function bad(field: string, expected: string, value: unknown): LoggerOptionsError {

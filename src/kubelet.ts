@@ -525,6 +525,36 @@ export class Kubelet {
       logger,
     });
     this.evictionManager = eviction;
+    deps.reloader?.onChange(
+      [
+        "evictionHard",
+        "evictionSoft",
+        "evictionSoftGracePeriod",
+        "evictionMinimumReclaim",
+        "evictionPressureTransitionPeriod",
+        "evictionMaxPodGracePeriod",
+      ],
+      (c) => eviction.reconfigure(evictionConfigFrom(c, flags)),
+    );
+    deps.reloader?.onChange(
+      [
+        "imageGCHighThresholdPercent",
+        "imageGCLowThresholdPercent",
+        "imageMinimumGCAge",
+        "imageMaximumGCAge",
+      ],
+      (c) =>
+        imageGC.setPolicy({
+          highThresholdPercent: c.imageGCHighThresholdPercent,
+          lowThresholdPercent: c.imageGCLowThresholdPercent,
+          minAgeMs: c.imageMinimumGCAge,
+          maxAgeMs: c.imageMaximumGCAge,
+        }),
+    );
+    deps.reloader?.onChange(
+      ["serializeImagePulls", "maxParallelImagePulls"],
+      (c) => pods.imageManager.setPullParallelism(c.serializeImagePulls, c.maxParallelImagePulls),
+    );
     return [imageGC.run(signal), containerGC.run(signal), eviction.run(signal)];
   }
 

@@ -198,6 +198,10 @@ export async function runKubelet(
       },
     };
     events = apiRecorder.run(AbortSignal.any([signal, stopEvents.signal]));
+    deps.reloader?.onChange(
+      ["eventRecordQPS", "eventBurst"],
+      (c) => apiRecorder.setRateLimit(c.eventRecordQPS, c.eventBurst),
+    );
   }
   const kubelet = new Kubelet({ server: s, deps, nodeName: hostname, hostname, nodeIPs });
   try {

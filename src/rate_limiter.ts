@@ -16,11 +16,19 @@ export class TokenBucket {
 
   constructor(
     private readonly clock: Clock,
-    private readonly qps: number,
-    private readonly burst: number,
+    private qps: number,
+    private burst: number,
   ) {
     this.#tokens = Math.max(1, burst);
     this.#last = clock.now();
+  }
+
+  /** Changes the rate from now on; the tokens held are kept, up to the new burst. */
+  setRate(qps: number, burst: number): void {
+    this.#refill();
+    this.qps = qps;
+    this.burst = burst;
+    this.#tokens = Math.min(this.#tokens, Math.max(1, burst));
   }
 
   /** Resolves when a token is taken; rejects when `signal` aborts first. */
