@@ -22,7 +22,7 @@ import {
   kubeletConfigurationFields,
 } from "./src/kubelet_config_types.ts";
 import { type CommandLine, FlagError, parseCommandLine, usage } from "./src/kubelet_flags.ts";
-import { run } from "./src/kubelet_server.ts";
+import { nodeHostname, pathNeeds, run } from "./src/kubelet_server.ts";
 import { checkPermissions } from "./src/permissions.ts";
 import { KUBELET_VERSION, versionInfo } from "./src/version.ts";
 
@@ -51,6 +51,43 @@ function vmoduleOf(config: KubeletConfiguration): VModuleEntry[] {
   }));
 }
 
+/**
+ * `--check`: loads the configuration as a start would (falling back to the defaults when it
+ * cannot, so the other checks still run), runs every preflight check and prints the report;
+ * 1 when there are problems.
+ */
+async function check(cl: CommandLine): Promise<number> {
+  const load = async (cgroupV1?: false, given = true) =>
+    (await loadKubeletConfiguration({
+      configFile: given ? cl.flags.kubeletConfigFile : "",
+      dropinDir: given ? cl.flags.kubeletDropinConfigDirectory : "",
+      flags: given ? cl.config : [],
+      cgroupV1,
+    })).config;
+  let config: KubeletConfiguration;
+  let configError: Error | undefined;
+  try {
+    config = await load();
+  } catch (e) {
+    if (!(e instanceof Error)) throw e;
+    // Only failCgroupV1 on a v1 host: the cgroups check reports that, with its fix.
+    config = await load(false).catch(async () => {
+      configError = e;
+      return await load(false, false);
+    });
+  }
+  const { runPreflight, formatFindings } = await import("./src/preflight.ts");
+  const s = { flags: cl.flags, config };
+  const findings = await runPreflight({
+    ...s,
+    configError,
+    pathNeeds: pathNeeds(s),
+    nodeName: nodeHostname(cl.flags.hostnameOverride, Deno.hostname),
+  });
+  print(formatFindings(findings));
+  return findings.some((f) => f.level === "problem") ? 1 : 0;
+}
+
 /** Runs the kubelet with `args`; resolves to the process exit code. */
 export async function main(args: readonly string[]): Promise<number> {
   let log: Logger = createLogger({ format: "text" });
@@ -76,6 +113,7 @@ export async function main(args: readonly string[]): Promise<number> {
     return 0;
   }
   log = createLogger(flagLogging(cl));
+  if (cl.check) return await check(cl);
 
   try {
     checkPermissions([

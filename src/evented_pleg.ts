@@ -331,7 +331,8 @@ function describes(event: api.ContainerEventResponse): boolean {
  * Now when the runtime left it out.
  */
 function eventTime(event: api.ContainerEventResponse, clock: Clock): number {
-  return event.createdAt > 0n ? Number(event.createdAt) / 1e6 : clock.now();
+  // Whole microseconds first: a double holds them exactly, nanoseconds since 1970 it does not.
+  return event.createdAt > 0n ? Number(event.createdAt / 1_000n) / 1_000 : clock.now();
 }
 
 function eventTypeName(t: api.ContainerEventType): string {

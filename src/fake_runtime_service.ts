@@ -429,10 +429,13 @@ export class FakeRuntimeService {
 
   // --- Internals ---
 
-  /** Nanoseconds since the epoch, strictly increasing so that creations and exits order. */
+  /**
+   * Nanoseconds since the epoch, strictly increasing (by a microsecond, which survives the
+   * conversion to milliseconds the evented PLEG makes) so that creations and exits order.
+   */
   #now(): bigint {
     const ns = BigInt(Math.trunc(this.#clock.now())) * 1_000_000n;
-    this.#lastNs = ns > this.#lastNs ? ns : this.#lastNs + 1n;
+    this.#lastNs = ns > this.#lastNs ? ns : this.#lastNs + 1_000n;
     return this.#lastNs;
   }
 

@@ -98,7 +98,7 @@ export function newKubeletFlags(): KubeletFlags {
 type FlagKind = "string" | "bool" | "int" | "duration" | "map" | "version";
 
 interface OwnFlag {
-  readonly key: keyof KubeletFlags | "help" | "version";
+  readonly key: keyof KubeletFlags | "help" | "version" | "check";
   readonly kind: FlagKind;
   readonly usage: string;
   readonly deprecated?: string;
@@ -248,6 +248,13 @@ const OWN_FLAGS: Readonly<Record<string, OwnFlag>> = {
     deprecated: "will be removed in 1.25 or later. in favor of using CSI.",
   },
   "help": { key: "help", kind: "bool", short: "h", usage: "help for kubelet" },
+  // Not upstream's: the preflight check (preflight.ts).
+  "check": {
+    key: "check",
+    kind: "bool",
+    usage:
+      "Check the node for everything that would stop the kubelet (runtime, cgroups, swap, kernel settings, certificates, apiserver, permissions), report each problem with what to do, and exit (non-zero if there are problems)",
+  },
   "version": {
     key: "version",
     kind: "version",
@@ -335,6 +342,8 @@ export interface CommandLine {
   /** Configuration fields set by flags, in command-line order; applied over the file. */
   readonly config: readonly ConfigFlagValue[];
   readonly help: boolean;
+  /** `--check`: run the preflight check and exit. */
+  readonly check: boolean;
   /** undefined, "true" or "raw" (upstream's --version values). */
   readonly version?: string;
   /** Deprecation warnings to log once logging is set up. */
@@ -563,6 +572,7 @@ export function parseCommandLine(
   const warnings: string[] = [];
   const configValues = new Map<string, unknown>();
   let help = false;
+  let check = false;
   let version: string | undefined;
   for (const token of parsed.tokens) {
     if (token.kind !== "option") continue;
@@ -576,6 +586,7 @@ export function parseCommandLine(
       if (own) {
         if (own.deprecated) warnings.push(`Flag --${name} has been deprecated, ${own.deprecated}`);
         if (own.key === "help") help = parseBool(text);
+        else if (own.key === "check") check = parseBool(text);
         else if (own.key === "version") version = text;
         else setOwn(flags, own, text);
         continue;
@@ -601,7 +612,7 @@ export function parseCommandLine(
       );
     }
   }
-  return { flags, config, help, version, warnings };
+  return { flags, config, help, check, version, warnings };
 }
 
 function setOwn(flags: KubeletFlags, own: OwnFlag, text: string): void {

@@ -26,6 +26,9 @@ export function versionInfo(): Record<string, string> {
     buildDate: "",
     goVersion: "",
     compiler: "deno",
+    // Not upstream's: the Deno runtime the agent runs on (`--version` stays one line, as
+    // kubeadm parses it).
+    denoVersion: Deno.version.deno,
     platform: `linux/${Deno.build.arch === "x86_64" ? "amd64" : "arm64"}`,
   };
 }

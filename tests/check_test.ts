@@ -1,0 +1,118 @@
+/**
+ * `kubelet --check` as an operator runs it, against real containerd and a real kube-apiserver:
+ * on a node set up as the e2e agents are, it finds no problem and says who the apiserver takes
+ * it for; with misconfigurations planted (the runtime's socket wrong, cgroup v1 refused on a v1
+ * host, a serving key that is not the certificate's, a client CA file that holds no
+ * certificate, a client certificate from another CA), one run names each, with its fix, and
+ * exits 1.
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { hostIsCgroup2UnifiedMode } from "../src/cgroup_mode.ts";
+import { runAgent } from "./agent_process.ts";
+import { startContainerd } from "./containerd_harness.ts";
+import { startControlPlane } from "./control_plane.ts";
+import { writeKubeletConfig } from "./node_harness.ts";
+import { createPki, issueCertificate } from "./pki.ts";
+import { requireRoot } from "./requirements.ts";
+
+const gate = await requireRoot("kubelet --check e2e tests", [
+  "containerd",
+  "ctr",
+  "runc",
+  "openssl",
+  "go",
+]);
+const NODE = "kts-check";
+
+Deno.test({
+  name: "kubelet --check: a sound node passes, and one run names every planted problem",
+  ignore: gate.ignore,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    gate.check();
+    const dir = await Deno.makeTempDir({ prefix: "check-e2e-" });
+    await using stack = new AsyncDisposableStack();
+    stack.defer(() => Deno.remove(dir, { recursive: true }).catch(() => {}));
+    const cp = stack.use(await startControlPlane({ dir: join(dir, "cp"), nodeNames: [NODE] }));
+    const socket = join(dir, "containerd", "containerd.sock");
+    const containerd = stack.use(await startContainerd({ dir: join(dir, "containerd"), socket }));
+
+    const sound = join(dir, "sound.yaml");
+    await writeKubeletConfig(sound, { endpoint: containerd.endpoint });
+    const base = ["--check", "--hostname-override", NODE];
+    const good = await runAgent([
+      ...base,
+      ...["--config", sound, "--kubeconfig", cp.nodeKubeconfig(NODE)],
+    ]);
+    assert.equal(good.code, 0, good.stdout + good.stderr);
+    assert.match(good.stdout, /^\[ok\] {6}runtime: containerd \S+ serves CRI v1 at unix:\/\//m);
+    assert.match(good.stdout, new RegExp(`accepts .* as system:node:${NODE}$`, "m"));
+    assert.match(good.stdout, /^no problems found/m);
+
+    // Planted: each of these alone would stop the kubelet or leave it unable to work.
+    const planted = join(dir, "planted");
+    await Deno.mkdir(planted);
+    const serving = await issueCertificate({
+      dir: planted,
+      name: "serving",
+      ca: cp.pki.ca,
+      subject: { commonName: NODE },
+      usage: "server",
+    });
+    const stranger = await createPki(join(dir, "stranger"), { nodeNames: [NODE] });
+    const rogue = stranger.nodes.get(NODE)!;
+    const kubeconfig = join(planted, "rogue.conf");
+    await Deno.writeTextFile(
+      kubeconfig,
+      [
+        "apiVersion: v1",
+        "kind: Config",
+        `clusters: [{name: c, cluster: {server: '${cp.server}', certificate-authority: ${cp.pki.ca.cert}}}]`,
+        `users: [{name: u, user: {client-certificate: ${rogue.cert}, client-key: ${rogue.key}}}]`,
+        "contexts: [{name: x, context: {cluster: c, user: u}}]",
+        "current-context: x",
+      ].join("\n"),
+    );
+    const notCa = join(planted, "ca.crt");
+    await Deno.writeTextFile(notCa, "this is not a certificate\n");
+    const v1 = !(await hostIsCgroup2UnifiedMode());
+    const config = join(planted, "kubelet.yaml");
+    await Deno.writeTextFile(
+      config,
+      [
+        "apiVersion: kubelet.config.k8s.io/v1beta1",
+        "kind: KubeletConfiguration",
+        `failCgroupV1: ${v1}`,
+        `containerRuntimeEndpoint: unix://${dir}/containerd/wrong.sock`,
+        `tlsCertFile: ${serving.cert}`,
+        `tlsPrivateKeyFile: ${cp.pki.admin.key}`,
+        "authentication:",
+        "  x509:",
+        `    clientCAFile: ${notCa}`,
+        "",
+      ].join("\n"),
+    );
+    const bad = await runAgent([...base, "--config", config, "--kubeconfig", kubeconfig]);
+    assert.equal(bad.code, 1, bad.stdout + bad.stderr);
+    const expected = [
+      /^\[PROBLEM\] runtime: the container runtime's socket .*wrong\.sock does not exist$/m,
+      /^\[PROBLEM\] certificates: tlsPrivateKeyFile .* is not the key of tlsCertFile /m,
+      /^\[PROBLEM\] certificates: clientCAFile .*ca\.crt: holds no PEM certificate$/m,
+      /^\[PROBLEM\] apiserver: https:\/\/127\.0\.0\.1:\d+ refuses the credentials of .*rogue\.conf \(401 Unauthorized\)$/m,
+      ...(v1 ? [/^\[PROBLEM\] cgroups: the host runs cgroup v1 and failCgroupV1 is true/m] : []),
+    ];
+    for (const e of expected) assert.match(bad.stdout, e, bad.stdout);
+    const problems = bad.stdout.split("\n").filter((l) => l.startsWith("[PROBLEM]"));
+    assert.equal(problems.length, expected.length, bad.stdout);
+    assert.match(bad.stdout, new RegExp(`^${expected.length} problems found`, "m"));
+    // Every problem comes with what to do.
+    const lines = bad.stdout.split("\n");
+    lines.forEach((l, i) => {
+      if (l.startsWith("[PROBLEM]")) assert.match(lines[i + 1] ?? "", /^ {10}fix: \S/, l);
+    });
+    await containerd.stop();
+  },
+});
