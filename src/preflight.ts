@@ -11,7 +11,8 @@
  * - swap: on while failSwapOn; kernel: ip_forward, br_netfilter, /dev/kmsg;
  * - certificates: the serving certificate and key (readable, matching, valid now and for 30
  *   days), the client CA file, the kubeconfig's client certificate;
- * - apiserver: reachable, and the kubeconfig's credentials accepted (SelfSubjectReview).
+ * - apiserver: reachable, and the kubeconfig's credentials accepted (SelfSubjectReview);
+ * - cis: the CIS Kubernetes Benchmark's kubelet items (cis_benchmark.ts), as warnings.
  * The remote checks live in `_preflight_remote.ts`. Host files are read under `root`, so tests
  * plant a host.
  */
@@ -19,6 +20,7 @@
 import { createPrivateKey, createPublicKey } from "node:crypto";
 import { join } from "node:path";
 import { detectCgroupLayout } from "./cgroup_layout.ts";
+import { cisFileChecks, cisFiles, cisKubeletChecks } from "./cis_benchmark.ts";
 import { isCgroup2UnifiedMode } from "./cgroup_mode.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import type { KubeletFlags } from "./kubelet_flags.ts";
@@ -67,6 +69,7 @@ export async function runPreflight(o: PreflightOptions): Promise<Finding[]> {
     guard("kernel", () => checkKernel(o)),
     guard("certificates", () => checkCertificates(o)),
     guard("apiserver", () => checkApiserver(o)),
+    guard("cis", () => checkCis(o)),
   ]);
   return groups.flat();
 }
@@ -298,4 +301,17 @@ async function servingPair(certFile: string, keyFile: string, now: number): Prom
     ));
   }
   return out;
+}
+
+/** The CIS items: each failed one a warning with its fix, a single line when all pass. */
+async function checkCis(o: PreflightOptions): Promise<Finding[]> {
+  const results = [
+    ...cisKubeletChecks(o.config, o.flags),
+    ...await cisFileChecks(cisFiles(o.config, o.flags)),
+  ];
+  const failed = results.filter((r) => !r.pass);
+  if (failed.length === 0) {
+    return [ok("cis", `the CIS Benchmark's ${results.length} kubelet items checked here pass`)];
+  }
+  return failed.map((r) => warning("cis", `${r.id} ${r.title}: ${r.detail}`, r.fix));
 }

@@ -145,7 +145,9 @@ Deno.test("runPreflight names every planted problem in one run, each with a fix"
     const report = formatFindings(findings);
     assert.match(report, /^\[PROBLEM\] swap: /m);
     assert.match(report, /^ {10}fix: turn swap off/m);
-    assert.match(report, /10 problems found \(3 warnings\)/);
+    const cis = findings.filter((f) => f.check === "cis" && f.level === "warning").length;
+    assert.ok(cis > 0, "the planted config fails CIS items too");
+    assert.match(report, new RegExp(`10 problems found \\(${3 + cis} warnings\\)`));
 
     // Expired: the same certificate a year on.
     const later = await runPreflight({
@@ -176,11 +178,17 @@ Deno.test("runPreflight passes a sound node: a CRI v1 runtime with the configure
       nodeName: "node-a",
     });
     assert.deepEqual(problems(findings), [], formatFindings(findings));
-    assert.deepEqual(findings.filter((f) => f.level === "warning"), []);
+    assert.deepEqual(findings.filter((f) => f.level === "warning" && f.check !== "cis"), []);
+    // Upstream's command-line defaults (no --config: anonymous auth, AlwaysAllow, the
+    // read-only port) fail eight CIS items: warnings, not problems.
+    assert.deepEqual(
+      findings.filter((f) => f.check === "cis").map((f) => f.message.split(" ")[0]),
+      ["4.2.1", "4.2.2", "4.2.3", "4.2.4", "4.2.9", "4.2.10", "4.2.12", "4.2.13"],
+    );
     assert.ok(find(findings, "runtime", /serves CRI v1 at unix:\/\//));
     assert.ok(find(findings, "runtime", /cgroup driver cgroupfs, as the runtime's/));
     assert.ok(find(findings, "cgroups", /cgroup v2/));
-    assert.match(formatFindings(findings), /no problems found \(0 warnings\)$/);
+    assert.match(formatFindings(findings), /no problems found \(8 warnings\)$/);
   } finally {
     await Deno.remove(root, { recursive: true });
   }
