@@ -52,6 +52,15 @@ export interface KubeClientOptions {
   /** Deadline of each request (not of watches), in ms; undefined for none. */
   readonly timeoutMs?: number;
   readonly userAgent: string;
+  /**
+   * The client certificate, asked for at each request instead of the kubeconfig's (a rotating
+   * certificate manager's `current()`). When it returns another object than last time, new
+   * requests go over a new TLS client with it; the old one is closed once its requests have
+   * their answers. Undefined sends no client certificate.
+   */
+  readonly clientCertificate?: () =>
+    | { readonly certPem: string; readonly keyPem: string }
+    | undefined;
 }
 
 /** Request options. */
@@ -73,7 +82,14 @@ export const PATCH = {
 /** A client of one apiserver with one identity. */
 export class KubeClient {
   readonly server: string;
-  readonly #http: Deno.HttpClient;
+  #http: Deno.HttpClient;
+  /** The certificate #http was built with, when it comes from `clientCertificate`. */
+  #httpCert: unknown;
+  /** Requests waiting for their answer, per TLS client. */
+  readonly #inflight = new Map<Deno.HttpClient, number>();
+  /** Replaced TLS clients still carrying requests; closed when the last one is answered. */
+  readonly #retired = new Set<Deno.HttpClient>();
+  #closed = false;
   readonly #limiter: TokenBucket;
   readonly #opts: KubeClientOptions;
   readonly #headers: Record<string, string>;
@@ -87,14 +103,54 @@ export class KubeClient {
         `${c.source}: insecure-skip-tls-verify is not supported yet; give the cluster's certificate-authority`,
       );
     }
-    this.#http = Deno.createHttpClient({
-      caCerts: c.caPem ? [c.caPem] : undefined,
-      cert: c.certPem,
-      key: c.keyPem,
-    } as Deno.CreateHttpClientOptions);
+    if (opts.clientCertificate) {
+      this.#httpCert = opts.clientCertificate();
+      this.#http = this.#newHttp(this.#httpCert as { certPem: string; keyPem: string } | undefined);
+    } else {
+      this.#http = this.#newHttp(
+        c.certPem && c.keyPem ? { certPem: c.certPem, keyPem: c.keyPem } : undefined,
+      );
+    }
     this.#limiter = new TokenBucket(opts.clock, opts.qps ?? 50, opts.burst ?? 100);
     this.#headers = { "user-agent": opts.userAgent, accept: "application/json" };
     if (c.token) this.#headers.authorization = `Bearer ${c.token}`;
+  }
+
+  #newHttp(cert: { certPem: string; keyPem: string } | undefined): Deno.HttpClient {
+    return Deno.createHttpClient({
+      caCerts: this.#opts.config.caPem ? [this.#opts.config.caPem] : undefined,
+      cert: cert?.certPem,
+      key: cert?.keyPem,
+    } as Deno.CreateHttpClientOptions);
+  }
+
+  /** The TLS client for a new request, rebuilt when the client certificate changed. */
+  #acquire(): Deno.HttpClient {
+    const source = this.#opts.clientCertificate;
+    if (source && !this.#closed) {
+      const cert = source();
+      if (cert !== this.#httpCert) {
+        this.#retire(this.#http);
+        this.#http = this.#newHttp(cert);
+        this.#httpCert = cert;
+      }
+    }
+    const http = this.#http;
+    this.#inflight.set(http, (this.#inflight.get(http) ?? 0) + 1);
+    return http;
+  }
+
+  #release(http: Deno.HttpClient): void {
+    const n = (this.#inflight.get(http) ?? 1) - 1;
+    if (n > 0) return void this.#inflight.set(http, n);
+    this.#inflight.delete(http);
+    if (this.#retired.delete(http)) closeQuietly(http);
+  }
+
+  #retire(http: Deno.HttpClient): void {
+    // Closing a client does not cut answers already streaming (watches), only new requests.
+    if (this.#inflight.has(http)) this.#retired.add(http);
+    else closeQuietly(http);
   }
 
   /** A client with the same identity and other limits (events, heartbeats). */
@@ -125,12 +181,13 @@ export class KubeClient {
     const headers = { ...this.#headers };
     if (opts.body !== undefined) headers["content-type"] = opts.contentType ?? "application/json";
     let res: Response;
+    const http = this.#acquire();
     try {
       res = await fetch(this.#url(path, opts.query), {
         method,
         headers,
         body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-        client: this.#http,
+        client: http,
         signal: signals.length === 0 ? undefined : AbortSignal.any(signals),
       });
     } catch (e) {
@@ -138,6 +195,8 @@ export class KubeClient {
       throw new KubeApiError(method, path, 0, "", e instanceof Error ? e.message : String(e), {
         cause: e,
       });
+    } finally {
+      this.#release(http);
     }
     if (!res.ok) {
       const text = await res.text();
@@ -162,6 +221,12 @@ export class KubeClient {
   async request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
     const res = await this.#fetch(method, path, opts, true);
     return await res.json() as T;
+  }
+
+  /** GET of a non-JSON path such as /healthz; resolves to the body text. */
+  async getText(path: string, signal?: AbortSignal): Promise<string> {
+    const res = await this.#fetch("GET", path, { signal }, true);
+    return await res.text();
   }
 
   get<T>(path: string, signal?: AbortSignal): Promise<T> {
@@ -241,10 +306,17 @@ export class KubeClient {
 
   /** Releases the TLS client; idempotent. */
   close(): void {
-    try {
-      this.#http.close();
-    } catch {
-      // already closed
-    }
+    this.#closed = true;
+    closeQuietly(this.#http);
+    for (const http of this.#retired) closeQuietly(http);
+    this.#retired.clear();
+  }
+}
+
+function closeQuietly(http: Deno.HttpClient): void {
+  try {
+    http.close();
+  } catch {
+    // already closed
   }
 }

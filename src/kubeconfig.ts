@@ -25,6 +25,10 @@ export interface RestConfig {
   readonly token?: string;
   /** The kubeconfig it came from. */
   readonly source: string;
+  /** Paths the PEMs were read from; undefined when the kubeconfig embeds the data. */
+  readonly caFile?: string;
+  readonly certFile?: string;
+  readonly keyFile?: string;
 }
 
 type Obj = Record<string, unknown>;
@@ -138,6 +142,7 @@ export async function loadKubeconfig(file: string, context?: string): Promise<Re
     }
   };
 
+  const data = (d: unknown) => typeof d === "string" && d !== "";
   const server = cluster.server;
   if (typeof server !== "string" || !/^https?:\/\//.test(server)) {
     throw new ConfigError(
@@ -171,5 +176,10 @@ export async function loadKubeconfig(file: string, context?: string): Promise<Re
     keyPem: await readPem("client-key", path(user["client-key"]), user["client-key-data"]),
     token,
     source: file,
+    caFile: data(cluster["certificate-authority-data"])
+      ? undefined
+      : path(cluster["certificate-authority"]),
+    certFile: data(user["client-certificate-data"]) ? undefined : path(user["client-certificate"]),
+    keyFile: data(user["client-key-data"]) ? undefined : path(user["client-key"]),
   };
 }

@@ -13,6 +13,7 @@ import { serveHealthz } from "./healthz.ts";
 import type { KubeletServer } from "./kubelet_server.ts";
 import type { V1Node, V1Pod, V1Taint } from "@kubernetes/client-node";
 import { NodeStatusManager } from "./kubelet_node_status.ts";
+import { newKubeletServerCertificateManager } from "./kubelet_certificate.ts";
 import { filesystemCapacity, readMachineInfo } from "./machine_info.ts";
 import { NodeLeaseController } from "./node_lease.ts";
 import { NodeInformer } from "./node_informer.ts";
@@ -675,17 +676,30 @@ export class Kubelet {
     const podCache = this.#podCache!;
     const pleg = this.pleg!;
     const runtime = deps.runtimeService!;
-    const cert = await loadOrGenerateServingCert({
+    // serverTLSBootstrap: the serving certificate comes from the CSR API and is rotated
+    // (upstream NewMainKubelet's serverCertificateManager); else files or a self-signed pair.
+    const serverCerts = config.serverTLSBootstrap
+      ? await newKubeletServerCertificateManager({
+        client: deps.kubeClient,
+        tlsCertFile: config.tlsCertFile,
+        tlsPrivateKeyFile: config.tlsPrivateKeyFile,
+        getAddresses: () => this.nodeStatus?.lastObservedNodeAddresses() ?? [],
+        certDirectory: flags.certDirectory,
+        nodeName,
+        clock,
+        logger,
+      })
+      : undefined;
+    const cert = serverCerts ? serverCerts.current() : await loadOrGenerateServingCert({
       tlsCertFile: config.tlsCertFile ?? "",
       tlsPrivateKeyFile: config.tlsPrivateKeyFile ?? "",
       certDirectory: flags.certDirectory,
       hostname,
       nodeIPs,
-      serverTLSBootstrap: config.serverTLSBootstrap,
       clock,
       logger,
       signal,
-    });
+    }).then((c) => ({ certPem: c.cert, keyPem: c.key }));
     const auth = await buildAuth({
       config,
       nodeName,
@@ -733,7 +747,7 @@ export class Kubelet {
     const listening = await serveKubeletAPI({
       hostname: config.address,
       port: config.port,
-      tls: { cert: cert.cert, key: cert.key, ...tlsSettings(config, logger) },
+      tls: { cert: cert?.certPem, key: cert?.keyPem, ...tlsSettings(config, logger) },
       authenticator: auth.authenticator,
       authorizer: auth.authorizer,
       attributes: auth.attributes,
@@ -743,6 +757,10 @@ export class Kubelet {
     });
     logger.info("Starting to listen", { address: config.address, port: listening.port });
     const finished = [listening.finished, caReload];
+    if (serverCerts) {
+      serverCerts.onCertificate((c) => listening.setCertificate(c.certPem, c.keyPem));
+      finished.push(serverCerts.run(signal));
+    }
     const readOnlyPort = config.readOnlyPort ?? 0;
     if (readOnlyPort > 0) {
       // Upstream's read-only server: the default handlers only, no authentication at all.

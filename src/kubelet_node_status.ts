@@ -8,7 +8,7 @@
  * is registered again. Corresponds to upstream `pkg/kubelet/kubelet_node_status.go`.
  */
 
-import type { V1Node, V1NodeStatus } from "@kubernetes/client-node";
+import type { V1Node, V1NodeAddress, V1NodeStatus } from "@kubernetes/client-node";
 import type * as api from "../proto/runtime/v1/api.ts";
 import type { Clock } from "./clock.ts";
 import type { Logger } from "./klog.ts";
@@ -74,6 +74,11 @@ export class NodeStatusManager {
   /** The Node as last read or written. */
   get node(): V1Node | undefined {
     return this.#node;
+  }
+
+  /** The addresses of the last status reported (upstream getLastObservedNodeAddresses). */
+  lastObservedNodeAddresses(): V1NodeAddress[] {
+    return this.#lastStatus?.addresses ?? [];
   }
 
   get registered(): boolean {

@@ -7,14 +7,21 @@
 
 import { isIP } from "node:net";
 import type { Dependencies } from "./dependencies.ts";
-import { Kubelet, NotSupportedError } from "./kubelet.ts";
+import { Kubelet } from "./kubelet.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import type { KubeletFlags } from "./kubelet_flags.ts";
 import { checkPermissions, type PathNeed, unixSocketPath } from "./permissions.ts";
 import { preInitRuntimeService, type RuntimeServices } from "./runtime_service.ts";
 import { KubeClient } from "./kube_client.ts";
 import { ApiserverEventRecorder } from "./event_recorder.ts";
-import { loadKubeconfig } from "./kubeconfig.ts";
+import { loadKubeconfig, type RestConfig } from "./kubeconfig.ts";
+import type { CertificateManager } from "./certificate_manager.ts";
+import type { TLSCertificate } from "./certificate_store.ts";
+import { loadClientCert, loadClientConfig } from "./kubelet_bootstrap.ts";
+import {
+  newKubeletClientCertificateManager,
+  watchClientCertificate,
+} from "./kubelet_certificate.ts";
 import { detectNodeIP } from "./node_address.ts";
 import { GOARCH } from "./node_status.ts";
 import { KUBELET_VERSION } from "./version.ts";
@@ -39,6 +46,12 @@ export function pathNeeds(s: KubeletServer): PathNeed[] {
   const needs: PathNeed[] = [
     { permission: "read", path: flags.kubeConfig, source: "--kubeconfig" },
     { permission: "read", path: flags.bootstrapKubeconfig, source: "--bootstrap-kubeconfig" },
+    // Bootstrapping writes the kubeconfig it obtains.
+    {
+      permission: "write",
+      path: flags.bootstrapKubeconfig === "" ? "" : flags.kubeConfig,
+      source: "--kubeconfig",
+    },
     { permission: "read", path: flags.rootDirectory, source: "--root-dir" },
     { permission: "write", path: flags.rootDirectory, source: "--root-dir" },
     { permission: "read", path: flags.certDirectory, source: "--cert-dir" },
@@ -114,16 +127,21 @@ export async function run(
       `--cloud-provider=${s.flags.cloudProvider} is not supported: only '' and 'external' are (in-tree cloud providers were removed upstream)`,
     );
   }
-  if (s.flags.bootstrapKubeconfig !== "") {
-    throw new NotSupportedError(
-      "TLS bootstrap (--bootstrap-kubeconfig) is not supported yet: give a --kubeconfig with a client certificate",
-    );
-  }
   let clients: KubeClient[] = [];
+  const background: Promise<void>[] = [];
+  const stopBackground = new AbortController();
   if (s.flags.kubeConfig !== "" && !deps.kubeClient) {
-    const rest = await loadKubeconfig(s.flags.kubeConfig);
+    const nodeName = nodeHostname(s.flags.hostnameOverride, deps.os.hostname);
+    const built = await buildKubeletClientConfig(
+      s,
+      deps,
+      nodeName,
+      AbortSignal.any([signal, stopBackground.signal]),
+    );
+    background.push(...built.background);
     const kubeClient = new KubeClient({
-      config: rest,
+      config: built.config,
+      clientCertificate: built.clientCertificate,
       clock: deps.clock,
       qps: s.config.kubeAPIQPS,
       burst: s.config.kubeAPIBurst,
@@ -138,7 +156,7 @@ export async function run(
         s.config.nodeLeaseDurationSeconds * 1000,
       ),
     });
-    clients = [kubeClient, heartbeatClient];
+    clients = [kubeClient, heartbeatClient, ...built.clients];
     deps = { ...deps, kubeClient, heartbeatClient };
   }
   let services: RuntimeServices | undefined;
@@ -157,9 +175,102 @@ export async function run(
   try {
     await runKubelet(s, deps, signal);
   } finally {
+    stopBackground.abort();
+    await Promise.allSettled(background);
     services?.close();
     for (const c of clients) c.close();
   }
+}
+
+/** The apiserver connection {@link buildKubeletClientConfig} settled on. */
+export interface KubeletClientConfig {
+  readonly config: RestConfig;
+  /** The rotating client certificate (rotateCertificates); undefined uses the kubeconfig's. */
+  readonly clientCertificate?: () => TLSCertificate | undefined;
+  /** Loops it started (certificate rotation and its watch); they end with the signal. */
+  readonly background: Promise<void>[];
+  /** Clients it made, closed when the kubelet stops. */
+  readonly clients: KubeClient[];
+}
+
+/**
+ * The kubelet's apiserver credentials (upstream buildKubeletClientConfig). With
+ * rotateCertificates, the client certificate manager owns them: it requests a certificate in the
+ * background with the bootstrap credentials when --kubeconfig has none valid, and renews it
+ * before it expires. Without, a --bootstrap-kubeconfig is turned into a certificate before
+ * anything else starts (loadClientCert), and --kubeconfig is used as it is.
+ */
+export async function buildKubeletClientConfig(
+  s: KubeletServer,
+  deps: Dependencies,
+  nodeName: string,
+  signal: AbortSignal,
+): Promise<KubeletClientConfig> {
+  const { flags, config } = s;
+  const { logger, clock } = deps;
+  if (config.rotateCertificates) {
+    logger.info("Client rotation is on, will bootstrap in background");
+    const { certConfig, userConfig } = await loadClientConfig({
+      kubeconfig: flags.kubeConfig,
+      bootstrapKubeconfig: flags.bootstrapKubeconfig,
+      certDirectory: flags.certDirectory,
+      clock,
+      logger,
+    });
+    const clients: KubeClient[] = [];
+    const make = (config: RestConfig, cert?: () => TLSCertificate | undefined) => {
+      const c = new KubeClient({
+        config,
+        clientCertificate: cert,
+        clock,
+        qps: -1,
+        userAgent: USER_AGENT,
+      });
+      clients.push(c);
+      return c;
+    };
+    let bootstrapClient: KubeClient | undefined;
+    let ownClient: KubeClient | undefined;
+    // Embedded certificate data (kubeadm's control plane kubeconfig) seeds the store and is
+    // rotated at once; files are read by the store itself.
+    const embedded = userConfig.certFile === undefined && userConfig.certPem && userConfig.keyPem
+      ? { certPem: userConfig.certPem, keyPem: userConfig.keyPem }
+      : undefined;
+    const manager: CertificateManager = await newKubeletClientCertificateManager({
+      certDirectory: flags.certDirectory,
+      nodeName,
+      bootstrap: embedded,
+      certFile: userConfig.certFile,
+      keyFile: userConfig.keyFile,
+      // With a valid certificate the kubelet renews with it; else with the bootstrap credentials.
+      clientFor: (current) =>
+        current
+          ? (ownClient ??= make(userConfig, () => manager.current()))
+          : (bootstrapClient ??= make(certConfig)),
+      clock,
+      logger,
+    });
+    const clientCertificate = () => manager.current();
+    const background = [
+      watchClientCertificate({ manager, clock, logger, exit: (code) => Deno.exit(code), signal }),
+    ];
+    logger.v(2).info("Starting client certificate rotation");
+    background.push(manager.run(signal));
+    return { config: userConfig, clientCertificate, background, clients };
+  }
+  if (flags.bootstrapKubeconfig !== "") {
+    await loadClientCert({
+      kubeconfig: flags.kubeConfig,
+      bootstrapKubeconfig: flags.bootstrapKubeconfig,
+      certDirectory: flags.certDirectory,
+      nodeName,
+      userAgent: USER_AGENT,
+      clock,
+      logger,
+      signal,
+    });
+  }
+  return { config: await loadKubeconfig(flags.kubeConfig), background: [], clients: [] };
 }
 
 /** Upstream's RunKubelet: names the node, creates and initialises the Kubelet, starts it. */

@@ -2,7 +2,6 @@ import assert from "node:assert/strict";
 import { FakeClock } from "./clock.ts";
 import type { Dependencies, OSInterface } from "./dependencies.ts";
 import { createLogger } from "./klog.ts";
-import { NotSupportedError } from "./kubelet.ts";
 import { loadKubeletConfiguration } from "./kubelet_config.ts";
 import { newKubeletFlags } from "./kubelet_flags.ts";
 import {
@@ -107,16 +106,19 @@ Deno.test("run uses the injected OS and negotiates CRI v1 with the runtime", asy
   );
 });
 
-Deno.test("run refuses what is not supported yet, loudly", async () => {
+Deno.test("run refuses what is not supported or cannot be read, loudly", async () => {
   const deps = fakeDeps([]);
   const signal = new AbortController().signal;
   await assert.rejects(
     run(
-      await server({ bootstrapKubeconfig: "/etc/kubernetes/bootstrap-kubelet.conf" }),
+      await server({
+        kubeConfig: "/nonexistent/kubelet.conf",
+        bootstrapKubeconfig: "/nonexistent/bootstrap-kubelet.conf",
+      }),
       deps,
       signal,
     ),
-    NotSupportedError,
+    /unable to load bootstrap kubeconfig: .*\/nonexistent\/bootstrap-kubelet\.conf: cannot read kubeconfig/,
   );
   await assert.rejects(
     run(await server({ kubeConfig: "/nonexistent/kubelet.conf" }), deps, signal),

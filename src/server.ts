@@ -110,10 +110,13 @@ export interface Route {
 
 /** TLS settings (from tlsCertFile/tlsPrivateKeyFile or the self-signed pair, tlsMinVersion, tlsCipherSuites). */
 export interface ServerTLS {
-  /** PEM certificate chain. */
-  readonly cert: string;
+  /**
+   * PEM certificate chain. Undefined while a requested serving certificate has not come
+   * (serverTLSBootstrap): handshakes fail until {@link KubeletAPIServer.setCertificate}.
+   */
+  readonly cert?: string;
   /** PEM private key. */
-  readonly key: string;
+  readonly key?: string;
   /** OpenSSL's name, e.g. "TLSv1.2". @default Node's default */
   readonly minVersion?: "TLSv1" | "TLSv1.1" | "TLSv1.2" | "TLSv1.3";
   /** OpenSSL cipher list, from tlsCipherSuites. @default Node's default */
@@ -151,6 +154,8 @@ export interface KubeletAPIServer {
   readonly port: number;
   /** Settles once the server has closed. */
   readonly finished: Promise<void>;
+  /** Serves a new certificate to connections from now on (a rotated serving certificate). */
+  setCertificate(cert: string, key: string): void;
 }
 
 const STATUS_TEXT: Readonly<Record<number, string>> = {
@@ -382,7 +387,17 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
       s.destroy();
     });
   }
-  server.on("tlsClientError", (e: Error) => {
+  let hasCert = opts.tls?.cert !== undefined;
+  server.on("tlsClientError", (e: Error, s: Duplex & { remoteAddress?: string }) => {
+    if (!hasCert) {
+      // Upstream's GetCertificate fails the handshake with this, and net/http logs it.
+      logger.info(
+        `http: TLS handshake error from ${
+          s?.remoteAddress ?? ""
+        }: no serving certificate available for the kubelet`,
+      );
+      return;
+    }
     logger.v(4).info("TLS handshake failed", { err: e.message });
   });
   server.on("clientError", (_e: Error, socket: Duplex) => {
@@ -412,5 +427,15 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
   else opts.signal.addEventListener("abort", stop, { once: true });
   const address = server.address();
   const port = typeof address === "object" && address ? address.port : opts.port;
-  return { port, finished };
+  const setCertificate = (cert: string, key: string) => {
+    if (!opts.tls) throw new Error("the read-only server has no certificate to replace");
+    (server as Server).setSecureContext({
+      cert,
+      key,
+      minVersion: opts.tls.minVersion,
+      ciphers: opts.tls.ciphers,
+    });
+    hasCert = true;
+  };
+  return { port, finished, setCertificate };
 }

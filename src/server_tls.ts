@@ -391,8 +391,6 @@ export interface ServingCertOptions {
   readonly hostname: string;
   /** Node IPs added as IP SANs of a generated certificate. @default [] */
   readonly nodeIPs: readonly string[];
-  /** `serverTLSBootstrap`: serving certificates from the API; not supported yet. @default false */
-  readonly serverTLSBootstrap?: boolean;
   readonly clock: Clock;
   readonly logger: Logger;
   readonly signal?: AbortSignal;
@@ -505,13 +503,6 @@ function checkPair(
 export async function loadOrGenerateServingCert(opts: ServingCertOptions): Promise<ServingCert> {
   const { clock, logger, signal } = opts;
   signal?.throwIfAborted();
-  if (opts.serverTLSBootstrap) {
-    throw new ServingCertError(
-      "Cannot start: 'serverTLSBootstrap' (a serving certificate requested from the " +
-        "certificates.k8s.io API) is not supported yet; unset it, or set tlsCertFile and " +
-        "tlsPrivateKeyFile",
-    );
-  }
   const certSet = opts.tlsCertFile !== "";
   const keySet = opts.tlsPrivateKeyFile !== "";
   if (certSet !== keySet) {

@@ -429,13 +429,6 @@ Deno.test("loadOrGenerateServingCert rejects a key that does not match the certi
   }
 });
 
-Deno.test("loadOrGenerateServingCert says serverTLSBootstrap is not supported yet", async () => {
-  await assert.rejects(
-    loadOrGenerateServingCert(options("/nonexistent", { serverTLSBootstrap: true })),
-    /'serverTLSBootstrap' .* is not supported yet/,
-  );
-});
-
 Deno.test("loadOrGenerateServingCert stops on an aborted signal", async () => {
   const ctrl = new AbortController();
   ctrl.abort(new Error("stopping"));

@@ -176,6 +176,8 @@ export interface NodeAgentOptions {
   readonly nodeName: string;
   /** The runtime's CRI endpoint (`containerRuntimeEndpoint`). */
   readonly endpoint: string;
+  /** --kubeconfig (which may not exist yet when bootstrapping). @default cp.nodeKubeconfig(nodeName) */
+  readonly kubeconfig?: string;
   /** More KubeletConfiguration lines. @default [] */
   readonly configLines?: readonly string[];
   /** --hostname-override. @default nodeName */
@@ -254,7 +256,7 @@ export async function startNodeAgent(opts: NodeAgentOptions): Promise<NodeAgent>
     ],
   });
   const args = [
-    ...["--config", config, "--kubeconfig", cp.nodeKubeconfig(nodeName)],
+    ...["--config", config, "--kubeconfig", opts.kubeconfig ?? cp.nodeKubeconfig(nodeName)],
     ...["--hostname-override", opts.hostnameOverride ?? nodeName],
     ...["--root-dir", join(dir, "root"), "--cert-dir", join(dir, "pki")],
     ...(opts.extraArgs ?? []),
