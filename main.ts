@@ -161,7 +161,13 @@ export async function main(args: readonly string[]): Promise<number> {
     };
     for (const sig of ["SIGTERM", "SIGINT"] as const) Deno.addSignalListener(sig, onSignal(sig));
     Deno.addSignalListener("SIGHUP", () => void reloader.reload());
-    await run({ flags: cl.flags, config }, deps, root.signal);
+    try {
+      await run({ flags: cl.flags, config }, deps, root.signal);
+    } catch (e) {
+      // Stopped by a signal while still starting: what failed was the interrupted start.
+      if (!root.signal.aborted) throw e;
+      log.v(2).info("Start-up interrupted by the shutdown", { err: String(e) });
+    }
     log.info("Kubelet stopped");
     return 0;
   } catch (e) {

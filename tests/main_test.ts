@@ -234,6 +234,25 @@ Deno.test({
 });
 
 Deno.test({
+  name: "main exits 0 on SIGTERM while still starting (waiting for the runtime)",
+  sanitizeResources: false,
+  async fn() {
+    const dir = await Deno.makeTempDir({ prefix: "kubelet-early-sigterm-" });
+    try {
+      const { file } = await agentConfig(dir);
+      const agent = spawnAgent(agentArgs(dir, file));
+      await agent.waitFor("Container runtime is not reachable");
+      agent.process.kill("SIGTERM");
+      assert.equal((await agent.process.status).code, 0, agent.stderr());
+      assert.match(agent.stderr(), /"Kubelet stopped"/);
+      assert.doesNotMatch(agent.stderr(), /command failed/);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
   name: "main exits 1 when the runtime does not serve CRI v1",
   sanitizeResources: false,
   async fn() {
