@@ -234,14 +234,37 @@ Deno.test({
 });
 
 Deno.test({
-  name: "main exits 0 on SIGTERM while still starting (waiting for the runtime)",
+  name: "main exits 0 on SIGTERM while still starting (TLS bootstrap waiting for the apiserver)",
   sanitizeResources: false,
   async fn() {
     const dir = await Deno.makeTempDir({ prefix: "kubelet-early-sigterm-" });
     try {
       const { file } = await agentConfig(dir);
-      const agent = spawnAgent(agentArgs(dir, file));
-      await agent.waitFor("Container runtime is not reachable");
+      const ca = join(dir, "ca.crt");
+      const made = await new Deno.Command("openssl", {
+        args: ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ca"]
+          .concat(["-keyout", join(dir, "ca.key"), "-out", ca]),
+        stdout: "null",
+        stderr: "null",
+      }).output();
+      assert.ok(made.success);
+      const boot = join(dir, "bootstrap.conf");
+      await Deno.writeTextFile(
+        boot,
+        [
+          "apiVersion: v1",
+          "kind: Config",
+          `clusters: [{name: c, cluster: {server: 'https://127.0.0.1:${freePort()}', certificate-authority: ${ca}}}]`,
+          "users: [{name: u, user: {token: abcdef.0123456789abcdef}}]",
+          "contexts: [{name: x, context: {cluster: c, user: u}}]",
+          "current-context: x",
+        ].join("\n"),
+      );
+      const agent = spawnAgent([
+        ...agentArgs(dir, file),
+        ...["--bootstrap-kubeconfig", boot, "--kubeconfig", join(dir, "kubelet.conf")],
+      ]);
+      await agent.waitFor("Failed to connect to apiserver");
       agent.process.kill("SIGTERM");
       assert.equal((await agent.process.status).code, 0, agent.stderr());
       assert.match(agent.stderr(), /"Kubelet stopped"/);
