@@ -91,6 +91,7 @@ async function check(cl: CommandLine): Promise<number> {
 /** Runs the kubelet with `args`; resolves to the process exit code. */
 export async function main(args: readonly string[]): Promise<number> {
   let log: Logger = createLogger({ format: "text" });
+  let root: AbortController | undefined;
   let cl: CommandLine;
   try {
     cl = parseCommandLine(args, kubeletConfigurationFields);
@@ -143,14 +144,14 @@ export async function main(args: readonly string[]): Promise<number> {
       (c) => setLogVerbosity(logger, c.logging.verbosity, vmoduleOf(c)),
     );
     const deps = { ...unsecuredDependencies({ logger: log }), reloader };
-    const root = new AbortController();
+    root = new AbortController();
     const onSignal = (name: Deno.Signal) => () => {
-      if (root.signal.aborted) {
+      if (root?.signal.aborted) {
         log.warning("Second signal received, exiting now", { signal: name });
         Deno.exit(1);
       }
       log.info("Received signal, shutting down", { signal: name });
-      root.abort(new Error(`received ${name}`));
+      root?.abort(new Error(`received ${name}`));
       const deadline = setTimeout(() => {
         log.error(null, "Shutdown did not finish in time, exiting", {
           deadline: `${SHUTDOWN_DEADLINE_MS / 1000}s`,
@@ -168,6 +169,12 @@ export async function main(args: readonly string[]): Promise<number> {
     if (e instanceof ConfigError) {
       log.error(e, "Failed to load kubelet configuration");
       return 1;
+    }
+    // A signal during start-up ends whatever was waiting with the signal's reason: that is
+    // the asked-for shutdown, not a failure.
+    if (root?.signal.aborted && e === root.signal.reason) {
+      log.info("Kubelet stopped");
+      return 0;
     }
     log.error(e instanceof Error ? e.message : e, "command failed");
     return 1;
