@@ -91,6 +91,8 @@ const suite = e2eSuite<World>({
       nodeName: NODE,
       endpoint: containerd.endpoint,
       configLines: [
+        // The full run holds 100 steady pods and 30 large ones at once.
+        "maxPods: 200",
         `eventRecordQPS: ${EVENT_QPS}`,
         `eventBurst: ${EVENT_BURST}`,
         `containerLogMaxSize: ${LOG_MAX_BYTES / 1024}Ki`,
