@@ -4,6 +4,7 @@ import { FakeClock } from "./clock.ts";
 import { newSourceApiserver } from "./config_apiserver.ts";
 import { createLogger } from "./klog.ts";
 import { KubeClient } from "./kube_client.ts";
+import { WATCH_BACKOFF_MAX_MS } from "./reflector.ts";
 
 const pod = (name: string, rv: string): V1Pod => ({
   metadata: { name, namespace: "default", uid: `uid-${name}`, resourceVersion: rv },
@@ -49,10 +50,11 @@ Deno.test("newSourceApiserver sends the node's whole pod set after each change a
     userAgent: "t",
   });
   const sets: string[][] = [];
+  const clock = new FakeClock();
   const source = newSourceApiserver({
     client,
     nodeName: "node-a",
-    clock: new FakeClock(),
+    clock,
     logger: createLogger({ write: () => {}, now: () => new Date(0), pid: 1 }),
     onUpdate: (pods) => sets.push(pods.map((p) => p.metadata?.name ?? "").sort()),
   });
@@ -60,7 +62,11 @@ Deno.test("newSourceApiserver sends the node's whole pod set after each change a
   const running = source.run(ctl.signal);
   try {
     const end = Date.now() + 5_000;
-    while (sets.length < 4 && Date.now() < end) await new Promise((r) => setTimeout(r, 5));
+    while (sets.length < 4 && Date.now() < end) {
+      // The reflector backs off after the 410 before it lists again.
+      if (clock.waiters > 0) clock.step(WATCH_BACKOFF_MAX_MS * 2);
+      await new Promise((r) => setTimeout(r, 5));
+    }
     assert.deepEqual(sets, [["a"], ["a", "b"], ["a"], ["a", "c"]]);
     assert.ok(requests.every((q) => q.get("fieldSelector") === "spec.nodeName=node-a"));
     assert.equal(requests.find((q) => q.get("watch") === "true")?.get("resourceVersion"), "5");

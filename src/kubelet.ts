@@ -33,6 +33,7 @@ import { streamingRoutes } from "./server_streaming.ts";
 import { type KubeletStats, newKubeletStats, statsUnavailableRoutes } from "./kubelet_stats.ts";
 import { ImageGCManager } from "./image_gc_manager.ts";
 import { ContainerGC } from "./container_gc.ts";
+import { ContainerLogManager } from "./container_log_manager.ts";
 import { evictionConfigFrom, EvictionManager } from "./eviction_manager.ts";
 import { parseQuantity } from "./quantity.ts";
 import { hugePageResourceName } from "./node_status.ts";
@@ -120,6 +121,8 @@ export class Kubelet {
   imageGC: ImageGCManager | undefined;
   /** Container garbage collection (loop mode). */
   containerGC: ContainerGC | undefined;
+  /** Container log rotation (loop mode). */
+  containerLogManager: ContainerLogManager | undefined;
   /** The statistics graph, or why it could not be built (cgroups unreadable). */
   #stats: KubeletStats | Error | undefined;
   #standaloneNode: V1Node | undefined;
@@ -391,6 +394,16 @@ export class Kubelet {
     if (mode === "loop") {
       running.push(...pods.run(signal));
       if (containerManager) running.push(containerManager.run(signal));
+      this.containerLogManager = new ContainerLogManager({
+        runtime,
+        maxSize: config.containerLogMaxSize,
+        maxFiles: config.containerLogMaxFiles,
+        maxWorkers: config.containerLogMaxWorkers,
+        monitorIntervalMs: config.containerLogMonitorInterval,
+        clock,
+        logger,
+      });
+      running.push(this.containerLogManager.run(signal));
       try {
         if (layout instanceof Error) throw layout;
         const stats = await newKubeletStats({

@@ -2,8 +2,10 @@
  * @module
  * List-then-watch of one kind of object with a field selector, kept in a store keyed by UID:
  * list, watch from the list's resourceVersion, apply each event, list again when the watch ends
- * or reports an error such as 410 Gone, back off while the apiserver fails (logging once per
- * change of state). Every change hands the whole set to `onChange`, which is what upstream's
+ * or reports an error such as 410 Gone (after client-go's backoff, 800 ms doubling to 30 s with
+ * jitter, reset after 2 min without one, so an apiserver that keeps expiring watches does not
+ * get a list in a tight loop), back off while the apiserver fails (logging once per change of
+ * state). Every change hands the whole set to `onChange`, which is what upstream's
  * UndeltaStore gives the apiserver pod source. Corresponds to client-go's Reflector.
  */
 
@@ -28,7 +30,16 @@ export interface ReflectorOptions<T extends Meta> {
   readonly what: string;
   /** Called with every object after each change. */
   readonly onChange: (items: T[]) => void;
+  /** Jitter source, in [0, 1). @default Math.random */
+  readonly random?: () => number;
 }
+
+/** client-go's reflector backoff after a failed watch (NewExponentialBackoffManager's values). */
+export const WATCH_BACKOFF_INITIAL_MS = 800;
+/** The cap of that backoff. */
+export const WATCH_BACKOFF_MAX_MS = 30_000;
+/** A backoff this long after the previous one starts again from the initial delay. */
+export const WATCH_BACKOFF_RESET_MS = 120_000;
 
 /** Keeps a store of the selected objects in step with the apiserver. */
 export class Reflector<T extends Meta> {
@@ -59,7 +70,10 @@ export class Reflector<T extends Meta> {
     const { client, path, fieldSelector, clock, logger, what } = this.#o;
     let delay = 200;
     let failing = false;
+    let watchDelay = 0;
+    let lastWatchBackoff = -Infinity;
     while (!signal.aborted) {
+      let watchError: unknown;
       try {
         const list = await client.request<{ metadata?: { resourceVersion?: string }; items: T[] }>(
           "GET",
@@ -88,7 +102,10 @@ export class Reflector<T extends Meta> {
             this.#store.set(this.#key(ev.object), ev.object);
           } else if (ev.type === "DELETED") this.#store.delete(this.#key(ev.object));
           else if (ev.type === "BOOKMARK") continue;
-          else break; // ERROR, e.g. 410 Gone: list again
+          else { // ERROR, e.g. 410 Gone: list again, after the backoff
+            watchError = ev.object;
+            break;
+          }
           this.#o.onChange(this.items());
         }
       } catch (e) {
@@ -97,7 +114,24 @@ export class Reflector<T extends Meta> {
         failing = true;
         await clock.sleep(delay, signal).catch(() => {});
         delay = Math.min(delay * 2, 5_000);
+        continue;
+      }
+      if (watchError !== undefined && !signal.aborted) {
+        logger.v(4).info("Watch closed", { what, err: statusMessage(watchError) });
+        const now = clock.now();
+        watchDelay = now - lastWatchBackoff > WATCH_BACKOFF_RESET_MS
+          ? WATCH_BACKOFF_INITIAL_MS
+          : Math.min(watchDelay * 2, WATCH_BACKOFF_MAX_MS);
+        lastWatchBackoff = now;
+        const jitter = 1 + (this.#o.random ?? Math.random)();
+        await clock.sleep(Math.round(watchDelay * jitter), signal).catch(() => {});
       }
     }
   }
+}
+
+/** The message of a watch ERROR event's Status, or the object as JSON. */
+function statusMessage(o: unknown): string {
+  const m = (o as { message?: unknown } | null)?.message;
+  return typeof m === "string" ? m : JSON.stringify(o);
 }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import type { V1Service } from "@kubernetes/client-node";
 import { FakeClock } from "./clock.ts";
+import { WATCH_BACKOFF_MAX_MS } from "./reflector.ts";
 import { createLogger } from "./klog.ts";
 import type { RequestOptions, WatchEvent } from "./kube_client.ts";
 import {
@@ -114,13 +115,20 @@ Deno.test("ServiceLister lists, follows the watch, and lists again after a watch
   ], (ev) => {
     if (ev.type !== "ERROR") snapshots.push(names(), names("prod"));
   });
-  const lister = new ServiceLister({ client, clock: new FakeClock(), logger });
+  const clock = new FakeClock();
+  const lister = new ServiceLister({ client, clock, logger });
   assert.equal(lister.hasSynced(), false);
   assert.deepEqual(lister.list(), []);
 
   const ctl = new AbortController();
   const running = lister.run(ctl.signal);
-  await hanging;
+  let parkedNow = false;
+  void hanging.then(() => parkedNow = true);
+  while (!parkedNow) {
+    // The reflector backs off after the watch error before it lists again.
+    if (clock.waiters > 0) clock.step(WATCH_BACKOFF_MAX_MS * 2);
+    await new Promise((r) => setTimeout(r, 1));
+  }
   assert.equal(lister.hasSynced(), true);
   assert.deepEqual(snapshots, [
     ["default/kubernetes@10.96.0.1", "prod/api@10.0.0.2", "prod/web@10.0.0.3"],

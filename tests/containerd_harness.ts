@@ -69,6 +69,12 @@ export interface ContainerdOptions {
    * @default true
    */
   cleanupOnStop?: boolean;
+  /**
+   * A pod network of this instance's own instead of the shared one, for tests that count the
+   * addresses its pods hold.
+   * @default the shared network {@link POD_NETWORK} on {@link POD_SUBNET}
+   */
+  network?: PodNetworkOptions;
 }
 
 /** A running containerd started by {@link startContainerd}. */
@@ -77,14 +83,27 @@ export interface ContainerdHandle {
   endpoint: string;
   /** Absolute path of the gRPC socket. */
   socket: string;
-  /** Process id of containerd. */
-  pid: number;
+  /** Process id of containerd (a new one after {@link ContainerdHandle.restart}). */
+  readonly pid: number;
   /** Path of the generated config.toml. */
   configFile: string;
   /** Path of the log file. */
   logFile: string;
+  /** The CNI network its pods join. */
+  network: string;
   /** Stops containerd: SIGTERM, then SIGKILL after a bound. Idempotent. */
   stop(): Promise<void>;
+  /**
+   * SIGKILLs containerd and waits for it to exit, nothing else: shims and containers keep
+   * running, as when the runtime crashes. Does nothing when it is not running.
+   */
+  kill(): Promise<void>;
+  /**
+   * {@link ContainerdHandle.kill}, then starts containerd again on the same config, root, state
+   * and socket and waits until it answers: upstream's node e2e restart test does this with
+   * systemctl.
+   */
+  restart(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
 }
 
@@ -138,83 +157,142 @@ export async function startContainerd(opts: ContainerdOptions): Promise<Containe
   await Deno.mkdir(parent(logFile), { recursive: true });
   const cniConfDir = `${dir}/cni/net.d`;
   await Deno.mkdir(cniConfDir, { recursive: true });
+  const network = cniNetwork(opts.network);
   await Deno.writeTextFile(
     `${cniConfDir}/10-kubelet-ts-bridge.conflist`,
-    JSON.stringify(CNI_NETWORK, null, 2) + "\n",
+    JSON.stringify(network, null, 2) + "\n",
   );
   await Deno.writeTextFile(configFile, containerdConfig({ dir, socket, cniConfDir }));
 
   const log = await Deno.open(logFile, { create: true, append: true });
   const logWriter = log.writable.getWriter();
   const encoder = new TextEncoder();
-  await logWriter.write(
-    encoder.encode(`--- ${new Date().toISOString()} containerd --config ${configFile}\n`),
-  );
+  // Writes from the processes of successive starts go through this one writer, in order.
+  let written = Promise.resolve();
+  const append = (chunk: Uint8Array) => {
+    written = written.then(() => logWriter.write(chunk)).catch(() => {});
+    return written;
+  };
 
-  let child: Deno.ChildProcess;
+  /** One containerd process: its child, whether it exited, and its copied output. */
+  interface Run {
+    readonly child: Deno.ChildProcess;
+    readonly status: Promise<Deno.CommandStatus>;
+    readonly copied: Promise<unknown>;
+    exited: boolean;
+  }
+  const launch = async (): Promise<Run> => {
+    await append(
+      encoder.encode(`--- ${new Date().toISOString()} containerd --config ${configFile}\n`),
+    );
+    let child: Deno.ChildProcess;
+    try {
+      child = new Deno.Command(containerdPath ?? "containerd", {
+        args: ["--config", configFile],
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+      }).spawn();
+    } catch (err) {
+      throw new ContainerdStartError(`Cannot start containerd: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+    // Both streams go to one file; a chunk is written whole, so lines from the two interleave
+    // only at chunk boundaries (containerd writes its log to stderr anyway).
+    const copy = async (stream: ReadableStream<Uint8Array>) => {
+      for await (const chunk of stream) await append(chunk);
+    };
+    const run: Run = {
+      child,
+      status: child.status.then((s) => {
+        run.exited = true;
+        return s;
+      }),
+      copied: Promise.allSettled([copy(child.stdout), copy(child.stderr)]),
+      exited: false,
+    };
+    return run;
+  };
+
+  let run: Run;
   try {
-    child = new Deno.Command(containerdPath ?? "containerd", {
-      args: ["--config", configFile],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
+    run = await launch();
   } catch (err) {
     await logWriter.close().catch(() => {});
-    throw new ContainerdStartError(`Cannot start containerd: ${(err as Error).message}`, {
-      cause: err,
-    });
+    throw err;
   }
-
-  // Both streams go to one file; a chunk is written whole, so lines from the two interleave
-  // only at chunk boundaries (containerd writes its log to stderr anyway).
-  const copy = async (stream: ReadableStream<Uint8Array>) => {
-    for await (const chunk of stream) await logWriter.write(chunk);
-  };
-  const copied = Promise.allSettled([copy(child.stdout), copy(child.stderr)]).then(async () => {
-    await logWriter.close().catch(() => {});
-  });
-
-  let exited = false;
-  const status = child.status.then((s) => {
-    exited = true;
-    return s;
-  });
 
   let stopping: Promise<void> | undefined;
   const onAbort = () => void stop();
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
       opts.signal?.removeEventListener("abort", onAbort);
-      if (cleanupOnStop && !exited) await removeWorkloads(socket);
-      if (!exited) {
-        signalChild(child, "SIGTERM");
-        const timer = setTimeout(() => signalChild(child, "SIGKILL"), stopTimeoutMs);
+      if (cleanupOnStop && !run.exited) await removeWorkloads(socket, network);
+      if (!run.exited) {
+        signalChild(run.child, "SIGTERM");
+        const timer = setTimeout(() => signalChild(run.child, "SIGKILL"), stopTimeoutMs);
         try {
-          await status;
+          await run.status;
         } finally {
           clearTimeout(timer);
         }
       }
-      await copied;
+      await run.copied;
+      await written;
+      await logWriter.close().catch(() => {});
       if (cleanupOnStop) await unmountUnder(dir);
     })();
     return stopping;
   };
   opts.signal?.addEventListener("abort", onAbort, { once: true });
 
+  const serving = () =>
+    waitUntilServing({
+      socket,
+      status: run.status,
+      isExited: () => run.exited,
+      startTimeoutMs,
+      opts,
+    });
+  const kill = async (): Promise<void> => {
+    if (stopping) throw new ContainerdStartError("Cannot kill containerd: it was stopped");
+    if (run.exited) return;
+    signalChild(run.child, "SIGKILL");
+    await run.status;
+    await run.copied;
+  };
+
   const handle: ContainerdHandle = {
     endpoint: `unix://${socket}`,
     socket,
-    pid: child.pid,
+    get pid() {
+      return run.child.pid;
+    },
     configFile,
     logFile,
+    network: network.name,
     stop,
+    kill,
+    async restart() {
+      await kill();
+      run = await launch();
+      try {
+        await serving();
+      } catch (err) {
+        const tail = await logTail(logFile, 40);
+        throw new ContainerdStartError(
+          `containerd did not come back: ${(err as Error).message}\n--- last lines of ` +
+            `${logFile} ---\n${tail}`,
+          { cause: err },
+        );
+      }
+    },
     [Symbol.asyncDispose]: stop,
   };
 
   try {
-    await waitUntilServing({ socket, status, isExited: () => exited, startTimeoutMs, opts });
+    await serving();
     opts.signal?.throwIfAborted(); // aborted while the last poll was answered
   } catch (err) {
     await stop();
@@ -306,11 +384,11 @@ async function ctr(
  * containerd), then release each sandbox's network (CNI DEL: its IP address and iptables rules)
  * and remove its network namespace.
  */
-async function removeWorkloads(socket: string): Promise<void> {
+async function removeWorkloads(socket: string, network: CniNetwork): Promise<void> {
   if (!(await socketAccepts(socket))) return;
   const sandboxes = await sandboxNetworks(socket); // read while the containers still exist
   await removeTasks(socket);
-  await Promise.allSettled(sandboxes.map(releaseNetwork));
+  await Promise.allSettled(sandboxes.map((s) => releaseNetwork(s, network)));
 }
 
 async function removeTasks(socket: string): Promise<void> {
@@ -356,13 +434,16 @@ async function sandboxNetworks(socket: string): Promise<{ id: string; netns?: st
   return found.filter((s) => s !== undefined);
 }
 
-/** CNI DEL of {@link CNI_NETWORK} for one sandbox, then its network namespace goes. */
-async function releaseNetwork(sandbox: { id: string; netns?: string }): Promise<void> {
+/** CNI DEL of `network` for one sandbox, then its network namespace goes. */
+async function releaseNetwork(
+  sandbox: { id: string; netns?: string },
+  network: CniNetwork,
+): Promise<void> {
   let netns = sandbox.netns;
   if (netns !== undefined && !(await exists(netns))) netns = undefined;
   // libcni's DelNetworkList: every plugin of the list, last first.
-  for (const plugin of [...CNI_NETWORK.plugins].reverse()) {
-    const conf = { cniVersion: CNI_NETWORK.cniVersion, name: CNI_NETWORK.name, ...plugin };
+  for (const plugin of [...network.plugins].reverse()) {
+    const conf = { cniVersion: network.cniVersion, name: network.name, ...plugin };
     try {
       const child = new Deno.Command(`${CNI_BIN_DIR}/${plugin.type}`, {
         env: {
@@ -491,34 +572,50 @@ disabled_plugins = [
 `;
 }
 
+/** A pod network of its own for one harness instance (see {@link ContainerdOptions.network}). */
+export interface PodNetworkOptions {
+  /** The CNI network name; host-local keeps its addresses in /var/lib/cni/networks/<name>. */
+  readonly name: string;
+  /** The Linux bridge, at most 15 characters. */
+  readonly bridge: string;
+  /** Must not overlap {@link POD_SUBNET} or another instance's subnet. */
+  readonly subnet: string;
+}
+
+/** The shared pod network's name; host-local's store is /var/lib/cni/networks/kubelet-ts. */
+export const POD_NETWORK = "kubelet-ts";
+
 /**
- * The pod network, one per host: a bridge with host-local addresses from {@link POD_SUBNET},
- * portmap for hostPort, and loopback. Every harness instance (tests run in parallel) attaches
- * pods to the same bridge, so they share host-local's address store (its default,
- * /var/lib/cni/networks/kubelet-ts, locked per allocation) rather than hand out the same
- * address twice. containerd's CRI plugin also brings `lo` up by itself with the loopback
- * binary; the chained one passes the bridge's result through unchanged.
+ * The pod network: by default one per host, bridge `kts0` with host-local addresses from
+ * {@link POD_SUBNET}, shared by every harness instance (tests run in parallel) so they share
+ * host-local's address store (/var/lib/cni/networks/kubelet-ts, locked per allocation) rather
+ * than hand out the same address twice; portmap for hostPort; loopback. containerd's CRI plugin
+ * also brings `lo` up by itself with the loopback binary; the chained one passes the bridge's
+ * result through unchanged.
  */
-const CNI_NETWORK = {
-  cniVersion: "1.0.0",
-  name: "kubelet-ts",
-  plugins: [
-    {
-      type: "bridge",
-      bridge: "kts0",
-      isGateway: true,
-      ipMasq: true,
-      hairpinMode: true,
-      ipam: {
-        type: "host-local",
-        ranges: [[{ subnet: POD_SUBNET }]],
-        routes: [{ dst: "0.0.0.0/0" }],
+function cniNetwork(own?: PodNetworkOptions) {
+  return {
+    cniVersion: "1.0.0",
+    name: own?.name ?? POD_NETWORK,
+    plugins: [
+      {
+        type: "bridge",
+        bridge: own?.bridge ?? "kts0",
+        isGateway: true,
+        ipMasq: true,
+        hairpinMode: true,
+        ipam: {
+          type: "host-local",
+          ranges: [[{ subnet: own?.subnet ?? POD_SUBNET }]],
+          routes: [{ dst: "0.0.0.0/0" }],
+        },
       },
-    },
-    { type: "portmap", capabilities: { portMappings: true } },
-    { type: "loopback" },
-  ],
-};
+      { type: "portmap", capabilities: { portMappings: true } },
+      { type: "loopback" },
+    ],
+  };
+}
+type CniNetwork = ReturnType<typeof cniNetwork>;
 
 /** A TOML basic string. */
 function toml(s: string): string {

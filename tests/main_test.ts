@@ -207,6 +207,28 @@ Deno.test({
 });
 
 Deno.test({
+  name: "main exits 0 on SIGTERM during start-up",
+  sanitizeResources: false,
+  async fn() {
+    const dir = await Deno.makeTempDir({ prefix: "kubelet-early-sigterm-" });
+    try {
+      const { file, socket } = await agentConfig(dir);
+      await using _runtime = await startFakeRuntime({ socket });
+      const agent = spawnAgent(agentArgs(dir, file));
+      // Seen in the fault suite: a SIGTERM as the sync loop starts ended with exit 1 and
+      // "command failed" err="received SIGTERM".
+      await agent.waitFor("Starting kubelet main sync loop");
+      agent.process.kill("SIGTERM");
+      const status = await agent.process.status;
+      assert.equal(status.code, 0, agent.stderr());
+      assert.doesNotMatch(agent.stderr(), /command failed/);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
   name:
     "main waits for a runtime that is down at start, naming its socket once, and goes on when it comes up",
   sanitizeResources: false,
