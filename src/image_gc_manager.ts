@@ -213,7 +213,7 @@ export class ImageGCManager {
    * One collection (upstream GarbageCollect): removes images unused beyond the maximum age,
    * then frees space when usage is at or over the high threshold. Throws when the image
    * filesystem is unknown or has no capacity (InvalidDiskCapacity), when removals fail, or
-   * when too little was eligible (FreeDiskSpaceFailed).
+   * when too little was eligible (FreeDiskSpaceFailed, with upstream's v1.35+ message).
    */
   async garbageCollect(signal?: AbortSignal): Promise<void> {
     const { logger } = this.#o;
@@ -249,8 +249,12 @@ export class ImageGCManager {
     );
     const freed = await this.#freeSpace(amountToFree, freeTime, images, signal);
     if (freed < amountToFree) {
+      // Usually the disk holds more than images (logs, volumes), or the images in use are
+      // large: the message says so rather than suggest that collection itself is broken.
       const message =
-        `Failed to garbage collect required amount of images. Attempted to free ${amountToFree} bytes, but only found ${freed} bytes eligible to free.`;
+        `Insufficient free disk space on the node's image filesystem (${usagePercent}% of ${
+          formatSize(Number(capacity))
+        } used). Failed to free sufficient space by deleting unused images (freed ${freed} bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data.`;
       this.#event("FreeDiskSpaceFailed", message);
       throw new ImageGCError(message);
     }
@@ -449,6 +453,26 @@ export class ImageGCManager {
   #event(reason: string, message: string): void {
     this.#o.recorder.event(this.#o.nodeRef, "Warning", reason, message);
   }
+}
+
+/**
+ * A byte count with one decimal in the largest binary unit below it ("64.0 MiB", "512 B"), as
+ * upstream's formatSize prints it with Go's `%.1f` (ties to even).
+ */
+export function formatSize(bytes: number): string {
+  const units = ["KiB", "MiB", "GiB", "TiB"] as const;
+  if (bytes < 1024) return `${Math.trunc(bytes)} B`;
+  let i = 0;
+  while (i < units.length - 1 && bytes >= 1024 ** (i + 2)) i++;
+  const x = bytes / 1024 ** (i + 1);
+  // An exact tie (x * 10 ends in .5) rounds to the even digit, as Go's formatting does;
+  // toFixed would round it up.
+  const twenty = x * 20;
+  const fixed = Number.isInteger(twenty) && twenty % 2 === 1
+    ? (Math.floor(twenty / 2) % 2 === 0 ? Math.floor(twenty / 2) : Math.floor(twenty / 2) + 1) /
+      10
+    : x;
+  return `${fixed.toFixed(1)} ${units[i]}`;
 }
 
 function messageOf(e: unknown): string {

@@ -4,6 +4,7 @@ import { FakeClock } from "./clock.ts";
 import type { EventRecorder, ObjectRef } from "./dependencies.ts";
 import { FakeRuntimeService } from "./fake_runtime_service.ts";
 import {
+  formatSize,
   IMAGE_GC_PERIOD_MS,
   ImageGCError,
   ImageGCManager,
@@ -228,7 +229,7 @@ Deno.test("ImageGCManager garbageCollect records FreeDiskSpaceFailed when too li
     assert.ok(e instanceof ImageGCError);
     assert.equal(
       e.message,
-      "Failed to garbage collect required amount of images. Attempted to free 150000000 bytes, but only found 30000000 bytes eligible to free.",
+      "Insufficient free disk space on the node's image filesystem (95% of 953.7 MiB used). Failed to free sufficient space by deleting unused images (freed 30000000 bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data.",
     );
     return true;
   });
@@ -238,8 +239,21 @@ Deno.test("ImageGCManager garbageCollect records FreeDiskSpaceFailed when too li
     type: "Warning",
     reason: "FreeDiskSpaceFailed",
     message:
-      "Failed to garbage collect required amount of images. Attempted to free 150000000 bytes, but only found 30000000 bytes eligible to free.",
+      "Insufficient free disk space on the node's image filesystem (95% of 953.7 MiB used). Failed to free sufficient space by deleting unused images (freed 30000000 bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data.",
   }]);
+});
+
+Deno.test("formatSize prints one decimal in the largest binary unit, ties to even as Go", () => {
+  assert.equal(formatSize(0), "0 B");
+  assert.equal(formatSize(1023), "1023 B");
+  assert.equal(formatSize(1024), "1.0 KiB");
+  assert.equal(formatSize(64 * 2 ** 20), "64.0 MiB");
+  assert.equal(formatSize(96.5 * 2 ** 30), "96.5 GiB");
+  // 1.25 and 1.75 are exact: Go's %.1f rounds them to the even digit.
+  assert.equal(formatSize(1.25 * 2 ** 30), "1.2 GiB");
+  assert.equal(formatSize(1.75 * 2 ** 30), "1.8 GiB");
+  assert.equal(formatSize(2 ** 20 - 1), "1024.0 KiB");
+  assert.equal(formatSize(3 * 2 ** 50), "3072.0 TiB");
 });
 
 Deno.test("ImageGCManager garbageCollect fails on an unknown or empty image filesystem", async () => {

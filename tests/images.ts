@@ -16,7 +16,7 @@
  * registry.k8s.io instead; {@link BUSYBOX}, {@link PAUSE} and {@link HTTPD} stand in for them.
  */
 
-import { createHash } from "node:crypto";
+import { createCipheriv, createHash } from "node:crypto";
 import { gzipSync } from "node:zlib";
 import { aptInstall, findProgram } from "./apt.ts";
 import { SANDBOX_IMAGE } from "./containerd_harness.ts";
@@ -55,6 +55,13 @@ export interface ImageSpec {
   labels?: Readonly<Record<string, string>>;
   /** Extra regular files (mode 0644) by absolute path; their parent directories are created. */
   files?: Readonly<Record<string, string>>;
+  /**
+   * Size of `/filler`, pseudo-random bytes seeded by the image name: they neither compress nor
+   * dedupe with another image's, so the image takes about this much more room, twice over in
+   * containerd (the layer in the content store, unpacked in a snapshot).
+   * @default 0 (no such file)
+   */
+  fillerBytes?: number;
 }
 
 /** The general-purpose image: a shell and the usual tools. */
@@ -418,7 +425,23 @@ function layerEntries(args: {
     }
     file(path.slice(1), utf8(content));
   }
+  const fillerBytes = args.spec.fillerBytes ?? 0;
+  if (!Number.isSafeInteger(fillerBytes) || fillerBytes < 0) {
+    throw new ImageBuildError(
+      `Cannot build ${args.spec.name}: fillerBytes must be a whole number of bytes: ` +
+        `current value is '${fillerBytes}'`,
+    );
+  }
+  if (fillerBytes > 0) file("filler", filler(args.spec.name, fillerBytes));
   return [...entries.values()].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+/** `size` bytes of AES-256-CTR keystream keyed by the name: random-looking, yet the same each build. */
+function filler(name: string, size: number): Uint8Array {
+  const key = createHash("sha256").update(`kubelet-ts filler ${name}`).digest();
+  const cipher = createCipheriv("aes-256-ctr", key, new Uint8Array(16));
+  const out = cipher.update(new Uint8Array(size));
+  return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
 }
 
 /** The applet names busybox was built with (`busybox --list`). */
