@@ -15,6 +15,7 @@ import { preInitRuntimeService, type RuntimeServices } from "./runtime_service.t
 import { KubeClient } from "./kube_client.ts";
 import { ApiserverEventRecorder } from "./event_recorder.ts";
 import { loadKubeconfig } from "./kubeconfig.ts";
+import { clientConfigStillValid } from "./certificate_bootstrap.ts";
 import { detectNodeIP } from "./node_address.ts";
 import { GOARCH } from "./node_status.ts";
 import { KUBELET_VERSION } from "./version.ts";
@@ -115,9 +116,16 @@ export async function run(
     );
   }
   if (s.flags.bootstrapKubeconfig !== "") {
-    throw new NotSupportedError(
-      "TLS bootstrap (--bootstrap-kubeconfig) is not supported yet: give a --kubeconfig with a client certificate",
-    );
+    // kubeadm's drop-in passes both flags; an existing, unexpired kubeconfig is used as it is.
+    const check = await clientConfigStillValid(s.flags.kubeConfig, new Date(deps.clock.now()));
+    if (!check.valid) {
+      throw new NotSupportedError(
+        `TLS bootstrap (--bootstrap-kubeconfig) is not supported yet and is needed: ${check.reason}; give a --kubeconfig with a valid client certificate`,
+      );
+    }
+    deps.logger.v(2).info("Kubeconfig exists and is valid, skipping bootstrap", {
+      path: s.flags.kubeConfig,
+    });
   }
   let clients: KubeClient[] = [];
   if (s.flags.kubeConfig !== "" && !deps.kubeClient) {

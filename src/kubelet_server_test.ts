@@ -110,13 +110,20 @@ Deno.test("run uses the injected OS and negotiates CRI v1 with the runtime", asy
 Deno.test("run refuses what is not supported yet, loudly", async () => {
   const deps = fakeDeps([]);
   const signal = new AbortController().signal;
+  // kubeadm passes --bootstrap-kubeconfig always; only a missing or expired kubeconfig needs it.
   await assert.rejects(
     run(
-      await server({ bootstrapKubeconfig: "/etc/kubernetes/bootstrap-kubelet.conf" }),
+      await server({
+        bootstrapKubeconfig: "/etc/kubernetes/bootstrap-kubelet.conf",
+        kubeConfig: "/nonexistent/kubelet.conf",
+      }),
       deps,
       signal,
     ),
-    NotSupportedError,
+    (e) =>
+      e instanceof NotSupportedError &&
+      e.message.includes("TLS bootstrap (--bootstrap-kubeconfig) is not supported yet") &&
+      e.message.includes("the kubeconfig /nonexistent/kubelet.conf does not exist"),
   );
   await assert.rejects(
     run(await server({ kubeConfig: "/nonexistent/kubelet.conf" }), deps, signal),
