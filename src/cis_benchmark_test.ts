@@ -123,3 +123,16 @@ Deno.test("CIS 4.1: files named by the configuration must be 0600 or stricter an
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("CIS 4.2: deploy/'s sample configuration passes all 13 items", async () => {
+  const file = new URL("../deploy/kubelet.yaml", import.meta.url).pathname;
+  const { config } = await loadKubeletConfiguration({
+    configFile: file,
+    dropinDir: "",
+    flags: [],
+    cgroupV1: false,
+  });
+  const results = cisKubeletChecks(config, newKubeletFlags());
+  assert.equal(results.length, 13);
+  assert.deepEqual(results.filter((r) => !r.pass), []);
+});

@@ -300,6 +300,11 @@ export function decodeScalar(fld: AnyField, value: unknown): unknown {
     case "float":
       return typeof value === "number" && Number.isFinite(value) ? value : bad();
     case "duration":
+      // component-base's TimeOrMetaDuration also reads an integer count of nanoseconds, and
+      // writes one when the value was defaulted: kubeadm's config.yaml has `flushFrequency: 0`.
+      if (fld.options.go === "TimeOrMetaDuration" && Number.isSafeInteger(value)) {
+        return (value as number) / 1e6;
+      }
       if (typeof value !== "string") return bad();
       try {
         return parseDuration(value);

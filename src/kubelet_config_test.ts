@@ -158,6 +158,22 @@ Deno.test("loadKubeletConfiguration reads JSON, YAML 1.1 booleans and resolves r
   });
 });
 
+Deno.test("loadKubeletConfiguration reads logging.flushFrequency as integer nanoseconds too", async () => {
+  await tempDir(async (dir) => {
+    const file = join(dir, "k.yaml");
+    // kubeadm writes the defaulted TimeOrMetaDuration as an integer: 0 means the 5s default.
+    await Deno.writeTextFile(file, `${HEADER}logging:\n  flushFrequency: 0\n`);
+    assert.equal((await load(["--config", file])).logging.flushFrequency, 5_000);
+    await Deno.writeTextFile(file, `${HEADER}logging:\n  flushFrequency: 2000000000\n`);
+    assert.equal((await load(["--config", file])).logging.flushFrequency, 2_000);
+    await Deno.writeTextFile(file, `${HEADER}logging:\n  flushFrequency: 1.5\n`);
+    await assert.rejects(load(["--config", file]), /'logging\.flushFrequency' must be a duration/);
+    // Other durations keep to the string form, as metav1.Duration does.
+    await Deno.writeTextFile(file, `${HEADER}syncFrequency: 0\n`);
+    await assert.rejects(load(["--config", file]), /'syncFrequency' must be a duration/);
+  });
+});
+
 Deno.test("mergePatch follows RFC 7386", () => {
   assert.deepEqual(
     mergePatch({ a: 1, b: { c: 2, d: 3 }, l: [1] }, { b: { c: null, e: 4 }, l: [2] }),

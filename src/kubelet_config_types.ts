@@ -26,8 +26,8 @@
  *
  * What the table cannot say exactly:
  * - `logging.flushFrequency` is a `TimeOrMetaDuration` upstream, which also accepts an integer
- *   count of nanoseconds. It is modelled as a duration, so the integer form is rejected with a
- *   clear error instead of being read.
+ *   count of nanoseconds (kubeadm writes `flushFrequency: 0`). It is modelled as a duration
+ *   whose decoder reads that integer form too, as milliseconds.
  * - `registerWithTaints[].timeAdded` is a `*metav1.Time`; it is kept as its RFC 3339 text.
  *   Upstream validation refuses any value for it, so nothing reads it.
  * - The flags `--reserved-memory` (`0:memory=1Gi,hugepages-1Mi=2Gi;1:memory=2Gi`) and `--vmodule`
@@ -786,7 +786,7 @@ export const kubeletConfigurationFields = {
       enum: ["text", "json"],
     }),
     flushFrequency: f.duration({
-      // Upstream also reads an integer count of nanoseconds; see the module notes.
+      // Also read as an integer count of nanoseconds; see the module notes.
       go: "TimeOrMetaDuration",
       doc: "Longest time between log flushes, for buffering backends.",
       default: "5s",

@@ -555,7 +555,11 @@ Deno.test("kubeletConfigurationFields decodes a config file strictly", () => {
 
   assert.throws(() => decodeFile({ cgroupDriver: "sytemd" }), /cgroupDriver.*must be one of/);
   assert.throws(() => decodeFile({ authorization: { mode: "RBAC" } }), /authorization\.mode/);
-  // Upstream also reads integer nanoseconds here; this table accepts only duration text.
-  assert.throws(() => decodeFile({ logging: { flushFrequency: 5e9 } }), /flushFrequency/);
+  // TimeOrMetaDuration reads integer nanoseconds too; a metav1.Duration only duration text.
+  assert.equal(
+    defaulted(decodeFile({ logging: { flushFrequency: 5e9 } })).logging.flushFrequency,
+    5 * SECOND,
+  );
+  assert.throws(() => decodeFile({ syncFrequency: 5e9 }), /syncFrequency.*must be a duration/);
   assert.throws(() => decodeFile({ nodeStatusUpdateFrequncy: "10s" }), /unknown field/);
 });
