@@ -671,9 +671,9 @@ export async function runSuite(
   const buildStarted = performance.now();
   const binaries = await ensureControlPlaneBinaries({ log });
   if (agents.includes("upstream")) await ensureUpstreamKubelet({ log });
-  const buildNote = `Builds took ${
+  const buildNote = `Programs ready (built, or taken from the build cache) in ${
     formatDuration(performance.now() - buildStarted)
-  } (cached: ~0 s).`;
+  }.`;
 
   const dir = await Deno.makeTempDir({ prefix: "bench-suite-" });
   const stack = new AsyncDisposableStack();
@@ -699,7 +699,8 @@ export async function runSuite(
         await clearRuntime(runtime);
         const opts: BenchAgentOptions = {
           cp,
-          dir: join(dir, label),
+          // Its basename names the agent's cgroupRoot: unique, so parallel runs never share one.
+          dir: join(dir, `${PREFIX}-${label}`),
           nodeName: `kts-bench-${label}`,
           endpoint: containerd.endpoint,
         };
