@@ -31,6 +31,15 @@
  *   Our agent does not touch them.
  * - The upstream kubelet cannot raise its own OOM score (CAP_SYS_RESOURCE is missing here) and
  *   logs that, as our agent does.
+ *
+ * What the upstream kubelet cannot do on this machine, from its error lines (so it does a little
+ * less work than on a real node, which favours it in the CPU figures): cadvisor finds no
+ * filesystem for `/dev/vda`, so the eviction manager fails every 10 s before it ranks anything
+ * and image GC reports "invalid capacity 0"; it cannot read pods' memory cgroup settings on the
+ * v1 hybrid layout ("failed to read memory cgroup config for the pod"); containerd 1.6 has no
+ * `RuntimeConfig` RPC. It also writes outside its root dir where upstream hard-codes paths:
+ * `/var/lib/kubelet/device-plugins/kubelet.sock` (two upstream kubelets at once would share it)
+ * and `/usr/libexec/kubernetes/kubelet-plugins/volume/exec/`.
  */
 
 import { join } from "node:path";
