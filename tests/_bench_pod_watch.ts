@@ -1,9 +1,10 @@
 /**
  * @module
- * A watch on the pods of one node for tests/pod_start_bench.ts: it notes, by pod name, when
- * the watch first showed every container of the pod running and when it showed the pod
- * deleted, on the `performance.now()` clock of this process, and lets the bench wait for
- * either. It talks to the apiserver through `src/kube_client.ts` (list for the resource
+ * A watch on the pods of one node for the benchmark suite (tests/bench_suite.ts): it notes, by
+ * pod name, when the watch first showed every container of the pod running (on the
+ * `performance.now()` clock of this process, and as wall-clock time next to the pod's
+ * `creationTimestamp`, for upstream's pod startup SLI) and when it showed the pod deleted, and
+ * lets the bench wait for either. It talks to the apiserver through `src/kube_client.ts` (list for the resource
  * version, then watch from it, resumed when the server ends the watch).
  */
 
@@ -37,6 +38,12 @@ export function allContainersRunning(pod: V1Pod): boolean {
 export class PodWatch {
   /** performance.now() at which each pod was first seen with every container running. */
   readonly runningAt = new Map<string, number>();
+  /**
+   * Upstream's pod startup SLI of each pod, in ms: wall-clock time the watch showed every
+   * container running minus the pod's `creationTimestamp` (which has second precision, so
+   * this reads 0 to 1000 ms high).
+   */
+  readonly sliMs = new Map<string, number>();
   /** performance.now() at which each pod was seen deleted. */
   readonly deletedAt = new Map<string, number>();
   #changed = Promise.withResolvers<void>();
@@ -87,6 +94,10 @@ export class PodWatch {
       if (!this.deletedAt.has(name)) this.deletedAt.set(name, now);
     } else if (!this.runningAt.has(name) && allContainersRunning(pod)) {
       this.runningAt.set(name, now);
+      // A Date in the type; the JSON from the watch holds the RFC 3339 string.
+      const stamp = pod.metadata?.creationTimestamp;
+      const created = stamp === undefined ? NaN : new Date(stamp).getTime();
+      if (Number.isFinite(created)) this.sliMs.set(name, Date.now() - created);
     }
     this.#changed.resolve();
     this.#changed = Promise.withResolvers<void>();

@@ -25,7 +25,11 @@
  * its minimum external etcd at 3.5.24. We build the etcd kubeadm 1.36 deploys (3.6.8), whose client
  * libraries are the ones compiled into the apiserver; it takes under a minute.
  *
- * Run it alone with `deno run -A tests/control_plane_build.ts`: it prints the four paths.
+ * The benchmark suite (bench/) also asks for the upstream `kubelet` of the same release
+ * ({@link ensureUpstreamKubelet}); nothing else builds it.
+ *
+ * Run it alone with `deno run -A tests/control_plane_build.ts`: it prints the four paths
+ * (`--kubelet`: five, building the upstream kubelet too).
  */
 
 import { findProgram, lastLines } from "./apt.ts";
@@ -240,6 +244,21 @@ const SPECS = {
   },
 } satisfies Record<keyof ControlPlaneBinaries, BinarySpec>;
 
+/**
+ * The upstream kubelet of the same release, which only the benchmark suite runs (bench/), next
+ * to ours; built on request only, since a cold build takes minutes.
+ */
+const KUBELET_SPEC: BinarySpec = {
+  name: "kubelet",
+  version: KUBERNETES_VERSION,
+  module: "k8s.io/kubernetes",
+  pkg: "k8s.io/kubernetes/cmd/kubelet",
+  versionArgs: ["--version"],
+  expectVersion: `Kubernetes ${KUBERNETES_VERSION}`,
+  ldflags: kubernetesLdflags(KUBERNETES_VERSION, KUBERNETES_BUILD_DATE),
+  replaces: (goMod: string) => stagingReplaces(goMod, KUBERNETES_VERSION),
+};
+
 /** The cache root: `$KUBELET_TS_CACHE`, else `$HOME/.cache/kubelet-ts`. */
 export function controlPlaneCacheDir(): string {
   const explicit = Deno.env.get("KUBELET_TS_CACHE");
@@ -276,6 +295,20 @@ export async function ensureControlPlaneBinaries(
   }
   log(`control-plane: all binaries ready in ${formatDuration(performance.now() - started)}`);
   return out as ControlPlaneBinaries;
+}
+
+/**
+ * Builds the upstream kubelet ({@link KUBERNETES_VERSION}, from `k8s.io/kubernetes/cmd/kubelet`)
+ * unless the cache holds it, and returns its path. Only the benchmark suite asks for it.
+ */
+export async function ensureUpstreamKubelet(opts: ControlPlaneBuildOptions = {}): Promise<string> {
+  const log = opts.log ?? ((line: string) => console.error(line));
+  return await ensureBinary(KUBELET_SPEC, {
+    cacheDir: controlPlaneCacheDir(),
+    go: await findProgram("go"),
+    log,
+    signal: opts.signal,
+  });
 }
 
 interface BuildContext {
@@ -533,4 +566,5 @@ export function formatDuration(ms: number): string {
 if (import.meta.main) {
   const paths = await ensureControlPlaneBinaries();
   for (const [key, path] of Object.entries(paths)) console.log(`${key}\t${path}`);
+  if (Deno.args.includes("--kubelet")) console.log(`kubelet\t${await ensureUpstreamKubelet()}`);
 }

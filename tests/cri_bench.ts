@@ -1,7 +1,7 @@
 /**
  * CRI call latency through our client: Version, and ListContainers with 100 containers, against
  * the fake runtime and against real containerd (root only; without root the containerd rows are
- * left out with a warning). `deno task bench` prints the figures.
+ * left out with a warning). `deno task bench:micro` prints the figures.
  */
 
 import { join } from "node:path";

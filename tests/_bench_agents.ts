@@ -1,0 +1,290 @@
+/**
+ * @module
+ * The two kubelets the benchmark suite (tests/bench_suite.ts) compares, started the same way:
+ * this agent (`main.ts`, through tests/node_harness.ts) and the upstream kubelet of the pinned
+ * release (`k8s.io/kubernetes/cmd/kubelet` {@link KUBERNETES_VERSION}, built by
+ * tests/control_plane_build.ts). Both get the same KubeletConfiguration lines
+ * ({@link sharedConfigLines}), the same containerd, the same control plane and a client
+ * certificate of their own Node (`system:node:<name>`, from the harness PKI), and each its own
+ * root dir, cert dir, pod log dir and cgroupRoot.
+ *
+ * Deviations from upstream's defaults, and why (the same for both agents where the field exists):
+ * - `failCgroupV1: false`: the machine has the v1 hybrid cgroup layout.
+ * - `cgroupDriver: cgroupfs` (upstream's default too, written out): no systemd runs here.
+ * - `cgroupRoot: /kubelet-ts-e2e/<dir>`: the agents must not share pod cgroups with each other
+ *   or with other tests' agents on the machine.
+ * - `failSwapOn: false`: no swap is configured, but kubelet-in-a-container setups set it, and it
+ *   keeps a host that does have swap from stopping the upstream kubelet.
+ * - `localStorageCapacityIsolation: false`: cadvisor's root filesystem view in this container
+ *   is not the node's; without it no ephemeral-storage capacity is reported or enforced.
+ * - `port`: a free port; `healthzPort: 0` and `readOnlyPort: 0`: no fixed ports that parallel
+ *   agents would share.
+ * - `authentication.x509.clientCAFile`: the cluster CA, so the apiserver's kubelet client
+ *   certificate is accepted (webhook authentication and authorization stay on, as upstream).
+ * - `podLogsDir`: a directory of the run; `/var/log/containers` links stay where upstream puts
+ *   them and are removed by name at the end.
+ * - `protectKernelDefaults` stays false (upstream's default): the upstream kubelet then sets
+ *   `vm.overcommit_memory=1`, `kernel.panic=10` and `kernel.panic_on_oops=1` on the host when it
+ *   starts and fails to start if it cannot. This machine is shared, so {@link
+ *   startUpstreamKubelet} notes the six sysctls upstream checks before the start and writes the
+ *   old values back once the kubelet is up (it checks them only at start) and again at stop.
+ *   Our agent does not touch them.
+ * - The upstream kubelet cannot raise its own OOM score (CAP_SYS_RESOURCE is missing here) and
+ *   logs that, as our agent does.
+ *
+ * What the upstream kubelet cannot do on this machine, from its error lines (so it does a little
+ * less work than on a real node, which favours it in the CPU figures): cadvisor finds no
+ * filesystem for `/dev/vda`, so the eviction manager fails every 10 s before it ranks anything
+ * and image GC reports "invalid capacity 0"; it cannot read pods' memory cgroup settings on the
+ * v1 hybrid layout ("failed to read memory cgroup config for the pod"); containerd 1.6 has no
+ * `RuntimeConfig` RPC. It also writes outside its root dir where upstream hard-codes paths:
+ * `/var/lib/kubelet/device-plugins/kubelet.sock` (two upstream kubelets at once would share it)
+ * and `/usr/libexec/kubernetes/kubelet-plugins/volume/exec/`.
+ */
+
+import { join } from "node:path";
+import { REPO_ROOT, type RunningAgent } from "./agent_process.ts";
+import { freePort } from "./child_process.ts";
+import { ensureUpstreamKubelet, KUBERNETES_VERSION } from "./control_plane_build.ts";
+import type { ControlPlane } from "./control_plane.ts";
+import type { V1Node } from "@kubernetes/client-node";
+import {
+  adminClient,
+  ensureDefaultServiceAccount,
+  poll,
+  startNodeAgent,
+  SYNC_LOOP_STARTED,
+  writeKubeletConfig,
+} from "./node_harness.ts";
+
+/** One kubelet process under test. */
+export interface BenchAgent {
+  /** "agent" (ours) or "upstream". */
+  readonly label: string;
+  /** The Node it registers. */
+  readonly nodeName: string;
+  readonly pid: number;
+  /** Its stderr so far (the upstream kubelet's: the last {@link STDERR_KEEP} bytes). */
+  stderr(): string;
+  /** SIGTERM, SIGKILL after 20 s; resolves to the exit code. Idempotent. */
+  stop(): Promise<number>;
+}
+
+/** How much of the upstream kubelet's stderr is kept. */
+const STDERR_KEEP = 4 * 2 ** 20;
+
+/** Options of {@link startOurAgent} and {@link startUpstreamKubelet}. */
+export interface BenchAgentOptions {
+  readonly cp: ControlPlane;
+  /** The agent's own directory: config, root dir, cert dir, pod logs. */
+  readonly dir: string;
+  readonly nodeName: string;
+  /** containerd's CRI endpoint. */
+  readonly endpoint: string;
+  readonly signal?: AbortSignal;
+}
+
+/** The KubeletConfiguration lines both agents get besides the harness's own. */
+export function sharedConfigLines(dir: string): string[] {
+  return [
+    "cgroupDriver: cgroupfs",
+    "failSwapOn: false",
+    "localStorageCapacityIsolation: false",
+    "readOnlyPort: 0",
+    `podLogsDir: ${join(dir, "pod-logs")}`,
+  ];
+}
+
+/** Starts this agent (`main.ts`) as node `nodeName`, up to its sync loop. */
+export async function startOurAgent(opts: BenchAgentOptions): Promise<BenchAgent> {
+  await Deno.mkdir(opts.dir, { recursive: true });
+  const { agent } = await startNodeAgent({
+    cp: opts.cp,
+    dir: opts.dir,
+    nodeName: opts.nodeName,
+    endpoint: opts.endpoint,
+    configLines: sharedConfigLines(opts.dir),
+  });
+  await waitNodeReady(opts.cp, opts.nodeName, 120_000);
+  return {
+    label: "agent",
+    nodeName: opts.nodeName,
+    pid: agent.process.pid,
+    stderr: () => agent.stderr(),
+    stop: once(() => stopChild(agent.process)),
+  };
+}
+
+/** The sysctls upstream's container manager checks at start (`setupKernelTunables`). */
+export const KERNEL_TUNABLES = [
+  "vm/overcommit_memory",
+  "vm/panic_on_oom",
+  "kernel/panic",
+  "kernel/panic_on_oops",
+  "kernel/keys/root_maxkeys",
+  "kernel/keys/root_maxbytes",
+] as const;
+
+async function readTunables(): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  for (const name of KERNEL_TUNABLES) {
+    out.set(name, (await Deno.readTextFile(`/proc/sys/${name}`)).trim());
+  }
+  return out;
+}
+
+/** Writes back every tunable that differs from `saved`; returns what it restored. */
+async function restoreTunables(saved: ReadonlyMap<string, string>): Promise<string[]> {
+  const restored: string[] = [];
+  for (const [name, value] of saved) {
+    const now = (await Deno.readTextFile(`/proc/sys/${name}`)).trim();
+    if (now === value) continue;
+    await Deno.writeTextFile(`/proc/sys/${name}`, value);
+    restored.push(`${name.replaceAll("/", ".")} ${now} → ${value}`);
+  }
+  return restored;
+}
+
+/** What the upstream kubelet logs once its sync loop runs (the same line as ours). */
+const UPSTREAM_STARTED = SYNC_LOOP_STARTED;
+
+/**
+ * Builds (or reuses) the upstream kubelet and starts it as node `nodeName` with the same
+ * configuration as {@link startOurAgent}, waiting for its sync loop. The host's kernel tunables
+ * are restored once it is up; see the module documentation.
+ */
+export async function startUpstreamKubelet(
+  opts: BenchAgentOptions & { log?: (line: string) => void },
+): Promise<BenchAgent> {
+  const binary = await ensureUpstreamKubelet({ signal: opts.signal, log: opts.log });
+  await ensureDefaultServiceAccount(opts.cp);
+  const config = join(opts.dir, "kubelet.yaml");
+  await Deno.mkdir(opts.dir, { recursive: true });
+  await writeKubeletConfig(config, {
+    endpoint: opts.endpoint,
+    lines: [
+      `port: ${freePort()}`,
+      "authentication:",
+      "  x509:",
+      `    clientCAFile: ${opts.cp.pki.ca.cert}`,
+      ...sharedConfigLines(opts.dir),
+    ],
+  });
+  const saved = await readTunables();
+  const child = new Deno.Command(binary, {
+    args: [
+      ...["--config", config, "--kubeconfig", opts.cp.nodeKubeconfig(opts.nodeName)],
+      ...["--hostname-override", opts.nodeName],
+      ...["--root-dir", join(opts.dir, "root"), "--cert-dir", join(opts.dir, "pki")],
+    ],
+    cwd: REPO_ROOT,
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  let err = "";
+  const dec = new TextDecoder();
+  const pump = (async () => {
+    for await (const chunk of child.stderr) {
+      err += dec.decode(chunk, { stream: true });
+      if (err.length > STDERR_KEEP * 2) err = err.slice(-STDERR_KEEP);
+    }
+  })();
+  const running: RunningAgent = {
+    process: child,
+    stderr: () => err,
+    async waitFor(text, ms = 60_000) {
+      const end = Date.now() + ms;
+      const matches = () => typeof text === "string" ? err.includes(text) : text.test(err);
+      while (!matches()) {
+        if (Date.now() > end) {
+          throw new Error(
+            `upstream kubelet ${KUBERNETES_VERSION} did not log ${text} within ${ms} ms; ` +
+              `stderr tail:\n${err.split("\n").slice(-40).join("\n")}`,
+          );
+        }
+        const done = await Promise.race([
+          pump.then(() => true),
+          new Promise((r) => setTimeout(() => r(false), 50)),
+        ]);
+        if (done && !matches()) {
+          throw new Error(
+            `upstream kubelet ${KUBERNETES_VERSION} exited without logging ${text}; ` +
+              `stderr tail:\n${err.split("\n").slice(-40).join("\n")}`,
+          );
+        }
+      }
+    },
+  };
+  const restore = async () => {
+    const restored = await restoreTunables(saved);
+    if (restored.length > 0) opts.log?.(`bench: restored sysctls ${restored.join(", ")}`);
+  };
+  try {
+    await running.waitFor(UPSTREAM_STARTED, 120_000);
+    // The container manager runs setupKernelTunables before the runtime-dependent modules
+    // start; a Ready node has been through it.
+    await waitNodeReady(opts.cp, opts.nodeName, 120_000);
+  } catch (e) {
+    await stopChild(child);
+    await restore();
+    throw e;
+  }
+  await restore();
+  return {
+    label: "upstream",
+    nodeName: opts.nodeName,
+    pid: child.pid,
+    stderr: () => err,
+    stop: once(async () => {
+      const code = await stopChild(child);
+      await pump.catch(() => {});
+      await restore();
+      return code;
+    }),
+  };
+}
+
+/** Waits until Node `name` has condition Ready=True. */
+export async function waitNodeReady(cp: ControlPlane, name: string, ms: number): Promise<void> {
+  const client = await adminClient(cp, "bench-suite");
+  try {
+    await poll(
+      `node ${name} Ready`,
+      async () => {
+        const node = await client.get<V1Node>(`/api/v1/nodes/${name}`);
+        const ready = node.status?.conditions?.some((c) =>
+          c.type === "Ready" && c.status === "True"
+        );
+        return ready ? true : undefined;
+      },
+      ms,
+      200,
+    );
+  } finally {
+    client.close();
+  }
+}
+
+async function stopChild(child: Deno.ChildProcess): Promise<number> {
+  try {
+    child.kill("SIGTERM");
+  } catch {
+    // already exited
+  }
+  const timer = setTimeout(() => {
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // already exited
+    }
+  }, 20_000);
+  const status = await child.status;
+  clearTimeout(timer);
+  return status.code;
+}
+
+function once<T>(fn: () => Promise<T>): () => Promise<T> {
+  let p: Promise<T> | undefined;
+  return () => p ??= fn();
+}

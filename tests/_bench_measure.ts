@@ -1,0 +1,133 @@
+/**
+ * @module
+ * What the benchmark suite (tests/bench_suite.ts) measures a process by, and how it prints the
+ * figures: CPU time and resident memory from `/proc/<pid>` (any process, ours or the upstream
+ * kubelet, read the same way), nearest-rank percentiles, a least-squares slope, and plain-text
+ * tables. Pure functions except the `/proc` readers.
+ */
+
+/** Linux USER_HZ, the unit of the CPU times in /proc/<pid>/stat. */
+const CLOCK_TICKS_PER_SECOND = 100;
+
+/**
+ * CPU seconds (user + system) process `pid` has used so far, including children it waited for
+ * (`cutime`, `cstime`: the agents run `mount`, `nsenter` and the like).
+ */
+export async function cpuSeconds(pid: number): Promise<number> {
+  const stat = await Deno.readTextFile(`/proc/${pid}/stat`);
+  // Fields after the parenthesised command name start at field 3 (state).
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
+  const [utime, stime, cutime, cstime] = [f[11], f[12], f[13], f[14]];
+  return ((utime ?? 0) + (stime ?? 0) + (cutime ?? 0) + (cstime ?? 0)) / CLOCK_TICKS_PER_SECOND;
+}
+
+/** VmRSS (now) and VmHWM (the peak so far) of `pid`, in MiB. */
+export async function residentMiB(pid: number): Promise<{ rss: number; peak: number }> {
+  const status = await Deno.readTextFile(`/proc/${pid}/status`);
+  const kb = (field: string) =>
+    Number(status.match(new RegExp(`^${field}:\\s+(\\d+) kB`, "m"))?.[1] ?? NaN);
+  return { rss: kb("VmRSS") / 1024, peak: kb("VmHWM") / 1024 };
+}
+
+/** What {@link measureWindow} saw. */
+export interface WindowFigures {
+  /** Wall-clock length of the window, in s. */
+  readonly seconds: number;
+  /** CPU used over the window divided by its length: cores busy on average. */
+  readonly cores: number;
+  /** Mean of the VmRSS samples, in MiB. */
+  readonly rssMiB: number;
+  /** VmHWM at the end of the window, in MiB. */
+  readonly peakMiB: number;
+}
+
+/**
+ * Watches process `pid` for `ms`: its CPU over the whole window and its VmRSS sampled every
+ * `sampleMs` (the first sample at the start).
+ */
+export async function measureWindow(
+  pid: number,
+  ms: number,
+  sampleMs = 5_000,
+  signal?: AbortSignal,
+): Promise<WindowFigures> {
+  const t0 = performance.now();
+  const cpu0 = await cpuSeconds(pid);
+  const samples: number[] = [];
+  for (;;) {
+    samples.push((await residentMiB(pid)).rss);
+    const left = ms - (performance.now() - t0);
+    if (left <= 0) break;
+    await sleep(Math.min(sampleMs, left), signal);
+  }
+  const cpu1 = await cpuSeconds(pid);
+  const seconds = (performance.now() - t0) / 1000;
+  return {
+    seconds,
+    cores: (cpu1 - cpu0) / seconds,
+    rssMiB: samples.reduce((a, b) => a + b, 0) / samples.length,
+    peakMiB: (await residentMiB(pid)).peak,
+  };
+}
+
+/** Resolves after `ms`, or rejects when `signal` aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    signal?.throwIfAborted();
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** Nearest-rank percentile `p` (0-100) of `values` (any order); NaN when empty. */
+export function percentile(values: readonly number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
+}
+
+/** Least-squares slope of y over x; NaN with fewer than two distinct x. */
+export function slope(points: readonly (readonly [number, number])[]): number {
+  const n = points.length;
+  const mx = points.reduce((a, [x]) => a + x, 0) / n;
+  const my = points.reduce((a, [, y]) => a + y, 0) / n;
+  let num = 0;
+  let den = 0;
+  for (const [x, y] of points) {
+    num += (x - mx) * (y - my);
+    den += (x - mx) ** 2;
+  }
+  return den === 0 ? NaN : num / den;
+}
+
+/** `a / b` as "0.42×", or "n/a" when either is missing. */
+export function ratio(a: number, b: number): string {
+  return Number.isFinite(a) && Number.isFinite(b) && b !== 0 ? `${(a / b).toFixed(2)}×` : "n/a";
+}
+
+/** A plain-text table: a header row, a rule, the rows; the first column left-aligned. */
+export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: readonly string[]) =>
+    "| " + cells.map((c, i) => i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)).join(
+      " | ",
+    ) + " |";
+  const rule = "|" + widths.map((w, i) => i === 0 ? "-".repeat(w + 2) : "-".repeat(w + 1) + ":")
+    .join("|") +
+    "|";
+  return [line(header), rule, ...rows.map(line)].join("\n");
+}
+
+/** Milliseconds, whole. */
+export const ms = (v: number) => Number.isFinite(v) ? `${v.toFixed(0)} ms` : "n/a";
+/** MiB with one decimal. */
+export const mib = (v: number) => Number.isFinite(v) ? `${v.toFixed(1)} MiB` : "n/a";
+/** Cores with three decimals, as millicores. */
+export const millicores = (cores: number) =>
+  Number.isFinite(cores) ? `${(cores * 1000).toFixed(0)} m` : "n/a";

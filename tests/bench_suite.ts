@@ -1,0 +1,782 @@
+/**
+ * @module
+ * The benchmark suite (`deno task bench`): the same workload against this agent and against the
+ * upstream kubelet of the pinned release, one after the other in one run, on one containerd
+ * and one kube-apiserver, printed as tables with the ratios. Not a test: it prints figures and
+ * fails only when a workload cannot be run at all.
+ *
+ * What it measures, per kubelet (tests/_bench_agents.ts starts both, with the same
+ * configuration; its module documentation lists every deviation from upstream's defaults):
+ * - pod start latency, two ways: "client" = the create request sent → a watch on pods shows
+ *   every container running (this process's monotonic clock, ms precision), and upstream's pod
+ *   startup SLI = the pod's `creationTimestamp` → the watch shows every container running
+ *   (wall clock; the timestamp has second precision, so this reads 0-1 s high). The image is
+ *   present (`imagePullPolicy: Never`), no init containers, no service account token. Cases:
+ *   1 pod at a time (created, running, deleted, gone; N times) and bursts created at once;
+ *   p50/p90/p99/max, and for a burst the time from the first create to the last pod running;
+ * - the raw CRI floor: RunPodSandbox + CreateContainer + StartContainer straight to the same
+ *   containerd, as many and the same way (one at a time, then bursts), so the kubelet's own
+ *   overhead shows;
+ * - CPU (cores, from /proc/<pid>/stat over a window) and resident memory (VmRSS averaged over
+ *   the window, VmHWM as the peak) at 0 pods and with each burst's pods running, and the
+ *   per-pod slope of both (least squares over those points);
+ * - the fake-CRI scale test, our agent only (the upstream kubelet cannot run on our fake
+ *   runtime): src/_pod_density.ts with many pods, in its own process.
+ *
+ * Modes: full (default: 20 sequential, bursts of 30 and 110, 2-minute windows, fake CRI at 110
+ * and 1000 pods) and `--short` (or KUBELET_TS_BENCH=short: 5 sequential, a burst of 10,
+ * 10-second windows, fake CRI at 50 and 200 pods), which fits CI. `--out <file>` also writes the
+ * report as Markdown with the date and the machine (and `--note <text>` under them).
+ * `--agents agent` or `--agents upstream`
+ * runs one only. Needs root, containerd, runc and Go (the control plane and the upstream kubelet
+ * are built by tests/control_plane_build.ts, cached); without them it says why and measures
+ * nothing. Everything it starts is stopped at the end.
+ *
+ * Upstream's counterparts: the node e2e density test (`test/e2e_node/density_test.go`) and the
+ * pod startup SLI of sig-scalability (`slos/pod_startup_latency.md`).
+ */
+
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import type { V1Node, V1Pod } from "@kubernetes/client-node";
+import * as api from "../proto/runtime/v1/api.ts";
+import { CriConnection } from "../src/cri_connection.ts";
+import { isStatus, type KubeClient } from "../src/kube_client.ts";
+import { RemoteRuntimeService } from "../src/remote_runtime.ts";
+import {
+  type BenchAgent,
+  type BenchAgentOptions,
+  startOurAgent,
+  startUpstreamKubelet,
+} from "./_bench_agents.ts";
+import {
+  measureWindow,
+  mib,
+  millicores,
+  ms,
+  percentile,
+  ratio,
+  residentMiB,
+  sleep,
+  slope,
+  table,
+  type WindowFigures,
+} from "./_bench_measure.ts";
+import { PodWatch } from "./_bench_pod_watch.ts";
+import { REPO_ROOT } from "./agent_process.ts";
+import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
+import {
+  ensureControlPlaneBinaries,
+  ensureUpstreamKubelet,
+  formatDuration,
+  KUBERNETES_VERSION,
+} from "./control_plane_build.ts";
+import { type ControlPlane, dumpLogsOnFailure, startControlPlane } from "./control_plane.ts";
+import { containerConfig, type CriTarget, sandboxConfig } from "./cri_suite.ts";
+import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
+import { adminClient } from "./node_harness.ts";
+import { whyNotRunnable } from "./requirements.ts";
+
+/** How much the suite does. */
+export interface BenchMode {
+  readonly name: "full" | "short";
+  /** Pods started one at a time. */
+  readonly sequential: number;
+  /** Burst sizes, ascending. */
+  readonly bursts: readonly number[];
+  /** CPU and memory window at each pod count, in ms. */
+  readonly windowMs: number;
+  /** Pod counts of the fake-CRI scale test. */
+  readonly fakePods: readonly number[];
+}
+
+export const FULL: BenchMode = {
+  name: "full",
+  sequential: 20,
+  bursts: [30, 110],
+  windowMs: 120_000,
+  fakePods: [110, 1000],
+};
+
+export const SHORT: BenchMode = {
+  name: "short",
+  sequential: 5,
+  bursts: [10],
+  windowMs: 10_000,
+  fakePods: [50, 200],
+};
+
+const NS = "default";
+/** Bound on one case's pods to run, or to leave the API. */
+const WAIT_MS = 300_000;
+/** Quiet time after an agent starts or a burst runs, before a window. */
+const SETTLE_MS = 5_000;
+/** Bench pods' names start with this, so cleanup finds only them. */
+const PREFIX = `bench-${crypto.randomUUID().slice(0, 6)}`;
+/** Exits at once on SIGTERM, so deleting a pod is quick. */
+const COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"];
+
+/** Latencies of one case, in ms, one per pod. */
+interface Latencies {
+  /** Create request sent → watch shows every container running. */
+  readonly client: number[];
+  /** creationTimestamp → watch shows every container running (upstream's SLI). */
+  readonly sli: number[];
+}
+
+/** One burst's figures. */
+interface BurstResult {
+  readonly size: number;
+  readonly latency: Latencies;
+  /** First create sent → last pod running, in ms. */
+  readonly lastRunningMs: number;
+  /** Delete requests sent → every pod gone from the API, in ms. */
+  readonly deleteMs: number;
+  /** CPU and memory with the burst's pods running. */
+  readonly window: WindowFigures;
+}
+
+/** What one kubelet did. */
+interface AgentResult {
+  readonly label: string;
+  readonly kubeletVersion: string;
+  readonly idle: WindowFigures;
+  readonly sequential: Latencies;
+  readonly bursts: BurstResult[];
+  /** VmHWM at the end, in MiB. */
+  readonly peakMiB: number;
+  readonly errorLines: string;
+}
+
+/** The CRI floor's figures. */
+interface FloorResult {
+  readonly sequential: number[];
+  readonly bursts: { size: number; latency: number[]; lastMs: number }[];
+}
+
+/** What src/_pod_density.ts prints as JSON. */
+interface DensityResult {
+  pods: number;
+  allRunningMs: number;
+  runningP50Ms: number;
+  runningP99Ms: number;
+  steadyCpuMsPerSecond: number;
+  rssMiB: number;
+  heapUsedMiB: number;
+  relistMs: number;
+  relistCpuMs: number;
+  syncAllCpuMs: number;
+  syncAllMs: number;
+  criCallsPerSecond: Record<string, number>;
+}
+
+function benchPod(name: string, nodeName: string): V1Pod {
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: { name, namespace: NS, labels: { bench: PREFIX } },
+    spec: {
+      nodeName,
+      automountServiceAccountToken: false,
+      terminationGracePeriodSeconds: 1,
+      containers: [{
+        name: "main",
+        image: BUSYBOX_IMAGE,
+        imagePullPolicy: "Never",
+        command: COMMAND,
+      }],
+    },
+  };
+}
+
+/** Creates the pods at once, each timed from its own request; waits for the watch to show them running. */
+async function startPods(
+  client: KubeClient,
+  watch: PodWatch,
+  nodeName: string,
+  names: readonly string[],
+): Promise<{ latency: Latencies; lastRunningMs: number }> {
+  const sent = new Map<string, number>();
+  await Promise.all(names.map(async (name) => {
+    sent.set(name, performance.now());
+    await client.create(`/api/v1/namespaces/${NS}/pods`, benchPod(name, nodeName));
+  }));
+  await watch.waitFor(names, "running", WAIT_MS);
+  const first = Math.min(...sent.values());
+  return {
+    latency: {
+      client: names.map((n) => watch.runningAt.get(n)! - sent.get(n)!),
+      sli: names.map((n) => watch.sliMs.get(n) ?? NaN),
+    },
+    lastRunningMs: Math.max(...names.map((n) => watch.runningAt.get(n)!)) - first,
+  };
+}
+
+/** Deletes the pods (gracefully) and waits until the kubelet has removed them from the API. */
+async function deletePods(
+  client: KubeClient,
+  watch: PodWatch,
+  names: readonly string[],
+): Promise<number> {
+  const t0 = performance.now();
+  await Promise.all(names.map(async (name) => {
+    try {
+      await client.delete(`/api/v1/namespaces/${NS}/pods/${name}`);
+    } catch (e) {
+      if (!isStatus(e, 404)) throw e;
+    }
+  }));
+  await watch.waitFor(names, "deleted", WAIT_MS);
+  return performance.now() - t0;
+}
+
+/** How many error lines a kubelet logged, and the most frequent messages. */
+function errorSummary(stderr: string): string {
+  const counts = new Map<string, number>();
+  for (const line of stderr.split("\n")) {
+    if (!/^E\d{4} /.test(line)) continue;
+    const msg = line.match(/\] ("(?:[^"\\]|\\.)*")/)?.[1] ?? line.slice(0, 120);
+    counts.set(msg, (counts.get(msg) ?? 0) + 1);
+  }
+  const total = [...counts.values()].reduce((a, b) => a + b, 0);
+  const top = [...counts].sort((a, b) => b[1] - a[1]).slice(0, 3).map(([m, n]) => `${m} ×${n}`);
+  return total === 0 ? "none" : `${total} (${top.join("; ")})`;
+}
+
+/** Stops and removes every sandbox in the runtime, so each kubelet starts on an empty one. */
+async function clearRuntime(runtime: RemoteRuntimeService): Promise<void> {
+  const sandboxes = await runtime.listPodSandbox(api.PodSandboxFilter.create({}));
+  for (const s of sandboxes) {
+    await runtime.stopPodSandbox(s.id).catch(() => {});
+    await runtime.removePodSandbox(s.id).catch(() => {});
+  }
+}
+
+/**
+ * RunPodSandbox + CreateContainer + StartContainer for `count` pods at once, straight to the
+ * runtime; ms per pod and from the first call to the last start. The pods are removed after.
+ */
+async function criStart(
+  runtime: RemoteRuntimeService,
+  logRoot: string,
+  count: number,
+): Promise<{ latency: number[]; lastMs: number }> {
+  const target = { imageName: BUSYBOX_IMAGE, logRoot } as CriTarget;
+  const configs = Array.from(
+    { length: count },
+    (_, i) => sandboxConfig(target, `${PREFIX}-cri-${i}`),
+  );
+  for (const c of configs) await Deno.mkdir(c.logDirectory, { recursive: true });
+  const ids: string[] = [];
+  const t0 = performance.now();
+  try {
+    const latency = await Promise.all(configs.map(async (sandbox, i) => {
+      const start = performance.now();
+      const id = await runtime.runPodSandbox(sandbox, "");
+      ids.push(id);
+      const container = await runtime.createContainer(
+        id,
+        containerConfig(target, `main-${i}`, COMMAND),
+        sandbox,
+      );
+      await runtime.startContainer(container);
+      return performance.now() - start;
+    }));
+    return { latency, lastMs: performance.now() - t0 };
+  } finally {
+    for (const id of ids) {
+      await runtime.stopPodSandbox(id).catch(() => {});
+      await runtime.removePodSandbox(id).catch(() => {});
+    }
+  }
+}
+
+async function criFloor(
+  runtime: RemoteRuntimeService,
+  logRoot: string,
+  mode: BenchMode,
+): Promise<FloorResult> {
+  const sequential: number[] = [];
+  for (let i = 0; i < mode.sequential; i++) {
+    sequential.push(...(await criStart(runtime, logRoot, 1)).latency);
+  }
+  const bursts = [];
+  for (const size of mode.bursts) bursts.push({ size, ...await criStart(runtime, logRoot, size) });
+  return { sequential, bursts };
+}
+
+/** Runs the workload against one kubelet, started by `start`, and stops it. */
+async function benchAgent(
+  mode: BenchMode,
+  cp: ControlPlane,
+  start: () => Promise<BenchAgent>,
+  log: (line: string) => void,
+): Promise<AgentResult> {
+  const client = await adminClient(cp, "bench-suite");
+  const stop = new AbortController();
+  const agent = await start();
+  const all: string[] = [];
+  let watch: PodWatch | undefined;
+  try {
+    log(`bench: ${agent.label} (pid ${agent.pid}) is up as node ${agent.nodeName}`);
+    const node = await client.get<V1Node>(`/api/v1/nodes/${agent.nodeName}`);
+    watch = await PodWatch.start({
+      client,
+      namespace: NS,
+      nodeName: agent.nodeName,
+      signal: stop.signal,
+    });
+    await sleep(SETTLE_MS);
+    log(`bench: ${agent.label}: ${mode.windowMs / 1000} s window at 0 pods`);
+    const idle = await measureWindow(agent.pid, mode.windowMs);
+
+    const sequential: Latencies = { client: [], sli: [] };
+    for (let i = 0; i < mode.sequential; i++) {
+      const name = `${PREFIX}-${agent.label}-seq-${i}`;
+      all.push(name);
+      const r = await startPods(client, watch, agent.nodeName, [name]);
+      sequential.client.push(...r.latency.client);
+      sequential.sli.push(...r.latency.sli);
+      await deletePods(client, watch, [name]);
+    }
+    log(`bench: ${agent.label}: ${mode.sequential} sequential pods done`);
+
+    const bursts: BurstResult[] = [];
+    for (const size of mode.bursts) {
+      const names = Array.from(
+        { length: size },
+        (_, i) => `${PREFIX}-${agent.label}-b${size}-${i}`,
+      );
+      all.push(...names);
+      const r = await startPods(client, watch, agent.nodeName, names);
+      log(`bench: ${agent.label}: burst of ${size} running after ${ms(r.lastRunningMs)}`);
+      await sleep(SETTLE_MS);
+      const window = await measureWindow(agent.pid, mode.windowMs);
+      const deleteMs = await deletePods(client, watch, names);
+      bursts.push({ size, ...r, deleteMs, window });
+    }
+    return {
+      label: agent.label,
+      kubeletVersion: node.status?.nodeInfo?.kubeletVersion ?? "?",
+      idle,
+      sequential,
+      bursts,
+      peakMiB: (await residentMiB(agent.pid)).peak,
+      errorLines: errorSummary(agent.stderr()),
+    };
+  } catch (e) {
+    console.error(
+      `${agent.label} stderr (last 60 lines):\n${agent.stderr().split("\n").slice(-60).join("\n")}`,
+    );
+    throw e;
+  } finally {
+    // Whatever a failed run leaves behind is deleted before the kubelet stops.
+    if (watch) await deletePods(client, watch, all).catch(() => {});
+    const code = await agent.stop();
+    if (code !== 0) log(`bench: ${agent.label} exited ${code}`);
+    stop.abort();
+    await watch?.finished;
+    client.close();
+  }
+}
+
+/** Runs src/_pod_density.ts with `pods` pods in a process of its own; its JSON result. */
+async function fakeCriDensity(pods: number): Promise<DensityResult> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      ...["run", "--quiet", "--allow-all", "--v8-flags=--expose-gc"],
+      ...["src/_pod_density.ts", "--pods", String(pods), "--json"],
+    ],
+    cwd: REPO_ROOT,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const dec = new TextDecoder();
+  const stdout = dec.decode(out.stdout).trim();
+  if (!out.success) {
+    throw new Error(
+      `src/_pod_density.ts --pods ${pods} exited ${out.code}:\n${dec.decode(out.stderr)}`,
+    );
+  }
+  return JSON.parse(stdout.split("\n").at(-1)!) as DensityResult;
+}
+
+/** Removes the /var/log/containers links the kubelets made for bench pods. */
+async function removeLegacyLogLinks(): Promise<void> {
+  try {
+    for await (const e of Deno.readDir("/var/log/containers")) {
+      if (e.name.startsWith(`${PREFIX}-`)) {
+        await Deno.remove(`/var/log/containers/${e.name}`).catch(() => {});
+      }
+    }
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
+  }
+}
+
+/** Everything one run measured. */
+interface SuiteResult {
+  readonly mode: BenchMode;
+  readonly floor: FloorResult;
+  readonly agents: AgentResult[];
+  readonly density: DensityResult[];
+  readonly buildNote: string;
+  readonly server: string;
+  readonly runtime: string;
+}
+
+const pct = (v: readonly number[]) =>
+  [percentile(v, 50), percentile(v, 90), percentile(v, 99), percentile(v, 100)].map(ms);
+
+/** The report: Markdown tables with the figures and ratios. */
+export function report(r: SuiteResult): string {
+  const out: string[] = [];
+  const agent = r.agents.find((a) => a.label === "agent");
+  const upstream = r.agents.find((a) => a.label === "upstream");
+  out.push(
+    `Mode: ${r.mode.name} (${r.mode.sequential} sequential pods, bursts of ${
+      r.mode.bursts.join(" and ")
+    }, ${
+      r.mode.windowMs / 1000
+    } s CPU/memory windows). kube-apiserver ${r.server}, ${r.runtime}. ` +
+      `Kubelets: ${
+        r.agents.map((a) =>
+          `${a.label} = ${a.label === "agent" ? "kubelet-ts" : "Go kubelet"} ` +
+          `reporting ${a.kubeletVersion}`
+        ).join(", ")
+      }, run one after the other in that order. ${r.buildNote}`,
+    "",
+    "### Pod start latency (client: create request sent → watch shows every container running)",
+    "",
+  );
+  const cases: { what: string; floor: number[]; get: (a: AgentResult) => Latencies }[] = [
+    {
+      what: `1 pod × ${r.mode.sequential} sequential`,
+      floor: r.floor.sequential,
+      get: (a) => a.sequential,
+    },
+    ...r.mode.bursts.map((size, i) => ({
+      what: `burst of ${size}`,
+      floor: r.floor.bursts[i]?.latency ?? [],
+      get: (a: AgentResult) => a.bursts[i]?.latency ?? { client: [], sli: [] },
+    })),
+  ];
+  const rows: string[][] = [];
+  for (const c of cases) {
+    rows.push([`${c.what}: CRI floor`, String(c.floor.length), ...pct(c.floor)]);
+    for (const a of r.agents) {
+      const l = c.get(a).client;
+      rows.push([`${c.what}: ${a.label}`, String(l.length), ...pct(l)]);
+    }
+  }
+  out.push(table(["case", "n", "p50", "p90", "p99", "max"], rows), "");
+
+  out.push(
+    "### Pod startup SLI as upstream defines it (creationTimestamp → watch shows all containers running; the timestamp has 1 s precision, so 0-1 s high)",
+    "",
+  );
+  const sliRows: string[][] = [];
+  for (const c of cases) {
+    for (const a of r.agents) {
+      const l = c.get(a).sli;
+      sliRows.push([`${c.what}: ${a.label}`, String(l.length), ...pct(l)]);
+    }
+  }
+  out.push(table(["case", "n", "p50", "p90", "p99", "max"], sliRows), "");
+
+  out.push("### Bursts: first create sent → last pod running; delete → all gone", "");
+  const burstRows = r.mode.bursts.map((size, i) => [
+    `burst of ${size}`,
+    ms(r.floor.bursts[i]?.lastMs ?? NaN),
+    ...r.agents.flatMap((
+      a,
+    ) => [ms(a.bursts[i]?.lastRunningMs ?? NaN), ms(a.bursts[i]?.deleteMs ?? NaN)]),
+  ]);
+  out.push(
+    table([
+      "case",
+      "CRI floor: last started",
+      ...r.agents.flatMap((a) => [`${a.label}: last running`, `${a.label}: all gone`]),
+    ], burstRows),
+    "",
+  );
+
+  out.push(
+    `### CPU and memory of the kubelet process (/proc/<pid>; CPU averaged over ${
+      r.mode.windowMs / 1000
+    } s, RSS = mean VmRSS over the window)`,
+    "",
+  );
+  const counts = [0, ...r.mode.bursts];
+  const windowOf = (a: AgentResult, i: number) => i === 0 ? a.idle : a.bursts[i - 1]?.window;
+  const resRows = counts.map((n, i) => [
+    `${n} pods`,
+    ...r.agents.flatMap((
+      a,
+    ) => [mib(windowOf(a, i)?.rssMiB ?? NaN), millicores(windowOf(a, i)?.cores ?? NaN)]),
+    ...(agent && upstream
+      ? [
+        ratio(windowOf(agent, i)?.rssMiB ?? NaN, windowOf(upstream, i)?.rssMiB ?? NaN),
+        ratio(windowOf(agent, i)?.cores ?? NaN, windowOf(upstream, i)?.cores ?? NaN),
+      ]
+      : []),
+  ]);
+  resRows.push([
+    "peak (VmHWM, whole run)",
+    ...r.agents.flatMap((a) => [mib(a.peakMiB), ""]),
+    ...(agent && upstream ? [ratio(agent.peakMiB, upstream.peakMiB), ""] : []),
+  ]);
+  resRows.push([
+    "per-pod slope",
+    ...r.agents.flatMap((a) => {
+      const pts = counts.map((n, i) => [n, windowOf(a, i)] as const);
+      const mem = slope(pts.map(([n, w]) => [n, w?.rssMiB ?? NaN]));
+      const cpu = slope(pts.map(([n, w]) => [n, w?.cores ?? NaN]));
+      return [`${(mem * 1024).toFixed(0)} KiB/pod`, `${(cpu * 1000).toFixed(2)} m/pod`];
+    }),
+    ...(agent && upstream ? ["", ""] : []),
+  ]);
+  out.push(
+    table([
+      "pods running",
+      ...r.agents.flatMap((a) => [`${a.label} RSS`, `${a.label} CPU`]),
+      ...(agent && upstream ? ["RSS agent/upstream", "CPU agent/upstream"] : []),
+    ], resRows),
+    "",
+  );
+  out.push(...r.agents.map((a) => `- ${a.label} error lines: ${a.errorLines}`), "");
+
+  if (r.density.length > 0) {
+    out.push(
+      "### Fake-CRI scale test (our pod lifecycle standalone, fake runtime in another process; no probes)",
+      "",
+    );
+    const dRows = r.density.map((d) => [
+      String(d.pods),
+      ms(d.allRunningMs),
+      ms(d.runningP99Ms),
+      `${d.steadyCpuMsPerSecond.toFixed(1)} ms/s`,
+      mib(d.rssMiB),
+      mib(d.heapUsedMiB),
+      `${d.relistMs.toFixed(1)} ms`,
+      (d.pods / (d.relistCpuMs / 1000)).toFixed(0),
+      (d.pods / (d.syncAllCpuMs / 1000)).toFixed(0),
+    ]);
+    if (r.density.length > 1) {
+      const pts = (f: (d: DensityResult) => number) =>
+        r.density.map((d) => [d.pods, f(d)] as [number, number]);
+      dRows.push([
+        "per-pod slope",
+        "",
+        "",
+        `${slope(pts((d) => d.steadyCpuMsPerSecond)).toFixed(3)} ms/s`,
+        `${(slope(pts((d) => d.rssMiB)) * 1024).toFixed(0)} KiB`,
+        `${(slope(pts((d) => d.heapUsedMiB)) * 1024).toFixed(0)} KiB`,
+        `${slope(pts((d) => d.relistMs)).toFixed(3)} ms`,
+        "",
+        "",
+      ]);
+    }
+    out.push(
+      table([
+        "pods",
+        "ADD → all running",
+        "p99 per pod",
+        "steady CPU",
+        "RSS",
+        "heap used",
+        "one relist",
+        "pods relisted / CPU-s",
+        "pod syncs (status) / CPU-s",
+      ], dRows),
+      "",
+    );
+  }
+
+  if (agent && upstream) out.push("### Targets", "", ...targets(r, agent, upstream), "");
+  return out.join("\n");
+}
+
+/** The issue's targets, each met or not, with the figures. */
+function targets(r: SuiteResult, agent: AgentResult, upstream: AgentResult): string[] {
+  const lines: string[] = [];
+  const check = (ok: boolean, what: string) => lines.push(`- ${ok ? "met" : "NOT met"}: ${what}`);
+  const cases = [
+    {
+      what: `${r.mode.sequential} sequential`,
+      a: agent.sequential,
+      u: upstream.sequential,
+      f: r.floor.sequential,
+    },
+    ...r.mode.bursts.map((size, i) => ({
+      what: `burst of ${size}`,
+      a: agent.bursts[i]!.latency,
+      u: upstream.bursts[i]!.latency,
+      f: r.floor.bursts[i]!.latency,
+    })),
+  ];
+  for (const c of cases) {
+    const a = percentile(c.a.client, 99);
+    const u = percentile(c.u.client, 99);
+    const f = percentile(c.f, 99);
+    check(
+      a <= u / 2,
+      `pod start p99 ≤ ½ upstream's, ${c.what}: ${ms(a)} vs ${ms(u)} (${ratio(a, u)})`,
+    );
+    check(
+      a <= f * 1.2,
+      `pod start p99 ≤ 1.2× the CRI floor, ${c.what}: ${ms(a)} vs ${ms(f)} (${ratio(a, f)})`,
+    );
+  }
+  const last = r.mode.bursts.length;
+  for (const i of [0, last]) {
+    const wa = i === 0 ? agent.idle : agent.bursts[i - 1]!.window;
+    const wu = i === 0 ? upstream.idle : upstream.bursts[i - 1]!.window;
+    const n = i === 0 ? 0 : r.mode.bursts[i - 1];
+    check(
+      wa.rssMiB <= wu.rssMiB,
+      `RSS ≤ upstream's at ${n} pods: ${mib(wa.rssMiB)} vs ${mib(wu.rssMiB)}`,
+    );
+    check(
+      wa.cores <= wu.cores,
+      `steady CPU ≤ upstream's at ${n} pods: ${millicores(wa.cores)} vs ${millicores(wu.cores)}`,
+    );
+  }
+  return lines;
+}
+
+/** The date, machine and load, for the header of a recorded run. */
+async function machineHeader(started: Date, loadBefore: string): Promise<string> {
+  const cpuinfo = await Deno.readTextFile("/proc/cpuinfo").catch(() => "");
+  const model = cpuinfo.match(/^model name\s*:\s*(.*)$/m)?.[1] ?? "?";
+  const cores = cpuinfo.match(/^processor\s*:/gm)?.length ?? 0;
+  const memTotal = Deno.systemMemoryInfo().total / 2 ** 30;
+  return [
+    `Date: ${started.toISOString()}; host ${Deno.hostname()}; ${model}, ${cores} CPUs, ${
+      memTotal.toFixed(1)
+    } GiB; kernel ${Deno.osRelease()}; deno ${Deno.version.deno}.`,
+    `Load average at start ${loadBefore}, at end ${
+      Deno.loadavg().map((v) => v.toFixed(2)).join(" ")
+    }.`,
+  ].join("\n");
+}
+
+/** Runs the suite; returns the report. */
+export async function runSuite(
+  mode: BenchMode,
+  agents: readonly ("agent" | "upstream")[],
+  log: (line: string) => void = (l) => console.error(l),
+): Promise<SuiteResult> {
+  const buildStarted = performance.now();
+  const binaries = await ensureControlPlaneBinaries({ log });
+  if (agents.includes("upstream")) await ensureUpstreamKubelet({ log });
+  const buildNote = `Programs ready (built, or taken from the build cache) in ${
+    formatDuration(performance.now() - buildStarted)
+  }.`;
+
+  const dir = await Deno.makeTempDir({ prefix: "bench-suite-" });
+  const stack = new AsyncDisposableStack();
+  try {
+    stack.defer(() => Deno.remove(dir, { recursive: true }).catch(() => {}));
+    stack.defer(removeLegacyLogLinks);
+    const nodeNames = agents.map((a) => `kts-bench-${a}`);
+    const cp = await startControlPlane({ dir: join(dir, "cp"), nodeNames, binaries });
+    stack.defer(() => cp.stop());
+    const containerd: ContainerdHandle = await startContainerd({ dir: join(dir, "containerd") });
+    stack.defer(() => containerd.stop());
+    await importImages({ containerdSocket: containerd.socket, images: [BUSYBOX, PAUSE] });
+    const conn = new CriConnection({ endpoint: containerd.endpoint });
+    stack.defer(() => conn.close());
+    const runtime = new RemoteRuntimeService({ connection: conn });
+    const version = await runtime.version();
+
+    return await dumpLogsOnFailure(cp, async () => {
+      log("bench: CRI floor");
+      const floor = await criFloor(runtime, join(dir, "cri-logs"), mode);
+      const results: AgentResult[] = [];
+      for (const label of agents) {
+        await clearRuntime(runtime);
+        const opts: BenchAgentOptions = {
+          cp,
+          // Its basename names the agent's cgroupRoot: unique, so parallel runs never share one.
+          dir: join(dir, `${PREFIX}-${label}`),
+          nodeName: `kts-bench-${label}`,
+          endpoint: containerd.endpoint,
+        };
+        const start = label === "agent"
+          ? () => startOurAgent(opts)
+          : () => startUpstreamKubelet({ ...opts, log });
+        results.push(await benchAgent(mode, cp, start, log));
+      }
+      await clearRuntime(runtime);
+      const density: DensityResult[] = [];
+      if (agents.includes("agent")) {
+        for (const pods of mode.fakePods) {
+          log(`bench: fake CRI, ${pods} pods`);
+          density.push(await fakeCriDensity(pods));
+        }
+      }
+      const client = await adminClient(cp, "bench-suite");
+      const server = (await client.get<{ gitVersion?: string }>("/version")).gitVersion ?? "?";
+      client.close();
+      return {
+        mode,
+        floor,
+        agents: results,
+        density,
+        buildNote,
+        server,
+        runtime: `${version.runtimeName} ${version.runtimeVersion}`,
+      };
+    });
+  } finally {
+    await stack.disposeAsync();
+  }
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      short: { type: "boolean", default: false },
+      agents: { type: "string", default: "agent,upstream" },
+      out: { type: "string" },
+      note: { type: "string" },
+    },
+  });
+  const short = values.short || Deno.env.get("KUBELET_TS_BENCH") === "short";
+  const mode = short ? SHORT : FULL;
+  const agents = values.agents.split(",").map((a) => a.trim());
+  for (const a of agents) {
+    if (a !== "agent" && a !== "upstream") {
+      throw new Error(`--agents must list 'agent' and/or 'upstream': current value is '${a}'`);
+    }
+  }
+  const why = await whyNotRunnable(["containerd", "ctr", "runc", "openssl", "go"]);
+  if (why) {
+    console.warn(`bench_suite: SKIPPED, nothing measured: ${why}`);
+  } else {
+    const started = new Date();
+    const loadBefore = Deno.loadavg().map((v) => v.toFixed(2)).join(" ");
+    const result = await runSuite(mode, agents as ("agent" | "upstream")[]);
+    const text = report(result);
+    console.log(`\n${text}`);
+    if (values.out) {
+      await Deno.writeTextFile(
+        values.out,
+        [
+          `# Benchmark suite run (${mode.name} mode): kubelet-ts vs the upstream kubelet ${KUBERNETES_VERSION}`,
+          "",
+          await machineHeader(started, loadBefore),
+          ...(values.note ? ["", values.note] : []),
+          "",
+          "Command: `deno task bench" + (short ? " --short" : "") + "`.",
+          "",
+          text,
+        ].join("\n"),
+      );
+      console.error(`bench: report written to ${values.out}`);
+    }
+  }
+}

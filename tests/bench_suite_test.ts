@@ -1,0 +1,60 @@
+/**
+ * @module
+ * The benchmark suite's short mode runs end to end and prints the comparison: `deno task bench
+ * --short` (tests/bench_suite.ts) against this agent and the upstream kubelet, with every table
+ * holding a row for both. It checks that the suite works, not how fast anything is: the figures
+ * themselves are benchmarks, recorded in bench/results/, never asserted.
+ */
+
+import assert from "node:assert/strict";
+import { REPO_ROOT } from "./agent_process.ts";
+import { requireRoot } from "./requirements.ts";
+
+const gate = await requireRoot("the benchmark suite", [
+  "containerd",
+  "ctr",
+  "runc",
+  "openssl",
+  "go",
+]);
+
+Deno.test({
+  name: "bench suite --short prints the comparison table with both kubelets",
+  ignore: gate.ignore,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    gate.check();
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["task", "--quiet", "bench", "--short"],
+      cwd: REPO_ROOT,
+      env: { NO_COLOR: "1" },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const dec = new TextDecoder();
+    const stdout = dec.decode(out.stdout);
+    const stderr = dec.decode(out.stderr);
+    assert.equal(
+      out.code,
+      0,
+      `deno task bench --short exited ${out.code}:\n${stderr.slice(-8000)}`,
+    );
+    const row = (label: string) =>
+      new RegExp(`^\\| ${label}\\s+\\|\\s+\\d+\\s+\\|\\s+\\d+ ms \\|`, "m");
+    for (const who of ["CRI floor", "agent", "upstream"]) {
+      assert.match(stdout, row(`1 pod × 5 sequential: ${who}`), stdout);
+      assert.match(stdout, row(`burst of 10: ${who}`), stdout);
+    }
+    assert.match(stdout, /^\| 0 pods\s+\|\s+[\d.]+ MiB \|\s+\d+ m \|\s+[\d.]+ MiB \|\s+\d+ m \|/m);
+    assert.match(stdout, /^\| 10 pods\s+\|\s+[\d.]+ MiB \|/m);
+    assert.match(
+      stdout,
+      /Kubelets: agent = kubelet-ts reporting v1\.36\.3\S*, upstream = Go kubelet reporting v1\.36\.3/,
+    );
+    assert.match(stdout, /^\| 200\s+\|\s+\d+ ms \|/m, "the fake-CRI scale test row");
+    assert.match(stdout, /^### Targets/m);
+    assert.match(stdout, /^- (met|NOT met): pod start p99 ≤ ½ upstream's, 5 sequential/m);
+  },
+});
