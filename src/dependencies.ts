@@ -10,6 +10,7 @@
 import { type Clock, realClock } from "./clock.ts";
 import type { Logger } from "./klog.ts";
 import type { KubeClient } from "./kube_client.ts";
+import type { KubeletMetrics } from "./metrics.ts";
 import type { ImageManagerService } from "./remote_image.ts";
 import type { RuntimeService } from "./remote_runtime.ts";
 
@@ -75,6 +76,8 @@ export interface Dependencies {
   readonly kubeClient?: KubeClient;
   /** The unthrottled client for node status and lease heartbeats; undefined in standalone mode. */
   readonly heartbeatClient?: KubeClient;
+  /** Where the kubelet's own metrics are recorded (/metrics); the Kubelet makes one when unset. */
+  readonly metrics?: KubeletMetrics;
 }
 
 /** Builds the default dependencies (upstream's UnsecuredDependencies: nothing is dialled yet). */

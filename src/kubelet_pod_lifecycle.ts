@@ -8,6 +8,8 @@
  * the pod parts of upstream `pkg/kubelet/kubelet.go` NewMainKubelet.
  */
 
+import type { KubeletMetrics } from "./metrics.ts";
+import { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
 import type { V1ConfigMap, V1Node, V1Secret } from "@kubernetes/client-node";
 import type { Clock } from "./clock.ts";
@@ -101,6 +103,8 @@ export interface PodLifecycleOptions {
   readonly volumePlugins?: readonly VolumePlugin[];
   /** Builds the volume manager; tests observe it with a subclass. @default new VolumeManager */
   readonly newVolumeManager?: (opts: VolumeManagerOptions) => VolumeManager;
+  /** Where the managers record the kubelet's metrics. @default none recorded */
+  readonly metrics?: KubeletMetrics;
 }
 
 /** The built graph; nothing runs until {@link PodLifecycle.run}. */
@@ -117,6 +121,8 @@ export interface PodLifecycle {
   readonly prober: ProberManager;
   readonly volumeManager: VolumeManager;
   readonly tokenManager: TokenManager;
+  /** The start-up SLI and the pods' start-up timelines. */
+  readonly startupTracker: PodStartupLatencyTracker;
   /** The cluster's Services for service link env; none in standalone mode. */
   readonly serviceLister?: ServiceLister;
   /**
@@ -129,8 +135,10 @@ export interface PodLifecycle {
 /** Builds the pod lifecycle; see the module documentation. */
 export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
   const { config, clock, logger, recorder, runtime, imageService } = o;
+  const { metrics } = o;
+  const startupTracker = new PodStartupLatencyTracker({ clock, logger, metrics });
   const podCache = new PodCache();
-  const pleg = new GenericPLEG({ runtime, cache: podCache, clock, logger });
+  const pleg = new GenericPLEG({ runtime, cache: podCache, clock, logger, metrics });
   const podManager = new PodManager();
   const reasonCache = new ReasonCache();
   const syncerRef: { syncer?: PodSyncer } = {};
@@ -150,6 +158,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     },
     podCouldHaveRunningContainers: (uid) =>
       syncerRef.syncer?.workers.couldHaveRunningContainers(uid) ?? true,
+    startupLatency: startupTracker,
   });
   const imageManager = new ImageManager({
     imageService,
@@ -168,6 +177,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
       | undefined,
     allowlist: config.preloadedImagesVerificationAllowlist,
     logger,
+    pullingTimeRecorder: startupTracker,
   });
   const dns = new DnsConfigurer({
     clusterDNS: config.clusterDNS ?? [],
@@ -265,6 +275,8 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     kubeletMounts: new KubeletMounts({ podsDirectory, podVolumes, logger }),
     services: serviceLister,
     podVolumes,
+    startupTracker,
+    metrics,
   });
   const mirrorClient = o.kubeClient
     ? new MirrorClient({
@@ -299,6 +311,8 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     volumes: volumeManager,
     admitHandlers: o.admitHandlers,
     podCgroups: o.podCgroups,
+    startupTracker,
+    metrics,
   });
   syncerRef.syncer = syncer;
   const loop = new SyncLoop({
@@ -325,6 +339,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     volumeManager,
     tokenManager,
     serviceLister,
+    startupTracker,
     run: (signal) => {
       signal.addEventListener("abort", () => {
         configMaps?.close();

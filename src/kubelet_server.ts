@@ -18,6 +18,7 @@ import { loadKubeconfig } from "./kubeconfig.ts";
 import { detectNodeIP } from "./node_address.ts";
 import { GOARCH } from "./node_status.ts";
 import { KUBELET_VERSION } from "./version.ts";
+import { newKubeletMetrics } from "./metrics.ts";
 
 /** The User-Agent of the kubelet's API requests, in client-go's form. */
 export const USER_AGENT = `kubelet/${KUBELET_VERSION} (linux/${GOARCH}) kubernetes/kubelet-ts`;
@@ -120,6 +121,8 @@ export async function run(
     );
   }
   let clients: KubeClient[] = [];
+  const metrics = deps.metrics ?? newKubeletMetrics(deps.logger);
+  deps = { ...deps, metrics };
   if (s.flags.kubeConfig !== "" && !deps.kubeClient) {
     const rest = await loadKubeconfig(s.flags.kubeConfig);
     const kubeClient = new KubeClient({
@@ -128,6 +131,7 @@ export async function run(
       qps: s.config.kubeAPIQPS,
       burst: s.config.kubeAPIBurst,
       userAgent: USER_AGENT,
+      metrics,
     });
     // Upstream's heartbeat client: no throttling, and a deadline of the shorter of the status
     // period and the lease duration, so a hung request never outlives a heartbeat.
