@@ -361,6 +361,8 @@ function checkHistogram(f: ParsedFamily): void {
       series.le = le ?? 0;
       series.count = s.value;
       if (le === Infinity) series.inf = s.value;
+    } else if ("le" in s.labels) {
+      fail("le outside a bucket", s);
     } else if (s.suffix === "_sum") {
       if (series.inf === undefined || series.sum !== undefined) fail("_sum out of place", s);
       series.sum = s.value;
