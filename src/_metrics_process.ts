@@ -85,7 +85,8 @@ export async function readProcessSample(
   const utime = field(14);
   const stime = field(15);
   if (utime !== undefined && stime !== undefined) out.cpuSeconds = (utime + stime) / USER_HZ;
-  out.virtualMemoryBytes = field(23);
+  const vsize = field(23);
+  if (vsize !== undefined) out.virtualMemoryBytes = vsize;
   // VmRSS is stat's rss pages times the page size, which Deno does not expose.
   const rss = /^VmRSS:\s+(\d+) kB$/m.exec(status ?? "");
   if (rss) out.residentMemoryBytes = Number(rss[1]) * 1024;
@@ -99,10 +100,10 @@ export async function readProcessSample(
   } catch {
     // left out
   }
-  if (limits !== undefined) {
-    out.maxFds = softLimit(limits, "Max open files");
-    out.maxVirtualMemoryBytes = softLimit(limits, "Max address space");
-  }
+  const maxFds = limits === undefined ? undefined : softLimit(limits, "Max open files");
+  if (maxFds !== undefined) out.maxFds = maxFds;
+  const maxVsize = limits === undefined ? undefined : softLimit(limits, "Max address space");
+  if (maxVsize !== undefined) out.maxVirtualMemoryBytes = maxVsize;
   const net = netstat === undefined ? undefined : ipExtOctets(netstat);
   if (net) {
     out.networkReceiveBytes = net.in;

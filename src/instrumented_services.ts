@@ -83,7 +83,8 @@ function instrument<T extends object>(
   };
   const out: Record<string, unknown> = {};
   for (const [method, operation] of Object.entries(operations)) {
-    const fn = (service as Record<string, AnyFn>)[method]!.bind(service);
+    // Looked up at call time, so a service that lacks a method fails only when it is called.
+    const fn = (...args: unknown[]) => (service as Record<string, AnyFn>)[method]!(...args);
     if (method === "getContainerEvents") {
       // A stream: the operation lasts until it ends, as upstream's blocking call does.
       out[method] = async function* (...args: unknown[]) {

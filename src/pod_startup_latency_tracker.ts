@@ -82,6 +82,11 @@ interface SliState {
   /** When a status update first showed every container running. */
   observedRunning: number | undefined;
   recorded: boolean;
+  /**
+   * The newest version the watch delivered, and when first, while no status update showed
+   * the pod started: the watch may deliver the kubelet's own write before its answer is read.
+   */
+  watched: { readonly pod: V1Pod; readonly when: number } | undefined;
 }
 
 interface Timeline {
@@ -172,6 +177,7 @@ export class PodStartupLatencyTracker {
         currentInitStart: undefined,
         observedRunning: undefined,
         recorded: false,
+        watched: undefined,
       });
       return;
     }
@@ -180,7 +186,19 @@ export class PodStartupLatencyTracker {
       this.#excluded.add(uid);
       return;
     }
-    if (state.observedRunning === undefined || state.recorded || !hasPodStarted(pod)) return;
+    if (state.recorded) return;
+    if (state.observedRunning === undefined) {
+      // Each set re-delivers every pod: a version is first seen once.
+      const rv = pod.metadata?.resourceVersion;
+      if (state.watched?.pod.metadata?.resourceVersion !== rv) {
+        state.watched = { pod, when: whenMs };
+      }
+      return;
+    }
+    if (hasPodStarted(pod)) this.#record(state, pod, whenMs);
+  }
+
+  #record(state: SliState, pod: V1Pod, whenMs: number): void {
     const created = timeOf(pod.metadata?.creationTimestamp) ?? whenMs;
     const e2eMs = whenMs - created;
     let sloMs = e2eMs;
@@ -198,7 +216,7 @@ export class PodStartupLatencyTracker {
       podCreationTimestamp: new Date(created).toISOString(),
       imagePullSessionsCount: state.pulls.length,
       imagePullSessionsStartsCount: state.pullStarts.length,
-      observedRunningTime: new Date(state.observedRunning).toISOString(),
+      observedRunningTime: new Date(state.observedRunning ?? whenMs).toISOString(),
       watchObservedRunningTime: new Date(whenMs).toISOString(),
     });
     const m = this.#o.metrics;
@@ -244,6 +262,12 @@ export class PodStartupLatencyTracker {
         rv: pod.metadata?.resourceVersion,
       });
       state.observedRunning = this.#o.clock.now();
+      // The watch showed this very write already: it was observed then.
+      const watched = state.watched;
+      const rv = pod.metadata?.resourceVersion;
+      if (watched && rv !== undefined && watched.pod.metadata?.resourceVersion === rv) {
+        this.#record(state, watched.pod, watched.when);
+      }
     }
   }
 

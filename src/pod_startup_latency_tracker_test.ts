@@ -178,3 +178,46 @@ Deno.test("PodStartupLatencyTracker keeps only the pods it is told to retain", (
   tracker.retain(new Set());
   assert.equal(tracker.size, 0);
 });
+
+Deno.test("PodStartupLatencyTracker counts a start the watch showed before the status write's answer", () => {
+  const { clock, metrics, tracker } = world();
+  tracker.observedPodOnWatch(apiPod("r"), clock.now());
+  // A version with no container statuses yet: "every container running" holds vacuously.
+  const empty = apiPod("r", { phase: "Pending" });
+  empty.metadata!.resourceVersion = "1";
+  tracker.observedPodOnWatch(empty, clock.now());
+  clock.step(2_000);
+  const written = apiPod("r", RUNNING);
+  written.metadata!.resourceVersion = "42";
+  // The watch delivers the kubelet's write first...
+  tracker.observedPodOnWatch(written, clock.now());
+  assert.equal(metrics.podStartSLIDuration.count({}), 0);
+  clock.step(30);
+  // Other pods' changes deliver the set again: the version's first sight is what counts.
+  tracker.observedPodOnWatch(written, clock.now());
+  clock.step(20);
+  // ...then the write's answer is read: the start was observed at the watch's time.
+  tracker.recordStatusUpdated(written);
+  assert.equal(metrics.podStartSLIDuration.count({}), 1);
+  tracker.observedPodOnWatch(written, clock.now());
+  assert.equal(metrics.podStartSLIDuration.count({}), 1);
+  return metrics.render().then((t) => {
+    assert.match(t, /^kubelet_pod_start_sli_duration_seconds_sum 2$/m);
+  });
+});
+
+Deno.test("PodStartupLatencyTracker does not count a start shown by another write than its own", () => {
+  const { clock, metrics, tracker } = world();
+  tracker.observedPodOnWatch(apiPod("o"), clock.now());
+  const watched = apiPod("o", RUNNING);
+  watched.metadata!.resourceVersion = "7";
+  tracker.observedPodOnWatch(watched, clock.now());
+  const written = apiPod("o", RUNNING);
+  written.metadata!.resourceVersion = "8";
+  tracker.recordStatusUpdated(written);
+  assert.equal(metrics.podStartSLIDuration.count({}), 0);
+  // The watch's copy of the write is what records it.
+  clock.step(100);
+  tracker.observedPodOnWatch(written, clock.now());
+  assert.equal(metrics.podStartSLIDuration.count({}), 1);
+});
