@@ -19,9 +19,18 @@ import {
   podEphemeralStorageMessage,
 } from "./_eviction_message.ts";
 
-/** Evicts a pod with a message; true when the eviction was attempted (not a critical pod). */
+/** Upstream's signal names of the three local storage limits, for kubelet_evictions. */
+export type LocalStorageSignal =
+  | "emptydirfs.limit"
+  | "ephemeralpodfs.limit"
+  | "ephemeralcontainerfs.limit";
+
+/**
+ * Evicts a pod with a message, naming the limit it broke; true when the eviction was
+ * attempted (not a critical pod).
+ */
 export interface LocalStorageEvictor {
-  evict(pod: V1Pod, message: string): Promise<boolean>;
+  evict(pod: V1Pod, message: string, signal: LocalStorageSignal): Promise<boolean>;
 }
 
 function bytes(n: number): Dec {
@@ -42,9 +51,17 @@ export async function localStorageViolation(
   for (const pod of pods) {
     const podStats = stats(pod);
     if (!podStats) continue;
-    const message = emptyDirViolation(podStats, pod) ?? podViolation(podStats, pod) ??
-      containerViolation(podStats, pod, dedicatedImageFs);
-    if (message !== undefined && await evictor.evict(pod, message)) evicted.push(pod);
+    const checks: [LocalStorageSignal, () => string | undefined][] = [
+      ["emptydirfs.limit", () => emptyDirViolation(podStats, pod)],
+      ["ephemeralpodfs.limit", () => podViolation(podStats, pod)],
+      ["ephemeralcontainerfs.limit", () => containerViolation(podStats, pod, dedicatedImageFs)],
+    ];
+    for (const [signal, check] of checks) {
+      const message = check();
+      if (message === undefined) continue;
+      if (await evictor.evict(pod, message, signal)) evicted.push(pod);
+      break;
+    }
   }
   return evicted;
 }

@@ -1,7 +1,7 @@
 /**
  * @module
  * A small Prometheus text exposition (format 0.0.4) writer, shared by /metrics/resource,
- * /metrics/cadvisor and later the kubelet's own /metrics. It reproduces what client_golang's
+ * /metrics/cadvisor and the kubelet's own /metrics. It reproduces what client_golang's
  * `Registry.Gather` followed by prometheus/common's `expfmt.MetricFamilyToText` write, byte
  * for byte: families sorted by name (empty ones dropped), label pairs sorted by name, samples
  * sorted by their label values, a duplicate series kept once (the first added), HELP and label
@@ -9,8 +9,21 @@
  * expfmt's special cases. It talks to nothing; callers feed it samples and serve the string.
  */
 
-/** The two metric types the kubelet's text endpoints use. */
-export type MetricType = "counter" | "gauge";
+/** The content type of the text exposition (format 0.0.4), as promhttp answers it. */
+export const EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
+
+/** The metric types the kubelet's text endpoints use. */
+export type MetricType = "counter" | "gauge" | "histogram";
+
+/** One histogram series: upper bounds (without +Inf) and cumulative counts per bound. */
+export interface HistogramValue {
+  /** Upper bounds, ascending; +Inf is implied. */
+  readonly buckets: readonly number[];
+  /** Cumulative count of observations at or below each bound, same length as `buckets`. */
+  readonly cumulative: readonly number[];
+  readonly sum: number;
+  readonly count: number;
+}
 
 /** Label name → value; the writer sorts the pairs by name, as client_golang does. */
 export type Labels = Readonly<Record<string, string>>;
@@ -57,30 +70,75 @@ export class PrometheusText {
    * dropped, as Gather drops it, and listed in {@link duplicates}.
    */
   sample(name: string, labels: Labels, value: number, timestampMs?: number): this {
-    const family = this.#families.get(name);
-    if (!family) throw new Error(`metric family ${name} was not declared`);
-    const keys = Object.keys(labels).sort(compareGo);
-    const values: string[] = [];
-    let text = name;
-    if (keys.length > 0) {
-      const pairs: string[] = [];
-      for (const key of keys) {
-        this.#checkLabel(key);
-        const v = labels[key] ?? "";
-        values.push(v);
-        pairs.push(`${key}="${escapeLabelValue(v)}"`);
-      }
-      text += `{${pairs.join(",")}}`;
-    }
-    const identity = keys.length === 0 ? "" : `${keys.join("\0")}\u0001${values.join("\0")}`;
-    if (family.seen.has(identity)) {
-      this.#duplicates.push(text);
-      return this;
-    }
-    family.seen.add(identity);
+    const family = this.#family(name, false);
+    const { values, pairs, identity } = this.#labels(labels);
+    const text = pairs.length === 0 ? name : `${name}{${pairs.join(",")}}`;
+    if (!this.#admit(family, identity, text)) return this;
     const ts = timestampMs === undefined ? undefined : Math.floor(timestampMs);
     family.series.push({ values, text: `${text} ${formatValue(value)}`, timestampMs: ts });
     return this;
+  }
+
+  /**
+   * Adds a histogram series to a declared histogram family: one `_bucket` line per bound with
+   * `le` last (as expfmt writes it), the `+Inf` bucket, then `_sum` and `_count`.
+   */
+  histogram(name: string, labels: Labels, h: HistogramValue): this {
+    const family = this.#family(name, true);
+    if (h.buckets.length !== h.cumulative.length) {
+      throw new Error(
+        `histogram ${name}: ${h.buckets.length} bounds but ${h.cumulative.length} counts`,
+      );
+    }
+    const { values, pairs, identity } = this.#labels(labels);
+    const braced = (extra?: string) => {
+      const all = extra === undefined ? pairs : [...pairs, extra];
+      return all.length === 0 ? "" : `{${all.join(",")}}`;
+    };
+    if (!this.#admit(family, identity, `${name}${braced()}`)) return this;
+    const lines: string[] = [];
+    h.buckets.forEach((bound, i) => {
+      const le = `le="${formatValue(bound)}"`;
+      lines.push(`${name}_bucket${braced(le)} ${formatValue(h.cumulative[i] ?? 0)}`);
+    });
+    lines.push(`${name}_bucket${braced('le="+Inf"')} ${formatValue(h.count)}`);
+    lines.push(`${name}_sum${braced()} ${formatValue(h.sum)}`);
+    lines.push(`${name}_count${braced()} ${formatValue(h.count)}`);
+    family.series.push({ values, text: lines.join("\n"), timestampMs: undefined });
+    return this;
+  }
+
+  #family(name: string, histogram: boolean): Family {
+    const family = this.#families.get(name);
+    if (!family) throw new Error(`metric family ${name} was not declared`);
+    if ((family.type === "histogram") !== histogram) {
+      throw new Error(`metric family ${name} is a ${family.type}`);
+    }
+    return family;
+  }
+
+  #labels(labels: Labels): { values: string[]; pairs: string[]; identity: string } {
+    const keys = Object.keys(labels).sort(compareGo);
+    const values: string[] = [];
+    const pairs: string[] = [];
+    for (const key of keys) {
+      this.#checkLabel(key);
+      const v = labels[key] ?? "";
+      values.push(v);
+      pairs.push(`${key}="${escapeLabelValue(v)}"`);
+    }
+    const identity = keys.length === 0 ? "" : `${keys.join("\0")}\u0001${values.join("\0")}`;
+    return { values, pairs, identity };
+  }
+
+  /** False (and the series listed as a duplicate) when the family has these labels already. */
+  #admit(family: Family, identity: string, text: string): boolean {
+    if (family.seen.has(identity)) {
+      this.#duplicates.push(text);
+      return false;
+    }
+    family.seen.add(identity);
+    return true;
   }
 
   /** Series dropped because the same name and label values were added before. */
@@ -106,7 +164,7 @@ export class PrometheusText {
 
   #checkLabel(key: string): void {
     if (this.#checkedLabels.has(key)) return;
-    if (!LABEL_RE.test(key) || key.startsWith("__")) {
+    if (!LABEL_RE.test(key) || key.startsWith("__") || key === "le") {
       throw new Error(`invalid label name ${JSON.stringify(key)}`);
     }
     this.#checkedLabels.add(key);
@@ -196,6 +254,8 @@ export interface ParsedSample {
   readonly labels: Readonly<Record<string, string>>;
   readonly value: number;
   readonly timestampMs?: number;
+  /** In a histogram family: which line of a series it is (`le` stays in `labels`). */
+  readonly suffix?: "_bucket" | "_sum" | "_count";
 }
 
 /** Text that is not what {@link PrometheusText} writes; the message names the line. */
@@ -207,8 +267,10 @@ const SAMPLE_RE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)(?: (-?\d+))?$/;
 
 /**
  * Reads text back strictly, as written here: every family opens with `# HELP` then `# TYPE`
- * before its samples, appears once, and holds only samples of its own name. For tests and
- * scrape checks; throws {@link ExpositionError} at the first violation.
+ * before its samples, appears once, and holds only samples of its own name (for a histogram,
+ * its `_bucket`, `_sum` and `_count` lines, each series whole: bounds ascending to `+Inf`,
+ * counts never decreasing, the `+Inf` bucket equal to `_count`). For tests and scrape
+ * checks; throws {@link ExpositionError} at the first violation.
  */
 export function parseExposition(text: string): ParsedFamily[] {
   if (text !== "" && !text.endsWith("\n")) throw new ExpositionError("missing final newline");
@@ -224,7 +286,7 @@ export function parseExposition(text: string): ParsedFamily[] {
     };
     if (line.startsWith("# HELP ")) {
       const [name = "", ...rest] = line.slice(7).split(" ");
-      const type = /^# TYPE (\S+) (counter|gauge)$/.exec(lines[i + 1] ?? "");
+      const type = /^# TYPE (\S+) (counter|gauge|histogram)$/.exec(lines[i + 1] ?? "");
       if (!type || type[1] !== name) fail("HELP not followed by a TYPE of the same family");
       if (seen.has(name)) fail("family written twice");
       seen.add(name);
@@ -240,7 +302,14 @@ export function parseExposition(text: string): ParsedFamily[] {
     }
     const m = SAMPLE_RE.exec(line);
     if (!m) fail("not a HELP, TYPE or sample line");
-    if (!current || m?.[1] !== current.name) fail("sample outside its family's HELP and TYPE");
+    const sampleName = m?.[1] ?? "";
+    let suffix: ParsedSample["suffix"];
+    if (current?.type === "histogram") {
+      suffix = HISTOGRAM_SUFFIXES.find((x) => sampleName === `${current?.name}${x}`);
+      if (!suffix) fail("sample outside its family's HELP and TYPE");
+    } else if (!current || sampleName !== current.name) {
+      fail("sample outside its family's HELP and TYPE");
+    }
     const value = parseValue(m?.[3] ?? "");
     if (value === undefined) fail("bad value");
     const labels = parseLabels(m?.[2] ?? "");
@@ -250,12 +319,61 @@ export function parseExposition(text: string): ParsedFamily[] {
       labels: labels ?? {},
       value: value ?? 0,
       ...(ts === undefined ? {} : { timestampMs: Number(ts) }),
+      ...(suffix === undefined ? {} : { suffix }),
     });
   }
   for (const f of out) {
     if (f.samples.length === 0) throw new ExpositionError(`family ${f.name} has no samples`);
+    if (f.type === "histogram") checkHistogram(f);
   }
   return out;
+}
+
+const HISTOGRAM_SUFFIXES = ["_bucket", "_sum", "_count"] as const;
+
+/** Each series of a histogram family: buckets ascending to +Inf, then _sum, then _count. */
+function checkHistogram(f: ParsedFamily): void {
+  const fail = (what: string, s: ParsedSample): never => {
+    throw new ExpositionError(
+      `histogram ${f.name}${s.suffix ?? ""} ${JSON.stringify(s.labels)}: ${what}`,
+    );
+  };
+  const identity = (s: ParsedSample) => {
+    const { le: _le, ...rest } = s.labels;
+    return JSON.stringify(Object.entries(rest).sort(([a], [b]) => compareGo(a, b)));
+  };
+  const done = new Set<string>();
+  let series: { id: string; le: number; count: number; sum?: number; inf?: number } | undefined;
+  for (const s of f.samples) {
+    const id = identity(s);
+    if (!series || series.id !== id) {
+      if (series) fail("series ends before its _count", s);
+      if (done.has(id)) fail("series written twice", s);
+      if (s.suffix !== "_bucket") fail("series does not start with a bucket", s);
+      series = { id, le: -Infinity, count: 0 };
+    }
+    if (s.suffix === "_bucket") {
+      if (series.inf !== undefined) fail("bucket after +Inf", s);
+      const le = s.labels.le === undefined ? undefined : parseValue(s.labels.le);
+      if (le === undefined || Number.isNaN(le)) fail("bucket without a numeric le", s);
+      if ((le ?? 0) <= series.le) fail("bucket bounds not ascending", s);
+      if (s.value < series.count) fail("cumulative count decreases", s);
+      series.le = le ?? 0;
+      series.count = s.value;
+      if (le === Infinity) series.inf = s.value;
+    } else if ("le" in s.labels) {
+      fail("le outside a bucket", s);
+    } else if (s.suffix === "_sum") {
+      if (series.inf === undefined || series.sum !== undefined) fail("_sum out of place", s);
+      series.sum = s.value;
+    } else {
+      if (series.sum === undefined) fail("_count before _sum", s);
+      if (s.value !== series.inf) fail(`_count ${s.value} differs from the +Inf bucket`, s);
+      done.add(id);
+      series = undefined;
+    }
+  }
+  if (series) throw new ExpositionError(`histogram ${f.name}: last series has no _count`);
 }
 
 function parseValue(text: string): number | undefined {

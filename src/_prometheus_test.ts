@@ -147,3 +147,67 @@ Deno.test("parseExposition rejects families without HELP and TYPE first", () => 
   }
   assert.deepEqual(parseExposition(""), []);
 });
+
+Deno.test("PrometheusText writes histograms as expfmt does, le last", () => {
+  const out = new PrometheusText().family("h_seconds", "Help.", "histogram");
+  out.histogram("h_seconds", { z: "1", a: "x" }, {
+    buckets: [0.005, 2.5],
+    cumulative: [1, 3],
+    sum: 4.25,
+    count: 4,
+  });
+  out.histogram("h_seconds", {}, { buckets: [0.005, 2.5], cumulative: [0, 0], sum: 0, count: 0 });
+  assert.equal(
+    out.render(),
+    [
+      "# HELP h_seconds Help.",
+      "# TYPE h_seconds histogram",
+      'h_seconds_bucket{le="0.005"} 0',
+      'h_seconds_bucket{le="2.5"} 0',
+      'h_seconds_bucket{le="+Inf"} 0',
+      "h_seconds_sum 0",
+      "h_seconds_count 0",
+      'h_seconds_bucket{a="x",z="1",le="0.005"} 1',
+      'h_seconds_bucket{a="x",z="1",le="2.5"} 3',
+      'h_seconds_bucket{a="x",z="1",le="+Inf"} 4',
+      'h_seconds_sum{a="x",z="1"} 4.25',
+      'h_seconds_count{a="x",z="1"} 4',
+      "",
+    ].join("\n"),
+  );
+  const [family] = parseExposition(out.render());
+  assert.equal(family?.type, "histogram");
+  assert.deepEqual(family?.samples[9], { labels: { a: "x", z: "1" }, value: 4, suffix: "_count" });
+  assert.throws(() => out.sample("h_seconds", {}, 1), /is a histogram/);
+  assert.throws(
+    () =>
+      new PrometheusText().family("c", "h", "counter").histogram("c", {}, {
+        buckets: [],
+        cumulative: [],
+        sum: 0,
+        count: 0,
+      }),
+    /is a counter/,
+  );
+});
+
+Deno.test("parseExposition rejects histograms whose buckets, sum and count disagree", () => {
+  const head = "# HELP h h\n# TYPE h histogram\n";
+  const good = 'h_bucket{le="1"} 1\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 2\n';
+  assert.equal(parseExposition(head + good)[0]?.samples.length, 4);
+  const bad = [
+    'h_bucket{le="1"} 1\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 3\n', // count != +Inf
+    'h_bucket{le="1"} 3\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 2\n', // decreasing
+    'h_bucket{le="2"} 1\nh_bucket{le="1"} 1\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 2\n',
+    'h_bucket{le="1"} 1\nh_sum 3\nh_count 1\n', // no +Inf
+    'h_bucket{le="+Inf"} 2\nh_count 2\n', // no sum
+    'h_bucket{le="+Inf"} 2\nh_sum 3\n', // no count
+    "h_bucket 1\nh_sum 3\nh_count 1\n", // bucket without le
+    'h_bucket{le="+Inf"} 1\nh_sum{le="1"} 3\nh_count 1\n',
+    'h_bucket{a="1",le="+Inf"} 1\nh_bucket{a="2",le="+Inf"} 1\nh_sum{a="1"} 1\nh_count{a="1"} 1\n',
+    "h 1\n",
+  ];
+  for (const text of bad) {
+    assert.throws(() => parseExposition(head + text), ExpositionError, JSON.stringify(text));
+  }
+});

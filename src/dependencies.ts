@@ -11,6 +11,7 @@ import type { ConfigReloader } from "./kubelet_config_reload.ts";
 import { type Clock, realClock } from "./clock.ts";
 import type { Logger } from "./klog.ts";
 import type { KubeClient } from "./kube_client.ts";
+import type { KubeletMetrics } from "./metrics.ts";
 import type { ImageManagerService } from "./remote_image.ts";
 import type { RuntimeService } from "./remote_runtime.ts";
 
@@ -78,6 +79,8 @@ export interface Dependencies {
   readonly heartbeatClient?: KubeClient;
   /** Reloads the configuration on SIGHUP; components register what they apply live. */
   readonly reloader?: ConfigReloader;
+  /** Where the kubelet's own metrics are recorded (/metrics); the Kubelet makes one when unset. */
+  readonly metrics?: KubeletMetrics;
 }
 
 /** Builds the default dependencies (upstream's UnsecuredDependencies: nothing is dialled yet). */

@@ -12,6 +12,7 @@
  * localStorageEviction, reclaimNodeLevelResources) and `types.go`.
  */
 
+import type { KubeletMetrics } from "./metrics.ts";
 import type { V1Pod, V1PodCondition } from "@kubernetes/client-node";
 import type { Clock } from "./clock.ts";
 import type { EventRecorder, ObjectRef } from "./dependencies.ts";
@@ -105,6 +106,8 @@ export interface EvictionManagerOptions extends EvictionConfig {
   readonly nodeAllocatableMemory: () => number | undefined;
   /** The node, for EvictionThresholdMet events. */
   readonly nodeRef: ObjectRef;
+  /** kubelet_evictions, by the signal each eviction was for. @default none */
+  readonly metrics?: Pick<KubeletMetrics, "evictions">;
   readonly recorder: EventRecorder;
   readonly clock: Clock;
   readonly logger: Logger;
@@ -233,8 +236,11 @@ export class EvictionManager {
 
     if (isolation) {
       const evicted = await localStorageViolation(activePods, statsFunc, layout.dedicatedImageFs, {
-        evict: (pod, message) =>
-          this.#evictPod(pod, IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS, message),
+        evict: async (pod, message, limit) => {
+          const tried = await this.#evictPod(pod, IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS, message);
+          if (tried) o.metrics?.evictions.inc({ eviction_signal: limit });
+          return tried;
+        },
       });
       if (evicted.length > 0) return evicted;
     }
@@ -295,7 +301,10 @@ export class EvictionManager {
           ? { observedGeneration: pod.metadata.generation }
           : {}),
       };
-      if (await this.#evictPod(pod, grace, message, condition)) return [pod];
+      if (await this.#evictPod(pod, grace, message, condition)) {
+        o.metrics?.evictions.inc({ eviction_signal: toReclaim.signal });
+        return [pod];
+      }
     }
     logger.info("Eviction manager: unable to evict any pods from the node");
     return [];

@@ -22,6 +22,7 @@ import type { ImageManagerService } from "./remote_image.ts";
 import { type DockerAuth, keyringFromSecrets, parseImageName } from "./_docker_keyring.ts";
 import { formatDuration } from "./duration.ts";
 import { CriError } from "./cri_connection.ts";
+import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { createLogger, kobj, type Logger } from "./klog.ts";
 import {
   credentialHash,
@@ -93,6 +94,11 @@ export interface ImageManagerOptions {
   readonly allowlist?: readonly string[];
   /** @default a text logger on stderr */
   readonly logger?: Logger;
+  /** Told when a pod's pull starts and ends (upstream podPullingTimeRecorder). @default none */
+  readonly pullingTimeRecorder?: Pick<
+    PodStartupLatencyTracker,
+    "recordImageStartedPulling" | "recordImageFinishedPulling"
+  >;
 }
 
 /** Options that cannot work, found when the {@link ImageManager} is built. */
@@ -226,11 +232,14 @@ export class ImageManager {
   #pullManager: Promise<ImagePullManager> | undefined;
 
   /** Throws {@link ImageManagerOptionsError} for an unknown policy or a bad allowlist pattern. */
+  readonly #pulling: ImageManagerOptions["pullingTimeRecorder"];
+
   constructor(opts: ImageManagerOptions) {
     this.#images = opts.imageService;
     this.#recorder = opts.recorder;
     this.#clock = opts.clock;
     this.#log = opts.logger ?? createLogger();
+    this.#pulling = opts.pullingTimeRecorder;
     this.#recordsDirectory = opts.recordsDirectory;
     if (opts.recordsDirectory !== undefined) {
       const policy = opts.verificationPolicy ?? "NeverVerifyPreloadedImages";
@@ -322,6 +331,7 @@ export class ImageManager {
     req: EnsureImageRequest,
   ): Promise<EnsureImageResult> {
     const { pod, container } = req;
+    const podUID = pod.metadata?.uid ?? "";
     // Events are about the container, as upstream's container reference.
     const isInit = (pod.spec?.initContainers ?? []).some((c) => c.name === container.name);
     const ref: ObjectRef = {
@@ -390,6 +400,8 @@ export class ImageManager {
       if (!records) {
         const msg = `Container image ${q(imgRef)} already present on machine`;
         this.#recorder.event(ref, "Normal", "Pulled", msg);
+        // A pull of this image by another pod may be in flight for this one: it ends here.
+        this.#pulling?.recordImageFinishedPulling(podUID);
         return { imageRef: present };
       }
       const mustPull = await records.mustAttemptImagePull(
@@ -402,6 +414,7 @@ export class ImageManager {
         const msg = `Container image ${q(imgRef)} already present on machine and can be ` +
           "accessed by the pod";
         this.#recorder.event(ref, "Normal", "Pulled", msg);
+        this.#pulling?.recordImageFinishedPulling(podUID);
         return { imageRef: present };
       }
       // Present but not shown to be this pod's: with Never it is as if it were absent.
@@ -429,6 +442,7 @@ export class ImageManager {
     }
     let recorded = false;
     try {
+      this.#pulling?.recordImageStartedPulling(podUID);
       this.#recorder.event(ref, "Normal", "Pulling", `Pulling image ${q(imgRef)}`);
       const start = this.#clock.now();
       let pulled: PullOutcome;
@@ -450,6 +464,7 @@ export class ImageManager {
         this.#lastErrors.set(backOffKey, text);
         return fail("ErrImagePull", text);
       }
+      this.#pulling?.recordImageFinishedPulling(podUID);
       if (records) {
         recorded = true;
         await records.recordImagePulled(imgRef, pulled.imageRef, pullCredentials(pulled.used));

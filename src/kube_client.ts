@@ -9,6 +9,7 @@
  * it (kubeAPIQPS/kubeAPIBurst, user agent, a separate unthrottled heartbeat client).
  */
 
+import type { KubeletMetrics } from "./metrics.ts";
 import type { Clock } from "./clock.ts";
 import type { RestConfig } from "./kubeconfig.ts";
 import { TokenBucket } from "./rate_limiter.ts";
@@ -61,6 +62,8 @@ export interface KubeClientOptions {
   readonly clientCertificate?: () =>
     | { readonly certPem: string; readonly keyPem: string }
     | undefined;
+  /** rest_client_requests_total, counted for every answer or transport failure. @default none */
+  readonly metrics?: Pick<KubeletMetrics, "restClientRequests">;
 }
 
 /** Request options. */
@@ -93,11 +96,14 @@ export class KubeClient {
   readonly #limiter: TokenBucket;
   readonly #opts: KubeClientOptions;
   readonly #headers: Record<string, string>;
+  /** The server's host as written (Go's URL.Host keeps a default port; WHATWG's drops it). */
+  readonly #host: string;
 
   constructor(opts: KubeClientOptions) {
     const c = opts.config;
     this.#opts = opts;
     this.server = c.server;
+    this.#host = /^[a-zA-Z][a-zA-Z0-9+.-]*:\/\/([^/?#]*)/.exec(c.server)?.[1] ?? "none";
     if (c.insecureSkipTLSVerify) {
       throw new Error(
         `${c.source}: insecure-skip-tls-verify is not supported yet; give the cluster's certificate-authority`,
@@ -192,12 +198,14 @@ export class KubeClient {
       });
     } catch (e) {
       if (opts.signal?.aborted) throw opts.signal.reason;
+      this.#count("<error>", method);
       throw new KubeApiError(method, path, 0, "", e instanceof Error ? e.message : String(e), {
         cause: e,
       });
     } finally {
       this.#release(http);
     }
+    this.#count(String(res.status), method);
     if (!res.ok) {
       const text = await res.text();
       let status: { reason?: string; message?: string } = {};
@@ -215,6 +223,11 @@ export class KubeClient {
       );
     }
     return res;
+  }
+
+  /** client-go's request result metric: code (or `<error>`), verb and host. */
+  #count(code: string, method: string): void {
+    this.#opts.metrics?.restClientRequests.inc({ code, method, host: this.#host });
   }
 
   /** One request; resolves to the decoded JSON answer. */

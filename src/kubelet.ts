@@ -55,6 +55,9 @@ import type { SyncLoop } from "./kubelet_sync_loop.ts";
 import { StaticPodFileSource } from "./config_file.ts";
 import { StaticPodURLSource } from "./config_http.ts";
 import { newSourceApiserver } from "./config_apiserver.ts";
+import { type KubeletMetrics, newKubeletMetrics } from "./metrics.ts";
+import { instrumentImageService, instrumentRuntimeService } from "./instrumented_services.ts";
+import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 
 /** How often updateRuntimeUp asks the runtime for its Status (upstream: 5 s). */
 export const RUNTIME_UP_PERIOD_MS = 5_000;
@@ -114,6 +117,7 @@ export class Kubelet {
   #firstUpdate: PromiseWithResolvers<V1Pod[]> | undefined;
   #podManager: PodManager | undefined;
   #podCache: PodCache | undefined;
+  #startupTracker: PodStartupLatencyTracker | undefined;
   #prober: ProberManager | undefined;
   /** The eviction manager (loop mode): node pressure, evictions, admission under pressure. */
   evictionManager: EvictionManager | undefined;
@@ -127,8 +131,26 @@ export class Kubelet {
   #stats: KubeletStats | Error | undefined;
   #standaloneNode: V1Node | undefined;
 
+  /** The kubelet's own metrics, served on /metrics. */
+  readonly metrics: KubeletMetrics;
+
   constructor(opts: KubeletOptions) {
-    this.#opts = opts;
+    const { deps } = opts;
+    const metrics = deps.metrics ?? newKubeletMetrics(deps.logger);
+    this.metrics = metrics;
+    metrics.setNodeName(opts.nodeName);
+    // Every CRI call is counted, as upstream's instrumented services do.
+    this.#opts = {
+      ...opts,
+      deps: {
+        ...deps,
+        metrics,
+        runtimeService: deps.runtimeService &&
+          instrumentRuntimeService(deps.runtimeService, metrics, deps.clock),
+        imageService: deps.imageService &&
+          instrumentImageService(deps.imageService, metrics, deps.clock),
+      },
+    };
     this.runtimeState = new RuntimeState(opts.deps.clock);
   }
 
@@ -305,7 +327,11 @@ export class Kubelet {
     }
 
     const sources: string[] = [];
-    const podConfig = new PodConfig({ now: () => clock.now(), logger });
+    const podConfig = new PodConfig({
+      now: () => clock.now(),
+      logger,
+      onPodObserved: (pod, when) => built.lifecycle?.startupTracker.observedPodOnWatch(pod, when),
+    });
     const pods = newPodLifecycle({
       config,
       runtime,
@@ -328,6 +354,7 @@ export class Kubelet {
       // Upstream's admit handlers after the predicates: the eviction manager's pressure check.
       admitHandlers: [(pod) => this.evictionManager?.admit(pod) ?? { admit: true }],
       podCgroups: containerManager?.podCgroups,
+      metrics: this.metrics,
     });
     built.lifecycle = pods;
     const { pleg, syncer, loop, podManager, podCache } = pods;
@@ -347,6 +374,7 @@ export class Kubelet {
     };
     this.#podManager = podManager;
     this.#podCache = podCache;
+    this.#startupTracker = pods.startupTracker;
 
     const running: Promise<void>[] = [];
     if (config.staticPodPath) {
@@ -537,6 +565,7 @@ export class Kubelet {
       recorder,
       clock,
       logger,
+      metrics: this.metrics,
     });
     this.evictionManager = eviction;
     deps.reloader?.onChange(
@@ -729,6 +758,7 @@ export class Kubelet {
       config,
       checks: { syncloop: () => this.syncLoop?.healthCheck() },
       probeMetrics: () => this.#prober!.metricsText(),
+      metrics: () => this.metrics.render(),
     });
     const stats = this.#stats;
     const routes = [
@@ -736,6 +766,10 @@ export class Kubelet {
         ? statsUnavailableRoutes(stats?.message ?? "the pod lifecycle is not running")
         : stats.routes),
       ...ownRoutes,
+      ...(await import("./server_debug.ts")).debugPodRoutes({
+        timeline: (namespace, name) => this.#startupTracker?.timeline(namespace, name),
+        enabled: config.enableDebuggingHandlers,
+      }),
       ...logRoutes({
         getPodByName: findPod,
         getPodStatus: (uid) => podCache.get(uid).status,

@@ -8,6 +8,8 @@
  * the pod parts of upstream `pkg/kubelet/kubelet.go` NewMainKubelet.
  */
 
+import type { KubeletMetrics } from "./metrics.ts";
+import { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
 import type { V1ConfigMap, V1Node, V1Secret } from "@kubernetes/client-node";
 import type { Clock } from "./clock.ts";
@@ -104,6 +106,8 @@ export interface PodLifecycleOptions {
   readonly volumePlugins?: readonly VolumePlugin[];
   /** Builds the volume manager; tests observe it with a subclass. @default new VolumeManager */
   readonly newVolumeManager?: (opts: VolumeManagerOptions) => VolumeManager;
+  /** Where the managers record the kubelet's metrics. @default none recorded */
+  readonly metrics?: KubeletMetrics;
 }
 
 /** The built graph; nothing runs until {@link PodLifecycle.run}. */
@@ -120,6 +124,8 @@ export interface PodLifecycle {
   readonly prober: ProberManager;
   readonly volumeManager: VolumeManager;
   readonly tokenManager: TokenManager;
+  /** The start-up SLI and the pods' start-up timelines. */
+  readonly startupTracker: PodStartupLatencyTracker;
   /** The cluster's Services for service link env; none in standalone mode. */
   readonly serviceLister?: ServiceLister;
   /**
@@ -132,8 +138,10 @@ export interface PodLifecycle {
 /** Builds the pod lifecycle; see the module documentation. */
 export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
   const { config, clock, logger, recorder, runtime, imageService } = o;
+  const { metrics } = o;
+  const startupTracker = new PodStartupLatencyTracker({ clock, logger, metrics });
   const podCache = new PodCache();
-  const generic = new GenericPLEG({ runtime, cache: podCache, clock, logger });
+  const generic = new GenericPLEG({ runtime, cache: podCache, clock, logger, metrics });
   // On unless the EventedPLEG gate is turned off (upstream: alpha, off); a runtime without
   // container events leaves it relisting as the generic PLEG does.
   const pleg: PodLifecycleEventGenerator = config.featureGates?.EventedPLEG === false
@@ -158,6 +166,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     },
     podCouldHaveRunningContainers: (uid) =>
       syncerRef.syncer?.workers.couldHaveRunningContainers(uid) ?? true,
+    startupLatency: startupTracker,
   });
   const imageManager = new ImageManager({
     imageService,
@@ -176,6 +185,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
       | undefined,
     allowlist: config.preloadedImagesVerificationAllowlist,
     logger,
+    pullingTimeRecorder: startupTracker,
   });
   const dns = new DnsConfigurer({
     clusterDNS: config.clusterDNS ?? [],
@@ -273,6 +283,8 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     kubeletMounts: new KubeletMounts({ podsDirectory, podVolumes, logger }),
     services: serviceLister,
     podVolumes,
+    startupTracker,
+    metrics,
   });
   const mirrorClient = o.kubeClient
     ? new MirrorClient({
@@ -307,6 +319,8 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     volumes: volumeManager,
     admitHandlers: o.admitHandlers,
     podCgroups: o.podCgroups,
+    startupTracker,
+    metrics,
   });
   syncerRef.syncer = syncer;
   const loop = new SyncLoop({
@@ -333,6 +347,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     volumeManager,
     tokenManager,
     serviceLister,
+    startupTracker,
     run: (signal) => {
       signal.addEventListener("abort", () => {
         configMaps?.close();

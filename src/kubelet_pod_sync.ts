@@ -13,6 +13,8 @@
  * `kubelet_pods.go` (HandlePodCleanups, makePodDataDirs, getPullSecretsForPod).
  */
 
+import type { KubeletMetrics } from "./metrics.ts";
+import { hasPodStarted, type PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
 import type { V1Node, V1Pod, V1PodCondition, V1PodStatus, V1Secret } from "@kubernetes/client-node";
 import type { Clock } from "./clock.ts";
@@ -24,6 +26,7 @@ import { readTerminationMessage } from "./kuberuntime_manager.ts";
 import { admitPod } from "./lifecycle_predicate.ts";
 import type { PodCgroups } from "./container_manager.ts";
 import { isMirrorPod, isMirrorPodOf, isStaticPod, type MirrorClient } from "./mirror_client.ts";
+import { CONFIG_FIRST_SEEN_ANNOTATION } from "./pod_config.ts";
 import type { PodLifecycleEvent } from "./pleg.ts";
 import type { PodCache, PodStatus } from "./pod_cache.ts";
 import type { PodManager } from "./pod_manager.ts";
@@ -110,6 +113,10 @@ export interface PodSyncerOptions {
   readonly volumes?: PodVolumes;
   /** Stops the pod workers. */
   readonly signal?: AbortSignal;
+  /** The pods' start-up timelines: seen, admitted, volumes, running, ready. @default none */
+  readonly startupTracker?: Pick<PodStartupLatencyTracker, "recordPhase" | "retain">;
+  /** kubelet_pod_start_duration_seconds and the pod workers' durations. @default none */
+  readonly metrics?: Pick<KubeletMetrics, "podStartDuration" | "podWorkerDuration">;
 }
 
 /** Upstream's minimal grace period when killing pods the kubelet no longer knows (orphans). */
@@ -181,6 +188,7 @@ export class PodSyncer implements SyncHandler {
       resyncIntervalMs: opts.resyncIntervalMs,
       clock: opts.clock,
       logger: opts.logger,
+      metrics: opts.metrics,
     });
   }
 
@@ -196,12 +204,14 @@ export class PodSyncer implements SyncHandler {
         continue;
       }
       const uid = uidOf(pod);
+      this.#o.startupTracker?.recordPhase(pod, "seen");
       if (!this.workers.isPodTerminationRequested(uid)) {
         const rejected = this.#admit(pod);
         if (rejected) {
           this.#rejectPod(pod, rejected.reason, rejected.message);
           continue;
         }
+        this.#o.startupTracker?.recordPhase(pod, "admitted");
       }
       const { mirrorPod } = podManager.getPodAndMirrorPod(pod);
       this.#dispatch(pod, "create", mirrorPod, start);
@@ -293,6 +303,7 @@ export class PodSyncer implements SyncHandler {
     for (const pod of allPods) keep.add(uidOf(pod));
     for (const [uid] of working) keep.add(uid);
     statusManager.removeOrphanedStatuses(keep);
+    this.#o.startupTracker?.retain(keep);
     this.#o.prober?.cleanupPods(keep);
     for (const uid of [...this.#messages.keys()]) if (!keep.has(uid)) this.#messages.delete(uid);
     for (const uid of [...this.#statusOverrides.keys()]) {
@@ -438,6 +449,7 @@ export class PodSyncer implements SyncHandler {
     const status = podStatus ?? this.#o.podCache.get(uid).status;
     logger.v(4).info("SyncPod enter", { pod: kobj(pod), podUID: uid, updateType });
     const apiStatus = await this.#generateStatus(pod, status, false, signal);
+    this.#recordStart(pod, statusManager.getPodStatus(uid), apiStatus);
     statusManager.setPodStatus(pod, apiStatus);
     if (podIsTerminalPhase(apiStatus)) {
       logger.v(4).info("Pod is terminal, skipping sync", { pod: kobj(pod), podUID: uid });
@@ -499,6 +511,9 @@ export class PodSyncer implements SyncHandler {
         // The worker retries with its back-off; the pod stays ContainerCreating meanwhile.
         throw e;
       }
+    }
+    if (!this.workers.isPodTerminationRequested(uid)) {
+      this.#o.startupTracker?.recordPhase(pod, "volumesReady");
     }
     const pullSecrets = await this.#pullSecrets(pod, signal);
     const result = await runtime.syncPod(signal, pod, status, pullSecrets);
@@ -585,6 +600,30 @@ export class PodSyncer implements SyncHandler {
   }
 
   // ---- Helpers ------------------------------------------------------------------------------
+
+  /**
+   * Start-up bookkeeping of one sync: kubelet_pod_start_duration_seconds at the pod's first
+   * status and when it turns from Pending to Running, as upstream SyncPod observes it (from
+   * the first-seen annotation), and the timeline's running and ready steps.
+   */
+  #recordStart(pod: V1Pod, existing: V1PodStatus | undefined, next: V1PodStatus): void {
+    const seen = Date.parse(pod.metadata?.annotations?.[CONFIG_FIRST_SEEN_ANNOTATION] ?? "");
+    const { metrics, startupTracker, clock } = this.#o;
+    if (
+      !Number.isNaN(seen) &&
+      (existing === undefined || (existing.phase === "Pending" && next.phase === "Running"))
+    ) {
+      metrics?.podStartDuration.observe((clock.now() - seen) / 1000);
+    }
+    if (!startupTracker) return;
+    const started = { status: next };
+    if (next.phase === "Running" && hasPodStarted(started)) {
+      startupTracker.recordPhase(pod, "running");
+    }
+    if (next.conditions?.some((c) => c.type === "Ready" && c.status === "True")) {
+      startupTracker.recordPhase(pod, "ready");
+    }
+  }
 
   /**
    * Tears down the pod's volumes. A failure is logged, then thrown when `required` (upstream

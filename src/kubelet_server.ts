@@ -25,6 +25,7 @@ import {
 import { detectNodeIP } from "./node_address.ts";
 import { GOARCH } from "./node_status.ts";
 import { KUBELET_VERSION } from "./version.ts";
+import { newKubeletMetrics } from "./metrics.ts";
 
 /** The User-Agent of the kubelet's API requests, in client-go's form. */
 export const USER_AGENT = `kubelet/${KUBELET_VERSION} (linux/${GOARCH}) kubernetes/kubelet-ts`;
@@ -130,6 +131,8 @@ export async function run(
   let clients: KubeClient[] = [];
   const background: Promise<void>[] = [];
   const stopBackground = new AbortController();
+  const metrics = deps.metrics ?? newKubeletMetrics(deps.logger);
+  deps = { ...deps, metrics };
   if (s.flags.kubeConfig !== "" && !deps.kubeClient) {
     const nodeName = nodeHostname(s.flags.hostnameOverride, deps.os.hostname);
     const built = await buildKubeletClientConfig(
@@ -146,6 +149,7 @@ export async function run(
       qps: s.config.kubeAPIQPS,
       burst: s.config.kubeAPIBurst,
       userAgent: USER_AGENT,
+      metrics,
     });
     // Upstream's heartbeat client: no throttling, and a deadline of the shorter of the status
     // period and the lease duration, so a hung request never outlives a heartbeat.

@@ -13,6 +13,7 @@
  * of `helpers.go` and `legacy.go`).
  */
 
+import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import * as grpc from "@grpc/grpc-js";
 import type { V1Container, V1LifecycleHandler, V1Pod, V1Secret } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
@@ -69,6 +70,8 @@ export type ContainerRuntimeService = Pick<
 /** What the container functions need; the manager builds it once. */
 export interface ContainerDeps {
   readonly runtime: ContainerRuntimeService;
+  /** Records each container's image, creation and start in the pod's timeline. @default none */
+  readonly startupTracker?: Pick<PodStartupLatencyTracker, "recordPhase">;
   /** For the image's default user (runAsNonRoot); without it that check fails loudly. */
   readonly imageService?: Pick<ImageManagerService, "imageStatus">;
   readonly imageManager: Pick<ImageManager, "ensureImageExists">;
@@ -529,6 +532,7 @@ export async function startContainer(
     event("Warning", "Failed", `Error: ${image.error.reason}`);
     return { reason: image.error.reason, message: image.error.message };
   }
+  deps.startupTracker?.recordPhase(pod, "imagePulled", container.name);
 
   let config: api.ContainerConfig;
   try {
@@ -581,6 +585,7 @@ export async function startContainer(
     return { reason: "CreateContainerError", message };
   }
   event("Normal", "Created", "Container created", containerId);
+  deps.startupTracker?.recordPhase(pod, "containerCreated", container.name);
 
   try {
     await deps.runtime.startContainer(containerId, signal);
@@ -591,6 +596,7 @@ export async function startContainer(
     return { reason: "RunContainerError", message };
   }
   event("Normal", "Started", "Container started", containerId);
+  deps.startupTracker?.recordPhase(pod, "containerStarted", container.name);
   await linkLegacyLog(deps, req, config, containerId);
 
   const postStart = container.lifecycle?.postStart;

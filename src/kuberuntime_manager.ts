@@ -10,6 +10,8 @@
  * doBackOff, createPodSandbox of kuberuntime_sandbox.go), without in-place resize.
  */
 
+import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
+import type { KubeletMetrics } from "./metrics.ts";
 import * as grpc from "@grpc/grpc-js";
 import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
@@ -119,6 +121,13 @@ export interface KubeRuntimeManagerOptions
   readonly services?: ServiceSource;
   /** The pod's mounted volumes, for env `fileKeyRef`. @default none: such a ref fails */
   readonly podVolumes?: PodVolumesFunc;
+  /** The pod's start-up timeline and init container times (the SLI). @default none */
+  readonly startupTracker?: Pick<
+    PodStartupLatencyTracker,
+    "recordPhase" | "recordInitContainerStarted" | "recordInitContainerFinished"
+  >;
+  /** kubelet_started_pods_total and its errors. @default none */
+  readonly metrics?: Pick<KubeletMetrics, "startedPodsTotal" | "startedPodsErrorsTotal">;
 }
 
 /** Runs SyncPod and KillPod against the CRI runtime; see the module documentation. */
@@ -130,9 +139,15 @@ export class KubeRuntimeManager {
   readonly #log: Logger;
   readonly #backOff: EventBackOff;
   readonly #probes: ProbeResults | undefined;
+  readonly #clock: Clock;
+  readonly #tracker: KubeRuntimeManagerOptions["startupTracker"];
+  readonly #metrics: KubeRuntimeManagerOptions["metrics"];
 
   constructor(opts: KubeRuntimeManagerOptions) {
     this.#runtime = opts.runtime;
+    this.#clock = opts.clock;
+    this.#tracker = opts.startupTracker;
+    this.#metrics = opts.metrics;
     this.#sandbox = opts.sandbox;
     this.#recorder = opts.recorder;
     this.#log = opts.logger;
@@ -144,6 +159,7 @@ export class KubeRuntimeManager {
     );
     this.#deps = {
       runtime: opts.runtime,
+      startupTracker: opts.startupTracker,
       imageService: opts.imageService,
       imageManager: opts.imageManager,
       recorder: opts.recorder,
@@ -243,8 +259,10 @@ export class KubeRuntimeManager {
     let podIPs: readonly string[] = podStatus.ips;
     if (changes.createSandbox) {
       const r = result.add("CreatePodSandbox", formatPod(pod));
+      this.#metrics?.startedPodsTotal.inc();
       const created = await this.#createPodSandbox(signal, pod, changes.attempt);
       if ("message" in created) {
+        this.#metrics?.startedPodsErrorsTotal.inc();
         fail(r, "CreatePodSandboxError", created.message);
         log.error(created.error, "CreatePodSandbox for pod failed");
         this.#recorder.event(
@@ -256,6 +274,7 @@ export class KubeRuntimeManager {
         return result;
       }
       ({ id: sandboxId, config: sandboxConfig } = created);
+      this.#tracker?.recordPhase(pod, "sandboxCreated");
       try {
         const res = await this.#runtime.podSandboxStatus(sandboxId, false, signal);
         if (!res.status) throw new Error("pod sandbox status is nil");
@@ -332,6 +351,10 @@ export class KubeRuntimeManager {
         else log.error(new Error(line), "Unhandled Error");
         return false;
       }
+      // Init containers' run time is left out of the start-up SLI; sidecars keep running.
+      if (typeName === "init container" && !isRestartableInitContainer(container)) {
+        this.#tracker?.recordInitContainerStarted(pod.metadata?.uid ?? "", this.#clock.now());
+      }
       return true;
     };
 
@@ -343,6 +366,16 @@ export class KubeRuntimeManager {
       // A sidecar that failed to start is retried next sync; a plain init container blocks.
       if (isRestartableInitContainer(container)) continue;
       return result;
+    }
+    if (this.#tracker) {
+      const plainInits = new Set(
+        inits.filter((c) => !isRestartableInitContainer(c)).map((c) => c.name),
+      );
+      for (const cs of statuses) {
+        if (plainInits.has(cs.name) && cs.state === "exited" && cs.finishedAt > 0) {
+          this.#tracker.recordInitContainerFinished(pod.metadata?.uid ?? "", cs.finishedAt);
+        }
+      }
     }
     const containers = pod.spec?.containers ?? [];
     for (const idx of changes.containersToStart) {

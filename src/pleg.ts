@@ -9,6 +9,7 @@
  * and `pleg.go`.
  */
 
+import type { KubeletMetrics } from "./metrics.ts";
 import * as grpc from "@grpc/grpc-js";
 import * as api from "../proto/runtime/v1/api.ts";
 import { type Clock, realClock } from "./clock.ts";
@@ -83,6 +84,56 @@ export interface GenericPLEGOptions {
   readonly capacity?: number;
   /** Status RPCs in flight at once while refreshing the cache. @default 8 */
   readonly concurrency?: number;
+  /** Relist timings, dropped events, and the running pods and containers. @default none */
+  readonly metrics?: PlegMetrics;
+}
+
+/** The metrics the PLEG records. */
+export type PlegMetrics = Pick<
+  KubeletMetrics,
+  | "plegRelistDuration"
+  | "plegRelistInterval"
+  | "plegDiscardEvents"
+  | "plegLastSeen"
+  | "runningPods"
+  | "runningContainers"
+>;
+
+/** kubecontainer's container states, the values of kubelet_running_containers' label. */
+const KUBE_STATES: Readonly<Record<number, string>> = {
+  [api.ContainerState.CONTAINER_CREATED]: "created",
+  [api.ContainerState.CONTAINER_RUNNING]: "running",
+  [api.ContainerState.CONTAINER_EXITED]: "exited",
+};
+
+/**
+ * Upstream updateRunningPodAndContainerMetrics: pods with a ready sandbox, and containers by
+ * state. A state seen before and absent now reads 0 (upstream leaves its last count).
+ */
+function updateRunningMetrics(
+  m: PlegMetrics,
+  pods: Iterable<RelistedPod>,
+  states: Set<string>,
+): void {
+  let running = 0;
+  const counts = new Map<string, number>();
+  for (const p of pods) {
+    for (const c of p.containers.values()) {
+      const state = KUBE_STATES[c.state] ?? "unknown";
+      counts.set(state, (counts.get(state) ?? 0) + 1);
+    }
+    for (const sb of p.sandboxes.values()) {
+      if (sb.state === api.PodSandboxState.SANDBOX_READY) {
+        running++;
+        break;
+      }
+    }
+  }
+  for (const state of counts.keys()) states.add(state);
+  for (const state of states) {
+    m.runningContainers.set(counts.get(state) ?? 0, { container_state: state });
+  }
+  m.runningPods.set(running);
 }
 
 /** Upstream's plegContainerState. */
@@ -187,6 +238,9 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
   readonly #queue: PodLifecycleEvent[] = [];
   readonly #consumers: ((e: PodLifecycleEvent) => void)[] = [];
   #dropped = 0;
+  readonly #metrics: PlegMetrics | undefined;
+  /** Container states the running-containers gauge has shown. */
+  readonly #states = new Set<string>();
   /** Aborted by poke() to end the wait between relists. */
   #wake: AbortController | undefined;
   /** A poke came while relisting: the next wait is skipped. */
@@ -201,6 +255,7 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
     this.#threshold = positive("relistThresholdMs", opts.relistThresholdMs ?? 180_000);
     this.#capacity = positive("capacity", opts.capacity ?? 1000);
     this.#concurrency = positive("concurrency", opts.concurrency ?? 8);
+    this.#metrics = opts.metrics;
   }
 
   /** Events dropped because the queue was full. */
@@ -274,6 +329,7 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
     if (this.#relistTime === undefined) {
       return { ok: false, message: "pleg has yet to be successful" };
     }
+    this.#metrics?.plegLastSeen.set(Math.floor(this.#relistTime / 1000));
     const elapsed = this.#clock.now() - this.#relistTime;
     if (elapsed > this.#threshold) {
       return {
@@ -334,7 +390,19 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
 
   async #relist(signal: AbortSignal | undefined): Promise<void> {
     this.#log.v(5).info("GenericPLEG: Relisting");
+    const m = this.#metrics;
     const timestamp = this.#clock.now();
+    if (m && this.#relistTime !== undefined) {
+      m.plegRelistInterval.observe((timestamp - this.#relistTime) / 1000);
+    }
+    try {
+      await this.#relistFrom(timestamp, signal);
+    } finally {
+      m?.plegRelistDuration.observe((this.#clock.now() - timestamp) / 1000);
+    }
+  }
+
+  async #relistFrom(timestamp: number, signal: AbortSignal | undefined): Promise<void> {
     let pods: Map<string, RelistedPod>;
     try {
       pods = await this.#getPods(signal);
@@ -343,6 +411,7 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
       return;
     }
     this.#relistTime = timestamp;
+    if (this.#metrics) updateRunningMetrics(this.#metrics, pods.values(), this.#states);
 
     for (const r of this.#records.values()) r.current = undefined;
     for (const [id, pod] of pods) {
@@ -540,6 +609,7 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
       return;
     }
     this.#dropped++;
+    this.#metrics?.plegDiscardEvents.inc();
     this.#log.error(undefined, "Event channel is full, discard this relist() cycle event", {
       podUID: e.id,
       event: e.type,

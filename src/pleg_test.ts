@@ -7,6 +7,7 @@ import { CriConnection } from "./cri_connection.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "./fake_remote_runtime.ts";
 import { createLogger } from "./klog.ts";
 import { GenericPLEG, type GenericPLEGOptions, type PodLifecycleEvent } from "./pleg.ts";
+import { KubeletMetrics } from "./metrics.ts";
 import { PodCache } from "./pod_cache.ts";
 import { RemoteRuntimeService } from "./remote_runtime.ts";
 
@@ -276,4 +277,27 @@ Deno.test("GenericPLEG.podIds lists the pods the last relist saw", async () => {
   await runPod(h);
   await h.pleg.relist();
   assert.deepEqual(h.pleg.podIds(), [UID]);
+});
+
+Deno.test("GenericPLEG relist records its duration and interval and the running pods and containers", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  await using h = await harness({ metrics });
+  const { ids } = await runPod(h, ["a", "b"]);
+  await h.pleg.relist();
+  assert.equal(metrics.plegRelistDuration.count(), 1);
+  assert.equal(metrics.plegRelistInterval.count(), 0);
+  assert.equal(metrics.runningPods.get(), 1);
+  assert.equal(metrics.runningContainers.get({ container_state: "running" }), 2);
+  await h.runtime.stopContainer(ids[0]!, 0);
+  h.clock.step(1_500);
+  await h.pleg.relist();
+  assert.equal(metrics.plegRelistInterval.count(), 1);
+  assert.match(
+    await metrics.render(),
+    /^kubelet_pleg_relist_interval_seconds_sum 1\.5$/m,
+  );
+  assert.equal(metrics.runningContainers.get({ container_state: "running" }), 1);
+  assert.equal(metrics.runningContainers.get({ container_state: "exited" }), 1);
+  h.pleg.healthy();
+  assert.equal(metrics.plegLastSeen.get(), Math.floor(h.clock.now() / 1000));
 });

@@ -62,6 +62,11 @@ export interface PodConfigOptions {
   readonly onDuplicate?: (pod: V1Pod, source: string) => void;
   /** Where the default onDuplicate logs. */
   readonly logger?: Logger;
+  /**
+   * Called with every pod of a set that is not a static pod, as the source delivered it, and
+   * the time it was merged (upstream's startupSLIObserver.ObservedPodOnWatch). @default none
+   */
+  readonly onPodObserved?: (pod: V1Pod, whenMs: number) => void;
 }
 
 function fullName(pod: V1Pod): string {
@@ -160,6 +165,9 @@ export class PodConfig {
         ...ref.metadata.annotations,
         [CONFIG_SOURCE_ANNOTATION]: source,
       };
+      if (this.#opts.onPodObserved && !isStaticPod(ref)) {
+        this.#opts.onPodObserved(ref, this.#opts.now());
+      }
       const uid = ref.metadata.uid ?? name;
       const existing = old.get(uid);
       if (!existing) {

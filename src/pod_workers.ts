@@ -15,6 +15,7 @@
  * of `pkg/kubelet/util/queue`.
  */
 
+import type { KubeletMetrics } from "./metrics.ts";
 import type { V1Pod } from "@kubernetes/client-node";
 import { type Clock, realClock } from "./clock.ts";
 import { createLogger, kobj, type Logger } from "./klog.ts";
@@ -104,6 +105,8 @@ export interface PodWorkersOptions<S = never> {
   logger?: Logger;
   /** Source of jitter in [0, 1). @default Math.random */
   random?: () => number;
+  /** kubelet_pod_worker_duration_seconds, from each update's start time. @default none */
+  metrics?: Pick<KubeletMetrics, "podWorkerDuration">;
 }
 
 /** Upstream workerResyncIntervalJitterFactor and workerBackOffPeriodJitterFactor. */
@@ -603,6 +606,14 @@ export class PodWorkers<S = never> {
     };
   }
 
+  /** Upstream's PodWorkerDuration observation: from when the update was first seen. */
+  #observeDuration(operation: string, startTime: number): void {
+    if (startTime <= 0) return;
+    this.#opts.metrics?.podWorkerDuration.observe((this.#clock.now() - startTime) / 1000, {
+      operation_type: operation,
+    });
+  }
+
   /** Runs one sync of the pod's current phase; false when the worker is done for good. */
   async #syncOnce(
     uid: string,
@@ -658,6 +669,7 @@ export class PodWorkers<S = never> {
     if (!failed) {
       if (work === "terminated") {
         this.#log.v(4).info("Pod is complete and the worker can now stop", { podUID: uid });
+        this.#observeDuration("terminated", update.startTime);
         status.finished = true;
         status.working = false;
         this.#log.v(4).info("Processing pod event done", {
@@ -688,6 +700,7 @@ export class PodWorkers<S = never> {
       }
     }
 
+    this.#observeDuration(update.updateType, update.startTime);
     const retryAfter = status.retryAfterMs;
     status.retryAfterMs = undefined;
     if (phaseTransition) this.#enqueue(uid, 0);

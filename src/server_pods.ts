@@ -2,9 +2,9 @@
  * @module
  * The kubelet API's own endpoints: `/healthz` (with `/healthz/ping`, `/healthz/log`,
  * `/healthz/syncloop`), `/pods` (the pods the kubelet runs, as a v1 PodList), `/runningpods/`
- * (what the runtime runs, as minimal pods), `/configz` (the configuration in effect), and the
- * paths whose owners are not built yet (`/metrics`, `/metrics/slis`, `/spec/`, `/checkpoint/`), which
- * answer 501 saying so. Corresponds to the handlers of upstream `pkg/kubelet/server/server.go`
+ * (what the runtime runs, as minimal pods), `/configz` (the configuration in effect), `/metrics`
+ * (the kubelet's own metrics) and `/metrics/probes`, and the paths whose owners are not built
+ * yet (`/metrics/slis`, `/spec/`, `/checkpoint/`), which answer 501 saying so. Corresponds to the handlers of upstream `pkg/kubelet/server/server.go`
  * (InstallDefaultHandlers, InstallDebuggingHandlers' configz) and `healthz`.
  */
 
@@ -14,6 +14,7 @@ import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import { kubeletConfigurationFields } from "./kubelet_config_types.ts";
 import type { PodStatus } from "./pod_cache.ts";
 import { httpError, type Route, writeJson } from "./server.ts";
+import { EXPOSITION_CONTENT_TYPE } from "./_prometheus.ts";
 
 /** What {@link podRoutes} needs. */
 export interface PodRoutesOptions {
@@ -26,6 +27,8 @@ export interface PodRoutesOptions {
   readonly checks: Readonly<Record<string, () => string | undefined>>;
   /** The prober's metrics in Prometheus text, for /metrics/probes. */
   readonly probeMetrics?: () => string;
+  /** The kubelet's metrics in Prometheus text, for /metrics. */
+  readonly metrics?: () => Promise<string>;
 }
 
 /** The not-yet-built endpoints, and the issue area that builds them. */
@@ -94,18 +97,31 @@ export function podRoutes(opts: PodRoutesOptions): Route[] {
         }),
     },
   ];
+  const metrics = opts.metrics;
+  if (metrics) {
+    routes.push({
+      pattern: "/metrics",
+      methods: ["GET"],
+      handler: async (_r, res) => {
+        const text = await metrics();
+        res.writeHead(200, { "content-type": EXPOSITION_CONTENT_TYPE });
+        res.end(text);
+      },
+    });
+  }
   const probeMetrics = opts.probeMetrics;
   if (probeMetrics) {
     routes.push({
       pattern: "/metrics/probes",
       methods: ["GET"],
       handler: (_r, res) => {
-        res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+        res.writeHead(200, { "content-type": EXPOSITION_CONTENT_TYPE });
         res.end(probeMetrics());
       },
     });
   }
   for (const { pattern, what } of NOT_YET) {
+    if (pattern === "/metrics" && metrics) continue;
     routes.push({
       pattern,
       handler: (_r, res) => httpError(res, 501, `${what} is not supported yet by this kubelet`),

@@ -42,6 +42,7 @@ import {
   podConditionByKubelet,
   podConditionSharedByKubelet,
 } from "./status_generate.ts";
+import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { type Json, jsonEqual, podStatusPatch, toJson } from "./_pod_status_patch.ts";
 
 /** Upstream syncPeriod: how often every status is reconciled. */
@@ -73,6 +74,14 @@ export interface StatusManagerOptions {
   getAPIPod?(uid: string): V1Pod | undefined;
   /** Period of the full reconciliation, in ms. @default 10000 */
   syncPeriodMs?: number;
+  /**
+   * Told of every status the apiserver accepted with a change, and of every pod whose status
+   * is forgotten (upstream podStartupLatencyHelper). @default none
+   */
+  startupLatency?: Pick<
+    PodStartupLatencyTracker,
+    "recordStatusUpdated" | "deletePodStartupState"
+  >;
 }
 
 /** A bad {@link StatusManagerOptions} value, or a second concurrent run. */
@@ -268,6 +277,7 @@ export class StatusManager {
       this.#logger.v(5).info("Removing pod from status map.", { podUID: uid });
       this.#statuses.delete(uid);
       this.#forced.delete(uid);
+      this.#opts.startupLatency?.deletePodStartupState(uid);
     }
   }
 
@@ -511,6 +521,7 @@ export class StatusManager {
         pod: kobj(pod),
         statusVersion: status.version,
       });
+      this.#opts.startupLatency?.recordStatusUpdated(pod);
     }
     this.#apiVersions.set(statusUID, status.version);
 
@@ -535,6 +546,7 @@ export class StatusManager {
     this.#logger.v(3).info("Pod fully terminated and removed from etcd", { pod: kobj(pod) });
     this.#statuses.delete(uid);
     this.#forced.delete(uid);
+    this.#opts.startupLatency?.deletePodStartupState(uid);
   }
 
   /**
