@@ -39,8 +39,16 @@ const NODE = "kts-faults";
 const FULL_NODE = "kts-faults-full";
 const NS = "default";
 const STEADY = "faults-steady";
-/** This suite's own pod network, so its host-local allocations can be counted exactly. */
-const NETWORK = { name: "kts-faults", bridge: "kts-faults0", subnet: "10.89.0.0/16" };
+/**
+ * This run's own pod network, so its host-local allocations can be counted exactly; named and
+ * numbered per run, as two runs of the suite (a clone's CI beside a worktree) may share a host.
+ */
+const NET_ID = 1 + Math.floor(Math.random() * 250);
+const NETWORK = {
+  name: `kts-faults-${NET_ID}`,
+  bridge: `ktsf${NET_ID}`,
+  subnet: `10.89.${NET_ID}.0/24`,
+};
 const IPAM_DIR = `/var/lib/cni/networks/${NETWORK.name}`;
 /** The agent's event rate limits here (low, so that a storm would show). */
 const EVENT_QPS = 5;
