@@ -39,8 +39,16 @@ const NODE = "kts-faults";
 const FULL_NODE = "kts-faults-full";
 const NS = "default";
 const STEADY = "faults-steady";
-/** This suite's own pod network, so its host-local allocations can be counted exactly. */
-const NETWORK = { name: "kts-faults", bridge: "kts-faults0", subnet: "10.89.0.0/16" };
+/**
+ * This run's own pod network, so its host-local allocations can be counted exactly; named and
+ * numbered per run, as two runs of the suite (a clone's CI beside a worktree) may share a host.
+ */
+const NET_ID = 1 + Math.floor(Math.random() * 250);
+const NETWORK = {
+  name: `kts-faults-${NET_ID}`,
+  bridge: `ktsf${NET_ID}`,
+  subnet: `10.89.${NET_ID}.0/24`,
+};
 const IPAM_DIR = `/var/lib/cni/networks/${NETWORK.name}`;
 /** The agent's event rate limits here (low, so that a storm would show). */
 const EVENT_QPS = 5;
@@ -49,6 +57,9 @@ const EVENT_BURST = 10;
 const LOG_MAX_BYTES = 256 * 1024;
 const LOG_MAX_FILES = 3;
 const LOG_MONITOR_S = 3;
+/** How many scenarios record a result line when they pass (every e2e test). */
+const SCENARIOS = 7;
+const suiteStart = performance.now();
 /** Upstream's status manager syncs every 10 s (syncPeriod). */
 const STATUS_PERIOD_MS = 10_000;
 
@@ -272,6 +283,21 @@ async function runtimeCounts(w: World) {
   return { sandboxes, ready, running, ips };
 }
 
+/** Running containers of no Running pod, and second ones of a pod, by pod name and attempt. */
+function extraContainers(running: api.Container[], live: V1Pod[]): string {
+  const liveUids = new Set(live.map((p) => p.metadata?.uid));
+  const seen = new Set<string>();
+  const extra: string[] = [];
+  for (const c of running) {
+    const uid = c.labels["io.kubernetes.pod.uid"] ?? "";
+    const what = `${c.labels["io.kubernetes.pod.name"]}/${c.metadata?.name}#${c.metadata?.attempt}`;
+    if (!liveUids.has(uid)) extra.push(`${what} of no Running pod`);
+    else if (seen.has(uid)) extra.push(`${what} a second one`);
+    seen.add(uid);
+  }
+  return extra.join(", ");
+}
+
 /**
  * The runtime holds exactly one sandbox per pod on the node, all ready, one running container
  * per running pod, the pod network exactly one address per sandbox, and `<root>/pods` exactly
@@ -299,7 +325,9 @@ async function assertNoLeaks(w: World, api: KubeClient, what: string): Promise<v
           new Set(sandboxUids).size !== sandboxUids.length && "a pod has two sandboxes",
           c.ready.length !== pods.length && `${c.ready.length} ready sandboxes`,
           c.running.length !== live.length &&
-          `${c.running.length} running containers for ${live.length} running pods`,
+          `${c.running.length} running containers for ${live.length} running pods (${
+            extraContainers(c.running, live)
+          })`,
           c.ips.size !== c.ready.length &&
           `${c.ips.size} IPs for ${c.ready.length} ready sandboxes`,
           [...c.ips.values()].some((id) => !c.ready.some((s) => s.id === id)) &&
@@ -319,9 +347,36 @@ async function assertNoLeaks(w: World, api: KubeClient, what: string): Promise<v
   }
 }
 
-function record(w: World, line: string): void {
+/**
+ * Adds a passed scenario's line to the results file, tests/results/faults-<date>-<mode>.md,
+ * rewritten at each one so that it holds what passed even when a later step fails. A filtered
+ * run (--filter) records only what it ran.
+ */
+async function record(w: World, line: string): Promise<void> {
   w.results.push(line);
   console.log(`faults: ${line}`);
+  const mode = FULL ? "full" : "short";
+  const day = new Date().toISOString().slice(0, 10);
+  await Deno.mkdir(new URL("./results/", import.meta.url), { recursive: true });
+  await Deno.writeTextFile(
+    new URL(`./results/faults-${day}-${mode}.md`, import.meta.url),
+    [
+      `# Fault suite, ${mode} mode (FAULTS_FULL=${FULL ? 1 : 0}), ${new Date().toISOString()}`,
+      "",
+      `Counts: ${COUNTS.pods} pods, ${COUNTS.agentKills} agent kills, ${COUNTS.runtimeRestarts} ` +
+      `containerd restarts, apiserver down ${COUNTS.outageMs / 1000} s, ${COUNTS.expiredPods} ` +
+      `pods of 200 KiB under expired watches. Machine: ${navigator.hardwareConcurrency} CPUs, ` +
+      `shared. Time so far ${Math.round((performance.now() - suiteStart) / 1000)} s.`,
+      "",
+      `Outcome: ${w.results.length} of ${SCENARIOS} scenarios passed` +
+      (w.results.length === SCENARIOS
+        ? "."
+        : " so far (or the others failed or were filtered out)."),
+      "",
+      ...w.results.map((l) => `- ${l}`),
+      "",
+    ].join("\n"),
+  );
 }
 
 async function restartAgent(w: World, args = w.args): Promise<void> {
@@ -331,7 +386,6 @@ async function restartAgent(w: World, args = w.args): Promise<void> {
   await w.agent.waitFor(SYNC_LOOP_STARTED, 60_000);
 }
 
-const suiteStart = performance.now();
 const steadyNames = Array.from({ length: COUNTS.pods }, (_, i) => `steady-${i}`);
 let steady = new Map<string, Baseline>();
 
@@ -346,7 +400,10 @@ e2e(`${COUNTS.pods} pods run on the node`, async (w, api) => {
   );
   steady = baselineOf(pods);
   await assertNoLeaks(w, api, "after the pods started");
-  record(w, `${COUNTS.pods} pods Running after ${Math.round((performance.now() - t) / 1000)} s`);
+  await record(
+    w,
+    `${COUNTS.pods} pods Running after ${Math.round((performance.now() - t) / 1000)} s`,
+  );
 });
 
 e2e(
@@ -371,7 +428,7 @@ e2e(
       stop.abort();
     }
     assert.deepEqual(await departures, [], "no status of a pod departed while the agent restarted");
-    record(
+    await record(
       w,
       `agent SIGKILL x${COUNTS.agentKills}: 0 restarts, statuses continuous, no leaks ` +
         `(${Math.round((performance.now() - t) / 1000)} s)`,
@@ -427,7 +484,7 @@ e2e(
       await assertNoLeaks(w, api, `after runtime restart ${i + 1}`);
     }
     steady = baselineOf(await listPods(api, `e2e=${STEADY}`));
-    record(
+    await record(
       w,
       `containerd SIGKILL+start x${COUNTS.runtimeRestarts}: NotReady each time, pods recovered ` +
         `without restarts, no leaks; down→Ready again ms ${downFor.join(", ")} ` +
@@ -549,7 +606,7 @@ e2e(
       "--wait=false",
     ]);
     assert.equal(del.code, 0, del.stderr);
-    record(
+    await record(
       w,
       `apiserver down ${COUNTS.outageMs / 1000} s: steady pods untouched, liveness restarts ` +
         `${attemptsBefore.join("/")} -> ${attemptsAtReturn.join("/")} during it, statuses ` +
@@ -635,7 +692,7 @@ e2e(
       // a relist per expired watch without pause would be one every few ms.
       assert.ok(lists <= 2 + seconds, `${lists} pod lists in ${seconds.toFixed(1)} s`);
       await assertNoLeaks(w, api, "after expired watches");
-      record(
+      await record(
         w,
         `${names.length} pods of 200 KiB (list ~${names.length / 5} MB) created and 3 deleted ` +
           `while ${expired} pod watches expired: none missed, ${lists} lists in ${
@@ -720,7 +777,7 @@ e2e(
     assert.match(logs.stdout, /^line \d+ /);
     const del = await w.cp.kubectl(["delete", "pod", "logger", "-n", NS, "--wait=false"]);
     assert.equal(del.code, 0, del.stderr);
-    record(
+    await record(
       w,
       `log rotation (max ${
         LOG_MAX_BYTES / 1024
@@ -865,7 +922,7 @@ e2e(
         500,
       );
       assert.match(etcHosts, /127\.0\.0\.1\s+localhost/);
-      record(
+      await record(
         w,
         `root dir on a full 64 MiB tmpfs: DiskPressure, new pod Evicted at admission, ` +
           `${enospc.length} ENOSPC error lines naming the file, restart while full, recovery ` +
@@ -893,33 +950,9 @@ e2e(
   },
 );
 
-/** How many scenarios record a result line when they pass (every e2e above). */
-const SCENARIOS = 7;
-
 suite.teardown("teardown", async (w) => {
   const del = await w.cp.kubectl(["delete", "pods", "-n", NS, "--all", "--wait=false"]);
   assert.equal(del.code, 0, del.stderr);
-  // Written whatever the outcome; a filtered run (--filter) records only what it ran.
-  const mode = FULL ? "full" : "short";
-  const day = new Date().toISOString().slice(0, 10);
-  await Deno.mkdir(new URL("./results/", import.meta.url), { recursive: true });
-  await Deno.writeTextFile(
-    new URL(`./results/faults-${day}-${mode}.md`, import.meta.url),
-    [
-      `# Fault suite, ${mode} mode (FAULTS_FULL=${FULL ? 1 : 0}), ${new Date().toISOString()}`,
-      "",
-      `Counts: ${COUNTS.pods} pods, ${COUNTS.agentKills} agent kills, ${COUNTS.runtimeRestarts} ` +
-      `containerd restarts, apiserver down ${COUNTS.outageMs / 1000} s, ${COUNTS.expiredPods} ` +
-      `pods of 200 KiB under expired watches. Machine: ${navigator.hardwareConcurrency} CPUs, ` +
-      `shared. Suite time ${Math.round((performance.now() - suiteStart) / 1000)} s.`,
-      "",
-      `Outcome: ${w.results.length} of ${SCENARIOS} scenarios passed` +
-      (w.results.length === SCENARIOS ? "." : " (the others failed or were filtered out)."),
-      "",
-      ...w.results.map((l) => `- ${l}`),
-      "",
-    ].join("\n"),
-  );
   w.cri.close();
   await w.containerd.stop();
 });
