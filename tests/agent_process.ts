@@ -5,19 +5,21 @@
  */
 
 import { fileURLToPath } from "node:url";
+import { AGENT_RUN_FLAGS } from "../deploy/compile.ts";
 
 /** The repository root, where deno.json (and its permission set) lives. */
 export const REPO_ROOT = fileURLToPath(new URL("../", import.meta.url));
 
 /** How to run the agent. */
 export interface AgentOptions {
-  /** "all" runs with --allow-all; "kubelet" with the deno.json permission set. @default "all" */
+  /** "all" runs with the compile task's flags (--allow-all); "kubelet" with the deno.json permission set. @default "all" */
   readonly permissions?: "all" | "kubelet";
   readonly env?: Record<string, string>;
 }
 
 function command(args: readonly string[], opts: AgentOptions): Deno.Command {
-  const perms = opts.permissions === "kubelet" ? ["-P=kubelet", "--no-prompt"] : ["--allow-all"];
+  // "all" is how `deno task start` and the compiled binary run the agent.
+  const perms = opts.permissions === "kubelet" ? ["-P=kubelet", "--no-prompt"] : AGENT_RUN_FLAGS;
   return new Deno.Command(Deno.execPath(), {
     args: ["run", "--quiet", ...perms, "main.ts", ...args],
     cwd: REPO_ROOT,

@@ -1,0 +1,153 @@
+/**
+ * @module
+ * `deno task compile`: builds the single `kubelet` executable with `deno compile`, with the
+ * agent's run flags ({@link AGENT_RUN_FLAGS}) baked in, then proves the result is the agent by
+ * running `<output> --version` and prints its size.
+ *
+ * `deno compile` needs Deno's `denort` runtime for the target: it downloads it from
+ * dl.deno.land unless `DENORT_BIN` names a local copy. Both ways of failing are common on
+ * nodes and build hosts without the internet, so each ends in one message saying what happened
+ * and what to do ({@link explainCompileFailure}), and an executable that is not the agent (the
+ * plain `deno` binary given as `DENORT_BIN` gives one that only starts the REPL) is removed
+ * rather than left behind.
+ *
+ * Nothing is read at run time from the repository (the CRI types are generated TypeScript,
+ * lazy imports are static specifiers `deno compile` follows), so no `--include` is needed.
+ *
+ * Run as `deno task compile [--output kubelet] [--target x86_64-unknown-linux-gnu]`.
+ */
+
+import { parseArgs } from "node:util";
+
+/**
+ * The permission flags the agent runs with: `deno task start`, the e2e harness
+ * (tests/agent_process.ts) and the compiled binary all take them from here. `--allow-all`
+ * because Deno 2.9 refuses every `/proc` and `/sys` read to a narrower set (README, "Known
+ * problem: /proc and /sys under -P=kubelet").
+ */
+export const AGENT_RUN_FLAGS: readonly string[] = ["--allow-all"];
+
+/** Where Deno fetches `denort` from when `DENORT_BIN` is unset. */
+export const DENORT_HOST = "dl.deno.land";
+
+/** What {@link compileArgs} builds a command line from. */
+export interface CompileOptions {
+  /** The executable to write. @default "kubelet" */
+  readonly output: string;
+  /** A Rust target triple, as `deno compile --target`; the host's when unset. */
+  readonly target?: string;
+}
+
+/** The `deno` arguments that compile the agent. */
+export function compileArgs(opts: CompileOptions): string[] {
+  return [
+    "compile",
+    ...AGENT_RUN_FLAGS,
+    ...(opts.target ? ["--target", opts.target] : []),
+    "--output",
+    opts.output,
+    "main.ts",
+  ];
+}
+
+/** The compile failed or produced something that is not the agent; the message says why. */
+export class CompileError extends Error {
+  override name = "CompileError";
+}
+
+/**
+ * Turns `deno compile`'s stderr into what an operator needs to read: a denort download that
+ * could not reach {@link DENORT_HOST}, or a `DENORT_BIN` that does not exist. Undefined when the
+ * failure is something else (then deno's own message is the one to show).
+ */
+export function explainCompileFailure(
+  stderr: string,
+  env: { readonly denortBin?: string; readonly denoVersion: string },
+): string | undefined {
+  const missing = /Could not find denort at '([^']*)'/.exec(stderr);
+  if (missing) {
+    return `DENORT_BIN=${missing[1]} does not exist: point DENORT_BIN at a denort binary of ` +
+      `Deno ${env.denoVersion} for the target (denort-<target>.zip from Deno's release page), ` +
+      `or unset it to download one from ${DENORT_HOST}`;
+  }
+  const download = /error sending request for url \((https:\/\/[^)\s]*denort[^)\s]*)\)([^\n]*)/
+    .exec(stderr);
+  if (download) {
+    const why = download[2]!.replace(/^:\s*/, "").trim();
+    return `deno compile could not download the denort runtime from ${DENORT_HOST} ` +
+      `(${download[1]}${why ? `: ${why}` : ""}): this host cannot reach Deno's download host. ` +
+      `Fetch that zip on a machine that can, unpack it here and run ` +
+      `DENORT_BIN=/path/to/denort deno task compile (the plain deno binary is not a denort)`;
+  }
+  return undefined;
+}
+
+/** The first line `<output> --version` must print for the output to count as the agent. */
+export const VERSION_PREFIX = "Kubernetes v";
+
+async function checkBinary(output: string, denortBin: string | undefined): Promise<string> {
+  const run = await new Deno.Command(output, {
+    args: ["--version"],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(30_000),
+  }).output();
+  const out = new TextDecoder().decode(run.stdout).trim();
+  if (run.code === 0 && out.startsWith(VERSION_PREFIX)) return out;
+  throw new CompileError(
+    `${output} is not the agent: '${output} --version' printed ${
+      JSON.stringify(out.slice(0, 120))
+    } ` +
+      `(exit ${run.code})` +
+      (denortBin
+        ? `; DENORT_BIN=${denortBin} is probably not a denort binary (the plain deno binary ` +
+          `gives an executable that only starts the REPL)`
+        : ""),
+  );
+}
+
+/** Compiles the agent and checks the result; returns what `--version` printed and the size. */
+export async function compileKubelet(
+  opts: CompileOptions & { readonly cwd?: string; readonly signal?: AbortSignal },
+): Promise<{ version: string; bytes: number }> {
+  const denortBin = Deno.env.get("DENORT_BIN") || undefined;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: compileArgs(opts),
+    cwd: opts.cwd,
+    stdin: "null",
+    stdout: "inherit",
+    stderr: "piped",
+    signal: opts.signal,
+  }).output();
+  const stderr = new TextDecoder().decode(out.stderr);
+  if (out.code !== 0) {
+    const why = explainCompileFailure(stderr, { denortBin, denoVersion: Deno.version.deno });
+    throw new CompileError(why ?? `deno compile failed (exit ${out.code}):\n${stderr.trim()}`);
+  }
+  const path = opts.cwd && !opts.output.startsWith("/")
+    ? `${opts.cwd}/${opts.output}`
+    : opts.output;
+  try {
+    const version = await checkBinary(path, denortBin);
+    return { version, bytes: (await Deno.stat(path)).size };
+  } catch (e) {
+    await Deno.remove(path).catch(() => {});
+    throw e;
+  }
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: { output: { type: "string", default: "kubelet" }, target: { type: "string" } },
+  });
+  try {
+    const r = await compileKubelet({ output: values.output!, target: values.target });
+    const mib = (r.bytes / (1 << 20)).toFixed(1);
+    console.log(`${values.output}: ${r.version}, ${mib} MiB (${r.bytes} bytes)`);
+  } catch (e) {
+    console.error(`error: ${e instanceof CompileError ? e.message : String(e)}`);
+    Deno.exit(1);
+  }
+}
