@@ -238,6 +238,9 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
   readonly #queue: PodLifecycleEvent[] = [];
   readonly #consumers: ((e: PodLifecycleEvent) => void)[] = [];
   #dropped = 0;
+  #folded = 0;
+  /** Queued events that make the consumer sync their pod (all but ContainerRemoved), by pod. */
+  readonly #queuedSyncs = new Map<string, number>();
   readonly #metrics: PlegMetrics | undefined;
   /** Container states the running-containers gauge has shown. */
   readonly #states = new Set<string>();
@@ -261,6 +264,14 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
   /** Events dropped because the queue was full. */
   get droppedEvents(): number {
     return this.#dropped;
+  }
+
+  /**
+   * Events not queued because the queue was full but already held one for the same pod: the
+   * consumer syncs a pod from the cache, whatever the event, so the earlier one stands for both.
+   */
+  get foldedEvents(): number {
+    return this.#folded;
   }
 
   /** Events the queue holds before new ones are dropped. */
@@ -351,7 +362,10 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
   next(signal?: AbortSignal): Promise<PodLifecycleEvent> {
     if (signal?.aborted) return Promise.reject(signal.reason);
     const e = this.#queue.shift();
-    if (e) return Promise.resolve(e);
+    if (e) {
+      this.#unqueued(e);
+      return Promise.resolve(e);
+    }
     return new Promise((resolve, reject) => {
       const consumer = (ev: PodLifecycleEvent) => {
         signal?.removeEventListener("abort", onAbort);
@@ -598,14 +612,29 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
   }
 
   /**
-   * Hands an event to the consumer, or queues it; drops it (counted and logged) when the queue is
-   * full. The evented PLEG sends through here, so the sync loop reads one stream.
+   * Hands an event to the consumer, or queues it. When the queue is full, room is made by folding
+   * a queued event the consumer does not need (a ContainerRemoved, which it ignores, or a second
+   * one of a pod it will sync anyway: it syncs a pod from the cache, whatever the event), and an
+   * event of a pod that already has one queued is folded itself; only when nothing folds is the
+   * event dropped (counted and logged), as upstream's full channel does. Folding is what keeps a
+   * burst of 1000 new pods (two events each) from losing pods until their next resync. The
+   * evented PLEG sends through here, so the sync loop reads one stream.
    */
   send(e: PodLifecycleEvent): void {
     const consumer = this.#consumers.shift();
     if (consumer) return consumer(e);
+    if (this.#queue.length >= this.#capacity) {
+      if (e.type === "ContainerRemoved" || this.#queuedSyncs.has(e.id)) {
+        this.#folded++;
+        return;
+      }
+      if (this.#foldOne()) this.#folded++;
+    }
     if (this.#queue.length < this.#capacity) {
       this.#queue.push(e);
+      if (e.type !== "ContainerRemoved") {
+        this.#queuedSyncs.set(e.id, (this.#queuedSyncs.get(e.id) ?? 0) + 1);
+      }
       return;
     }
     this.#dropped++;
@@ -616,6 +645,26 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
       containerID: e.data,
       droppedEvents: this.#dropped,
     });
+  }
+
+  /** Removes the newest queued event the consumer does not need; false when there is none. */
+  #foldOne(): boolean {
+    for (let i = this.#queue.length - 1; i >= 0; i--) {
+      const q = this.#queue[i]!;
+      if (q.type === "ContainerRemoved" || (this.#queuedSyncs.get(q.id) ?? 0) > 1) {
+        this.#queue.splice(i, 1);
+        this.#unqueued(q);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  #unqueued(e: PodLifecycleEvent): void {
+    if (e.type === "ContainerRemoved") return;
+    const n = this.#queuedSyncs.get(e.id) ?? 0;
+    if (n <= 1) this.#queuedSyncs.delete(e.id);
+    else this.#queuedSyncs.set(e.id, n - 1);
   }
 
   #logExit(e: PodLifecycleEvent): void {

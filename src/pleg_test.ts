@@ -55,10 +55,11 @@ const podLabels = {
 };
 
 /** Runs a sandbox with kubelet labels and one started container per name. */
-async function runPod(h: Harness, containers: string[] = ["main"]) {
+async function runPod(h: Harness, containers: string[] = ["main"], uid = UID) {
+  const labels = { ...podLabels, "io.kubernetes.pod.uid": uid };
   const config = api.PodSandboxConfig.create({
-    metadata: { name: "web", namespace: "default", uid: UID, attempt: 0 },
-    labels: podLabels,
+    metadata: { name: "web", namespace: "default", uid, attempt: 0 },
+    labels,
   });
   const sandbox = await h.runtime.runPodSandbox(config, "");
   const ids: string[] = [];
@@ -69,7 +70,7 @@ async function runPod(h: Harness, containers: string[] = ["main"]) {
         metadata: { name, attempt: 0 },
         image: { image: IMAGE },
         command: ["sleep", "3600"],
-        labels: { ...podLabels, "io.kubernetes.container.name": name },
+        labels: { ...labels, "io.kubernetes.container.name": name },
       }),
       config,
     );
@@ -177,17 +178,42 @@ Deno.test("GenericPLEG healthy turns false after the relist threshold", async ()
   assert.ok(h.logs.some((l) => l.includes("GenericPLEG: Unable to retrieve pods")));
 });
 
-Deno.test("GenericPLEG drops and counts events when the queue is full, with a log line", async () => {
+Deno.test("GenericPLEG drops and counts events of pods not queued when the queue is full, with a log line", async () => {
   await using h = await harness({ capacity: 1 });
-  await runPod(h, ["a", "b"]);
+  await runPod(h, ["a"], "pod-1");
+  await runPod(h, ["a"], "pod-2");
+  await runPod(h, ["a"], "pod-3");
   await h.pleg.relist();
   assert.equal(h.pleg.pending, 1);
-  assert.equal(h.pleg.droppedEvents, 2);
+  // Each pod has two events (sandbox and container started): the first pod's second one folds,
+  // and there is nothing to fold for the other pods.
+  assert.equal(h.pleg.foldedEvents, 1);
+  assert.equal(h.pleg.droppedEvents, 4);
   const lines = h.logs.filter((l) =>
     l.includes("Event channel is full, discard this relist() cycle event")
   );
-  assert.equal(lines.length, 2);
-  assert.match(lines[1]!, /droppedEvents=2/);
+  assert.equal(lines.length, 4);
+  assert.match(lines[3]!, /droppedEvents=4/);
+});
+
+Deno.test("GenericPLEG folds events of a pod already queued when full, so a burst loses no pod", async () => {
+  // Two events per pod, capacity for one per pod: without folding half the pods would be lost
+  // until their resync.
+  await using h = await harness({ capacity: 3 });
+  for (const uid of ["p1", "p2", "p3"]) await runPod(h, ["a"], uid);
+  await h.pleg.relist();
+  assert.equal(h.pleg.droppedEvents, 0);
+  assert.equal(h.pleg.foldedEvents, 3);
+  assert.equal(h.pleg.pending, 3);
+  const events = await drain(h.pleg);
+  assert.deepEqual(new Set(events.map((e) => e.id)), new Set(["p1", "p2", "p3"]));
+  // Dequeued pods no longer fold: the next change of p1 is queued, not folded.
+  await h.runtime.stopPodSandbox(
+    (await h.runtime.listPodSandbox()).find((s) => s.metadata?.uid === "p1")!.id,
+  );
+  await h.pleg.relist();
+  assert.ok(h.pleg.pending > 0);
+  assert.equal(h.pleg.droppedEvents, 0);
 });
 
 Deno.test("GenericPLEG watch yields events as relists produce them", async () => {
