@@ -58,6 +58,11 @@ import { newSourceApiserver } from "./config_apiserver.ts";
 import { type KubeletMetrics, newKubeletMetrics } from "./metrics.ts";
 import { instrumentImageService, instrumentRuntimeService } from "./instrumented_services.ts";
 import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
+import {
+  LOCAL_STORAGE_STATE_FILE,
+  NodeShutdownManager,
+  shutdownGroups,
+} from "./nodeshutdown_manager.ts";
 
 /** How often updateRuntimeUp asks the runtime for its Status (upstream: 5 s). */
 export const RUNTIME_UP_PERIOD_MS = 5_000;
@@ -121,6 +126,8 @@ export class Kubelet {
   #prober: ProberManager | undefined;
   /** The eviction manager (loop mode): node pressure, evictions, admission under pressure. */
   evictionManager: EvictionManager | undefined;
+  /** Graceful node shutdown; undefined when no shutdown grace period is configured. */
+  shutdownManager: NodeShutdownManager | undefined;
   /** Image garbage collection (loop mode). */
   imageGC: ImageGCManager | undefined;
   /** Container garbage collection (loop mode). */
@@ -352,7 +359,11 @@ export class Kubelet {
       sourcesReady: () => podConfig.seenAllSources(sources),
       signal,
       // Upstream's admit handlers after the predicates: the eviction manager's pressure check.
-      admitHandlers: [(pod) => this.evictionManager?.admit(pod) ?? { admit: true }],
+      // and the node shutdown manager's.
+      admitHandlers: [
+        (pod) => this.evictionManager?.admit(pod) ?? { admit: true },
+        (pod) => this.shutdownManager?.admit(pod) ?? { admit: true },
+      ],
       podCgroups: containerManager?.podCgroups,
       metrics: this.metrics,
     });
@@ -432,6 +443,7 @@ export class Kubelet {
         logger,
       });
       running.push(this.containerLogManager.run(signal));
+      running.push(this.#startNodeShutdownManager(signal, syncer, activePods));
       try {
         if (layout instanceof Error) throw layout;
         const stats = await newKubeletStats({
@@ -479,6 +491,63 @@ export class Kubelet {
       }
     }
     return running;
+  }
+
+  /**
+   * Graceful node shutdown (upstream shutdownManager.Start): a failure to start (no system bus,
+   * no logind, a refused inhibitor) is one error line and the kubelet goes on without it.
+   * SIGUSR1 stands for PrepareForShutdown(true), as upstream's manager takes it.
+   */
+  async #startNodeShutdownManager(
+    signal: AbortSignal,
+    syncer: PodLifecycle["syncer"],
+    activePods: () => V1Pod[],
+  ): Promise<void> {
+    const { server, deps, nodeName } = this.#opts;
+    const { config, flags } = server;
+    const { logger } = deps;
+    const groups = shutdownGroups(config);
+    if (groups.length === 0) {
+      logger.info("No graceful configuration specified, node shutdown will be immediate");
+      return;
+    }
+    logger.info("Creating node shutdown manager", {
+      shutdownGracePeriodRequested: config.shutdownGracePeriod ?? 0,
+      shutdownGracePeriodCriticalPods: config.shutdownGracePeriodCriticalPods ?? 0,
+      shutdownGracePeriodByPodPriority: groups,
+    });
+    const { connectLogind } = await import("./_nodeshutdown_logind.ts");
+    const manager = new NodeShutdownManager({
+      groups,
+      connect: (s) => connectLogind({ logger }, s),
+      activePods,
+      killPod: (pod, grace, status) =>
+        syncer.killPodNow(pod, { gracePeriodOverride: grace, status, signal }),
+      syncNodeStatus: () => this.nodeStatus?.poke(),
+      stateFile: join(flags.rootDirectory, LOCAL_STORAGE_STATE_FILE),
+      recorder: deps.recorder,
+      nodeRef: { kind: "Node", name: nodeName, uid: nodeName },
+      clock: deps.clock,
+      logger,
+    });
+    this.shutdownManager = manager;
+    let done: Promise<void>;
+    try {
+      ({ done } = await manager.start(signal));
+    } catch (e) {
+      if (!signal.aborted) logger.error(e, "Failed to start node shutdown manager");
+      return;
+    }
+    const onUsr1 = () => {
+      logger.v(1).info("Received shutdown signal from USR1");
+      manager.onShutdownEvent(true);
+    };
+    Deno.addSignalListener("SIGUSR1", onUsr1);
+    try {
+      await done;
+    } finally {
+      Deno.removeSignalListener("SIGUSR1", onUsr1);
+    }
   }
 
   /**
@@ -895,6 +964,7 @@ export class Kubelet {
           this.runtimeState.runtimeErrors(),
           this.runtimeState.networkErrors(),
           this.runtimeState.storageErrors(),
+          this.shutdownManager?.shutdownStatus(),
         ]
           .filter((e): e is string => e !== undefined),
       pressure: () => {

@@ -188,6 +188,8 @@ export interface NodeAgentOptions {
   readonly waitFor?: string | null;
   /** How long to wait for it, in ms. @default 60000 */
   readonly waitMs?: number;
+  /** Environment of the agent, over the test's own. @default {} */
+  readonly env?: Record<string, string>;
 }
 
 /** An agent started by {@link startNodeAgent}. */
@@ -261,7 +263,7 @@ export async function startNodeAgent(opts: NodeAgentOptions): Promise<NodeAgent>
     ...["--root-dir", join(dir, "root"), "--cert-dir", join(dir, "pki")],
     ...(opts.extraArgs ?? []),
   ];
-  const agent = spawnAgent(args);
+  const agent = spawnAgent(args, { env: opts.env });
   const waitFor = opts.waitFor === undefined ? SYNC_LOOP_STARTED : opts.waitFor;
   if (waitFor !== null) {
     try {

@@ -10,12 +10,14 @@ import { ensureRuntimePackages } from "./containerd_harness.ts";
 import { ensureImagePackages } from "./images.ts";
 import { ensureRegistryPackages } from "./registry_harness.ts";
 import { ensureControlPlaneBinaries } from "./control_plane_build.ts";
+import { ensureDBusPackages } from "./dbus_harness.ts";
 
 const root = Deno.uid() === 0;
 if (root) {
   await ensureRuntimePackages();
   await ensureImagePackages();
   await ensureRegistryPackages();
+  await ensureDBusPackages();
   console.error("tests/setup: runtime, image and registry packages present");
   // kube-apiserver, kubectl, crictl and etcd from their Go modules: minutes the first time on a
   // machine, then reused from the cache outside the repository.
