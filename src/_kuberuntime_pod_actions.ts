@@ -176,6 +176,7 @@ export function computePodActions(
   let keepCount = 0;
   containers.forEach((container, idx) => {
     const status = findContainerStatus(statuses, container.name);
+    killOlderRunning(statuses, container, status, changes);
     if (!status || status.state !== "running") {
       if (shouldContainerBeRestarted(pod, status)) {
         changes.containersToStart.push(idx);
@@ -221,6 +222,30 @@ export function computePodActions(
     changes.initContainersToStart = [];
   }
   return changes;
+}
+
+/**
+ * Not upstream's: an older container of the same name that still runs beside the newest (a
+ * StartContainer that was in flight when the kubelet died, and that the runtime finished after
+ * the restarted kubelet had started the next attempt) is killed, so that two never run at once.
+ */
+function killOlderRunning(
+  statuses: readonly KubeContainerStatus[],
+  container: V1Container,
+  newest: KubeContainerStatus | undefined,
+  changes: PodActions,
+): void {
+  for (const s of statuses) {
+    if (s.name !== container.name || s === newest || s.state !== "running") continue;
+    const newer = newest ? ` (${newest.id.slice(0, 12)})` : "";
+    changes.containersToKill.set(s.id, {
+      name: s.name,
+      container,
+      message: `Container ${s.name} has a newer instance${newer}; the older one is killed ` +
+        "so that two never run at once",
+      reason: "",
+    });
+  }
 }
 
 /**

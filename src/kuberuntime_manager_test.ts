@@ -765,3 +765,35 @@ Deno.test("KubeRuntimeManager.syncPod resolves env from its options and the new 
   ]);
   assert.notEqual(sb?.ip, undefined);
 });
+
+Deno.test("computePodActions kills an older container of one name that runs beside the newest", () => {
+  const p = pod();
+  const main = p.spec!.containers[0]!;
+  // Newest first, as the PLEG sorts them: a StartContainer in flight when the kubelet died
+  // started attempt 0 after the restarted kubelet had started attempt 1.
+  const a = computePodActions(
+    p,
+    status([sandbox()], [
+      cs(p, main, "running", 0, { id: "c-new0000000000" }),
+      cs(p, main, "running", 0, { id: "c-old" }),
+    ]),
+  );
+  assert.deepEqual(summary(a), {
+    ...NOTHING,
+    kill: [
+      "Container main has a newer instance (c-new0000000); the older one is killed so that " +
+      "two never run at once",
+    ],
+  });
+  assert.ok(a.containersToKill.has("c-old"));
+  // The newest exited and restarts: the old one still must not run beside the next.
+  const b = computePodActions(
+    p,
+    status([sandbox()], [
+      cs(p, main, "exited", 1, { id: "c-new" }),
+      cs(p, main, "running", 0, { id: "c-old" }),
+    ]),
+  );
+  assert.deepEqual(summary(b).start, [0]);
+  assert.deepEqual([...b.containersToKill.keys()], ["c-old"]);
+});
