@@ -7,8 +7,9 @@
  * "pod<uid>"]`) that the driver turns into paths. Talks to the filesystem only, through
  * `_cm_cgroupfs.ts`; takes mount points from `cgroup_layout.ts`. Corresponds to upstream
  * `pkg/kubelet/cm/cgroup_manager_linux.go` (+ `_v1`, `_v2`) and the opencontainers/cgroups
- * `fs`/`fs2` managers it calls. The systemd driver's naming is supported; creating, updating
- * and removing its slices needs systemd's D-Bus API and is not supported yet.
+ * `fs`/`fs2` managers it calls. With the systemd driver, each cgroup is a transient slice
+ * systemd starts, updates and stops over D-Bus (`_cm_systemd.ts`, as the opencontainers/cgroups
+ * `systemd` managers do), and the files are then written on cgroupfs as with cgroupfs.
  */
 
 import { posix } from "node:path";
@@ -25,6 +26,7 @@ import {
 } from "./_cm_writers.ts";
 import { formatCgroupName, parseCgroupfsName, parseSystemdName } from "./_cm_names.ts";
 import { type Clock, realClock } from "./clock.ts";
+import { resourceProperties, type SystemdUnits } from "./_cm_systemd.ts";
 import type { Logger } from "./klog.ts";
 
 export { CgroupWriteError, cpuSharesToCPUWeight } from "./_cm_writers.ts";
@@ -66,6 +68,8 @@ export interface CgroupManagerOptions {
   fs?: CgroupFs;
   /** Paces rmdir retries of busy cgroups. @default realClock */
   clock?: Clock;
+  /** systemd over D-Bus, for the systemd driver. @default the system bus, on first use */
+  systemd?: () => Promise<SystemdUnits>;
 }
 
 /** v1 controllers whose directory must exist for a cgroup to exist (upstream Validate). */
@@ -83,6 +87,8 @@ export class CgroupManager {
   readonly #hugePagesDir: string;
   #hugePageSizes?: Promise<number[]>;
   #v2Controllers?: Promise<Set<string>>;
+  readonly #connectSystemd: () => Promise<SystemdUnits>;
+  #systemd?: Promise<SystemdUnits>;
 
   constructor(opts: CgroupManagerOptions) {
     this.layout = opts.layout;
@@ -91,6 +97,8 @@ export class CgroupManager {
     this.#fs = opts.fs ?? realCgroupFs;
     this.#clock = opts.clock ?? realClock;
     this.#hugePagesDir = opts.hugePagesDir ?? "/sys/kernel/mm/hugepages";
+    this.#connectSystemd = opts.systemd ??
+      (async () => (await import("./_cm_systemd.ts")).connectSystemd());
     if (this.layout.mode === "v2" && this.layout.unified === undefined) {
       throw new CgroupManagerError("Cannot manage cgroups: the v2 layout has no cgroup2 mount");
     }
@@ -178,8 +186,18 @@ export class CgroupManager {
    * limits after creating the directories is logged, not thrown.
    */
   async create(parts: readonly string[], rc: ResourceConfig = {}): Promise<void> {
-    this.#mustWrite("create", parts);
     const res = await this.#resources(rc);
+    const unit = this.#unit(parts);
+    if (unit) {
+      try {
+        await (await this.#units()).startSlice(unit.name, unit.parent, this.#properties(rc));
+      } catch (e) {
+        throw new CgroupManagerError(
+          `Cannot create cgroup ${formatCgroupName(parts)}: ${(e as Error).message}`,
+          { cause: e },
+        );
+      }
+    }
     if (this.layout.mode === "v2") {
       const dir = posix.join(this.layout.unified!, this.name(parts));
       try {
@@ -200,7 +218,9 @@ export class CgroupManager {
 
   /** Applies `rc` to an existing cgroup (upstream `Update`). */
   async update(parts: readonly string[], rc: ResourceConfig): Promise<void> {
-    this.#mustWrite("update", parts);
+    const unit = this.#unit(parts);
+    // systemd keeps the values too, so a daemon-reload does not undo the files written below.
+    if (unit) await (await this.#units()).setProperties(unit.name, this.#properties(rc));
     await this.#set(parts, await this.#resources(rc));
   }
 
@@ -214,7 +234,20 @@ export class CgroupManager {
    * still holds processes stays busy and the error names its path (upstream `Destroy`).
    */
   async destroy(parts: readonly string[], signal?: AbortSignal): Promise<void> {
-    this.#mustWrite("destroy", parts);
+    const unit = this.#unit(parts);
+    if (unit) {
+      try {
+        await (await this.#units()).stopUnit(unit.name, signal);
+      } catch (e) {
+        signal?.throwIfAborted();
+        throw new CgroupManagerError(
+          `unable to destroy cgroup paths for cgroup ${formatCgroupName(parts)} : ${
+            (e as Error).message
+          }`,
+          { cause: e },
+        );
+      }
+    }
     const failed: string[] = [];
     let first: unknown;
     for (const dir of this.#allDirs(parts)) {
@@ -269,12 +302,25 @@ export class CgroupManager {
     return this.#hugePageSizes;
   }
 
-  #mustWrite(op: string, parts: readonly string[]): void {
-    if (this.driver !== "systemd") return;
-    throw new CgroupManagerError(
-      `Cannot ${op} cgroup ${formatCgroupName(parts)}: the systemd cgroup driver ` +
-        `(slices through systemd's D-Bus API) is not supported yet`,
-    );
+  /** The slice of a CgroupName and its parent slice, with the systemd driver. */
+  #unit(parts: readonly string[]): { name: string; parent: string } | undefined {
+    if (this.driver !== "systemd") return undefined;
+    const path = this.name(parts).split("/").filter(Boolean);
+    const name = path.at(-1);
+    if (name === undefined) return undefined;
+    return { name, parent: path.at(-2) ?? "-.slice" };
+  }
+
+  #units(): Promise<SystemdUnits> {
+    this.#systemd ??= this.#connectSystemd().catch((e) => {
+      this.#systemd = undefined;
+      throw e;
+    });
+    return this.#systemd;
+  }
+
+  #properties(rc: ResourceConfig): ReturnType<typeof resourceProperties> {
+    return resourceProperties(rc, this.layout.mode === "v2");
   }
 
   #supportedV2(): Promise<Set<string>> {

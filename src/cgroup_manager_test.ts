@@ -8,6 +8,7 @@ import {
   formatCgroupName,
   newCgroupName,
 } from "./cgroup_manager.ts";
+import type { SystemdUnits } from "./_cm_systemd.ts";
 import { FakeClock } from "./clock.ts";
 import {
   canUseRealCgroups,
@@ -290,15 +291,93 @@ Deno.test("CgroupManager create logs limits it cannot apply, as upstream", async
   }, { v1: ["cpu,cpuacct", "cpuset", "memory"] });
 });
 
-Deno.test("CgroupManager with the systemd driver fails loudly when writing", async () => {
-  await withHost("v1", async (_host, _cm) => {
+Deno.test("CgroupManager with the systemd driver starts, updates and stops slices, then writes the files", async () => {
+  for (const mode of ["v1", "v2"] as const) {
+    const host = await makeCmHost(mode);
     const { logger } = captureLogger();
-    const layout = { mode: "v1" as const, root: "/nonexistent", v1: new Map() };
-    const sd = new CgroupManager({ layout, logger, driver: "systemd" });
-    for (const op of [() => sd.create(POD), () => sd.update(POD, {}), () => sd.destroy(POD)]) {
-      await assert.rejects(op(), /systemd cgroup driver .* is not supported yet/);
+    const calls: string[] = [];
+    const units: SystemdUnits = {
+      startSlice(name, parent, props) {
+        calls.push(
+          `start ${name} wants ${parent}: ${props.map(([k, v]) => `${k}=${v.value}`).join(" ")}`,
+        );
+        return Promise.resolve();
+      },
+      setProperties(name, props) {
+        calls.push(`set ${name}: ${props.map(([k, v]) => `${k}=${v.value}`).join(" ")}`);
+        return Promise.resolve();
+      },
+      stopUnit(name) {
+        calls.push(`stop ${name}`);
+        return Promise.resolve();
+      },
+      close() {},
+    };
+    try {
+      const cm = new CgroupManager({
+        layout: host.layout,
+        logger,
+        fs: host.fs,
+        hugePagesDir: host.hugePagesDir,
+        clock: new FakeClock(),
+        driver: "systemd",
+        systemd: () => Promise.resolve(units),
+      });
+      const slice = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice";
+      await cm.create(POD, {
+        cpuShares: 102n,
+        memory: 64n << 20n,
+        cpuQuota: 25_000n,
+        cpuPeriod: 100_000n,
+      });
+      const shares = mode === "v2" ? "CPUWeight=4" : "CPUShares=102";
+      const memory = mode === "v2" ? "MemoryMax=67108864" : "MemoryLimit=67108864";
+      assert.deepEqual(calls, [
+        `start kubepods-burstable-pod1234.slice wants kubepods-burstable.slice: ${shares} ` +
+        `CPUQuotaPerSecUSec=250000 ${memory}`,
+      ]);
+      if (mode === "v1") {
+        assert.equal(await host.read("cpu", slice, "cpu.shares"), "102");
+        assert.equal(await host.read("memory", slice, "memory.limit_in_bytes"), "67108864");
+      } else {
+        assert.equal(await host.read("", slice, "cpu.weight"), "4");
+        assert.equal(await host.read("", slice, "memory.max"), "67108864");
+      }
+      await cm.update(POD, { pidsLimit: -1n });
+      assert.equal(calls[1], "set kubepods-burstable-pod1234.slice: TasksMax=18446744073709551615");
+      await cm.destroy(POD);
+      assert.equal(calls[2], "stop kubepods-burstable-pod1234.slice");
+      assert.equal(await cm.exists(POD), false);
+      // The top slice's parent is the root slice.
+      await cm.create(["kubepods"]);
+      assert.match(calls[3]!, /^start kubepods\.slice wants -\.slice/);
+    } finally {
+      await host.cleanup();
     }
-  });
+  }
+});
+
+Deno.test("CgroupManager with the systemd driver names the cgroup when systemd refuses", async () => {
+  const host = await makeCmHost("v1");
+  const { logger } = captureLogger();
+  try {
+    const cm = new CgroupManager({
+      layout: host.layout,
+      logger,
+      fs: host.fs,
+      driver: "systemd",
+      systemd: () =>
+        Promise.reject(
+          new Error("cannot connect to the bus at /run/dbus/system_bus_socket: No such file"),
+        ),
+    });
+    await assert.rejects(
+      cm.create(POD),
+      /Cannot create cgroup \["kubepods" "burstable" "pod1234"\]: cannot connect to the bus/,
+    );
+  } finally {
+    await host.cleanup();
+  }
 });
 
 Deno.test("CgroupManager creates, updates and destroys a real cgroup", async () => {

@@ -66,6 +66,7 @@ export class FakeRemoteRuntime implements AsyncDisposable {
   readonly #calls = new Map<string, number>();
   readonly #errors = new Map<string, InjectedError[]>();
   readonly #latency = new Map<string, number>();
+  readonly #rewrites = new Map<string, (reply: unknown) => unknown>();
   /** Fails pending latency sleeps and open event streams when the server goes down. */
   readonly #onShutdown = new Set<() => void>();
   /** Ends each open GetContainerEvents stream with the error given. */
@@ -180,6 +181,16 @@ export class FakeRemoteRuntime implements AsyncDisposable {
     return this.#eventStreams.size;
   }
 
+  /**
+   * Passes every reply of `rpc` through `fn` before it is sent (a runtime answering with
+   * missing fields, unknown enum values or huge strings); `undefined` removes the rewrite.
+   */
+  rewriteReplies(rpc: string, fn: ((reply: unknown) => unknown) | undefined): void {
+    checkRpc(rpc, "rewrite replies");
+    if (fn) this.#rewrites.set(rpc, fn);
+    else this.#rewrites.delete(rpc);
+  }
+
   /** Drops every injected error not yet returned. */
   clearErrors(): void {
     this.#errors.clear();
@@ -287,7 +298,7 @@ export class FakeRemoteRuntime implements AsyncDisposable {
     checkRpc(rpc, "serve");
     return (call, callback) => {
       this.#enter(rpc).then(() => fn(call.request)).then(
-        (res) => callback(null, res),
+        (res) => callback(null, this.#rewrite(rpc, res)),
         (e) => callback(toStatus(e)),
       );
     };
@@ -299,7 +310,7 @@ export class FakeRemoteRuntime implements AsyncDisposable {
     return (call) => {
       this.#enter(rpc).then(() => fn(call.request)).then(
         (res) => {
-          call.write(res);
+          call.write(this.#rewrite(rpc, res));
           call.end();
         },
         (e) => call.emit("error", toStatus(e)),
@@ -332,6 +343,11 @@ export class FakeRemoteRuntime implements AsyncDisposable {
       call.on("cancelled", close);
       call.on("close", close);
     }, (e) => call.emit("error", toStatus(e)));
+  }
+
+  #rewrite<Res>(rpc: string, res: Res): Res {
+    const fn = this.#rewrites.get(rpc);
+    return fn ? fn(res) as Res : res;
   }
 
   /** Counts the call, waits any injected latency, then throws any injected error. */

@@ -48,6 +48,8 @@ export interface PreflightOptions {
   readonly pathNeeds: readonly PathNeed[];
   /** Host files are read under this root. @default "/" */
   readonly root?: string;
+  /** The system bus, for the systemd cgroup driver. @default DBUS_SYSTEM_BUS_ADDRESS, else the socket */
+  readonly systemBusAddress?: string;
   /** Bound of each runtime and apiserver call. @default 5000 */
   readonly timeoutMs?: number;
   /** @default Date.now */
@@ -146,12 +148,19 @@ async function checkCgroups(o: PreflightOptions): Promise<Finding[]> {
       "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2), or set failCgroupV1: false",
     ));
   }
-  if (o.config.cgroupDriver === "systemd") {
-    out.push(problem(
-      "cgroups",
-      "cgroupDriver systemd is not supported yet by this kubelet",
-      "set cgroupDriver: cgroupfs, and the runtime's too (containerd: SystemdCgroup = false)",
-    ));
+  if (o.config.cgroupDriver === "systemd" && (o.config.cgroupsPerQOS ?? true)) {
+    // The systemd driver starts every kubelet cgroup as a slice through systemd's D-Bus API.
+    const { connectSystemd } = await import("./_cm_systemd.ts");
+    try {
+      (await connectSystemd(o.systemBusAddress, AbortSignal.timeout(o.timeoutMs ?? 5_000))).close();
+    } catch (e) {
+      out.push(problem(
+        "cgroups",
+        `cgroupDriver is systemd but systemd cannot be reached over D-Bus: ${(e as Error).message}`,
+        "run the kubelet where systemd is PID 1 with its system bus, or set cgroupDriver: " +
+          "cgroupfs (and the runtime's: containerd SystemdCgroup = false)",
+      ));
+    }
   }
   const layout = await detectCgroupLayout({ root, mountinfo });
   if (layout.mode === "v2") {

@@ -111,6 +111,7 @@ Deno.test("runPreflight names every planted problem in one run, each with a fix"
       pathNeeds: [{ permission: "read", path: "/opt/elsewhere", source: "staticPodPath" }],
       permissionState: (n) => n.path === "/opt/elsewhere" ? "denied" : "granted",
       root,
+      systemBusAddress: `unix:path=${root}/no-system-bus`,
       nodeName: "node-a",
       timeoutMs: 2_000,
     });
@@ -119,7 +120,10 @@ Deno.test("runPreflight names every planted problem in one run, each with a fix"
       ["permissions", /read access to '\/opt\/elsewhere' \(from staticPodPath\)/],
       ["runtime", /socket .*missing\.sock does not exist/],
       ["cgroups", /cgroup v1 and failCgroupV1 is true/],
-      ["cgroups", /cgroupDriver systemd is not supported yet/],
+      [
+        "cgroups",
+        /cgroupDriver is systemd but systemd cannot be reached over D-Bus: cannot connect/,
+      ],
       ["swap", /swap is on \(\/swapfile\) and failSwapOn is true/],
       ["kernel", /ip_forward is not 1/],
       ["certificates", /is not the key of tlsCertFile/],

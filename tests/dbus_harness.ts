@@ -141,3 +141,75 @@ echo "$$ end" >> '${log}'
   );
   return { log };
 }
+
+/** A fake systemd manager: transient units, with JobRemoved after each start or stop job. */
+export interface FakeSystemd {
+  /** Method calls, as "Member(args)" with properties as name=value. */
+  readonly calls: string[];
+  /** Units started and not stopped. */
+  readonly units: Set<string>;
+  /** Makes the next start job of `name` end with `result` instead of "done". */
+  failNext(name: string, result: string): void;
+  close(): void;
+}
+
+/** Serves org.freedesktop.systemd1's unit calls on the bus at `address`. */
+export async function startFakeSystemd(address: string): Promise<FakeSystemd> {
+  const bus = await DBusConnection.connect({ address });
+  await bus.requestName("org.freedesktop.systemd1");
+  const failures = new Map<string, string>();
+  let jobs = 0;
+  const fake: FakeSystemd = {
+    calls: [],
+    units: new Set(),
+    failNext: (name, result) => void failures.set(name, result),
+    close: () => bus.close(),
+  };
+  const props = (list: unknown) =>
+    (list as [string, { value: unknown }][])
+      .map(([k, v]) => `${k}=${Array.isArray(v.value) ? v.value.join(",") : String(v.value)}`)
+      .join(" ");
+  const job = (unit: string, result: string) => {
+    const path = `/org/freedesktop/systemd1/job/${++jobs}`;
+    // After the reply, as systemd sends it.
+    setTimeout(() =>
+      bus.emit(
+        "/org/freedesktop/systemd1",
+        "org.freedesktop.systemd1.Manager",
+        "JobRemoved",
+        "uoss",
+        [jobs, path, unit, result],
+      ), 1);
+    return { signature: "o", body: [path] };
+  };
+  const manager = "org.freedesktop.systemd1.Manager";
+  bus.handle(manager, "Subscribe", () => {
+    fake.calls.push("Subscribe()");
+    return {};
+  });
+  bus.handle(manager, "StartTransientUnit", (m) => {
+    const [name, mode, list] = m.body as [string, string, unknown];
+    fake.calls.push(`StartTransientUnit(${name}, ${mode}, ${props(list)})`);
+    if (fake.units.has(name)) {
+      throw new DBusError(`Unit ${name} already exists.`, "org.freedesktop.systemd1.UnitExists");
+    }
+    const result = failures.get(name) ?? "done";
+    failures.delete(name);
+    if (result === "done") fake.units.add(name);
+    return job(name, result);
+  });
+  bus.handle(manager, "SetUnitProperties", (m) => {
+    const [name, runtime, list] = m.body as [string, boolean, unknown];
+    fake.calls.push(`SetUnitProperties(${name}, ${runtime}, ${props(list)})`);
+    return {};
+  });
+  bus.handle(manager, "StopUnit", (m) => {
+    const [name, mode] = m.body as [string, string];
+    fake.calls.push(`StopUnit(${name}, ${mode})`);
+    if (!fake.units.delete(name)) {
+      throw new DBusError(`Unit ${name} not loaded.`, "org.freedesktop.systemd1.NoSuchUnit");
+    }
+    return job(name, "done");
+  });
+  return fake;
+}

@@ -15,7 +15,7 @@ import { join } from "node:path";
 import type { V1Node, V1Pod } from "@kubernetes/client-node";
 import { parse, stringify } from "yaml";
 import * as api from "../proto/runtime/v1/api.ts";
-import { damageText, type FuzzReport, mutate, oddString, type Rng, runFuzz } from "../src/_fuzz.ts";
+import { damageText, type FuzzReport, mutate, oddString, Rng, runFuzz } from "../src/_fuzz.ts";
 import { computePodActions } from "../src/_kuberuntime_pod_actions.ts";
 import { staticPodFromManifest, StaticPodManifestError } from "../src/_static_pod_decode.ts";
 import { ConfigError } from "../src/config_schema.ts";
@@ -27,6 +27,12 @@ import { admitPod } from "../src/lifecycle_predicate.ts";
 import type { PodStatus } from "../src/pod_cache.ts";
 import { computePodQOS } from "../src/qos.ts";
 import { serveKubeletAPI } from "../src/server.ts";
+import { CriConnection } from "../src/cri_connection.ts";
+import { startFakeRuntime } from "../src/fake_remote_runtime.ts";
+import { PodCache } from "../src/pod_cache.ts";
+import { GenericPLEG } from "../src/pleg.ts";
+import { RemoteRuntimeService } from "../src/remote_runtime.ts";
+import { FakeClock } from "../src/clock.ts";
 import { REPO_ROOT } from "./agent_process.ts";
 
 const FULL = Deno.env.get("FUZZ_FULL") === "1";
@@ -265,6 +271,132 @@ Deno.test("fuzz API pods and CRI replies: admission, QoS, actions and status nev
       show: (v) => JSON.stringify(v, (_k, x) => (typeof x === "bigint" ? x.toString() : x)),
     }),
   );
+});
+
+// ---- CRI replies over gRPC, from the fake runtime ---------------------------------------------
+
+const MAP_FIELDS = new Set(["labels", "annotations", "info", "extra"]);
+
+/** A CRI reply damaged as a runtime might: fields emptied or missing, enums unknown, huge strings. */
+function damageReply(rng: Rng, v: unknown, key = ""): unknown {
+  if (typeof v === "string") return rng.pick(["", oddString(rng), "x".repeat(100_000), v]);
+  if (typeof v === "number") return rng.pick([0, -1, 7, 99, 2147483647, v]);
+  if (typeof v === "bigint") return rng.pick([0n, -1n, 2n ** 62n, 1n, v]);
+  if (typeof v === "boolean") return !v;
+  if (Array.isArray(v)) {
+    const r = rng.int(4);
+    if (r === 0) return [];
+    if (r === 1) return [...v, ...v];
+    return v.map((e) => (rng.chance(0.6) ? damageReply(rng, e) : e));
+  }
+  if (v && typeof v === "object") {
+    if (MAP_FIELDS.has(key)) {
+      return rng.chance(0.5) ? {} : { ...v, [oddString(rng).slice(0, 50)]: oddString(rng) };
+    }
+    const out: Record<string, unknown> = { ...(v as Record<string, unknown>) };
+    for (const [k, e] of Object.entries(out)) {
+      if (!rng.chance(0.4)) continue;
+      // A missing sub-message is undefined; everything else keeps its type.
+      out[k] = e && typeof e === "object" && !Array.isArray(e) && !MAP_FIELDS.has(k) &&
+          rng.chance(0.3)
+        ? undefined
+        : damageReply(rng, e, k);
+    }
+    return out;
+  }
+  return v;
+}
+
+const ENGINE_ERROR = /TypeError|RangeError|ReferenceError|is not a function|Cannot read properties/;
+
+Deno.test("fuzz CRI replies from the fake runtime: relist, actions and status never crash", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "fuzz-cri-" });
+  const image = "busybox:1.36";
+  const fake = await startFakeRuntime({ preloadImages: [image], socket: join(dir, "cri.sock") });
+  const connection = new CriConnection({ endpoint: fake.endpoint });
+  const runtime = new RemoteRuntimeService({ connection, timeoutMs: 10_000 });
+  const logs: string[] = [];
+  const cache = new PodCache();
+  const pleg = new GenericPLEG({
+    runtime,
+    cache,
+    clock: new FakeClock(),
+    logger: createLogger({ write: (l) => logs.push(l), verbosity: 4 }),
+  });
+  const pods: V1Pod[] = [];
+  try {
+    for (let p = 0; p < 3; p++) {
+      const pod = structuredClone(EXAMPLE_POD);
+      pod.metadata = { ...pod.metadata, name: `web-${p}`, uid: `uid-${p}` };
+      pods.push(pod);
+      const labels = {
+        "io.kubernetes.pod.name": `web-${p}`,
+        "io.kubernetes.pod.namespace": "default",
+        "io.kubernetes.pod.uid": `uid-${p}`,
+      };
+      const config = api.PodSandboxConfig.create({
+        metadata: { name: `web-${p}`, namespace: "default", uid: `uid-${p}`, attempt: 0 },
+        labels,
+      });
+      const sandbox = await runtime.runPodSandbox(config, "");
+      for (const c of pod.spec!.containers) {
+        const id = await runtime.createContainer(
+          sandbox,
+          api.ContainerConfig.create({
+            metadata: { name: c.name, attempt: 0 },
+            image: { image },
+            command: ["sleep", "3600"],
+            labels: newContainerLabels(c, pod),
+          }),
+          config,
+        );
+        await runtime.startContainer(id);
+      }
+    }
+    const rpcs = ["ListPodSandbox", "ListContainers", "PodSandboxStatus", "ContainerStatus"];
+    assertClean(
+      await runFuzz({
+        target: "CRI replies over gRPC",
+        seed: SEED + 4,
+        cases: FULL ? 10_000 : Math.max(100, Math.floor(CASES / 2)),
+        generate: (rng) => ({
+          seed: rng.int(2 ** 31),
+          damaged: rpcs.filter(() => rng.chance(0.5)),
+        }),
+        async run({ seed, damaged }): Promise<"accepted" | "rejected"> {
+          const rng = new Rng(seed);
+          for (const rpc of rpcs) {
+            fake.rewriteReplies(
+              rpc,
+              damaged.includes(rpc) ? (r) => damageReply(rng, r) : undefined,
+            );
+          }
+          const before = logs.length;
+          await pleg.relist();
+          for (const line of logs.slice(before)) {
+            if (ENGINE_ERROR.test(line)) throw new TypeError(`logged: ${line.slice(0, 500)}`);
+          }
+          for (const pod of pods) {
+            const podStatus = cache.get(pod.metadata!.uid!).status;
+            computePodActions(pod, podStatus);
+            generateAPIPodStatus({
+              pod,
+              podStatus,
+              podIsTerminal: false,
+              reasons: { get: () => undefined },
+              hostIPs: ["10.0.0.1"],
+              now: new Date(0),
+            });
+          }
+          return logs.length > before ? "rejected" : "accepted";
+        },
+      }),
+    );
+  } finally {
+    connection.close();
+    await fake.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 // ---- Requests to the kubelet API ---------------------------------------------------------------
