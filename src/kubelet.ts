@@ -529,6 +529,10 @@ export class Kubelet {
       nodeRef: { kind: "Node", name: nodeName, uid: nodeName },
       clock: deps.clock,
       logger,
+      metrics: this.metrics && {
+        start: this.metrics.gracefulShutdownStartTime,
+        end: this.metrics.gracefulShutdownEndTime,
+      },
     });
     this.shutdownManager = manager;
     let done: Promise<void>;

@@ -95,6 +95,9 @@ export class KubeletMetrics {
   readonly startedPodsErrorsTotal: Counter;
   /** rest_client_requests_total{code,method,host}: every apiserver answer (or `<error>`). */
   readonly restClientRequests: Counter;
+  /** kubelet_graceful_shutdown_{start,end}_time_seconds: the last node shutdown. */
+  readonly gracefulShutdownStartTime: Gauge;
+  readonly gracefulShutdownEndTime: Gauge;
 
   constructor(opts: KubeletMetricsOptions = {}) {
     const r = new MetricsRegistry({ onOverflow: opts.onOverflow });
@@ -165,6 +168,19 @@ export class KubeletMetrics {
       new Gauge({
         name: "kubelet_pleg_last_seen_seconds",
         help: "Timestamp in seconds when PLEG was last seen active.",
+      }),
+    );
+    // Upstream gives both the start's help text.
+    this.gracefulShutdownStartTime = r.register(
+      new Gauge({
+        name: "kubelet_graceful_shutdown_start_time_seconds",
+        help: "Last graceful shutdown start time since unix epoch in seconds",
+      }),
+    );
+    this.gracefulShutdownEndTime = r.register(
+      new Gauge({
+        name: "kubelet_graceful_shutdown_end_time_seconds",
+        help: "Last graceful shutdown start time since unix epoch in seconds",
       }),
     );
     this.runningPods = r.register(

@@ -153,6 +153,11 @@ export interface NodeShutdownManagerOptions {
   readonly logger: Logger;
   /** @default realClock */
   readonly clock?: Clock;
+  /** kubelet_graceful_shutdown_start/end_time_seconds. @default none */
+  readonly metrics?: {
+    readonly start: { set(v: number): void };
+    readonly end: { set(v: number): void };
+  };
 }
 
 /** Upstream's node shutdown managerImpl. */
@@ -196,6 +201,7 @@ export class NodeShutdownManager {
    */
   async start(signal: AbortSignal): Promise<{ done: Promise<void> }> {
     let { ended } = await this.#start(signal);
+    await this.#loadMetrics();
     // Stopping the kubelet ends the watch (and with it the wait for the bus to go away).
     signal.addEventListener("abort", () => this.#logind?.close(), { once: true });
     const done = (async () => {
@@ -306,13 +312,18 @@ export class NodeShutdownManager {
     logger.v(1).info("Shutdown manager processing shutdown event");
     const startTime = new Date(this.#clock.now());
     await this.#store(startTime, undefined);
+    this.#o.metrics?.start.set(Math.floor(startTime.getTime() / 1000));
+    this.#o.metrics?.end.set(0);
     try {
       for (const { group, pods } of groupByPriority(this.#o.groups, this.#o.activePods())) {
         if (pods.length === 0) continue;
         await this.#killGroup(group, pods);
       }
     } finally {
-      await this.#store(startTime, new Date(this.#clock.now()));
+      const endTime = new Date(this.#clock.now());
+      await this.#store(startTime, endTime);
+      // Upstream sets the start gauge here (a slip); the end gauge is the one meant.
+      this.#o.metrics?.end.set(Math.floor(endTime.getTime() / 1000));
       await this.#lock?.release();
       this.#lock = undefined;
       logger.v(1).info(
@@ -363,6 +374,36 @@ export class NodeShutdownManager {
     const kv = { gracePeriod: group.shutdownGracePeriodSeconds, priority: group.priority };
     if (late) logger.v(1).info("Shutdown manager pod killing time out", kv);
     else logger.v(1).info("Done waiting for all pods in group to terminate", kv);
+  }
+
+  /** The last shutdown's times from the state file into the gauges (upstream setMetrics). */
+  async #loadMetrics(): Promise<void> {
+    const m = this.#o.metrics;
+    if (!m) return;
+    let text: string;
+    try {
+      text = await Deno.readTextFile(this.#o.stateFile);
+    } catch (e) {
+      if (e instanceof Deno.errors.NotFound) return;
+      this.#o.logger.error(e, "Failed to load graceful shutdown state", {
+        path: this.#o.stateFile,
+      });
+      return;
+    }
+    const seconds = (v: unknown) => {
+      const t = typeof v === "string" ? Date.parse(v) : NaN;
+      // Go's zero time (year 1) counts as unset.
+      return Number.isFinite(t) && t > 0 ? Math.floor(t / 1000) : 0;
+    };
+    try {
+      const state = JSON.parse(text) as { startTime?: unknown; endTime?: unknown };
+      if (seconds(state.startTime)) m.start.set(seconds(state.startTime));
+      if (seconds(state.endTime)) m.end.set(seconds(state.endTime));
+    } catch (e) {
+      this.#o.logger.error(e, "Failed to load graceful shutdown state", {
+        path: this.#o.stateFile,
+      });
+    }
   }
 
   async #store(start: Date, end: Date | undefined): Promise<void> {

@@ -107,8 +107,13 @@ class FakeLogind implements Logind {
   }
 }
 
-async function harness(pods: V1Pod[], opts: { logind?: FakeLogind } = {}) {
+async function harness(
+  pods: V1Pod[],
+  opts: { logind?: FakeLogind; state?: string } = {},
+) {
   const dir = await Deno.makeTempDir({ prefix: "nodeshutdown-" });
+  if (opts.state) await Deno.writeTextFile(`${dir}/graceful_node_shutdown_state`, opts.state);
+  const gauges = { start: -1, end: -1 };
   const clock = new FakeClock();
   const logind = opts.logind ?? new FakeLogind();
   logind.delayMs ||= 60_000;
@@ -131,6 +136,10 @@ async function harness(pods: V1Pod[], opts: { logind?: FakeLogind } = {}) {
     nodeRef: { kind: "Node", name: "n1", uid: "n1" },
     clock,
     logger: createLogger({ write: (l) => lines.push(l), verbosity: 1 }),
+    metrics: {
+      start: { set: (v) => void (gauges.start = v) },
+      end: { set: (v) => void (gauges.end = v) },
+    },
   });
   const ac = new AbortController();
   return {
@@ -144,6 +153,7 @@ async function harness(pods: V1Pod[], opts: { logind?: FakeLogind } = {}) {
     lines,
     manager,
     ac,
+    gauges,
     async [Symbol.asyncDispose]() {
       ac.abort();
       await Deno.remove(dir, { recursive: true });
@@ -288,4 +298,22 @@ Deno.test("NodeShutdownManager start's watch ends when the kubelet stops", async
   h.ac.abort();
   await done;
   assert.ok(h.logind.closed >= 1);
+});
+
+Deno.test("NodeShutdownManager sets the shutdown time gauges from the state file and each shutdown", async () => {
+  const t0 = Date.UTC(2026, 0, 1) / 1000;
+  {
+    await using h = await harness([], {
+      state: '{"startTime":"2025-12-31T23:00:00Z","endTime":"2025-12-31T23:00:20Z"}',
+    });
+    await h.manager.start(h.ac.signal);
+    assert.deepEqual(h.gauges, { start: t0 - 3600, end: t0 - 3580 });
+  }
+  await using h = await harness([], { state: '{"startTime":"0001-01-01T00:00:00Z"}' });
+  await h.manager.start(h.ac.signal);
+  assert.deepEqual(h.gauges, { start: -1, end: -1 });
+  h.logind.onEvent!(true);
+  await until(() => h.gauges.start === t0);
+  await h.manager.idle();
+  assert.deepEqual(h.gauges, { start: t0, end: t0 });
 });
