@@ -596,7 +596,7 @@ Deno.test({
     );
     const text = `# Fuzz run, ${new Date().toISOString()}\n\n` +
       "`FUZZ_FULL=1 deno test --allow-all tests/fuzz_test.ts` (`deno task fuzz`); replay one case " +
-      "with its run seed (FUZZ_SEED is the first target's; the others add 1, 2, 3).\n\n" +
+      "with its run seed (FUZZ_SEED is the first target's; the others add 1 to 4, as the table shows).\n\n" +
       "| target | seed | cases | accepted | rejected | crashed or hung | time |\n" +
       "|---|---|---|---|---|---|---|\n" + rows.join("\n") + "\n";
     await Deno.writeTextFile(join(REPO_ROOT, "tests", "results", `fuzz-${date}.md`), text);
