@@ -1,8 +1,10 @@
 /**
  * @module
  * The apiserver pod source: every pod whose `spec.nodeName` is this node, listed and watched
- * across namespaces, handed to PodConfig as a whole set (SET) after each change. Corresponds to
- * upstream `pkg/kubelet/config/apiserver.go` (NewSourceApiserver).
+ * across namespaces, handed to PodConfig as a whole set (SET) after each list and as single
+ * changes after each watch event (upstream hands the whole set after every event, which costs
+ * O(pods) per event). Corresponds to upstream `pkg/kubelet/config/apiserver.go`
+ * (NewSourceApiserver).
  */
 
 import type { V1Pod } from "@kubernetes/client-node";
@@ -17,8 +19,10 @@ export interface ApiserverSourceOptions {
   readonly nodeName: string;
   readonly clock: Clock;
   readonly logger: Logger;
-  /** Receives the node's whole set of pods after each change. */
+  /** Receives the node's whole set of pods after each list. */
   readonly onUpdate: (pods: V1Pod[]) => void;
+  /** Receives each watched change of one pod. */
+  readonly onEvent: (type: "ADDED" | "MODIFIED" | "DELETED", pod: V1Pod) => void;
 }
 
 /** Builds the source; call `run(signal)` to start it. */
@@ -31,5 +35,6 @@ export function newSourceApiserver(opts: ApiserverSourceOptions): Reflector<V1Po
     logger: opts.logger,
     what: `pods bound to ${opts.nodeName}`,
     onChange: opts.onUpdate,
+    onEvent: opts.onEvent,
   });
 }

@@ -427,6 +427,11 @@ export class Kubelet {
         clock,
         logger,
         onUpdate: merge(API_SOURCE),
+        onEvent: (type, pod) => {
+          // In runonce mode only the first list counts.
+          if (mode === "once") return;
+          for (const update of podConfig.apply(API_SOURCE, type, pod)) loop.push(update);
+        },
       });
       running.push(api.run(signal));
     }

@@ -141,76 +141,128 @@ export class PodConfig {
     this.#seen.add(source);
     const old = this.#pods.get(source) ?? new Map<string, V1Pod>();
     const next = new Map<string, V1Pod>();
-    const adds: V1Pod[] = [];
-    const updates: V1Pod[] = [];
-    const deletes: V1Pod[] = [];
-    const reconciles: V1Pod[] = [];
+    const b = new Buckets();
     const names = new Set<string>();
     for (const incoming of pods) {
-      const ref = structuredClone(incoming);
-      const name = fullName(ref);
-      if (names.has(name)) {
-        if (this.#opts.onDuplicate) this.#opts.onDuplicate(ref, source);
-        else {
-          this.#opts.logger?.info(
-            "Pod with the same full name already exists in the source; ignoring",
-            { pod: kobj(ref), source },
-          );
-        }
-        continue;
-      }
-      names.add(name);
-      ref.metadata ??= {};
-      ref.metadata.annotations = {
-        ...ref.metadata.annotations,
-        [CONFIG_SOURCE_ANNOTATION]: source,
-      };
-      if (this.#opts.onPodObserved && !isStaticPod(ref)) {
-        this.#opts.onPodObserved(ref, this.#opts.now());
-      }
-      const uid = ref.metadata.uid ?? name;
-      const existing = old.get(uid);
-      if (!existing) {
-        ref.metadata.annotations[CONFIG_FIRST_SEEN_ANNOTATION] ??= new Date(this.#opts.now())
-          .toISOString();
-        next.set(uid, ref);
-        adds.push(ref);
-        continue;
-      }
-      next.set(uid, existing);
-      if (!podsDifferSemantically(existing, ref)) {
-        // The kubelet owns pod status: a source that reports another one is reconciled.
-        if (!deepEqual(existing.status, ref.status)) {
-          existing.status = ref.status;
-          reconciles.push(existing);
-        }
-        continue;
-      }
-      const seen = existing.metadata?.annotations?.[CONFIG_FIRST_SEEN_ANNOTATION];
-      if (seen !== undefined) ref.metadata.annotations[CONFIG_FIRST_SEEN_ANNOTATION] = seen;
-      existing.spec = ref.spec;
-      existing.status = ref.status;
-      existing.metadata = {
-        ...existing.metadata,
-        labels: ref.metadata.labels,
-        annotations: ref.metadata.annotations,
-        deletionTimestamp: ref.metadata.deletionTimestamp,
-        deletionGracePeriodSeconds: ref.metadata.deletionGracePeriodSeconds,
-        generation: ref.metadata.generation,
-      };
-      (ref.metadata.deletionTimestamp ? deletes : updates).push(existing);
+      const ref = this.#prepare(incoming, source, names);
+      if (ref === undefined) continue;
+      const uid = ref.metadata?.uid ?? fullName(ref);
+      next.set(uid, this.#mergePod(ref, old.get(uid), b));
     }
-    const removes = [...old.entries()].filter(([uid]) => !next.has(uid)).map(([, pod]) => pod);
+    for (const [uid, pod] of old) if (!next.has(uid)) b.removes.push(pod);
     this.#pods.set(source, next);
-    const out: PodUpdate[] = [];
-    const emit = (op: PodOperation, list: V1Pod[]) => {
-      if (list.length > 0) out.push({ op, pods: list, source });
+    return b.toUpdates(source);
+  }
+
+  /**
+   * Takes one change of one pod of a source that already sent its set (a watch event) and
+   * returns the same updates {@link set} would for the source's set with that change, without
+   * comparing every other pod again: a burst of N pods then costs O(N) rather than O(N²).
+   */
+  apply(source: string, type: "ADDED" | "MODIFIED" | "DELETED", pod: V1Pod): PodUpdate[] {
+    this.#seen.add(source);
+    let current = this.#pods.get(source);
+    if (current === undefined) this.#pods.set(source, current = new Map<string, V1Pod>());
+    const uid = pod.metadata?.uid ?? fullName(pod);
+    const b = new Buckets();
+    if (type === "DELETED") {
+      const existing = current.get(uid);
+      if (existing !== undefined) {
+        current.delete(uid);
+        b.removes.push(existing);
+      }
+      return b.toUpdates(source);
+    }
+    const names = new Set<string>();
+    for (const [other, p] of current) if (other !== uid) names.add(fullName(p));
+    const ref = this.#prepare(pod, source, names);
+    if (ref !== undefined) current.set(uid, this.#mergePod(ref, current.get(uid), b));
+    return b.toUpdates(source);
+  }
+
+  /**
+   * The kubelet's copy of an incoming pod, annotated with its source; undefined (and reported)
+   * when `names` already holds its full name. Adds the name to `names`.
+   */
+  #prepare(incoming: V1Pod, source: string, names: Set<string>): V1Pod | undefined {
+    const ref = structuredClone(incoming);
+    const name = fullName(ref);
+    if (names.has(name)) {
+      if (this.#opts.onDuplicate) this.#opts.onDuplicate(ref, source);
+      else {
+        this.#opts.logger?.info(
+          "Pod with the same full name already exists in the source; ignoring",
+          { pod: kobj(ref), source },
+        );
+      }
+      return undefined;
+    }
+    names.add(name);
+    ref.metadata ??= {};
+    ref.metadata.annotations = {
+      ...ref.metadata.annotations,
+      [CONFIG_SOURCE_ANNOTATION]: source,
     };
-    emit("REMOVE", removes);
-    emit("ADD", adds);
-    emit("UPDATE", updates);
-    emit("DELETE", deletes);
-    emit("RECONCILE", reconciles);
-    return out;
+    if (this.#opts.onPodObserved && !isStaticPod(ref)) {
+      this.#opts.onPodObserved(ref, this.#opts.now());
+    }
+    return ref;
+  }
+
+  /**
+   * Merges a prepared pod into the one last merged under its UID (upstream
+   * checkAndUpdatePod), noting the update it implies in `b`; returns the pod to keep.
+   */
+  #mergePod(ref: V1Pod, existing: V1Pod | undefined, b: Buckets): V1Pod {
+    const meta = ref.metadata ??= {};
+    const annotations = meta.annotations ??= {};
+    if (!existing) {
+      annotations[CONFIG_FIRST_SEEN_ANNOTATION] ??= new Date(this.#opts.now()).toISOString();
+      b.adds.push(ref);
+      return ref;
+    }
+    if (!podsDifferSemantically(existing, ref)) {
+      // The kubelet owns pod status: a source that reports another one is reconciled.
+      if (!deepEqual(existing.status, ref.status)) {
+        existing.status = ref.status;
+        b.reconciles.push(existing);
+      }
+      return existing;
+    }
+    const seen = existing.metadata?.annotations?.[CONFIG_FIRST_SEEN_ANNOTATION];
+    if (seen !== undefined) annotations[CONFIG_FIRST_SEEN_ANNOTATION] = seen;
+    existing.spec = ref.spec;
+    existing.status = ref.status;
+    existing.metadata = {
+      ...existing.metadata,
+      labels: meta.labels,
+      annotations,
+      deletionTimestamp: meta.deletionTimestamp,
+      deletionGracePeriodSeconds: meta.deletionGracePeriodSeconds,
+      generation: meta.generation,
+    };
+    (meta.deletionTimestamp ? b.deletes : b.updates).push(existing);
+    return existing;
+  }
+}
+
+/** The pods of one merge, by the operation they need. */
+class Buckets {
+  readonly removes: V1Pod[] = [];
+  readonly adds: V1Pod[] = [];
+  readonly updates: V1Pod[] = [];
+  readonly deletes: V1Pod[] = [];
+  readonly reconciles: V1Pod[] = [];
+
+  /** The updates in upstream's order; empty operations are left out. */
+  toUpdates(source: string): PodUpdate[] {
+    const ops: [PodOperation, V1Pod[]][] = [
+      ["REMOVE", this.removes],
+      ["ADD", this.adds],
+      ["UPDATE", this.updates],
+      ["DELETE", this.deletes],
+      ["RECONCILE", this.reconciles],
+    ];
+    return ops.filter(([, pods]) => pods.length > 0).map(([op, pods]) => ({ op, pods, source }));
   }
 }

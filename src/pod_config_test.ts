@@ -97,3 +97,66 @@ Deno.test("podsDifferSemantically ignores the kubelet's own annotations and stat
   c.metadata!.labels = { app: "other" };
   assert.equal(podsDifferSemantically(a, c), true);
 });
+
+Deno.test("PodConfig apply gives for one watched change what set gives for the whole set", () => {
+  // A seeded sequence of watch events over a few pods; one config takes each event alone, the
+  // other the set the reflector's store holds after it. Their updates and pods must agree.
+  let seed = 7;
+  const rand = (n: number) => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed % n;
+  };
+  const now = () => Date.UTC(2026, 11, 2);
+  const byEvent = new PodConfig({ now });
+  const bySet = new PodConfig({ now });
+  const store = new Map<string, V1Pod>();
+  const seenOps = new Set<string>();
+  const render = (c: PodConfig) => c.allPods().map((p) => JSON.stringify(p)).sort();
+  for (let i = 0; i < 500; i++) {
+    const name = `p${rand(6)}`;
+    const uid = `uid-${name}-${rand(2)}`;
+    const kind = rand(5);
+    let type: "ADDED" | "MODIFIED" | "DELETED";
+    let p: V1Pod;
+    if (kind === 0 && store.has(uid)) {
+      type = "DELETED";
+      p = store.get(uid)!;
+      store.delete(uid);
+    } else {
+      if ([...store.values()].some((o) => o.metadata?.name === name && o.metadata?.uid !== uid)) {
+        continue; // the apiserver never holds two pods of one name
+      }
+      type = store.has(uid) ? "MODIFIED" : "ADDED";
+      p = pod(name, uid, {
+        spec: { containers: [{ name: "c", image: `busybox:1.${30 + rand(3)}` }] },
+        status: { phase: ["Pending", "Running"][rand(2)] },
+      });
+      if (rand(4) === 0) {
+        p.metadata!.deletionTimestamp = new Date(Date.UTC(2026, 11, 2, 1));
+      }
+      store.set(uid, p);
+    }
+    const updates = byEvent.apply(API_SOURCE, type, p);
+    assert.deepEqual(
+      ops(updates),
+      ops(bySet.set(API_SOURCE, [...store.values()])),
+      `event ${i}: ${type} ${name}`,
+    );
+    assert.deepEqual(render(byEvent), render(bySet));
+    for (const u of updates) seenOps.add(u.op);
+  }
+  assert.deepEqual([...seenOps].sort(), ["ADD", "DELETE", "RECONCILE", "REMOVE", "UPDATE"]);
+});
+
+Deno.test("PodConfig apply refuses a second pod of one full name", () => {
+  const dups: string[] = [];
+  const config = new PodConfig({
+    now: () => 0,
+    onDuplicate: (p) => dups.push(p.metadata?.uid ?? ""),
+  });
+  config.set(API_SOURCE, [pod("a")]);
+  assert.deepEqual(ops(config.apply(API_SOURCE, "ADDED", pod("a", "uid-other"))), []);
+  assert.deepEqual(dups, ["uid-other"]);
+  assert.deepEqual(ops(config.apply(API_SOURCE, "DELETED", pod("a"))), ["REMOVE:a"]);
+  assert.deepEqual(ops(config.apply(API_SOURCE, "ADDED", pod("a", "uid-other"))), ["ADD:a"]);
+});

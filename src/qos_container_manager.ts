@@ -106,6 +106,9 @@ export class QOSContainerManager {
   readonly #reserved: Map<string, bigint>;
   readonly #allocatable: () => bigint | undefined;
   #queue: Promise<void> = Promise.resolve();
+  /** The update queued behind the running one, not started yet. */
+  #waiting: Promise<void> | undefined;
+  #activePods: () => readonly V1Pod[] = () => [];
 
   constructor(opts: QOSContainerManagerOptions) {
     this.#cm = opts.cgroupManager;
@@ -162,10 +165,19 @@ export class QOSContainerManager {
 
   /**
    * Recomputes and applies the class cgroups' limits from the active pods; calls are
-   * serialized. Throws the first failed update, as upstream.
+   * serialized. A call made while another is already waiting to run joins that one: it reads
+   * the active pods (from the latest caller's source) only when it starts, so it covers every
+   * caller's pod. A burst of new pods then costs two updates, not one each (upstream takes a
+   * mutex per call). Throws the first failed update, as upstream.
    */
   updateCgroups(activePods: () => readonly V1Pod[]): Promise<void> {
-    const run = this.#queue.then(() => this.#update(activePods()));
+    this.#activePods = activePods;
+    if (this.#waiting) return this.#waiting;
+    const run = this.#queue.then(() => {
+      this.#waiting = undefined;
+      return this.#update(this.#activePods());
+    });
+    this.#waiting = run;
     this.#queue = run.catch(() => {});
     return run;
   }

@@ -207,3 +207,34 @@ Deno.test("QOSContainerManager updateCgroups throws the failed update and logs i
     await qos.updateCgroups(() => []);
   });
 });
+
+Deno.test("QOSContainerManager updateCgroups joins callers to the update waiting to run", async () => {
+  await withQos("v1", {}, async (host, qos) => {
+    await qos.start();
+    let reads = 0;
+    const firstRead = Promise.withResolvers<void>();
+    const pods: V1Pod[] = [];
+    const active = () => {
+      if (++reads === 1) firstRead.resolve();
+      return [...pods];
+    };
+    // The first update runs; the next nine arrive while it does and share one more update,
+    // which sees every pod added before it started.
+    const calls = [qos.updateCgroups(active)];
+    await firstRead.promise;
+    for (const cpu of ["100m", "200m", "300m", "400m", "500m", "600m", "700m", "800m", "900m"]) {
+      pods.push(pod(cpu, [ctr({ cpu })]));
+      calls.push(qos.updateCgroups(active));
+    }
+    await Promise.all(calls);
+    assert.equal(reads, 2);
+    // 100m + ... + 900m = 4500m.
+    assert.equal(
+      await host.read("cpu", "/kubepods/burstable", "cpu.shares"),
+      String(milliCPUToShares(4500n)),
+    );
+    // After the queue drains, a call runs an update of its own.
+    await qos.updateCgroups(active);
+    assert.equal(reads, 3);
+  });
+});

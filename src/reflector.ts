@@ -6,7 +6,8 @@
  * jitter, reset after 2 min without one, so an apiserver that keeps expiring watches does not
  * get a list in a tight loop), back off while the apiserver fails (logging once per change of
  * state). Every change hands the whole set to `onChange`, which is what upstream's
- * UndeltaStore gives the apiserver pod source. Corresponds to client-go's Reflector.
+ * UndeltaStore gives the apiserver pod source, unless `onEvent` takes the watch's changes one
+ * by one (then only lists go to `onChange`). Corresponds to client-go's Reflector.
  */
 
 import type { Clock } from "./clock.ts";
@@ -28,8 +29,13 @@ export interface ReflectorOptions<T extends Meta> {
   readonly logger: Logger;
   /** For log lines, e.g. "pods bound to node-a". */
   readonly what: string;
-  /** Called with every object after each change. */
+  /** Called with every object after each list, and after each watch event without `onEvent`. */
   readonly onChange: (items: T[]) => void;
+  /**
+   * Called with each watch event's object instead of handing the whole set to `onChange`,
+   * for consumers that merge changes one at a time. @default none
+   */
+  readonly onEvent?: (type: "ADDED" | "MODIFIED" | "DELETED", object: T) => void;
   /** Jitter source, in [0, 1). @default Math.random */
   readonly random?: () => number;
 }
@@ -106,7 +112,8 @@ export class Reflector<T extends Meta> {
             watchError = ev.object;
             break;
           }
-          this.#o.onChange(this.items());
+          if (this.#o.onEvent) this.#o.onEvent(ev.type, ev.object);
+          else this.#o.onChange(this.items());
         }
       } catch (e) {
         if (signal.aborted) break;

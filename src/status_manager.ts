@@ -47,6 +47,8 @@ import { type Json, jsonEqual, podStatusPatch, toJson } from "./_pod_status_patc
 
 /** Upstream syncPeriod: how often every status is reconciled. */
 const DEFAULT_SYNC_PERIOD_MS = 10_000;
+/** Pods whose statuses one batch writes at the same time. */
+const STATUS_SYNC_CONCURRENCY = 4;
 /** kubecontainer.MaxPodTerminationMessageLogLength: termination message bytes per pod. */
 const MAX_POD_TERMINATION_MESSAGE_LOG_LENGTH = 1024 * 12;
 /** Terminated reason of containers whose status was lost (kubecontainer). */
@@ -112,6 +114,11 @@ export class StatusManager {
   readonly #statuses = new Map<string, VersionedPodStatus>();
   /** The last version the apiserver accepted, by the UID of the API pod (mirror pod for static pods). */
   readonly #apiVersions = new Map<string, number>();
+  /**
+   * The status the apiserver answered our last patch of each pod with, by status UID: the base
+   * of the next patch, so that it needs no GET first.
+   */
+  readonly #written = new Map<string, V1PodStatus>();
   /** Pods to sync at the next wake-up even if their version was written (podTerminated). */
   readonly #forced = new Set<string>();
   #pending = false;
@@ -372,7 +379,13 @@ export class StatusManager {
   async syncBatch(all: boolean, signal?: AbortSignal): Promise<number> {
     const client = this.#opts.client;
     if (client === undefined) return 0;
-    const updates: { uid: string; statusUID: string; status: VersionedPodStatus }[] = [];
+    const updates: {
+      uid: string;
+      statusUID: string;
+      status: VersionedPodStatus;
+      /** Read the pod from the apiserver first (reconciling what it has). */
+      fresh?: boolean;
+    }[] = [];
     const statusUIDs = new Set<string>();
     for (const [uid, status] of this.#statuses) {
       const statusUID = this.#statusUID(uid, status.pod);
@@ -394,29 +407,40 @@ export class StatusManager {
         updates.push({ uid, statusUID, status });
       } else if (this.#needsReconcile(uid, status.status)) {
         this.#apiVersions.delete(statusUID);
-        updates.push({ uid, statusUID, status });
+        updates.push({ uid, statusUID, status, fresh: true });
       }
     }
     if (all) {
       for (const key of [...this.#apiVersions.keys()]) {
         if (!statusUIDs.has(key)) this.#apiVersions.delete(key);
       }
-    }
-    for (const u of updates) {
-      if (signal?.aborted) break;
-      this.#forced.delete(u.uid);
-      this.#logger.v(5).info("Sync pod status", {
-        podUID: u.uid,
-        statusUID: u.statusUID,
-        version: u.status.version,
-      });
-      try {
-        await this.#syncPod(client, u.uid, u.statusUID, u.status, signal);
-      } catch (e) {
-        if (signal?.aborted) break;
-        this.#logger.error(e, "Failed to sync status for pod", { pod: kobj(u.status.pod) });
+      for (const key of [...this.#written.keys()]) {
+        if (!statusUIDs.has(key)) this.#written.delete(key);
       }
     }
+    // A few pods at a time (upstream writes one after the other): each pod appears once in a
+    // batch, so one pod's writes stay in order, and the client's QPS limit still paces them.
+    let next = 0;
+    const worker = async () => {
+      while (next < updates.length && !signal?.aborted) {
+        const u = updates[next++]!;
+        this.#forced.delete(u.uid);
+        this.#logger.v(5).info("Sync pod status", {
+          podUID: u.uid,
+          statusUID: u.statusUID,
+          version: u.status.version,
+        });
+        try {
+          await this.#syncPod(client, u.uid, u.statusUID, u.status, u.fresh ?? false, signal);
+        } catch (e) {
+          if (signal?.aborted) return;
+          this.#logger.error(e, "Failed to sync status for pod", { pod: kobj(u.status.pod) });
+        }
+      }
+    };
+    await Promise.all(
+      Array.from({ length: Math.min(STATUS_SYNC_CONCURRENCY, updates.length) }, worker),
+    );
     return updates.length;
   }
 
@@ -444,15 +468,35 @@ export class StatusManager {
   #forget(uid: string, statusUID: string): void {
     this.#statuses.delete(uid);
     this.#apiVersions.delete(statusUID);
+    this.#written.delete(statusUID);
     this.#forced.delete(uid);
   }
 
-  /** Writes one pod's status to the apiserver, and deletes the pod when it is done (upstream syncPod). */
+  /**
+   * The pod to patch without reading it from the apiserver: the watched copy (the pod manager's,
+   * for its metadata and spec) with the status the apiserver answered our last patch with, or
+   * the watched status before the first patch. Undefined when there is no watched copy of this
+   * UID. Only the kubelet writes the fields it patches, so either base is what the apiserver
+   * holds of them; other writers' conditions are not in the patch and stay as they are.
+   */
+  #knownPod(uid: string, statusUID: string): V1Pod | undefined {
+    const watched = this.#opts.getAPIPod?.(uid);
+    if (watched?.metadata?.uid !== statusUID) return undefined;
+    const status = this.#written.get(statusUID) ?? watched.status ?? {};
+    return { ...watched, status: structuredClone(status) };
+  }
+
+  /**
+   * Writes one pod's status to the apiserver, and deletes the pod when it is done (upstream
+   * syncPod). Upstream reads the pod first every time; this reads it only when `fresh` (a
+   * reconcile), when there is no watched copy, or when the patch's UID precondition fails.
+   */
   async #syncPod(
     client: KubeClient,
     uid: string,
     statusUID: string,
     status: VersionedPodStatus,
+    fresh: boolean,
     signal: AbortSignal | undefined,
   ): Promise<void> {
     const namespace = status.pod.metadata?.namespace ?? "";
@@ -461,9 +505,10 @@ export class StatusManager {
     const path = `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${
       encodeURIComponent(name)
     }`;
+    const known = fresh ? undefined : this.#knownPod(uid, statusUID);
     let pod: V1Pod;
     try {
-      pod = await client.get<V1Pod>(path, signal);
+      pod = known ?? await client.get<V1Pod>(path, signal);
     } catch (e) {
       if (isStatus(e, 404)) {
         this.#logger.v(3).info("Pod does not exist on the server", { podUID: uid, pod: ref });
@@ -485,6 +530,7 @@ export class StatusManager {
       return;
     }
 
+    if (!known) this.#written.set(statusUID, pod.status ?? {});
     const couldHaveRunningContainers = this.#opts.podCouldHaveRunningContainers(uid);
     const merged = mergePodStatus(
       pod,
@@ -508,6 +554,11 @@ export class StatusManager {
       try {
         pod = await client.patch<V1Pod>(`${path}/status`, patch, "strategic", signal);
       } catch (e) {
+        if (known && isStatus(e, 409)) {
+          // The name now belongs to another pod (the UID precondition): read it, as upstream.
+          this.#written.delete(statusUID);
+          return await this.#syncPod(client, uid, statusUID, status, true, signal);
+        }
         if (isStatus(e, 404)) {
           this.#logger.v(3).info("Pod does not exist on the server", { podUID: uid, pod: ref });
           this.#forget(uid, statusUID);
@@ -522,6 +573,7 @@ export class StatusManager {
         statusVersion: status.version,
       });
       this.#opts.startupLatency?.recordStatusUpdated(pod);
+      if (pod.status) this.#written.set(statusUID, pod.status);
     }
     this.#apiVersions.set(statusUID, status.version);
 

@@ -467,3 +467,74 @@ Deno.test("StatusManager rejects a sync period that is not positive", () => {
     StatusManagerError,
   );
 });
+
+Deno.test("StatusManager patches the watched pod without a GET, based on its last patch's answer", async () => {
+  const watched = new Map<string, V1Pod>();
+  await using t = setup({ getAPIPod: (uid) => watched.get(uid) });
+  const pod = apiPod("web", "uid-1");
+  t.s.put(pod);
+  // The watch delivered the pod once and then lags behind every write.
+  watched.set("uid-1", structuredClone(pod));
+
+  t.m.setPodStatus(pod, podStatus("Pending", false));
+  await t.m.syncBatch(false);
+  assert.deepEqual(t.s.calls(), ["PATCH /api/v1/namespaces/ns/pods/web/status"]);
+
+  // Version 2 sets a message; version 3 drops it. The stale watched status never had it, so
+  // only the last patch's answer as the base makes the third patch remove it.
+  t.m.setPodStatus(pod, { ...podStatus("Running", true), message: "warming up" });
+  await t.m.syncBatch(false);
+  assert.equal(t.s.get("web")?.status?.message, "warming up");
+  t.m.setPodStatus(pod, podStatus("Running", true));
+  await t.m.syncBatch(false);
+  assert.deepEqual(t.s.calls(), [
+    "PATCH /api/v1/namespaces/ns/pods/web/status",
+    "PATCH /api/v1/namespaces/ns/pods/web/status",
+  ]);
+  assert.equal(t.s.get("web")?.status?.message, undefined);
+  assert.equal(t.s.get("web")?.status?.phase, "Running");
+});
+
+Deno.test("StatusManager reads the pod when the watched copy's name now belongs to a new pod", async () => {
+  const watched = new Map<string, V1Pod>();
+  await using t = setup({ getAPIPod: (uid) => watched.get(uid) });
+  const old = apiPod("web", "uid-1");
+  watched.set("uid-1", structuredClone(old));
+  t.s.put(apiPod("web", "uid-2"));
+  t.m.setPodStatus(old, podStatus("Running", true));
+  await t.m.syncBatch(false);
+  assert.deepEqual(t.s.calls(), [
+    "PATCH /api/v1/namespaces/ns/pods/web/status",
+    "GET /api/v1/namespaces/ns/pods/web",
+  ]);
+  assert.equal(t.s.get("web")?.status?.phase, "Pending", "the new pod is left alone");
+  assert.equal(t.m.getPodStatus("uid-1"), undefined, "the old pod's status is forgotten");
+});
+
+Deno.test("StatusManager writes a batch a few pods at a time", async () => {
+  await using t = setup();
+  let inFlight = 0;
+  let most = 0;
+  const fetch = globalThis.fetch;
+  globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
+    most = Math.max(most, ++inFlight);
+    try {
+      await new Promise((r) => setTimeout(r, 5));
+      return await fetch(...args);
+    } finally {
+      inFlight--;
+    }
+  };
+  try {
+    const pods = Array.from({ length: 12 }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
+    for (const p of pods) {
+      t.s.put(p);
+      t.m.setPodStatus(p, podStatus("Running", true));
+    }
+    assert.equal(await t.m.syncBatch(false), 12);
+    for (const p of pods) assert.equal(t.s.get(p.metadata!.name!)?.status?.phase, "Running");
+    assert.equal(most, 4);
+  } finally {
+    globalThis.fetch = fetch;
+  }
+});

@@ -44,6 +44,8 @@ export class PodWatch {
    * this reads 0 to 1000 ms high).
    */
   readonly sliMs = new Map<string, number>();
+  /** Wall-clock time (ms since the epoch) at which each pod was first seen running. */
+  readonly runningWallAt = new Map<string, number>();
   /** performance.now() at which each pod was seen deleted. */
   readonly deletedAt = new Map<string, number>();
   #changed = Promise.withResolvers<void>();
@@ -94,6 +96,7 @@ export class PodWatch {
       if (!this.deletedAt.has(name)) this.deletedAt.set(name, now);
     } else if (!this.runningAt.has(name) && allContainersRunning(pod)) {
       this.runningAt.set(name, now);
+      this.runningWallAt.set(name, Date.now());
       // A Date in the type; the JSON from the watch holds the RFC 3339 string.
       const stamp = pod.metadata?.creationTimestamp;
       const created = stamp === undefined ? NaN : new Date(stamp).getTime();

@@ -20,8 +20,10 @@ export interface AgentOptions {
 function command(args: readonly string[], opts: AgentOptions): Deno.Command {
   // "all" is how `deno task start` and the compiled binary run the agent.
   const perms = opts.permissions === "kubelet" ? ["-P=kubelet", "--no-prompt"] : AGENT_RUN_FLAGS;
+  // For profiling a run, e.g. KUBELET_TS_AGENT_V8_FLAGS=--prof,--logfile=/tmp/agent-%p.log.
+  const v8 = Deno.env.get("KUBELET_TS_AGENT_V8_FLAGS");
   return new Deno.Command(Deno.execPath(), {
-    args: ["run", "--quiet", ...perms, "main.ts", ...args],
+    args: ["run", "--quiet", ...perms, ...(v8 ? [`--v8-flags=${v8}`] : []), "main.ts", ...args],
     cwd: REPO_ROOT,
     env: { NO_COLOR: "1", ...opts.env },
     stdin: "null",

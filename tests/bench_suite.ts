@@ -25,7 +25,8 @@
  *
  * Modes: full (default: 20 sequential, bursts of 30 and 110, 2-minute windows, fake CRI at 110
  * and 1000 pods) and `--short` (or KUBELET_TS_BENCH=short: 5 sequential, a burst of 10,
- * 10-second windows, fake CRI at 50 and 200 pods), which fits CI. `--out <file>` also writes the
+ * 10-second windows, fake CRI at 50 and 200 pods), which fits CI; `--sequential`, `--bursts`,
+ * `--window-s` and `--fake-pods` override a mode's counts. `--out <file>` also writes the
  * report as Markdown with the date and the machine (and `--note <text>` under them).
  * `--agents agent` or `--agents upstream`
  * runs one only. Needs root, containerd, runc and Go (the control plane and the upstream kubelet
@@ -63,6 +64,7 @@ import {
   type WindowFigures,
 } from "./_bench_measure.ts";
 import { PodWatch } from "./_bench_pod_watch.ts";
+import { breakdownTable, fetchTimelines, stepDurations } from "./_bench_timeline.ts";
 import { REPO_ROOT } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import {
@@ -106,6 +108,43 @@ export const SHORT: BenchMode = {
   fakePods: [50, 200],
 };
 
+/**
+ * The mode with the command line's overrides: `--sequential N`, `--bursts A,B`, `--window-s S`
+ * and `--fake-pods A,B` (empty: none), each a count; a bad value names the flag and the value.
+ */
+export function withOverrides(
+  base: BenchMode,
+  flags: {
+    sequential?: string;
+    bursts?: string;
+    "window-s"?: string;
+    "fake-pods"?: string;
+  },
+): BenchMode {
+  const count = (flag: string, v: string, min: number) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min) {
+      throw new Error(`--${flag} must be an integer of at least ${min}: current value is '${v}'`);
+    }
+    return n;
+  };
+  const list = (flag: string, v: string) =>
+    v.trim() === "" ? [] : v.split(",").map((x) => count(flag, x.trim(), 1));
+  return {
+    name: base.name,
+    sequential: flags.sequential === undefined
+      ? base.sequential
+      : count("sequential", flags.sequential, 0),
+    bursts: flags.bursts === undefined ? base.bursts : list("bursts", flags.bursts),
+    windowMs: flags["window-s"] === undefined
+      ? base.windowMs
+      : count("window-s", flags["window-s"], 1) * 1000,
+    fakePods: flags["fake-pods"] === undefined
+      ? base.fakePods
+      : list("fake-pods", flags["fake-pods"]),
+  };
+}
+
 const NS = "default";
 /** Bound on one case's pods to run, or to leave the API. */
 const WAIT_MS = 300_000;
@@ -134,6 +173,8 @@ interface BurstResult {
   readonly deleteMs: number;
   /** CPU and memory with the burst's pods running. */
   readonly window: WindowFigures;
+  /** Our agent only: each pod's step durations from its /debug/pods timeline. */
+  readonly steps?: Map<string, number>[];
 }
 
 /** What one kubelet did. */
@@ -195,10 +236,12 @@ async function startPods(
   watch: PodWatch,
   nodeName: string,
   names: readonly string[],
-): Promise<{ latency: Latencies; lastRunningMs: number }> {
+): Promise<{ latency: Latencies; lastRunningMs: number; sentWall: Map<string, number> }> {
   const sent = new Map<string, number>();
+  const sentWall = new Map<string, number>();
   await Promise.all(names.map(async (name) => {
     sent.set(name, performance.now());
+    sentWall.set(name, Date.now());
     await client.create(`/api/v1/namespaces/${NS}/pods`, benchPod(name, nodeName));
   }));
   await watch.waitFor(names, "running", WAIT_MS);
@@ -209,6 +252,7 @@ async function startPods(
       sli: names.map((n) => watch.sliMs.get(n) ?? NaN),
     },
     lastRunningMs: Math.max(...names.map((n) => watch.runningAt.get(n)!)) - first,
+    sentWall,
   };
 }
 
@@ -350,10 +394,20 @@ async function benchAgent(
       all.push(...names);
       const r = await startPods(client, watch, agent.nodeName, names);
       log(`bench: ${agent.label}: burst of ${size} running after ${ms(r.lastRunningMs)}`);
+      const steps = agent.label === "agent"
+        ? await burstSteps(client, watch, agent.nodeName, names, r.sentWall)
+        : undefined;
       await sleep(SETTLE_MS);
       const window = await measureWindow(agent.pid, mode.windowMs);
       const deleteMs = await deletePods(client, watch, names);
-      bursts.push({ size, ...r, deleteMs, window });
+      bursts.push({
+        size,
+        latency: r.latency,
+        lastRunningMs: r.lastRunningMs,
+        deleteMs,
+        window,
+        steps,
+      });
     }
     return {
       label: agent.label,
@@ -378,6 +432,25 @@ async function benchAgent(
     await watch?.finished;
     client.close();
   }
+}
+
+/** Each burst pod's step durations from our agent's /debug/pods timelines. */
+async function burstSteps(
+  client: KubeClient,
+  watch: PodWatch,
+  nodeName: string,
+  names: readonly string[],
+  sentWall: ReadonlyMap<string, number>,
+): Promise<Map<string, number>[]> {
+  const timelines = await fetchTimelines(client, nodeName, NS, names);
+  return names.flatMap((n) => {
+    const phases = timelines.get(n);
+    const sent = sentWall.get(n);
+    const watched = watch.runningWallAt.get(n);
+    return phases && sent !== undefined && watched !== undefined
+      ? [stepDurations(phases, sent, watched)]
+      : [];
+  });
 }
 
 /** Runs src/_pod_density.ts with `pods` pods in a process of its own; its JSON result. */
@@ -546,6 +619,18 @@ export function report(r: SuiteResult): string {
     "",
   );
   out.push(...r.agents.map((a) => `- ${a.label} error lines: ${a.errorLines}`), "");
+
+  for (const [i, b] of (agent?.bursts ?? []).entries()) {
+    if (!b.steps) continue;
+    out.push(
+      `### Where our agent's time goes, burst of ${
+        r.mode.bursts[i]
+      } (its /debug/pods timelines, bracketed by the bench's create and watch times)`,
+      "",
+      breakdownTable(b.steps),
+      "",
+    );
+  }
 
   if (r.density.length > 0) {
     out.push(
@@ -743,10 +828,14 @@ if (import.meta.main) {
       agents: { type: "string", default: "agent,upstream" },
       out: { type: "string" },
       note: { type: "string" },
+      sequential: { type: "string" },
+      bursts: { type: "string" },
+      "window-s": { type: "string" },
+      "fake-pods": { type: "string" },
     },
   });
   const short = values.short || Deno.env.get("KUBELET_TS_BENCH") === "short";
-  const mode = short ? SHORT : FULL;
+  const mode = withOverrides(short ? SHORT : FULL, values);
   const agents = values.agents.split(",").map((a) => a.trim());
   for (const a of agents) {
     if (a !== "agent" && a !== "upstream") {
@@ -771,7 +860,7 @@ if (import.meta.main) {
           await machineHeader(started, loadBefore),
           ...(values.note ? ["", values.note] : []),
           "",
-          "Command: `deno task bench" + (short ? " --short" : "") + "`.",
+          `Command: \`deno task bench${Deno.args.length ? " " + Deno.args.join(" ") : ""}\`.`,
           "",
           text,
         ].join("\n"),

@@ -7,6 +7,7 @@
  */
 
 import assert from "node:assert/strict";
+import { STEPS } from "./_bench_timeline.ts";
 import { REPO_ROOT } from "./agent_process.ts";
 import { requireRoot } from "./requirements.ts";
 
@@ -54,6 +55,11 @@ Deno.test({
       /Kubelets: agent = kubelet-ts reporting v1\.36\.3\S*, upstream = Go kubelet reporting v1\.36\.3/,
     );
     assert.match(stdout, /^\| 200\s+\|\s+\d+ ms \|/m, "the fake-CRI scale test row");
+    // Every pod of the burst has every step of our agent's timeline.
+    assert.match(stdout, /^### Where our agent's time goes, burst of 10/m);
+    for (const step of STEPS) {
+      assert.match(stdout, new RegExp(`^\\| ${step[1]}\\s+\\| 10 \\|\\s+\\d+ ms \\|`, "m"));
+    }
     assert.match(stdout, /^### Targets/m);
     assert.match(stdout, /^- (met|NOT met): pod start p99 ≤ ½ upstream's, 5 sequential/m);
   },
