@@ -20,12 +20,17 @@
 import { parseArgs } from "node:util";
 
 /**
- * The permission flags the agent runs with: `deno task start`, the e2e harness
+ * The flags the agent runs with: `deno task start`, the demo, the e2e harness
  * (tests/agent_process.ts) and the compiled binary all take them from here. `--allow-all`
  * because Deno 2.9 refuses every `/proc` and `/sys` read to a narrower set (README, "Known
- * problem: /proc and /sys under -P=kubelet").
+ * problem: /proc and /sys under -P=kubelet"). V8's young generation is capped at 4 MiB per
+ * semi-space: left alone V8 grows it to 16 MiB and more during a burst of pod starts and keeps
+ * it, about 50 MiB of resident memory at 110 pods for nothing (bench/results/).
  */
-export const AGENT_RUN_FLAGS: readonly string[] = ["--allow-all"];
+export const AGENT_V8_FLAGS = "--max-semi-space-size=4";
+
+/** The agent's run flags, documented at {@link AGENT_V8_FLAGS}; deno.json's start task spells them out. */
+export const AGENT_RUN_FLAGS: readonly string[] = ["--allow-all", `--v8-flags=${AGENT_V8_FLAGS}`];
 
 /** Where Deno fetches `denort` from when `DENORT_BIN` is unset. */
 export const DENORT_HOST = "dl.deno.land";

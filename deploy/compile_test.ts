@@ -51,3 +51,10 @@ Deno.test("compileArgs bakes in the agent's run flags and the target", () => {
     "main.ts",
   ]);
 });
+
+Deno.test("deno task start runs the agent with the same flags as the binary", async () => {
+  const json = JSON.parse(
+    await Deno.readTextFile(new URL("../deno.json", import.meta.url)),
+  ) as { tasks: Record<string, string> };
+  assert.equal(json.tasks.start, `deno run ${AGENT_RUN_FLAGS.join(" ")} main.ts`);
+});

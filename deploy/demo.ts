@@ -18,6 +18,7 @@ import {
   SANDBOX_IMAGE,
   startContainerd,
 } from "../tests/containerd_harness.ts";
+import { AGENT_RUN_FLAGS } from "./compile.ts";
 import { BUSYBOX, ensureImagePackages, importImages, PAUSE } from "../tests/images.ts";
 
 const CONTAINERD_DIR = "/var/lib/kubelet-ts-demo/containerd";
@@ -231,7 +232,7 @@ async function findPodLog(): Promise<string | undefined> {
 async function runAgent(signal: AbortSignal): Promise<number> {
   // --allow-all, not -P=kubelet: Deno 2.9 denies /proc and /sys to any narrower set (README,
   // "Known problem").
-  const args = ["run", "--allow-all", "main.ts", "--config", CONFIG_FILE];
+  const args = ["run", ...AGENT_RUN_FLAGS, "main.ts", "--config", CONFIG_FILE];
   console.log(`demo: starting the agent: deno ${args.join(" ")} (cwd ${REPO_ROOT})`);
   const agent = new Deno.Command(Deno.execPath(), {
     args,

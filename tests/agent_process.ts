@@ -19,11 +19,16 @@ export interface AgentOptions {
 
 function command(args: readonly string[], opts: AgentOptions): Deno.Command {
   // "all" is how `deno task start` and the compiled binary run the agent.
-  const perms = opts.permissions === "kubelet" ? ["-P=kubelet", "--no-prompt"] : AGENT_RUN_FLAGS;
-  // For profiling a run, e.g. KUBELET_TS_AGENT_V8_FLAGS=--prof,--logfile=/tmp/agent-%p.log.
-  const v8 = Deno.env.get("KUBELET_TS_AGENT_V8_FLAGS");
+  const v8 = AGENT_RUN_FLAGS.filter((f) => f.startsWith("--v8-flags="));
+  const perms = opts.permissions === "kubelet"
+    ? ["-P=kubelet", "--no-prompt", ...v8]
+    : AGENT_RUN_FLAGS;
+  // For profiling a run, e.g. KUBELET_TS_AGENT_V8_FLAGS=--prof,--logfile=/tmp/agent-%p.log:
+  // added to the agent's own V8 flags (a second --v8-flags would replace them).
+  const extra = Deno.env.get("KUBELET_TS_AGENT_V8_FLAGS");
+  const flags = extra ? perms.map((f) => f.startsWith("--v8-flags=") ? `${f},${extra}` : f) : perms;
   return new Deno.Command(Deno.execPath(), {
-    args: ["run", "--quiet", ...perms, ...(v8 ? [`--v8-flags=${v8}`] : []), "main.ts", ...args],
+    args: ["run", "--quiet", ...flags, "main.ts", ...args],
     cwd: REPO_ROOT,
     env: { NO_COLOR: "1", ...opts.env },
     stdin: "null",

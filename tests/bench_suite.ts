@@ -64,6 +64,7 @@ import {
   type WindowFigures,
 } from "./_bench_measure.ts";
 import { PodWatch } from "./_bench_pod_watch.ts";
+import { AGENT_V8_FLAGS } from "../deploy/compile.ts";
 import { breakdownTable, fetchTimelines, stepDurations } from "./_bench_timeline.ts";
 import { REPO_ROOT } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
@@ -457,7 +458,7 @@ async function burstSteps(
 async function fakeCriDensity(pods: number): Promise<DensityResult> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
-      ...["run", "--quiet", "--allow-all", "--v8-flags=--expose-gc"],
+      ...["run", "--quiet", "--allow-all", `--v8-flags=--expose-gc,${AGENT_V8_FLAGS}`],
       ...["src/_pod_density.ts", "--pods", String(pods), "--json"],
     ],
     cwd: REPO_ROOT,
