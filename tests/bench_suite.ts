@@ -66,6 +66,7 @@ import {
 import { PodWatch } from "./_bench_pod_watch.ts";
 import { AGENT_V8_FLAGS } from "../deploy/compile.ts";
 import { breakdownTable, fetchTimelines, stepDurations } from "./_bench_timeline.ts";
+import { opDelta, opsTable, type OpTotals, scrapeRuntimeOps } from "./_bench_cri_ops.ts";
 import { REPO_ROOT } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import {
@@ -184,6 +185,10 @@ interface AgentResult {
   readonly kubeletVersion: string;
   readonly idle: WindowFigures;
   readonly sequential: Latencies;
+  /** The CRI calls the kubelet timed while it started the sequential pods; an Error when unread. */
+  readonly sequentialOps: Map<string, OpTotals> | Error;
+  /** Our agent only: each sequential pod's step durations from its /debug/pods timeline. */
+  readonly sequentialSteps?: Map<string, number>[];
   readonly bursts: BurstResult[];
   /** VmHWM at the end, in MiB. */
   readonly peakMiB: number;
@@ -376,14 +381,27 @@ async function benchAgent(
     const idle = await measureWindow(agent.pid, mode.windowMs);
 
     const sequential: Latencies = { client: [], sli: [] };
+    const sequentialSteps: Map<string, number>[] = [];
+    const opsBefore = await scrapeRuntimeOps(client, agent.nodeName).catch((e) => e as Error);
     for (let i = 0; i < mode.sequential; i++) {
       const name = `${PREFIX}-${agent.label}-seq-${i}`;
       all.push(name);
       const r = await startPods(client, watch, agent.nodeName, [name]);
       sequential.client.push(...r.latency.client);
       sequential.sli.push(...r.latency.sli);
+      if (agent.label === "agent") {
+        sequentialSteps.push(
+          ...await burstSteps(client, watch, agent.nodeName, [name], r.sentWall),
+        );
+      }
       await deletePods(client, watch, [name]);
     }
+    const opsAfter = await scrapeRuntimeOps(client, agent.nodeName).catch((e) => e as Error);
+    const sequentialOps = opsBefore instanceof Error
+      ? opsBefore
+      : opsAfter instanceof Error
+      ? opsAfter
+      : opDelta(opsBefore, opsAfter);
     log(`bench: ${agent.label}: ${mode.sequential} sequential pods done`);
 
     const bursts: BurstResult[] = [];
@@ -415,6 +433,8 @@ async function benchAgent(
       kubeletVersion: node.status?.nodeInfo?.kubeletVersion ?? "?",
       idle,
       sequential,
+      sequentialOps,
+      sequentialSteps: agent.label === "agent" ? sequentialSteps : undefined,
       bursts,
       peakMiB: (await residentMiB(agent.pid)).peak,
       errorLines: errorSummary(agent.stderr()),
@@ -621,6 +641,30 @@ export function report(r: SuiteResult): string {
   );
   out.push(...r.agents.map((a) => `- ${a.label} error lines: ${a.errorLines}`), "");
 
+  if (r.mode.sequential > 0) {
+    out.push(
+      `### CRI calls while each kubelet started its ${r.mode.sequential} sequential pods (its own kubelet_runtime_operations_duration_seconds, difference of two scrapes)`,
+      "",
+    );
+    const read = r.agents.flatMap((a) =>
+      a.sequentialOps instanceof Error ? [] : [{ label: a.label, ops: a.sequentialOps }]
+    );
+    if (read.length > 0) out.push(opsTable(r.mode.sequential, read), "");
+    for (const a of r.agents) {
+      if (a.sequentialOps instanceof Error) {
+        out.push(`- ${a.label}: /metrics not read: ${a.sequentialOps.message}`);
+      }
+    }
+    out.push("");
+  }
+  if (agent?.sequentialSteps?.length) {
+    out.push(
+      `### Where our agent's time goes, 1 pod × ${r.mode.sequential} sequential (its /debug/pods timelines, bracketed by the bench's create and watch times)`,
+      "",
+      breakdownTable(agent.sequentialSteps),
+      "",
+    );
+  }
   for (const [i, b] of (agent?.bursts ?? []).entries()) {
     if (!b.steps) continue;
     out.push(

@@ -56,6 +56,13 @@ Deno.test({
     );
     assert.match(stdout, /^\| 200\s+\|\s+\d+ ms \|/m, "the fake-CRI scale test row");
     // Every pod of the burst has every step of our agent's timeline.
+    assert.match(stdout, /^### Where our agent's time goes, 1 pod × 5 sequential/m);
+    // Both kubelets' CRI timings of the sequential pods: one sandbox and one container each.
+    assert.match(
+      stdout,
+      /^\| run_podsandbox\s+\|\s+1\.0 \|\s+[\d.]+ ms \|\s+1\.0 \|\s+[\d.]+ ms \|$/m,
+    );
+    assert.doesNotMatch(stdout, /\/metrics not read/);
     assert.match(stdout, /^### Where our agent's time goes, burst of 10/m);
     for (const step of STEPS) {
       assert.match(stdout, new RegExp(`^\\| ${step[1]}\\s+\\| 10 \\|\\s+\\d+ ms \\|`, "m"));
