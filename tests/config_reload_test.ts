@@ -82,7 +82,7 @@ async function reload(w: World, from: string, to: string, outcome: RegExp): Prom
       const said = w.agent.stderr().slice(before).split("\n").find((l) => outcome.test(l));
       return Promise.resolve(said);
     },
-    20_000,
+    60_000,
     50,
   );
 }
@@ -94,10 +94,21 @@ async function node(api: KubeClient): Promise<V1Node> {
 const pressure = (n: V1Node) =>
   n.status?.conditions?.find((c) => c.type === "MemoryPressure")?.status;
 
+/**
+ * The running configuration through the apiserver's node proxy; a failed proxy request (the
+ * apiserver under CI's load) is retried for 30 s, and its last error is the timeout's message.
+ */
 async function configz(w: World): Promise<Record<string, unknown>> {
-  const r = await w.cp.kubectl(["get", "--raw", `/api/v1/nodes/${NODE}/proxy/configz`]);
-  assert.equal(r.code, 0, r.stderr);
-  return JSON.parse(r.stdout).kubeletconfig;
+  return await poll(
+    "/configz through the node proxy",
+    async () => {
+      const r = await w.cp.kubectl(["get", "--raw", `/api/v1/nodes/${NODE}/proxy/configz`]);
+      if (r.code !== 0) throw new Error(`kubectl exited ${r.code}: ${r.stderr}`);
+      return JSON.parse(r.stdout).kubeletconfig as Record<string, unknown>;
+    },
+    30_000,
+    500,
+  );
 }
 
 suite.test(
@@ -132,11 +143,11 @@ suite.test(
         const n = await node(api);
         return pressure(n) === "True" ? n : undefined;
       },
-      60_000,
+      90_000,
       500,
     );
     // Node allocatable is capacity minus the hard threshold: nothing is left.
-    assert.equal(pressed.status!.allocatable!.memory, "0");
+    assert.equal(pressed.status!.allocatable!.memory, "0", "allocatable memory under 1000Gi");
     const hard = (await configz(w)).evictionHard as Record<string, string>;
     assert.equal(hard["memory.available"], "1000Gi", "/configz shows the running value");
 
