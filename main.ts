@@ -88,8 +88,17 @@ async function check(cl: CommandLine): Promise<number> {
   return findings.some((f) => f.level === "problem") ? 1 : 0;
 }
 
+/** Options of {@link main}. */
+export interface MainOptions {
+  /** Ends the process now (a second signal, a shutdown past its deadline). @default Deno.exit */
+  readonly exit?: (code: number) => void;
+  /** Already inside the sandbox (sandbox_worker.ts): `--least-privilege` is not acted on again. */
+  readonly sandboxed?: boolean;
+}
+
 /** Runs the kubelet with `args`; resolves to the process exit code. */
-export async function main(args: readonly string[]): Promise<number> {
+export async function main(args: readonly string[], opts: MainOptions = {}): Promise<number> {
+  const exit = opts.exit ?? ((code: number) => Deno.exit(code));
   let log: Logger = createLogger({ format: "text" });
   let cl: CommandLine;
   try {
@@ -132,6 +141,10 @@ export async function main(args: readonly string[]): Promise<number> {
       verbosity: config.logging.verbosity,
       vmodule: vmoduleOf(config),
     });
+    if (cl.leastPrivilege && !opts.sandboxed) {
+      const { runInSandbox } = await import("./src/sandbox.ts");
+      return await runInSandbox({ args, server: { flags: cl.flags, config }, logger: log });
+    }
     for (const w of cl.warnings) log.warning(w);
     log.info("kubelet version", { kubeletVersion: KUBELET_VERSION });
     log.v(1).info("KubeletConfiguration", { config: JSON.stringify(config) });
@@ -147,7 +160,7 @@ export async function main(args: readonly string[]): Promise<number> {
     const onSignal = (name: Deno.Signal) => () => {
       if (root.signal.aborted) {
         log.warning("Second signal received, exiting now", { signal: name });
-        Deno.exit(1);
+        exit(1);
       }
       log.info("Received signal, shutting down", { signal: name });
       root.abort(new Error(`received ${name}`));
@@ -155,7 +168,7 @@ export async function main(args: readonly string[]): Promise<number> {
         log.error(null, "Shutdown did not finish in time, exiting", {
           deadline: `${SHUTDOWN_DEADLINE_MS / 1000}s`,
         });
-        Deno.exit(1);
+        exit(1);
       }, SHUTDOWN_DEADLINE_MS);
       Deno.unrefTimer(deadline);
     };

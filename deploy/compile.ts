@@ -31,8 +31,16 @@ import { parseArgs } from "node:util";
  */
 export const AGENT_V8_FLAGS = "--max-semi-space-size=4,--optimize-for-size";
 
-/** The agent's run flags, documented at {@link AGENT_V8_FLAGS}; deno.json's start task spells them out. */
-export const AGENT_RUN_FLAGS: readonly string[] = ["--allow-all", `--v8-flags=${AGENT_V8_FLAGS}`];
+/**
+ * The agent's run flags, documented at {@link AGENT_V8_FLAGS}; deno.json's start task spells
+ * them out. `--unstable-worker-options` lets `--least-privilege` give the agent's Worker its
+ * own permission set (src/sandbox.ts).
+ */
+export const AGENT_RUN_FLAGS: readonly string[] = [
+  "--allow-all",
+  "--unstable-worker-options",
+  `--v8-flags=${AGENT_V8_FLAGS}`,
+];
 
 /** Where Deno fetches `denort` from when `DENORT_BIN` is unset. */
 export const DENORT_HOST = "dl.deno.land";

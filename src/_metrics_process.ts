@@ -9,6 +9,7 @@
  */
 
 import type { PrometheusText } from "./_prometheus.ts";
+import { hostPath } from "./host_root.ts";
 
 /** procfs's userHZ: the kernel's USER_HZ, 100 on every Linux architecture Go supports. */
 const USER_HZ = 100;
@@ -67,13 +68,13 @@ function ipExtOctets(text: string): { in: number; out: number } | undefined {
 export async function readProcessSample(
   opts: ProcessCollectorOptions = {},
 ): Promise<ProcessSample> {
-  const dir = opts.procSelf ?? "/proc/self";
+  const dir = opts.procSelf ?? hostPath("/proc/self");
   const [stat, status, limits, netstat, procStat] = await Promise.all([
     readText(`${dir}/stat`),
     readText(`${dir}/status`),
     readText(`${dir}/limits`),
     readText(`${dir}/net/netstat`),
-    readText(opts.procStat ?? "/proc/stat"),
+    readText(opts.procStat ?? hostPath("/proc/stat")),
   ]);
   const out: ProcessSample = {};
   // The command name may hold spaces and parentheses: fields start after the last ')'.

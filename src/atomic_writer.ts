@@ -17,6 +17,7 @@ import { Buffer } from "node:buffer";
 import { posix } from "node:path";
 import { type Clock, realClock } from "./clock.ts";
 import { createLogger, type Logger } from "./klog.ts";
+import { symlink } from "./sandbox_calls.ts";
 
 /** One file of a payload: its bytes and permission bits (upstream `FileProjection`). */
 export interface FileProjection {
@@ -205,7 +206,7 @@ export class AtomicWriter {
       // (7) ..data_tmp -> new directory, (8) renamed over ..data in one step.
       const newDataDirPath = posix.join(this.#targetDir, NEW_DATA_DIR_NAME);
       try {
-        await Deno.symlink(tsDirName, newDataDirPath);
+        await symlink(tsDirName, newDataDirPath);
       } catch (err) {
         await removeQuietly(tsDir);
         throw this.#fail(err, "error creating symbolic link for atomic update");
@@ -319,7 +320,7 @@ export class AtomicWriter {
       } catch (err) {
         // Only a missing link is created; anything else at that name is left alone, as upstream.
         if (!(err instanceof Deno.errors.NotFound)) continue;
-        await Deno.symlink(posix.join(DATA_DIR_NAME, name), visible);
+        await symlink(posix.join(DATA_DIR_NAME, name), visible);
       }
     }
   }

@@ -24,6 +24,8 @@ import {
 } from "./cgroup_layout.ts";
 import { type CgroupSample, readCgroupSample, readNodeSample } from "./cgroup_stats.ts";
 import { type InterfaceStats, readNetworkStats, readNodeNetworkStats } from "./net_stats.ts";
+import { hostRoot } from "./host_root.ts";
+import { readProcFile } from "./sandbox_calls.ts";
 
 /** cAdvisor's housekeeping interval as the kubelet sets it (`--housekeeping-interval`). */
 export const HOUSEKEEPING_INTERVAL_MS = 10_000;
@@ -178,7 +180,7 @@ export class Cadvisor {
     const [cgroup, network] = await Promise.all([
       readCgroupSample(tracked.paths!, { signal }),
       target.kind === "sandbox" && tracked.pid !== undefined
-        ? readNetworkStats(tracked.pid, { root: this.#o.root })
+        ? readNetworkStats(tracked.pid, { root: this.#o.root ?? hostRoot() })
         : Promise.resolve(undefined),
     ]);
     this.#logMissing(tracked.logged, target.id, cgroup.missing);
@@ -218,7 +220,7 @@ export class Cadvisor {
     }
     let text: string;
     try {
-      text = await Deno.readTextFile(`${this.#o.root ?? ""}/proc/${pid}/cgroup`);
+      text = await readProcFile(this.#o.root ?? hostRoot(), pid, "cgroup");
     } catch (e) {
       this.#logMissing(tracked.logged, target.id, [`/proc/${pid}/cgroup: ${errorText(e)}`]);
       return undefined;

@@ -12,6 +12,7 @@ import { createPrivateKey, X509Certificate } from "node:crypto";
 import { isAbsolute, join, resolve } from "node:path";
 import { parseCertificate, parsePemCertificates } from "./_x509.ts";
 import type { Logger } from "./klog.ts";
+import { symlink } from "./sandbox_calls.ts";
 
 /** A certificate chain with its key, as the TLS stack uses it (Go's tls.Certificate with Leaf). */
 export interface TLSCertificate {
@@ -252,7 +253,7 @@ export class CertificateStore {
       await Deno.remove(updated);
     }
     const abs = isAbsolute(target) ? target : resolve(target);
-    await Deno.symlink(abs, updated);
+    await symlink(abs, updated);
     // rename(2) replaces the old link in one step: readers see the old pair or the new one.
     await Deno.rename(updated, current);
   }

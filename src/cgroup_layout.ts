@@ -12,6 +12,7 @@
 
 import { posix } from "node:path";
 import { parseMountInfo } from "./mount.ts";
+import { hostRoot } from "./host_root.ts";
 
 /** v1: legacy controllers only; v2: unified at /sys/fs/cgroup; hybrid: v1 plus a cgroup2 mount. */
 export type CgroupMode = "v1" | "v2" | "hybrid";
@@ -96,7 +97,7 @@ function joinCgroup(mountPoint: string, path: string): string {
 export async function detectCgroupLayout(
   opts: DetectCgroupLayoutOptions = {},
 ): Promise<CgroupLayout> {
-  const root = opts.root ?? "/";
+  const root = opts.root ?? hostRoot();
   const file = underRoot(root, "/proc/self/mountinfo");
   let text = opts.mountinfo;
   if (text === undefined) {

@@ -28,6 +28,7 @@ import { formatCgroupName, parseCgroupfsName, parseSystemdName } from "./_cm_nam
 import { type Clock, realClock } from "./clock.ts";
 import { resourceProperties, type SystemdUnits } from "./_cm_systemd.ts";
 import type { Logger } from "./klog.ts";
+import { hostPath } from "./host_root.ts";
 
 export { CgroupWriteError, cpuSharesToCPUWeight } from "./_cm_writers.ts";
 export { formatCgroupName, newCgroupName, parseCgroupfsName } from "./_cm_names.ts";
@@ -96,7 +97,7 @@ export class CgroupManager {
     this.#log = opts.logger;
     this.#fs = opts.fs ?? realCgroupFs;
     this.#clock = opts.clock ?? realClock;
-    this.#hugePagesDir = opts.hugePagesDir ?? "/sys/kernel/mm/hugepages";
+    this.#hugePagesDir = opts.hugePagesDir ?? hostPath("/sys/kernel/mm/hugepages");
     this.#connectSystemd = opts.systemd ??
       (async () => (await import("./_cm_systemd.ts")).connectSystemd());
     if (this.layout.mode === "v2" && this.layout.unified === undefined) {

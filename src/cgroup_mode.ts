@@ -6,6 +6,8 @@
  * /proc/self/mountinfo because Deno has no statfs.
  */
 
+import { hostPath } from "./host_root.ts";
+
 /** True when the mount at `root` (default /sys/fs/cgroup) in `mountinfo` is cgroup2. */
 export function isCgroup2UnifiedMode(mountinfo: string, root = "/sys/fs/cgroup"): boolean {
   let unified = false;
@@ -21,7 +23,7 @@ export function isCgroup2UnifiedMode(mountinfo: string, root = "/sys/fs/cgroup")
 /** Reads this host's mode; hosts without /proc/self/mountinfo count as not unified. */
 export async function hostIsCgroup2UnifiedMode(): Promise<boolean> {
   try {
-    return isCgroup2UnifiedMode(await Deno.readTextFile("/proc/self/mountinfo"));
+    return isCgroup2UnifiedMode(await Deno.readTextFile(hostPath("/proc/self/mountinfo")));
   } catch {
     return false;
   }

@@ -13,6 +13,7 @@
 
 import { type CgroupLayout, type CgroupPaths, cgroupPathsOf } from "./cgroup_layout.ts";
 import { readCgroupFile, readNodeCpuFromProc, readNodeMemoryFromProc } from "./_cgroup_read.ts";
+import { hostRoot } from "./host_root.ts";
 
 /** CPU accounting of a cgroup. */
 export interface CgroupCpu {
@@ -264,7 +265,7 @@ export async function readNodeSample(
   opts: ReadNodeSampleOptions = {},
 ): Promise<CgroupSample> {
   const { signal } = opts;
-  const root = opts.root ?? "/";
+  const root = opts.root ?? hostRoot();
   const paths = cgroupPathsOf(layout, "/");
   if (layout.mode !== "v2" || paths.unified === undefined) {
     const [cpu, memory] = await Promise.all([readCpu(paths, signal), readMemory(paths, signal)]);

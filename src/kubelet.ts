@@ -63,6 +63,7 @@ import {
   NodeShutdownManager,
   shutdownGroups,
 } from "./nodeshutdown_manager.ts";
+import { statPath } from "./sandbox_calls.ts";
 
 /** How often updateRuntimeUp asks the runtime for its Status (upstream: 5 s). */
 export const RUNTIME_UP_PERIOD_MS = 5_000;
@@ -626,7 +627,7 @@ export class Kubelet {
           const mount = (await deps.imageService!.imageFsInfo(s)).imageFilesystems[0]?.fsId
             ?.mountpoint;
           if (!mount) return false;
-          const [a, b] = await Promise.all([Deno.stat(flags.rootDirectory), Deno.stat(mount)]);
+          const [a, b] = await Promise.all([statPath(flags.rootDirectory), statPath(mount)]);
           return a.dev !== b.dev;
         },
         // containerd keeps writable layers with its images unless it reports them apart.

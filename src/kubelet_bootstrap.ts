@@ -127,8 +127,7 @@ export async function writeKubeconfigFromBootstrapping(
       user: { "client-certificate": pemPath, "client-key": pemPath },
     }],
   };
-  await Deno.mkdir(dirname(kubeconfig), { recursive: true, mode: 0o755 });
-  await Deno.writeTextFile(kubeconfig, stringify(doc, { lineWidth: 0 }), { mode: 0o600 });
+  await writePrivateFile(kubeconfig, stringify(doc, { lineWidth: 0 }));
   await Deno.chmod(kubeconfig, 0o600);
 }
 
@@ -223,8 +222,7 @@ async function loadOrGenerateKeyFile(path: string): Promise<KeyObject> {
     }
   }
   const key = generateECKey();
-  await Deno.mkdir(dirname(path), { recursive: true, mode: 0o755 });
-  await Deno.writeTextFile(path, privateKeyPem(key), { mode: 0o600 });
+  await writePrivateFile(path, privateKeyPem(key));
   await Deno.chmod(path, 0o600);
   return key;
 }
@@ -353,5 +351,20 @@ async function waitForServer(
     throw new BootstrapError("timed out waiting to connect to apiserver");
   } finally {
     probe.close();
+  }
+}
+
+/**
+ * Writes `path` (mode 0600), making its directory (0755, parents too) only when it is missing:
+ * the sandbox grants the file, not its directory, so the directory is neither stat-ed nor made
+ * when it is there.
+ */
+async function writePrivateFile(path: string, text: string): Promise<void> {
+  try {
+    await Deno.writeTextFile(path, text, { mode: 0o600 });
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
+    await Deno.mkdir(dirname(path), { recursive: true, mode: 0o755 });
+    await Deno.writeTextFile(path, text, { mode: 0o600 });
   }
 }

@@ -98,7 +98,7 @@ export function newKubeletFlags(): KubeletFlags {
 type FlagKind = "string" | "bool" | "int" | "duration" | "map" | "version";
 
 interface OwnFlag {
-  readonly key: keyof KubeletFlags | "help" | "version" | "check";
+  readonly key: keyof KubeletFlags | "help" | "version" | "check" | "leastPrivilege";
   readonly kind: FlagKind;
   readonly usage: string;
   readonly deprecated?: string;
@@ -255,6 +255,13 @@ const OWN_FLAGS: Readonly<Record<string, OwnFlag>> = {
     usage:
       "Check the node for everything that would stop the kubelet (runtime, cgroups, swap, kernel settings, certificates, apiserver, permissions), report each problem with what to do, and exit (non-zero if there are problems)",
   },
+  // Not upstream's: run the agent inside its own Deno permission set (sandbox.ts).
+  "least-privilege": {
+    key: "leastPrivilege",
+    kind: "bool",
+    usage:
+      "[Experimental] Run inside a permission set computed from the configuration (its paths, a read-only view of /proc and /sys, the cgroup tree, mount and umount): reading or writing elsewhere or running other programs is refused",
+  },
   "version": {
     key: "version",
     kind: "version",
@@ -344,6 +351,8 @@ export interface CommandLine {
   readonly help: boolean;
   /** `--check`: run the preflight check and exit. */
   readonly check: boolean;
+  /** `--least-privilege`: run the agent in its sandbox (sandbox.ts). */
+  readonly leastPrivilege: boolean;
   /** undefined, "true" or "raw" (upstream's --version values). */
   readonly version?: string;
   /** Deprecation warnings to log once logging is set up. */
@@ -573,6 +582,7 @@ export function parseCommandLine(
   const configValues = new Map<string, unknown>();
   let help = false;
   let check = false;
+  let leastPrivilege = false;
   let version: string | undefined;
   for (const token of parsed.tokens) {
     if (token.kind !== "option") continue;
@@ -587,6 +597,7 @@ export function parseCommandLine(
         if (own.deprecated) warnings.push(`Flag --${name} has been deprecated, ${own.deprecated}`);
         if (own.key === "help") help = parseBool(text);
         else if (own.key === "check") check = parseBool(text);
+        else if (own.key === "leastPrivilege") leastPrivilege = parseBool(text);
         else if (own.key === "version") version = text;
         else setOwn(flags, own, text);
         continue;
@@ -612,7 +623,7 @@ export function parseCommandLine(
       );
     }
   }
-  return { flags, config, help, check, version, warnings };
+  return { flags, config, help, check, leastPrivilege, version, warnings };
 }
 
 function setOwn(flags: KubeletFlags, own: OwnFlag, text: string): void {

@@ -51,6 +51,7 @@ import { buildPodLogsDirectory, generatePodHostNameAndDomain } from "./kuberunti
 import { type ContainerMounter, MountsError } from "./kubelet_mounts.ts";
 import type { ServiceSource } from "./envvars.ts";
 import type { PodVolumesFunc } from "./volume_plugin.ts";
+import { symlink as sandboxSymlink } from "./sandbox_calls.ts";
 
 export { CreateContainerConfigError } from "./_kuberuntime_env.ts";
 export type { LinuxConfigOptions } from "./_kuberuntime_container_linux.ts";
@@ -1021,7 +1022,7 @@ async function removeAll(
  */
 async function symlink(target: string, link: string): Promise<void> {
   try {
-    await Deno.symlink(target, link);
+    await sandboxSymlink(target, link);
     return;
   } catch (e) {
     if (!(e instanceof Deno.errors.NotCapable)) throw e;

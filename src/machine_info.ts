@@ -9,6 +9,7 @@
 
 import { join } from "node:path";
 import { statFilesystems } from "./fs_stats.ts";
+import { hostRoot } from "./host_root.ts";
 
 /** What node status needs of cAdvisor's MachineInfo and VersionInfo. */
 export interface MachineInfo {
@@ -71,7 +72,7 @@ function clockSpeedKhz(maxFreq: string | undefined, cpuinfo: string): number | u
 }
 
 /** Reads machine info under `root` (default "/"). */
-export async function readMachineInfo(root = "/"): Promise<MachineInfo> {
+export async function readMachineInfo(root = hostRoot()): Promise<MachineInfo> {
   const online = await read(root, "sys/devices/system/cpu/online");
   const cpuinfo = await read(root, "proc/cpuinfo");
   const numCores = online

@@ -8,6 +8,8 @@
  * `ParseMountInfo`).
  */
 
+import { hostPath } from "./host_root.ts";
+
 /** Runs one command; resolves with its output or rejects with {@link MountError}. */
 export type CommandRunner = (
   cmd: string,
@@ -68,7 +70,7 @@ export class Mounter {
   constructor(opts: MounterOptions = {}) {
     this.#run = opts.run ?? runCommand;
     this.#readMountInfo = opts.readMountInfo ??
-      (() => Deno.readTextFile("/proc/self/mountinfo"));
+      (() => Deno.readTextFile(hostPath("/proc/self/mountinfo")));
   }
 
   /** `mount -t <fsType> -o <options> <source> <target>`; options may be empty. */

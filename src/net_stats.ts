@@ -11,6 +11,8 @@
  */
 
 import { join } from "node:path";
+import { hostRoot } from "./host_root.ts";
+import { readProcFile } from "./sandbox_calls.ts";
 
 /** Counters of one interface, named as the kubelet stats API names them. */
 export interface InterfaceStats {
@@ -64,10 +66,12 @@ export function parseNetDev(text: string): InterfaceStats[] {
   return out;
 }
 
-async function readNetDev(path: string): Promise<InterfaceStats[] | undefined> {
+async function readNetDev(
+  read: string | (() => Promise<string>),
+): Promise<InterfaceStats[] | undefined> {
   let text: string;
   try {
-    text = await Deno.readTextFile(path);
+    text = await (typeof read === "string" ? Deno.readTextFile(read) : read());
   } catch {
     // The process exited (NotFound) or its namespace is going away: nothing to report.
     return undefined;
@@ -83,7 +87,7 @@ export async function readNetworkStats(
   if (!Number.isSafeInteger(pid) || pid <= 0) {
     throw new RangeError(`Cannot read network stats: 'pid' must be a positive integer: ${pid}`);
   }
-  return await readNetDev(join(opts.root ?? "/", "proc", String(pid), "net/dev"));
+  return await readNetDev(() => readProcFile(opts.root ?? hostRoot(), pid, "net/dev"));
 }
 
 /**
@@ -93,7 +97,7 @@ export async function readNetworkStats(
 export async function readNodeNetworkStats(
   opts: ReadNetworkStatsOptions = {},
 ): Promise<InterfaceStats[] | undefined> {
-  const root = opts.root ?? "/";
+  const root = opts.root ?? hostRoot();
   return (await readNetDev(join(root, "proc/1/net/dev"))) ??
     (await readNetDev(join(root, "proc/net/dev")));
 }

@@ -5,6 +5,8 @@
  * the first non-loopback IPv4 address). Reads /proc/net/route, which needs no privileges.
  */
 
+import { hostPath } from "./host_root.ts";
+
 /** The interface of the IPv4 default route in a /proc/net/route text, if any. */
 export function defaultRouteInterface(routes: string): string | undefined {
   for (const line of routes.split("\n").slice(1)) {
@@ -24,7 +26,7 @@ export async function detectNodeIP(): Promise<string | undefined> {
   );
   let iface: string | undefined;
   try {
-    iface = defaultRouteInterface(await Deno.readTextFile("/proc/net/route"));
+    iface = defaultRouteInterface(await Deno.readTextFile(hostPath("/proc/net/route")));
   } catch {
     iface = undefined;
   }

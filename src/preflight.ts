@@ -35,6 +35,7 @@ import {
   validity,
   warning,
 } from "./_preflight_findings.ts";
+import { hostRoot } from "./host_root.ts";
 
 export type { Finding } from "./_preflight_findings.ts";
 
@@ -137,7 +138,7 @@ function checkPermissionSet(o: PreflightOptions): Finding[] {
 }
 
 async function checkCgroups(o: PreflightOptions): Promise<Finding[]> {
-  const root = o.root ?? "/";
+  const root = o.root ?? hostRoot();
   const mountinfo = await Deno.readTextFile(join(root, "proc/self/mountinfo"));
   const out: Finding[] = [];
   const v2 = isCgroup2UnifiedMode(mountinfo);
@@ -192,7 +193,7 @@ async function checkCgroups(o: PreflightOptions): Promise<Finding[]> {
 }
 
 async function checkSwap(o: PreflightOptions): Promise<Finding[]> {
-  const text = await Deno.readTextFile(join(o.root ?? "/", "proc/swaps"));
+  const text = await Deno.readTextFile(join(o.root ?? hostRoot(), "proc/swaps"));
   const devices = text.split("\n").slice(1).filter((l) => l.trim() !== "");
   if (devices.length === 0) return [ok("swap", "swap is off")];
   const names = devices.map((l) => l.split(/\s+/)[0]).join(", ");
@@ -207,7 +208,7 @@ async function checkSwap(o: PreflightOptions): Promise<Finding[]> {
 }
 
 async function checkKernel(o: PreflightOptions): Promise<Finding[]> {
-  const root = o.root ?? "/";
+  const root = o.root ?? hostRoot();
   const read = (p: string) => Deno.readTextFile(join(root, p)).then((t) => t.trim(), () => "");
   const out: Finding[] = [];
   if ((await read("proc/sys/net/ipv4/ip_forward")) !== "1") {

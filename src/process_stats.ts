@@ -9,6 +9,7 @@
  */
 
 import { join } from "node:path";
+import { hostRoot } from "./host_root.ts";
 
 /** The node's task limit and count (upstream `statsapi.RlimitStats`). */
 export interface RlimitStats {
@@ -60,7 +61,7 @@ export function parseLoadavgTasks(text: string): number | string {
 
 /** Reads the node's task limit and count under `root`. */
 export async function readRlimit(opts: ReadRlimitOptions = {}): Promise<RlimitStats> {
-  const root = opts.root ?? "/";
+  const root = opts.root ?? hostRoot();
   const missing: string[] = [];
   const [limits, loadavg] = await Promise.all([
     Promise.all(LIMIT_FILES.map((f) => readLimit(root, f))),

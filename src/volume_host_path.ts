@@ -18,6 +18,7 @@ import type {
   VolumeSetUpContext,
   VolumeTearDownContext,
 } from "./volume_plugin.ts";
+import { checkHostPathInLauncher, inSandbox } from "./sandbox_calls.ts";
 
 /** The plugin's upstream name. */
 export const HOST_PATH_PLUGIN_NAME = "kubernetes.io/host-path";
@@ -68,7 +69,10 @@ export class HostPathPlugin implements VolumePlugin {
   constructor(opts: HostPathPluginOptions = {}) {
     this.#log = opts.logger ?? createLogger();
     this.#mkdirMode = opts.mkdirMode ?? 0o755;
-    this.#checkType = opts.checkType ?? checkHostPathType;
+    // In the sandbox the launcher checks (and makes) the path: hostPath may name any host path.
+    this.#checkType = opts.checkType ??
+      ((path, type, o) =>
+        inSandbox() ? checkHostPathInLauncher(path, type, o) : checkHostPathType(path, type, o));
   }
 
   /** Handles volumes with a `hostPath` source. */
@@ -225,7 +229,9 @@ async function exists(path: string): Promise<boolean> {
   try {
     await Deno.stat(path);
     return true;
-  } catch {
+  } catch (err) {
+    // Only a missing path is "no"; a refusal (Deno's permissions) is said as such by the caller.
+    if (err instanceof Deno.errors.NotCapable) throw err;
     return false;
   }
 }

@@ -1,0 +1,187 @@
+/**
+ * @module
+ * The two things the sandboxed agent (sandbox.ts) asks its launcher to do because Deno cannot
+ * grant them by path: making a symbolic link (Deno.symlink wants unscoped read and write, since
+ * a link's target is only resolved when followed) and stat-ing a path outside the permission set
+ * (whether the image filesystem shares the root dir's device), and reading another process's
+ * cgroup and network counters (`/proc/<pid>`, whose `root` link would lead anywhere). The
+ * launcher makes a link only inside the directories the agent may write, after resolving the
+ * link's parent directory, answers a stat with metadata only, and reads only the named /proc
+ * files of a numeric pid. Outside the sandbox both are the plain Deno calls.
+ * Has no upstream counterpart.
+ */
+
+import { dirname, posix } from "node:path";
+
+/** A call from the agent to its launcher. */
+export type HostCall =
+  | {
+    readonly call: number;
+    readonly op: "symlink";
+    readonly target: string;
+    readonly path: string;
+  }
+  | { readonly call: number; readonly op: "stat"; readonly path: string }
+  | { readonly call: number; readonly op: "procFile"; readonly pid: number; readonly file: string }
+  | {
+    readonly call: number;
+    readonly op: "hostPath";
+    readonly path: string;
+    readonly type: string;
+    readonly mkdirMode?: number;
+  };
+
+/** The files of another process the agent reads: its cgroups and its network counters. */
+export const PROC_FILES: readonly string[] = ["cgroup", "net/dev"];
+
+/** The launcher's answer to call `call`. */
+export interface HostCallAnswer {
+  readonly call: number;
+  readonly error?: { readonly name: string; readonly message: string };
+  readonly stat?: { readonly dev: number; readonly isDirectory: boolean; readonly isFile: boolean };
+  readonly text?: string;
+}
+
+/** The agent's end of the channel: a Worker scope posting calls and receiving answers. */
+interface Channel {
+  post(call: HostCall): void;
+}
+
+let channel: Channel | undefined;
+let next = 1;
+const waiting = new Map<number, PromiseWithResolvers<HostCallAnswer>>();
+
+/** True inside the sandbox (after {@link useLauncher}). */
+export function inSandbox(): boolean {
+  return channel !== undefined;
+}
+
+/** Inside the sandbox: route the calls to the launcher through `post`. */
+export function useLauncher(post: (call: HostCall) => void): void {
+  channel = { post };
+}
+
+/** Inside the sandbox: an answer from the launcher (the Worker's message handler passes it). */
+export function answered(a: HostCallAnswer): void {
+  waiting.get(a.call)?.resolve(a);
+  waiting.delete(a.call);
+}
+
+/** A call without its number (Omit does not distribute over the union). */
+type Unnumbered = HostCall extends infer C ? C extends HostCall ? Omit<C, "call"> : never : never;
+
+async function ask(call: Unnumbered): Promise<HostCallAnswer> {
+  const id = next++;
+  const p = Promise.withResolvers<HostCallAnswer>();
+  waiting.set(id, p);
+  channel!.post({ ...call, call: id } as HostCall);
+  const a = await p.promise;
+  if (a.error) {
+    const Known = (Deno.errors as unknown as Record<string, ErrorConstructor>)[a.error.name];
+    const err = new (Known ?? Error)(a.error.message);
+    if (!Known) err.name = a.error.name;
+    throw err;
+  }
+  return a;
+}
+
+/** Makes the symbolic link `path` pointing at `target`. */
+export async function symlink(target: string, path: string): Promise<void> {
+  if (!channel) return await Deno.symlink(target, path);
+  await ask({ op: "symlink", target, path });
+}
+
+/** The device of `path` and what it is, following links. */
+export async function statPath(
+  path: string,
+): Promise<{ dev: number; isDirectory: boolean; isFile: boolean }> {
+  if (!channel) {
+    const s = await Deno.stat(path);
+    return { dev: s.dev, isDirectory: s.isDirectory, isFile: s.isFile };
+  }
+  return (await ask({ op: "stat", path })).stat!;
+}
+
+/**
+ * `/proc/<pid>/<file>` under `root` ("/" or the host view); in the sandbox the launcher reads
+ * it, for the files in {@link PROC_FILES} only.
+ */
+export async function readProcFile(root: string, pid: number, file: string): Promise<string> {
+  if (!channel) return await Deno.readTextFile(posix.join(root, "proc", String(pid), file));
+  return (await ask({ op: "procFile", pid, file })).text!;
+}
+
+/**
+ * A hostPath volume's type check (volume_host_path.ts `checkHostPathType`), run by the launcher:
+ * the path may be anywhere on the host, and the `OrCreate` types make it, as upstream's kubelet
+ * does for any pod the apiserver admitted. A failed check rejects with upstream's message.
+ */
+export async function checkHostPathInLauncher(
+  path: string,
+  type: string,
+  opts: { mkdirMode?: number } = {},
+): Promise<void> {
+  try {
+    await ask({ op: "hostPath", path, type, ...opts });
+  } catch (e) {
+    if ((e as Error).name !== "HostPathError") throw e;
+    const { HostPathError } = await import("./volume_host_path.ts");
+    throw new HostPathError((e as Error).message);
+  }
+}
+
+/** True when `path` is `dir` or below it (by path components). */
+function within(path: string, dir: string): boolean {
+  return path === dir || path.startsWith(dir.endsWith("/") ? dir : `${dir}/`);
+}
+
+/** The launcher's end: answers `call` for an agent that may write under `writable`. */
+export async function serveHostCall(
+  call: HostCall,
+  writable: readonly string[],
+): Promise<HostCallAnswer> {
+  try {
+    if (call.op === "stat") {
+      const s = await Deno.stat(call.path);
+      return {
+        call: call.call,
+        stat: { dev: s.dev, isDirectory: s.isDirectory, isFile: s.isFile },
+      };
+    }
+    if (call.op === "procFile") {
+      if (!Number.isSafeInteger(call.pid) || call.pid <= 0 || !PROC_FILES.includes(call.file)) {
+        throw new Deno.errors.NotCapable(
+          `/proc/${call.pid}/${call.file}: only ${PROC_FILES.join(", ")} of a process may be read`,
+        );
+      }
+      return { call: call.call, text: await Deno.readTextFile(`/proc/${call.pid}/${call.file}`) };
+    }
+    if (call.op === "hostPath") {
+      const { checkHostPathType } = await import("./volume_host_path.ts");
+      await checkHostPathType(call.path, call.type, { mkdirMode: call.mkdirMode });
+      return { call: call.call };
+    }
+    if (call.op === "symlink") {
+      const path = posix.normalize(call.path);
+      if (!path.startsWith("/")) {
+        throw new Deno.errors.NotCapable(`symlink ${call.path}: not an absolute path`);
+      }
+      // The parent as it really is: a link in the way must not carry the new link elsewhere.
+      const parent = await Deno.realPath(dirname(path));
+      const roots = await Promise.all(
+        writable.map((w) => Deno.realPath(w).catch(() => w)),
+      );
+      if (!roots.some((r) => within(parent, r))) {
+        throw new Deno.errors.NotCapable(
+          `symlink ${call.path}: outside the directories the kubelet may write`,
+        );
+      }
+      await Deno.symlink(call.target, posix.join(parent, posix.basename(path)));
+      return { call: call.call };
+    }
+    throw new Error(`unknown host call ${(call as { op: string }).op}`);
+  } catch (e) {
+    const err = e instanceof Error ? e : new Error(String(e));
+    return { call: call.call, error: { name: err.name, message: err.message } };
+  }
+}
