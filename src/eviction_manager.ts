@@ -120,6 +120,8 @@ export class EvictionManager {
   readonly #o: EvictionManagerOptions;
   #thresholds: readonly Threshold[];
   #layout: DiskLayout | undefined;
+  /** Counts reconfigurations, so a layout detected across one is not kept. */
+  #generation = 0;
   #maxPodGracePeriodSeconds: number;
   readonly #tracker: PressureTracker;
   /** The "pods" system container was missing at the last pass (and that was logged). */
@@ -140,6 +142,7 @@ export class EvictionManager {
   reconfigure(cfg: Omit<EvictionConfig, "localStorageCapacityIsolation">): void {
     this.#thresholds = cfg.thresholds;
     this.#layout = undefined;
+    this.#generation++;
     this.#maxPodGracePeriodSeconds = cfg.maxPodGracePeriodSeconds ?? 0;
     this.#tracker.transitionPeriodMs = cfg.pressureTransitionPeriodMs ?? 300_000;
     this.#tracker.forgetThresholds();
@@ -311,7 +314,13 @@ export class EvictionManager {
   }
 
   async #detectLayout(signal?: AbortSignal): Promise<DiskLayout> {
-    const layout = await detectDiskLayout(this.#thresholds, this.#o, signal);
+    let layout: DiskLayout;
+    for (;;) {
+      const generation = this.#generation;
+      layout = await detectDiskLayout(this.#thresholds, this.#o, signal);
+      // Reconfigured while detecting: these thresholds are the old ones; derive from the new.
+      if (generation === this.#generation) break;
+    }
     this.#thresholds = layout.thresholds;
     this.#layout = layout;
     this.#o.logger.v(3).info("FileSystem detection", {

@@ -543,6 +543,33 @@ Deno.test("EvictionManager.reconfigure: a raised threshold and a shorter transit
   assert.ok(!h.manager.isUnderMemoryPressure(), "the new 20 s transition period applies");
 });
 
+Deno.test("EvictionManager.reconfigure during the first pass's disk layout detection is not undone by it", async () => {
+  // The first pass detects the disk layout (a CRI call) and then keeps the thresholds it
+  // derived; a reload landing meanwhile (SIGHUP right at start-up, under load) must win.
+  const imageFs = Promise.withResolvers<boolean>();
+  const h = harness({ evictionHard: { "memory.available": "10Mi" } }, {
+    diskInfo: {
+      hasDedicatedImageFs: () => imageFs.promise,
+      hasDedicatedContainerFs: () => Promise.resolve(false),
+    },
+  });
+  h.state.node = underMemory;
+  h.clock.step(10_000);
+  const first = h.manager.synchronize();
+  await Promise.resolve();
+  h.manager.reconfigure(evictionConfigFrom({
+    evictionHard: { "memory.available": "100Mi" },
+    evictionPressureTransitionPeriod: 300_000,
+    enforceNodeAllocatable: [],
+    localStorageCapacityIsolation: true,
+  }));
+  imageFs.resolve(false);
+  await first;
+  assert.ok(h.manager.isUnderMemoryPressure(), "50Mi available is below the reloaded 100Mi");
+  await h.sync();
+  assert.ok(h.manager.isUnderMemoryPressure(), "and stays the threshold in the next pass");
+});
+
 Deno.test("EvictionManager.reconfigure: a lowered threshold no longer holds the pressure until the old minimum reclaim", async () => {
   const h = harness({ evictionHard: { "memory.available": "1000Gi" } }, {
     pressureTransitionPeriodMs: 10_000,
