@@ -21,6 +21,7 @@ import type { V1Container, V1HostAlias, V1Pod, V1VolumeMount } from "@kubernetes
 import * as api from "../proto/runtime/v1/api.ts";
 import { kobj, type Logger } from "./klog.ts";
 import type { PodVolumesFunc } from "./volume_plugin.ts";
+import { inSandbox, subPathInLauncher } from "./sandbox_calls.ts";
 import { type EnvVar, expand } from "./_kuberuntime_env.ts";
 
 /** Where containers see the managed hosts file (upstream etcHostsPath). */
@@ -317,33 +318,24 @@ export class KubeletMounts {
   ): Promise<string> {
     const hostPath = cleanPath(join(volumePath, subPath));
     const kv = { containerName: container.name, volumeMountName: m.name };
+    const host = inSandbox() ? SUBPATH_IN_LAUNCHER : SUBPATH_HERE;
     let exists: boolean | undefined;
     try {
-      await Deno.stat(hostPath);
-      exists = true;
+      exists = await host.exists(hostPath);
     } catch (e) {
-      if (e instanceof Deno.errors.NotFound) {
-        exists = false;
-      } else {
-        this.#log.error(
-          e,
-          "Could not determine if subPath exists, will not attempt to change its permissions",
-          { path: hostPath },
-        );
-      }
+      this.#log.error(
+        e,
+        "Could not determine if subPath exists, will not attempt to change its permissions",
+        { path: hostPath },
+      );
     }
     if (exists === false) {
       // Made now rather than by the runtime, which would make it 0755 and owned by root where
       // the pod's fsGroup needs the volume's mode.
-      let perm: number;
       try {
-        perm = (await Deno.stat(volumePath)).mode ?? 0o755;
+        await host.make(subPath, volumePath);
       } catch (e) {
-        throw new MountsError((e as Error).message, { cause: e });
-      }
-      try {
-        await safeMakeDir(subPath, volumePath, perm & 0o7777);
-      } catch (e) {
+        if (e instanceof VolumeModeError) throw new MountsError(e.message, { cause: e });
         this.#log.error(
           e,
           "Failed to create subPath directory for volumeMount of the container",
@@ -358,7 +350,7 @@ export class KubeletMounts {
       }
     }
     try {
-      return await resolveWithinVolume(hostPath, volumePath);
+      return await host.resolve(hostPath, volumePath);
     } catch (e) {
       this.#log.error(e, "Failed to prepare subPath for volumeMount of the container", kv);
       throw new MountsError(
@@ -448,6 +440,56 @@ function pathWithinBase(path: string, base: string): boolean {
 function message(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
+
+/** The volume's own mode could not be read (the subPath directory would take it). */
+class VolumeModeError extends Error {
+  override name = "VolumeModeError";
+}
+
+/**
+ * The host steps of a subPath: whether it exists, making it inside the volume with the volume's
+ * mode, and resolving it inside the volume. Done here, or in the sandbox by the launcher
+ * (sandbox_calls.ts), since a hostPath volume may be anywhere on the host.
+ */
+export interface SubPathSteps {
+  exists(hostPath: string): Promise<boolean>;
+  make(subPath: string, volumePath: string): Promise<void>;
+  resolve(hostPath: string, volumePath: string): Promise<string>;
+}
+
+/** {@link SubPathSteps} in this process. */
+export const SUBPATH_HERE: SubPathSteps = {
+  async exists(hostPath) {
+    try {
+      await Deno.stat(hostPath);
+      return true;
+    } catch (e) {
+      if (e instanceof Deno.errors.NotFound) return false;
+      throw e;
+    }
+  },
+  async make(subPath, volumePath) {
+    let perm: number;
+    try {
+      perm = (await Deno.stat(volumePath)).mode ?? 0o755;
+    } catch (e) {
+      throw new VolumeModeError((e as Error).message, { cause: e });
+    }
+    await safeMakeDir(subPath, volumePath, perm & 0o7777);
+  },
+  resolve: (hostPath, volumePath) => resolveWithinVolume(hostPath, volumePath),
+};
+
+/** {@link SubPathSteps} by the launcher, for the sandboxed kubelet. */
+const SUBPATH_IN_LAUNCHER: SubPathSteps = {
+  exists: async (hostPath) => (await subPathInLauncher("exists", hostPath, "", "")) === "true",
+  make: async (subPath, volumePath) => {
+    await subPathInLauncher("make", "", volumePath, subPath).catch((e) => {
+      throw e.name === "VolumeModeError" ? new VolumeModeError(e.message) : e;
+    });
+  },
+  resolve: (hostPath, volumePath) => subPathInLauncher("resolve", hostPath, volumePath, ""),
+};
 
 /**
  * The real path of `path` when it lies inside the real path of `volumePath` (the check of

@@ -25,6 +25,14 @@ export type HostCall =
   | { readonly call: number; readonly op: "procFile"; readonly pid: number; readonly file: string }
   | {
     readonly call: number;
+    readonly op: "subPath";
+    readonly step: "exists" | "make" | "resolve";
+    readonly path: string;
+    readonly volumePath: string;
+    readonly subPath: string;
+  }
+  | {
+    readonly call: number;
     readonly op: "hostPath";
     readonly path: string;
     readonly type: string;
@@ -130,6 +138,19 @@ export async function checkHostPathInLauncher(
   }
 }
 
+/**
+ * One host step of a container's subPath (kubelet_mounts.ts `SubPathSteps`), run by the
+ * launcher; answers "true"/"false" for `exists`, the resolved path for `resolve`.
+ */
+export async function subPathInLauncher(
+  step: "exists" | "make" | "resolve",
+  path: string,
+  volumePath: string,
+  subPath: string,
+): Promise<string> {
+  return (await ask({ op: "subPath", step, path, volumePath, subPath })).text ?? "";
+}
+
 /** True when `path` is `dir` or below it (by path components). */
 function within(path: string, dir: string): boolean {
   return path === dir || path.startsWith(dir.endsWith("/") ? dir : `${dir}/`);
@@ -155,6 +176,15 @@ export async function serveHostCall(
         );
       }
       return { call: call.call, text: await Deno.readTextFile(`/proc/${call.pid}/${call.file}`) };
+    }
+    if (call.op === "subPath") {
+      const { SUBPATH_HERE } = await import("./kubelet_mounts.ts");
+      const text = call.step === "exists"
+        ? String(await SUBPATH_HERE.exists(call.path))
+        : call.step === "make"
+        ? (await SUBPATH_HERE.make(call.subPath, call.volumePath), "")
+        : await SUBPATH_HERE.resolve(call.path, call.volumePath);
+      return { call: call.call, text };
     }
     if (call.op === "hostPath") {
       const { checkHostPathType } = await import("./volume_host_path.ts");
