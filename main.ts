@@ -124,6 +124,19 @@ export async function main(args: readonly string[], opts: MainOptions = {}): Pro
   log = createLogger(flagLogging(cl));
   if (cl.check) return await check(cl);
 
+  if (cl.leastPrivilege && !opts.sandboxed) {
+    // The launcher mounts the host view and hands out the narrower set: it needs everything.
+    const missing = (["read", "write", "run", "net", "env", "sys", "ffi"] as const)
+      .filter((name) => Deno.permissions.querySync({ name }).state !== "granted");
+    if (missing.length > 0) {
+      log.error(
+        null,
+        "--least-privilege needs the process to start with --allow-all: it gives the kubelet its own narrower set",
+        { notGranted: missing.join(",") },
+      );
+      return 1;
+    }
+  }
   try {
     checkPermissions([
       { permission: "read", path: cl.flags.kubeletConfigFile, source: "--config" },

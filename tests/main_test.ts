@@ -138,6 +138,17 @@ Deno.test("main under its permission set is denied a read outside it, naming the
   assertOneError(c, "read access to '/etc/shadow'", "--config");
 });
 
+Deno.test("main with --least-privilege but not --allow-all says the launcher needs it", async () => {
+  const r = await runAgent(["--least-privilege", "--fail-cgroupv1=false"], {
+    permissions: "kubelet",
+  });
+  assertOneError(
+    r,
+    "--least-privilege needs the process to start with --allow-all",
+    'notGranted="read,write,run,',
+  );
+});
+
 /** A config for a running agent: its own healthz port and runtime socket under `dir`. */
 async function agentConfig(
   dir: string,
