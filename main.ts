@@ -7,7 +7,6 @@
  */
 
 import { ConfigError } from "./src/config_schema.ts";
-import { unsecuredDependencies } from "./src/dependencies.ts";
 import {
   createLogger,
   type LogFormat,
@@ -22,8 +21,7 @@ import {
   kubeletConfigurationFields,
 } from "./src/kubelet_config_types.ts";
 import { type CommandLine, FlagError, parseCommandLine, usage } from "./src/kubelet_flags.ts";
-import { nodeHostname, pathNeeds, run } from "./src/kubelet_server.ts";
-import { checkPermissions } from "./src/permissions.ts";
+import { checkPermissions, pathNeeds } from "./src/permissions.ts";
 import { KUBELET_VERSION, versionInfo } from "./src/version.ts";
 
 /** How long shutdown may take after SIGTERM before the process exits anyway. */
@@ -77,6 +75,7 @@ async function check(cl: CommandLine): Promise<number> {
     });
   }
   const { runPreflight, formatFindings } = await import("./src/preflight.ts");
+  const { nodeHostname } = await import("./src/kubelet_server.ts");
   const s = { flags: cl.flags, config };
   const findings = await runPreflight({
     ...s,
@@ -168,6 +167,12 @@ export async function main(args: readonly string[], opts: MainOptions = {}): Pro
       ["logging.verbosity", "logging.vmodule"],
       (c) => setLogVerbosity(logger, c.logging.verbosity, vmoduleOf(c)),
     );
+    // Loaded here, not at the top: a --least-privilege launcher never runs the kubelet itself,
+    // and its isolate should not hold the kubelet's modules.
+    const [{ unsecuredDependencies }, { run }] = await Promise.all([
+      import("./src/dependencies.ts"),
+      import("./src/kubelet_server.ts"),
+    ]);
     const deps = { ...unsecuredDependencies({ logger: log }), reloader };
     const root = new AbortController();
     const onSignal = (name: Deno.Signal) => () => {

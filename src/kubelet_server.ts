@@ -10,7 +10,7 @@ import type { Dependencies } from "./dependencies.ts";
 import { Kubelet } from "./kubelet.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import type { KubeletFlags } from "./kubelet_flags.ts";
-import { checkPermissions, type PathNeed, unixSocketPath } from "./permissions.ts";
+import { checkPermissions, pathNeeds } from "./permissions.ts";
 import { preInitRuntimeService, type RuntimeServices } from "./runtime_service.ts";
 import { KubeClient } from "./kube_client.ts";
 import { ApiserverEventRecorder } from "./event_recorder.ts";
@@ -41,52 +41,8 @@ export class StartError extends Error {
   override name = "StartError";
 }
 
-/** The paths the agent will touch, with what names each, for the permission-set check. */
-export function pathNeeds(s: KubeletServer): PathNeed[] {
-  const { flags, config } = s;
-  const needs: PathNeed[] = [
-    { permission: "read", path: flags.kubeConfig, source: "--kubeconfig" },
-    { permission: "read", path: flags.bootstrapKubeconfig, source: "--bootstrap-kubeconfig" },
-    // Bootstrapping writes the kubeconfig it obtains.
-    {
-      permission: "write",
-      path: flags.bootstrapKubeconfig === "" ? "" : flags.kubeConfig,
-      source: "--kubeconfig",
-    },
-    { permission: "read", path: flags.rootDirectory, source: "--root-dir" },
-    { permission: "write", path: flags.rootDirectory, source: "--root-dir" },
-    { permission: "read", path: flags.certDirectory, source: "--cert-dir" },
-    { permission: "write", path: flags.certDirectory, source: "--cert-dir" },
-    { permission: "read", path: flags.lockFilePath, source: "--lock-file" },
-    { permission: "write", path: flags.lockFilePath, source: "--lock-file" },
-    { permission: "read", path: config.staticPodPath ?? "", source: "staticPodPath" },
-    { permission: "read", path: config.tlsCertFile ?? "", source: "tlsCertFile" },
-    { permission: "read", path: config.tlsPrivateKeyFile ?? "", source: "tlsPrivateKeyFile" },
-    {
-      permission: "read",
-      path: config.authentication.x509.clientCAFile ?? "",
-      source: "authentication.x509.clientCAFile",
-    },
-    { permission: "read", path: config.resolvConf ?? "", source: "resolvConf" },
-    { permission: "read", path: config.podLogsDir ?? "", source: "podLogsDir" },
-    { permission: "write", path: config.podLogsDir ?? "", source: "podLogsDir" },
-  ];
-  for (
-    const [field, endpoint] of [
-      ["containerRuntimeEndpoint", config.containerRuntimeEndpoint],
-      ["imageServiceEndpoint", config.imageServiceEndpoint ?? ""],
-    ] as const
-  ) {
-    const path = unixSocketPath(endpoint);
-    if (path === undefined) continue;
-    needs.push({ permission: "read", path, source: field }, {
-      permission: "write",
-      path,
-      source: field,
-    });
-  }
-  return needs;
-}
+// Where the permission-set check and the sandbox (which must not load this module) find it.
+export { pathNeeds } from "./permissions.ts";
 
 /** The node's name: --hostname-override or the hostname, lower-cased (nodeutil.GetHostname). */
 export function nodeHostname(override: string, hostname: () => string): string {

@@ -7,6 +7,8 @@
  * all of root's rights.
  */
 
+import type { KubeletServer } from "./kubelet_server.ts";
+
 /** A path the agent needs, and the configuration that asks for it. */
 export interface PathNeed {
   readonly permission: "read" | "write";
@@ -41,4 +43,51 @@ export function unixSocketPath(endpoint: string): string | undefined {
   if (endpoint.startsWith("unix://")) return endpoint.slice("unix://".length);
   if (endpoint.startsWith("/")) return endpoint;
   return undefined;
+}
+
+/** The paths the agent will touch, with what names each, for the permission-set check. */
+export function pathNeeds(s: KubeletServer): PathNeed[] {
+  const { flags, config } = s;
+  const needs: PathNeed[] = [
+    { permission: "read", path: flags.kubeConfig, source: "--kubeconfig" },
+    { permission: "read", path: flags.bootstrapKubeconfig, source: "--bootstrap-kubeconfig" },
+    // Bootstrapping writes the kubeconfig it obtains.
+    {
+      permission: "write",
+      path: flags.bootstrapKubeconfig === "" ? "" : flags.kubeConfig,
+      source: "--kubeconfig",
+    },
+    { permission: "read", path: flags.rootDirectory, source: "--root-dir" },
+    { permission: "write", path: flags.rootDirectory, source: "--root-dir" },
+    { permission: "read", path: flags.certDirectory, source: "--cert-dir" },
+    { permission: "write", path: flags.certDirectory, source: "--cert-dir" },
+    { permission: "read", path: flags.lockFilePath, source: "--lock-file" },
+    { permission: "write", path: flags.lockFilePath, source: "--lock-file" },
+    { permission: "read", path: config.staticPodPath ?? "", source: "staticPodPath" },
+    { permission: "read", path: config.tlsCertFile ?? "", source: "tlsCertFile" },
+    { permission: "read", path: config.tlsPrivateKeyFile ?? "", source: "tlsPrivateKeyFile" },
+    {
+      permission: "read",
+      path: config.authentication.x509.clientCAFile ?? "",
+      source: "authentication.x509.clientCAFile",
+    },
+    { permission: "read", path: config.resolvConf ?? "", source: "resolvConf" },
+    { permission: "read", path: config.podLogsDir ?? "", source: "podLogsDir" },
+    { permission: "write", path: config.podLogsDir ?? "", source: "podLogsDir" },
+  ];
+  for (
+    const [field, endpoint] of [
+      ["containerRuntimeEndpoint", config.containerRuntimeEndpoint],
+      ["imageServiceEndpoint", config.imageServiceEndpoint ?? ""],
+    ] as const
+  ) {
+    const path = unixSocketPath(endpoint);
+    if (path === undefined) continue;
+    needs.push({ permission: "read", path, source: field }, {
+      permission: "write",
+      path,
+      source: field,
+    });
+  }
+  return needs;
 }

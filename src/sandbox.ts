@@ -13,13 +13,15 @@
 
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { LOGIND_CONFIG_DIRECTORY } from "./_nodeshutdown_logind.ts";
 import { systemBusAddress, unixPathOf } from "./dbus.ts";
 import { type HostViewEntry, openHostView } from "./host_view.ts";
 import type { Logger } from "./klog.ts";
 import { type HostCall, serveHostCall } from "./sandbox_calls.ts";
 import type { KubeletServer } from "./kubelet_server.ts";
-import { pathNeeds } from "./kubelet_server.ts";
+import { pathNeeds } from "./permissions.ts";
+
+/** Where logind's drop-ins go (_nodeshutdown_logind.ts LOGIND_CONFIG_DIRECTORY; a test keeps them equal). */
+export const LOGIND_DROPIN_DIRECTORY = "/etc/systemd/logind.conf.d";
 
 /** The programs the agent runs: volume mounts and unmounts, filesystem stats, and the shutdown inhibitor lock. */
 export const SANDBOX_PROGRAMS: readonly string[] = ["mount", "umount", "df", "systemd-inhibit"];
@@ -106,7 +108,7 @@ export function sandboxPermissions(opts: SandboxPermissionsOptions): SandboxPerm
   }
   if (shutdown) {
     // logind's InhibitDelayMaxSec drop-in.
-    for (const set of [read, write]) set.add(LOGIND_CONFIG_DIRECTORY);
+    for (const set of [read, write]) set.add(LOGIND_DROPIN_DIRECTORY);
   }
   read.delete("");
   write.delete("");

@@ -167,3 +167,9 @@ Deno.test("an agent under its permission set reads its view and writes its dirs,
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("the sandbox's logind drop-in directory is the node shutdown manager's", async () => {
+  const { LOGIND_CONFIG_DIRECTORY } = await import("./_nodeshutdown_logind.ts");
+  const { LOGIND_DROPIN_DIRECTORY } = await import("./sandbox.ts");
+  assert.equal(LOGIND_DROPIN_DIRECTORY, LOGIND_CONFIG_DIRECTORY);
+});
