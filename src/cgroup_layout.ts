@@ -115,7 +115,11 @@ export async function detectCgroupLayout(
   const mountRoots = new Map<string, string>();
   const unifiedMounts: { mountPoint: string; root: string }[] = [];
   let topAtCgroupRoot: string | undefined;
+  // The host view (host_view.ts) lists its own copies of the cgroup mounts under `root`; a
+  // copy listed before the original (a hierarchy mounted after the view) must not win.
+  const viewPrefix = root === "/" || root === "" ? undefined : `${root.replace(/\/+$/, "")}/`;
   for (const m of parseMountInfo(text)) {
+    if (viewPrefix && m.mountPoint.startsWith(viewPrefix)) continue;
     if (m.mountPoint === CGROUP_ROOT) topAtCgroupRoot = m.fsType;
     if (m.fsType === "cgroup2") {
       unifiedMounts.push({ mountPoint: m.mountPoint, root: m.root });

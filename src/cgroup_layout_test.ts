@@ -48,6 +48,21 @@ const V1_PROC_CGROUP = `12:pids:/kubepods/podA/c1
 1:name=systemd:/system.slice/containerd.service
 `;
 
+Deno.test("detectCgroupLayout under a host view ignores the view's own copies of the mounts", async () => {
+  const view = "/run/kubelet-ts/view-0123456789ab";
+  // The view's copies first, as when a hierarchy is mounted after the view was made.
+  const copies = MACHINE_HYBRID.split("\n").filter((l) => l.includes("/sys/fs/cgroup"))
+    .map((l) => l.replace(" /sys/fs/cgroup", ` ${view}/sys/fs/cgroup`).replace(/^(\d+)/, "9$1"));
+  const layout = await detectCgroupLayout({
+    root: view,
+    mountinfo: `${copies.join("\n")}\n${MACHINE_HYBRID}`,
+  });
+  assert.equal(layout.mode, "hybrid");
+  assert.equal(layout.v1.get("memory"), `${view}/sys/fs/cgroup/memory`);
+  assert.equal(layout.unified, `${view}/sys/fs/cgroup/unified`);
+  assert.equal(layout.root, `${view}/sys/fs/cgroup`);
+});
+
 Deno.test("detectCgroupLayout reads this machine's hybrid layout", async () => {
   const layout = await detectCgroupLayout({ mountinfo: MACHINE_HYBRID });
   assert.equal(layout.mode, "hybrid");
