@@ -108,8 +108,11 @@ export interface HostView extends AsyncDisposable {
   remove(): Promise<void>;
 }
 
-/** The view's paths that are mount points now, deepest first. */
-async function mountsUnder(dir: string, read: () => Promise<string>): Promise<string[]> {
+/** The mount points under `dir` now, deepest first. */
+export async function mountsUnder(
+  dir: string,
+  read: () => Promise<string> = () => Deno.readTextFile("/proc/self/mountinfo"),
+): Promise<string[]> {
   const prefix = dir.endsWith("/") ? dir : `${dir}/`;
   return parseMountInfo(await read())
     .map((m) => m.mountPoint)

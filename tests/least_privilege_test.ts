@@ -24,7 +24,7 @@ import {
 } from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
 import { hostViewDir } from "../src/sandbox.ts";
-import { parseMountInfo } from "../src/mount.ts";
+import { mountsUnder } from "../src/host_view.ts";
 
 const gate = await requireRoot("least-privilege e2e tests", [
   "containerd",
@@ -81,10 +81,11 @@ const suite = e2eSuite<World>({
   },
 });
 
-async function mountsUnder(dir: string): Promise<string[]> {
-  return parseMountInfo(await Deno.readTextFile("/proc/self/mountinfo"))
-    .map((m) => m.mountPoint)
-    .filter((p) => p.startsWith(`${dir}/`));
+/** The node's Summary API answer through the apiserver's node proxy. */
+async function getSummary(w: World) {
+  const r = await w.cp.kubectl(["get", "--raw", `/api/v1/nodes/${NODE}/proxy/stats/summary`]);
+  if (r.code !== 0) throw new Error(r.stderr);
+  return JSON.parse(r.stdout);
 }
 
 async function create(w: World, manifest: unknown): Promise<void> {
@@ -148,9 +149,7 @@ suite.test(
     const summary = await poll(
       "the summary API's node memory",
       async () => {
-        const r = await w.cp.kubectl(["get", "--raw", `/api/v1/nodes/${NODE}/proxy/stats/summary`]);
-        if (r.code !== 0) throw new Error(r.stderr);
-        const s = JSON.parse(r.stdout);
+        const s = await getSummary(w);
         return s.node?.memory?.workingSetBytes > 0 ? s : undefined;
       },
       60_000,
@@ -242,18 +241,14 @@ suite.test("nothing else the agent does is refused: no permission error in its l
     !l.includes("/etc/ssl")
   );
   assert.deepEqual(refused, []);
-  const r = await w.cp.kubectl(["get", "--raw", `/api/v1/nodes/${NODE}/proxy/stats/summary`]);
-  assert.equal(r.code, 0, r.stderr);
-  const node = JSON.parse(r.stdout).node;
+  const node = (await getSummary(w)).node;
   assert.ok(node.fs?.capacityBytes > 0, `node fs stats (df): ${JSON.stringify(node.fs)}`);
   assert.ok(node.runtime?.imageFs?.capacityBytes > 0, "image fs stats");
   // A pod's cgroup and network counters: /proc/<pid>/cgroup and net/dev through the launcher.
   const pod = await poll(
     "the summary's stats of pod lp-volumes",
     async () => {
-      const r = await w.cp.kubectl(["get", "--raw", `/api/v1/nodes/${NODE}/proxy/stats/summary`]);
-      if (r.code !== 0) throw new Error(r.stderr);
-      const p = JSON.parse(r.stdout).pods?.find((p: { podRef: { name: string } }) =>
+      const p = (await getSummary(w)).pods?.find((p: { podRef: { name: string } }) =>
         p.podRef.name === "lp-volumes"
       );
       return p?.containers?.[0]?.memory?.workingSetBytes > 0 && p?.network?.interfaces?.length > 0
