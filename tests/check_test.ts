@@ -40,6 +40,10 @@ Deno.test({
     const socket = join(dir, "containerd", "containerd.sock");
     const containerd = stack.use(await startContainerd({ dir: join(dir, "containerd"), socket }));
 
+    // A node set up for pods forwards IPv4: kubeadm's preflight asks for it, and the CNI bridge
+    // plugin turns it on with its first gateway. A fresh host has it off until then, and this
+    // test may run before any other test has started a pod.
+    await Deno.writeTextFile("/proc/sys/net/ipv4/ip_forward", "1\n");
     const sound = join(dir, "sound.yaml");
     await writeKubeletConfig(sound, { endpoint: containerd.endpoint });
     const base = ["--check", "--hostname-override", NODE];
