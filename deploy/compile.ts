@@ -33,8 +33,8 @@ export const AGENT_V8_FLAGS = "--max-semi-space-size=4,--optimize-for-size";
 
 /**
  * The agent's run flags, documented at {@link AGENT_V8_FLAGS}; deno.json's start task spells
- * them out. `--unstable-worker-options` lets `--least-privilege` give the agent's Worker its
- * own permission set (src/sandbox.ts).
+ * them out. `--allow-all` is the launcher's (src/sandbox_launcher.ts), which hands the kubelet's
+ * Worker its own narrower set (src/sandbox.ts); `--unstable-worker-options` lets it do so.
  */
 export const AGENT_RUN_FLAGS: readonly string[] = [
   "--allow-all",

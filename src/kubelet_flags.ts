@@ -260,7 +260,7 @@ const OWN_FLAGS: Readonly<Record<string, OwnFlag>> = {
     key: "leastPrivilege",
     kind: "bool",
     usage:
-      "[Experimental] Run inside a permission set computed from the configuration (its paths, a read-only view of /proc and /sys, the cgroup tree, mount and umount): reading or writing elsewhere or running other programs is refused",
+      "Run inside a permission set computed from the configuration (its paths, a read-only view of /proc and /sys, the cgroup tree, mount and umount): reading or writing elsewhere or running other programs is refused. On by default when the process has every permission and runs as root; --least-privilege=false runs the kubelet with all of the process's permissions",
   },
   "version": {
     key: "version",
@@ -351,8 +351,11 @@ export interface CommandLine {
   readonly help: boolean;
   /** `--check`: run the preflight check and exit. */
   readonly check: boolean;
-  /** `--least-privilege`: run the agent in its sandbox (sandbox.ts). */
-  readonly leastPrivilege: boolean;
+  /**
+   * `--least-privilege`: run the agent in its sandbox (sandbox.ts); undefined when not given,
+   * which sandboxes whenever the launcher can (sandbox_launcher.ts).
+   */
+  readonly leastPrivilege: boolean | undefined;
   /** undefined, "true" or "raw" (upstream's --version values). */
   readonly version?: string;
   /** Deprecation warnings to log once logging is set up. */
@@ -582,7 +585,7 @@ export function parseCommandLine(
   const configValues = new Map<string, unknown>();
   let help = false;
   let check = false;
-  let leastPrivilege = false;
+  let leastPrivilege: boolean | undefined;
   let version: string | undefined;
   for (const token of parsed.tokens) {
     if (token.kind !== "option") continue;

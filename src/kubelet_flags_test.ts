@@ -143,14 +143,14 @@ Deno.test("usage lists own, logging and deprecated config flags", () => {
   assert.match(text, /--max-pods int32 .*DEPRECATED/);
 });
 
-Deno.test("--least-privilege is off unless given, and listed in the usage", () => {
+Deno.test("--least-privilege is unset unless given, and listed in the usage", () => {
   const parse = (args: string[]) => parseCommandLine(args, kubeletConfigurationFields);
-  assert.equal(parse([]).leastPrivilege, false);
+  assert.equal(parse([]).leastPrivilege, undefined);
   assert.equal(parse(["--least-privilege"]).leastPrivilege, true);
   assert.equal(parse(["--least-privilege=false"]).leastPrivilege, false);
   assert.throws(() => parse(["--least-privilege=maybe"]), FlagError);
   assert.match(
     usage(kubeletConfigurationFields),
-    /--least-privilege\s+\[Experimental\] Run inside/,
+    /--least-privilege\s+Run inside .* On by default when the process has every permission/,
   );
 });

@@ -1,12 +1,14 @@
 /**
  * @module
- * The agent's permission set, computed from its configuration, and the Deno Worker the agent
- * runs in under it. The process starts with all permissions (Deno 2.9 gives no narrower way to
- * reach /proc and /sys, and the binary cannot know its paths before it reads its config), mounts
- * the host view (host_view.ts), and runs the agent in a Worker whose permissions list exactly
- * the paths the configuration names, the host view, the programs the agent runs and nothing
- * else: a read of /etc/shadow, a write outside the root dir, log dirs and cgroup tree, or a
- * spawn of an unnamed program fails with Deno's NotCapable inside the agent.
+ * The agent's permission set, computed from its configuration, and the plan the launcher
+ * (sandbox_launcher.ts) follows. The process starts with all permissions (Deno 2.9 gives no
+ * narrower way to reach /proc and /sys, and the binary cannot know its paths before it reads its
+ * config); the plan is made in a short-lived Worker (sandbox_plan_worker.ts), so that the
+ * launcher's isolate never loads the configuration's parsers; the launcher mounts the host view
+ * (host_view.ts) and runs the agent in a Worker whose permissions list exactly the paths the
+ * configuration names, the host view, the programs the agent runs and nothing else: a read of
+ * /etc/shadow, a write outside the root dir, log dirs and cgroup tree, or a spawn of an unnamed
+ * program fails with Deno's NotCapable inside the agent.
  *
  * Has no upstream counterpart: the Go kubelet runs with all of root's rights.
  */
@@ -14,9 +16,7 @@
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { systemBusAddress, unixPathOf } from "./dbus.ts";
-import { type HostViewEntry, openHostView } from "./host_view.ts";
-import type { Logger } from "./klog.ts";
-import { type HostCall, serveHostCall } from "./sandbox_calls.ts";
+import { hostViewEntries, type HostViewEntry } from "./host_view.ts";
 import type { KubeletServer } from "./kubelet_server.ts";
 import { pathNeeds } from "./permissions.ts";
 
@@ -151,19 +151,6 @@ export interface SandboxExit {
   readonly exit: number;
 }
 
-/** Options of {@link runInSandbox}. */
-export interface RunInSandboxOptions {
-  /** The command line, handed to the agent unchanged. */
-  readonly args: readonly string[];
-  /** The flags and configuration the launcher read, for the permission set. */
-  readonly server: KubeletServer;
-  readonly logger: Logger;
-  /** The module the Worker runs. @default sandbox_worker.ts */
-  readonly worker?: URL;
-  /** Where host views live. @default "/run/kubelet-ts" */
-  readonly runDir?: string;
-}
-
 /** The host view's directory for an agent with `rootDirectory`: one per root dir. */
 export async function hostViewDir(runDir: string, rootDirectory: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(rootDirectory));
@@ -171,56 +158,101 @@ export async function hostViewDir(runDir: string, rootDirectory: string): Promis
   return join(runDir, `view-${hex.slice(0, 12)}`);
 }
 
-/**
- * Mounts the host view, runs the agent in a Worker under {@link sandboxPermissions} and
- * resolves with its exit code once it ends (an uncaught error in it is exit 1); the view is
- * removed after.
- */
-export async function runInSandbox(opts: RunInSandboxOptions): Promise<number> {
-  const { logger } = opts;
-  const dir = await hostViewDir(opts.runDir ?? "/run/kubelet-ts", opts.server.flags.rootDirectory);
-  const view = await openHostView({ dir });
-  try {
-    const { flags } = opts.server;
-    // Bootstrapping writes the kubeconfig, and only it, into its directory: make the directory
-    // here rather than grant the agent all of it (often /etc/kubernetes, static pods included).
-    if (flags.bootstrapKubeconfig !== "" && flags.kubeConfig !== "") {
-      await Deno.mkdir(dirname(flags.kubeConfig), { recursive: true, mode: 0o755 });
-    }
-    const permissions = sandboxPermissions({
-      server: opts.server,
-      view,
-      extraRead: await kubeconfigFiles([flags.kubeConfig, flags.bootstrapKubeconfig]),
-    });
-    logger.info("Running the kubelet in its permission set", {
-      hostView: view.root,
-      programs: permissions.run.join(","),
-    });
-    logger.v(2).info("Permission set", {
-      read: permissions.read.join(","),
-      write: permissions.write.join(","),
-    });
-    const worker = new Worker(opts.worker ?? new URL("./sandbox_worker.ts", import.meta.url), {
-      type: "module",
-      name: "kubelet",
-      deno: { permissions },
-    } as WorkerOptions);
-    const ended = Promise.withResolvers<number>();
-    worker.onmessage = (e: MessageEvent<SandboxExit | HostCall>) => {
-      const m = e.data;
-      if ("exit" in m) return ended.resolve(m.exit);
-      void serveHostCall(m, permissions.write).then((a) => worker.postMessage(a));
-    };
-    worker.onerror = (e) => {
-      e.preventDefault();
-      logger.error(e.error ?? e.message, "The kubelet failed with an uncaught error");
-      ended.resolve(1);
-    };
-    worker.postMessage({ args: [...opts.args], hostRoot: view.root } satisfies SandboxStart);
-    const code = await ended.promise;
-    worker.terminate();
-    return code;
-  } finally {
-    await view.remove().catch((e) => logger.error(e, "Failed to remove the host view"));
+/** Where host views live. */
+export const SANDBOX_RUN_DIR = "/run/kubelet-ts";
+
+/** What the planner is asked (sandbox_plan_worker.ts). */
+export interface SandboxPlanRequest {
+  readonly args: readonly string[];
+  /** Whether the host runs cgroup v1: the planner cannot read the mount table itself. */
+  readonly cgroupV1: boolean;
+  /** Whether the process runs as root, which the host view's mounts need. */
+  readonly root: boolean;
+  /** Where host views live. @default SANDBOX_RUN_DIR */
+  readonly runDir?: string;
+}
+
+/** What the launcher does with a command line. */
+export type SandboxPlan =
+  | {
+    /** Run the kubelet in the launcher's isolate, with all of the process's permissions. */
+    readonly kind: "in-process";
+    /** Why, for a warning; none when the command line asks for it or is not a run. */
+    readonly warning?: string;
   }
+  | {
+    /** Mount the view at `viewDir` and run the kubelet in a Worker under `permissions`. */
+    readonly kind: "sandbox";
+    readonly permissions: SandboxPermissions;
+    readonly viewDir: string;
+    /** A directory to make first: where a bootstrapped kubeconfig will be written. */
+    readonly mkdir?: string;
+    /** The configuration's logging, for the launcher's own lines. */
+    readonly logging: { readonly format: "text" | "json"; readonly verbosity: number };
+  };
+
+/**
+ * Decides how the launcher runs the command line: in its sandbox unless `--least-privilege=false`,
+ * not root, or not a run of the kubelet (--help, --version, --check,
+ * flags or configuration that do not load: the kubelet command reports those itself, with all
+ * of the process's rights, as it would without a sandbox).
+ */
+export async function planSandbox(req: SandboxPlanRequest): Promise<SandboxPlan> {
+  const [{ parseCommandLine }, { kubeletConfigurationFields }, { loadKubeletConfiguration }] =
+    await Promise.all([
+      import("./kubelet_flags.ts"),
+      import("./kubelet_config_types.ts"),
+      import("./kubelet_config.ts"),
+    ]);
+  const inProcess: SandboxPlan = { kind: "in-process" };
+  let cl;
+  try {
+    cl = parseCommandLine(req.args, kubeletConfigurationFields);
+  } catch {
+    return inProcess;
+  }
+  const version = cl.version !== undefined && cl.version !== "false";
+  if (cl.help || version || cl.check || cl.leastPrivilege === false) return inProcess;
+  if (!req.root) {
+    // Given explicitly, the kubelet command says it cannot be done.
+    return cl.leastPrivilege === true ? inProcess : {
+      kind: "in-process",
+      warning:
+        "Not running as root: the kubelet runs without its sandbox, whose host view needs root to mount",
+    };
+  }
+  let config;
+  try {
+    config = (await loadKubeletConfiguration({
+      configFile: cl.flags.kubeletConfigFile,
+      dropinDir: cl.flags.kubeletDropinConfigDirectory,
+      flags: cl.config,
+      cgroupV1: req.cgroupV1,
+    })).config;
+  } catch {
+    return inProcess;
+  }
+  const { flags } = cl;
+  const viewDir = await hostViewDir(req.runDir ?? SANDBOX_RUN_DIR, flags.rootDirectory);
+  const permissions = sandboxPermissions({
+    server: { flags, config },
+    // The entries this process would mount; one whose host path is missing is not mounted,
+    // and a missing path reads as NotFound either way.
+    view: { root: viewDir, mounted: hostViewEntries() },
+    extraRead: await kubeconfigFiles([flags.kubeConfig, flags.bootstrapKubeconfig]),
+  });
+  // Bootstrapping writes the kubeconfig, and only it, into its directory: the launcher makes
+  // the directory rather than the agent being granted all of it (often /etc/kubernetes, static
+  // pods included).
+  const bootstrap = flags.bootstrapKubeconfig !== "" && flags.kubeConfig !== "";
+  return {
+    kind: "sandbox",
+    permissions,
+    viewDir,
+    ...(bootstrap ? { mkdir: dirname(flags.kubeConfig) } : {}),
+    logging: {
+      format: config.logging.format === "json" ? "json" : "text",
+      verbosity: config.logging.verbosity,
+    },
+  };
 }

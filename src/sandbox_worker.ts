@@ -1,11 +1,11 @@
 /**
  * @module
- * The agent's entry point inside its sandbox (sandbox.ts): a Worker that takes the command
- * line and the host view's root from the launcher, runs the kubelet (main.ts) under the
+ * The agent's entry point inside its sandbox (sandbox_launcher.ts): a Worker that takes the command
+ * line and the host view's root from the launcher, runs the kubelet command (kubelet_command.ts) under the
  * Worker's permission set, and tells the launcher its exit code.
  */
 
-import { main } from "../main.ts";
+import { main } from "./kubelet_command.ts";
 import { setHostRoot } from "./host_root.ts";
 import type { SandboxExit, SandboxStart } from "./sandbox.ts";
 import { answered, type HostCall, type HostCallAnswer, useLauncher } from "./sandbox_calls.ts";

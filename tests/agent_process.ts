@@ -27,11 +27,10 @@ function command(args: readonly string[], opts: AgentOptions): Deno.Command {
   // added to the agent's own V8 flags (a second --v8-flags would replace them).
   const extra = Deno.env.get("KUBELET_TS_AGENT_V8_FLAGS");
   const flags = extra ? perms.map((f) => f.startsWith("--v8-flags=") ? `${f},${extra}` : f) : perms;
-  // KUBELET_TS_LEAST_PRIVILEGE=1 runs every agent of the suite in its sandbox (sandbox.ts);
-  // not those under -P=kubelet, which test that set itself.
-  const sandbox = Deno.env.get("KUBELET_TS_LEAST_PRIVILEGE") === "1" &&
-      opts.permissions !== "kubelet"
-    ? ["--least-privilege"]
+  // Agents run in their sandbox, as they ship; KUBELET_TS_LEAST_PRIVILEGE=0 runs every agent of
+  // the suite without it (--least-privilege=false), to compare (least_privilege_test.ts fails then).
+  const sandbox = Deno.env.get("KUBELET_TS_LEAST_PRIVILEGE") === "0"
+    ? ["--least-privilege=false"]
     : [];
   return new Deno.Command(Deno.execPath(), {
     args: ["run", "--quiet", ...flags, "main.ts", ...args, ...sandbox],

@@ -1,0 +1,171 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { hostViewDir, planSandbox, type SandboxPlan } from "./sandbox.ts";
+import { launch } from "./sandbox_launcher.ts";
+
+const REPO = new URL("../", import.meta.url);
+
+async function withDir(fn: (dir: string) => Promise<void>): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "sandbox-launcher-" });
+  try {
+    await fn(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** A config for a kubelet whose paths are all under `dir`. */
+async function config(dir: string, lines: readonly string[] = []): Promise<string> {
+  const file = join(dir, "kubelet.yaml");
+  await Deno.writeTextFile(
+    file,
+    [
+      "apiVersion: kubelet.config.k8s.io/v1beta1",
+      "kind: KubeletConfiguration",
+      "failCgroupV1: false",
+      `containerRuntimeEndpoint: unix://${dir}/cri.sock`,
+      `podLogsDir: ${dir}/pod-logs`,
+      `staticPodPath: ${dir}/manifests`,
+      ...lines,
+      "",
+    ].join("\n"),
+  );
+  return file;
+}
+
+function plan(args: string[], root = true): Promise<SandboxPlan> {
+  return planSandbox({ args, cgroupV1: true, root, runDir: "/run/test-views" });
+}
+
+Deno.test("planSandbox sandboxes a run of the kubelet by default, with its paths and view", async () => {
+  await withDir(async (dir) => {
+    const file = await config(dir, ["logging:", "  format: json", "  verbosity: 3"]);
+    const root = join(dir, "root");
+    const p = await plan(["--config", file, "--root-dir", root]);
+    assert.equal(p.kind, "sandbox");
+    if (p.kind !== "sandbox") return;
+    assert.equal(p.viewDir, await hostViewDir("/run/test-views", root));
+    assert.deepEqual(p.logging, { format: "json", verbosity: 3 });
+    assert.equal(p.mkdir, undefined);
+    for (const path of [file, root, p.viewDir, `${dir}/manifests`]) {
+      assert.ok(p.permissions.read.includes(path), `${path} readable: ${p.permissions.read}`);
+    }
+    for (const path of [root, `${dir}/pod-logs`, `${p.viewDir}/sys/fs/cgroup`]) {
+      assert.ok(p.permissions.write.includes(path), `${path} writable: ${p.permissions.write}`);
+    }
+    assert.ok(!p.permissions.write.includes(p.viewDir), "only the view's cgroup tree is writable");
+    // The same with the flag given.
+    const given = await plan(["--config", file, "--root-dir", root, "--least-privilege"]);
+    assert.deepEqual(given, p);
+  });
+});
+
+Deno.test("planSandbox makes the bootstrap kubeconfig's directory, not the agent", async () => {
+  await withDir(async (dir) => {
+    const file = await config(dir);
+    const kubeconfig = join(dir, "etc", "kubelet.conf");
+    const p = await plan([
+      ...["--config", file, "--kubeconfig", kubeconfig],
+      ...["--bootstrap-kubeconfig", join(dir, "bootstrap.conf")],
+    ]);
+    assert.equal(p.kind, "sandbox");
+    if (p.kind === "sandbox") assert.equal(p.mkdir, join(dir, "etc"));
+  });
+});
+
+Deno.test("planSandbox leaves what is not a sandboxable run to the kubelet command", async () => {
+  await withDir(async (dir) => {
+    const file = await config(dir);
+    const bad = join(dir, "bad.yaml");
+    await Deno.writeTextFile(bad, "kind: KubeletConfiguration\nmaxPods: lots\n");
+    const cases: [string[], boolean][] = [
+      [["--help"], true],
+      [["--version"], true],
+      [["--check", "--config", file], true],
+      [["--no-such-flag"], true],
+      [["--config", bad], true],
+      [["--config", join(dir, "missing.yaml")], true],
+      [["--config", file, "--least-privilege=false"], true],
+      // Not root: warned about unless asked for, which the kubelet command refuses itself.
+      [["--config", file], false],
+      [["--config", file, "--least-privilege"], false],
+    ];
+    for (const [args, root] of cases) {
+      const p = await plan(args, root);
+      assert.equal(p.kind, "in-process", args.join(" "));
+      const warned = !root && !args.includes("--least-privilege");
+      assert.equal(p.kind === "in-process" && p.warning !== undefined, warned, args.join(" "));
+    }
+  });
+});
+
+Deno.test("launch runs the kubelet command in its own isolate when the plan says so", async () => {
+  await withDir(async (dir) => {
+    const file = await config(dir);
+    const lines: string[] = [];
+    const ran: string[][] = [];
+    const code = await launch(["--config", file, "--least-privilege=false"], {
+      inProcess: (args) => {
+        ran.push([...args]);
+        return Promise.resolve(7);
+      },
+      write: (l) => lines.push(l),
+    });
+    assert.equal(code, 7);
+    assert.deepEqual(ran, [["--config", file, "--least-privilege=false"]]);
+    assert.deepEqual(lines, []);
+  });
+});
+
+Deno.test("launch says so and exits 1 when the planner fails", async () => {
+  const lines: string[] = [];
+  const planner = new URL("data:text/javascript,self.onmessage=()=>{throw new Error('boom')}");
+  const code = await launch(["--help"], {
+    planner,
+    inProcess: () => Promise.reject(new Error("must not run")),
+    write: (l) => lines.push(l),
+  });
+  assert.equal(code, 1);
+  assert.equal(lines.length, 1);
+  assert.match(lines[0]!, /^E.*"Failed to plan the kubelet's sandbox" err=".*boom/);
+});
+
+Deno.test("the launcher's own modules load no npm package and none of the kubelet's", async () => {
+  // main.ts's static graph is what the launcher's isolate holds for as long as the kubelet runs.
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["info", "--json", "main.ts"],
+    cwd: REPO,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  const graph = JSON.parse(new TextDecoder().decode(out.stdout)) as {
+    roots: string[];
+    modules: {
+      specifier: string;
+      dependencies?: { code?: { specifier: string }; isDynamic?: boolean }[];
+    }[];
+  };
+  // What loads with main.ts: its imports that are code (not `import type`) and not dynamic,
+  // and theirs.
+  const bySpecifier = new Map(graph.modules.map((m) => [m.specifier, m]));
+  const loaded = new Set<string>();
+  const pending = [...graph.roots];
+  while (pending.length > 0) {
+    const s = pending.pop()!;
+    if (loaded.has(s)) continue;
+    loaded.add(s);
+    for (const d of bySpecifier.get(s)?.dependencies ?? []) {
+      if (d.code && !d.isDynamic) pending.push(d.code.specifier);
+    }
+  }
+  const npm = [...loaded].filter((s) => s.startsWith("npm:"));
+  assert.deepEqual(npm, [], "npm packages in the launcher's isolate");
+  const modules = [...loaded].map((s) => s.replace(/^.*\//, "")).sort();
+  for (
+    const heavy of ["kubelet_command.ts", "kubelet_config.ts", "kubelet_flags.ts", "kubelet.ts"]
+  ) {
+    assert.ok(!modules.includes(heavy), `${heavy} in the launcher's graph: ${modules}`);
+  }
+  assert.ok(modules.includes("sandbox_launcher.ts"), String(modules));
+});
