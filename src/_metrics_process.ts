@@ -10,6 +10,7 @@
 
 import type { PrometheusText } from "./_prometheus.ts";
 import { hostPath } from "./host_root.ts";
+import { countOpenFds } from "./sandbox_calls.ts";
 
 /** procfs's userHZ: the kernel's USER_HZ, 100 on every Linux architecture Go supports. */
 const USER_HZ = 100;
@@ -95,9 +96,7 @@ export async function readProcessSample(
   const start = field(22);
   if (btime && start !== undefined) out.startTimeSeconds = Number(btime[1]) + start / USER_HZ;
   try {
-    let n = 0;
-    for await (const _ of Deno.readDir(`${dir}/fd`)) n++;
-    out.openFds = n;
+    out.openFds = await countOpenFds(dir);
   } catch {
     // left out
   }

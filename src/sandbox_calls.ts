@@ -3,8 +3,9 @@
  * The two things the sandboxed agent (sandbox.ts) asks its launcher to do because Deno cannot
  * grant them by path: making a symbolic link (Deno.symlink wants unscoped read and write, since
  * a link's target is only resolved when followed) and stat-ing a path outside the permission set
- * (whether the image filesystem shares the root dir's device), and reading another process's
- * cgroup and network counters (`/proc/<pid>`, whose `root` link would lead anywhere). The
+ * (whether the image filesystem shares the root dir's device), reading another process's
+ * cgroup and network counters (`/proc/<pid>`, whose `root` link would lead anywhere), and
+ * counting the process's open files (`/proc/self/fd`, whose links lead to whatever is open). The
  * launcher makes a link only inside the directories the agent may write, after resolving the
  * link's parent directory, answers a stat with metadata only, and reads only the named /proc
  * files of a numeric pid. Outside the sandbox both are the plain Deno calls.
@@ -23,6 +24,7 @@ export type HostCall =
   }
   | { readonly call: number; readonly op: "stat"; readonly path: string }
   | { readonly call: number; readonly op: "procFile"; readonly pid: number; readonly file: string }
+  | { readonly call: number; readonly op: "openFds" }
   | {
     readonly call: number;
     readonly op: "subPath";
@@ -120,6 +122,21 @@ export async function readProcFile(root: string, pid: number, file: string): Pro
 }
 
 /**
+ * How many files the process has open: the entries of `<procSelf>/fd`; in the sandbox the
+ * launcher counts its own, which are the same process's.
+ */
+export async function countOpenFds(procSelf: string): Promise<number> {
+  if (!channel) return await countDir(`${procSelf}/fd`);
+  return Number((await ask({ op: "openFds" })).text);
+}
+
+async function countDir(dir: string): Promise<number> {
+  let n = 0;
+  for await (const _ of Deno.readDir(dir)) n++;
+  return n;
+}
+
+/**
  * A hostPath volume's type check (volume_host_path.ts `checkHostPathType`), run by the launcher:
  * the path may be anywhere on the host, and the `OrCreate` types make it, as upstream's kubelet
  * does for any pod the apiserver admitted. A failed check rejects with upstream's message.
@@ -176,6 +193,9 @@ export async function serveHostCall(
         );
       }
       return { call: call.call, text: await Deno.readTextFile(`/proc/${call.pid}/${call.file}`) };
+    }
+    if (call.op === "openFds") {
+      return { call: call.call, text: String(await countDir("/proc/self/fd")) };
     }
     if (call.op === "subPath") {
       const { SUBPATH_HERE } = await import("./kubelet_mounts.ts");

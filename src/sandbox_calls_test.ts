@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { readProcFile, serveHostCall } from "./sandbox_calls.ts";
+import { countOpenFds, readProcFile, serveHostCall } from "./sandbox_calls.ts";
 
 Deno.test("serveHostCall makes a link only inside a writable directory, also through a link in the way", async () => {
   const dir = await Deno.makeTempDir({ prefix: "sandbox-calls-test-" });
@@ -64,6 +64,25 @@ Deno.test("serveHostCall reads only the named /proc files of a numeric pid", asy
   }
   const gone = await serveHostCall({ call: 4, op: "procFile", pid: 2 ** 30, file: "cgroup" }, []);
   assert.equal(gone.error?.name, "NotFound");
+});
+
+Deno.test("serveHostCall counts the process's open files, which a file opened for the test adds to", async () => {
+  const count = async () => Number((await serveHostCall({ call: 1, op: "openFds" }, [])).text);
+  const before = await count();
+  assert.ok(before >= 3, String(before));
+  using _file = await Deno.open(new URL(import.meta.url).pathname);
+  assert.equal(await count(), before + 1);
+});
+
+Deno.test("countOpenFds outside the sandbox counts the fd directory it is given", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "sandbox-calls-fds-" });
+  try {
+    await Deno.mkdir(join(dir, "fd"));
+    for (const n of ["0", "1", "2", "7"]) await Deno.writeTextFile(join(dir, "fd", n), "");
+    assert.equal(await countOpenFds(dir), 4);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("readProcFile outside the sandbox reads under the root it is given", async () => {

@@ -157,6 +157,14 @@ suite.test(
       1_000,
     );
     assert.ok(summary.node.cpu.usageCoreNanoSeconds > 0, "node CPU from the view's cgroup tree");
+    // The process collector: its own /proc files through the view, its open files counted by
+    // the launcher (the fd directory is not in the view).
+    const metrics = await w.cp.kubectl(["get", "--raw", `/api/v1/nodes/${NODE}/proxy/metrics`]);
+    assert.equal(metrics.code, 0, metrics.stderr);
+    for (const family of ["process_open_fds", "process_max_fds", "process_resident_memory_bytes"]) {
+      const m = new RegExp(`^${family} (\\S+)$`, "m").exec(metrics.stdout);
+      assert.ok(m && Number(m[1]) > 0, `${family} in /metrics: ${m?.[0]}`);
+    }
   },
 );
 
