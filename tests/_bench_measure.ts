@@ -11,7 +11,7 @@ const CLOCK_TICKS_PER_SECOND = 100;
 
 /**
  * CPU seconds (user + system) process `pid` has used so far, including children it waited for
- * (`cutime`, `cstime`: the agents run `mount`, `nsenter` and the like).
+ * (`cutime`, `cstime`: the agents run `mount`, `df` and the like).
  */
 export async function cpuSeconds(pid: number): Promise<number> {
   const stat = await Deno.readTextFile(`/proc/${pid}/stat`);
