@@ -77,12 +77,21 @@ export async function launch(args: readonly string[], opts: LaunchOptions = {}):
     verbosity: plan.logging.verbosity,
     ...(opts.write ? { write: opts.write } : {}),
   });
-  return await runInSandbox({
-    args,
-    plan,
-    logger,
-    ...(opts.worker ? { worker: opts.worker } : {}),
-  });
+  try {
+    return await runInSandbox({
+      args,
+      plan,
+      logger,
+      ...(opts.worker ? { worker: opts.worker } : {}),
+    });
+  } catch (e) {
+    logger.error(
+      e,
+      "Failed to start the kubelet in its permission set; --least-privilege=false runs it without",
+      { hostView: plan.viewDir },
+    );
+    return 1;
+  }
 }
 
 /** Asks a planner Worker, terminated after it answers, for the plan. */

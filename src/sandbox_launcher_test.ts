@@ -169,3 +169,31 @@ Deno.test("the launcher's own modules load no npm package and none of the kubele
   }
   assert.ok(modules.includes("sandbox_launcher.ts"), String(modules));
 });
+
+Deno.test("launch says so and exits 1 when the host view cannot be made", async () => {
+  if (Deno.uid() !== 0) {
+    // Not root, the plan is to run without the sandbox: nothing to make.
+    const reason = `the sandbox's launch needs root (uid is ${Deno.uid()})`;
+    if (Deno.env.get("CI") === "true") throw new Error(`CI=true but ${reason}`);
+    console.warn(`SKIPPING ${reason}`);
+    return;
+  }
+  await withDir(async (dir) => {
+    const file = await config(dir);
+    // Views go under a regular file: the view's directory cannot be made, before any mount.
+    const runDir = join(dir, "not-a-dir");
+    await Deno.writeTextFile(runDir, "");
+    const lines: string[] = [];
+    const code = await launch(["--config", file, "--root-dir", join(dir, "root")], {
+      runDir,
+      inProcess: () => Promise.reject(new Error("must not run")),
+      write: (l) => lines.push(l),
+    });
+    assert.equal(code, 1);
+    assert.equal(lines.length, 1, lines.join("\n"));
+    assert.match(
+      lines[0]!,
+      /^E.*"Failed to start the kubelet in its permission set; --least-privilege=false runs it without" err=".*not-a-dir.*hostView=".*not-a-dir\/view-/,
+    );
+  });
+});
