@@ -42,6 +42,7 @@ import { parseArgs } from "node:util";
 import type { V1Node, V1Pod } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import { CriConnection } from "../src/cri_connection.ts";
+import { mountsUnder } from "../src/host_view.ts";
 import { isStatus, type KubeClient } from "../src/kube_client.ts";
 import { RemoteRuntimeService } from "../src/remote_runtime.ts";
 import {
@@ -808,7 +809,14 @@ export async function runSuite(
   const dir = await Deno.makeTempDir({ prefix: "bench-suite-" });
   const stack = new AsyncDisposableStack();
   try {
-    stack.defer(() => Deno.remove(dir, { recursive: true }).catch(() => {}));
+    stack.defer(async () => {
+      // The upstream kubelet makes its root dir a mount of its own, and pods' volumes are
+      // mounts too: unmount what is left under the run's directory before removing it.
+      for (const point of await mountsUnder(dir)) {
+        await new Deno.Command("umount", { args: ["-l", point] }).output().catch(() => {});
+      }
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+    });
     stack.defer(removeLegacyLogLinks);
     const nodeNames = agents.map((a) => `kts-bench-${a}`);
     const cp = await startControlPlane({ dir: join(dir, "cp"), nodeNames, binaries });
