@@ -120,6 +120,20 @@ export async function mountsUnder(
     .sort((a, b) => b.length - a.length);
 }
 
+/**
+ * Lazily unmounts every mount under `dir`, deepest first, so a busy file does not keep one; a
+ * failed unmount is left for the caller to find with {@link mountsUnder}.
+ */
+export async function unmountUnder(
+  dir: string,
+  opts: { readonly run?: CommandRunner; readonly readMountInfo?: () => Promise<string> } = {},
+): Promise<void> {
+  const run = opts.run ?? runCommand;
+  for (const point of await mountsUnder(dir, opts.readMountInfo)) {
+    await run("umount", ["-l", point]).catch(() => {});
+  }
+}
+
 /** What `path` is, or undefined when it is missing or this process may not see it. */
 async function exists(path: string): Promise<Deno.FileInfo | undefined> {
   try {
@@ -140,11 +154,7 @@ export async function openHostView(opts: HostViewOptions): Promise<HostView> {
   const run = opts.run ?? runCommand;
   const read = opts.readMountInfo ?? (() => Deno.readTextFile("/proc/self/mountinfo"));
   const dir = opts.dir;
-  const unmountAll = async () => {
-    for (const point of await mountsUnder(dir, read)) {
-      await run("umount", ["-l", point]).catch(() => {});
-    }
-  };
+  const unmountAll = () => unmountUnder(dir, { run, readMountInfo: read });
   await unmountAll();
   await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
   const mounted: HostViewEntry[] = [];

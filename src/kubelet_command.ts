@@ -21,6 +21,7 @@ import { ConfigReloader } from "./kubelet_config_reload.ts";
 import { type KubeletConfiguration, kubeletConfigurationFields } from "./kubelet_config_types.ts";
 import { type CommandLine, FlagError, parseCommandLine, usage } from "./kubelet_flags.ts";
 import { checkPermissions, pathNeeds } from "./permissions.ts";
+import { missingPermissions } from "./sandbox_launcher.ts";
 import { KUBELET_VERSION, versionInfo } from "./version.ts";
 
 /** How long shutdown may take after SIGTERM before the process exits anyway. */
@@ -125,8 +126,7 @@ export async function main(args: readonly string[], opts: MainOptions = {}): Pro
   if (cl.leastPrivilege === true && !opts.sandboxed) {
     // Asked for, yet the launcher ran the kubelet here: it could not make the sandbox, which
     // needs every permission (to hand out the narrower set) and root (to mount the host view).
-    const missing = (["read", "write", "run", "net", "env", "sys", "ffi"] as const)
-      .filter((name) => Deno.permissions.querySync({ name }).state !== "granted");
+    const missing = missingPermissions();
     if (missing.length > 0) {
       log.error(
         null,

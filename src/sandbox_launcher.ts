@@ -34,9 +34,9 @@ export interface LaunchOptions {
 
 const ALL = ["read", "write", "run", "net", "env", "sys", "ffi", "import"] as const;
 
-/** Whether this process has every permission, which handing out a narrower set needs. */
-export function hasAllPermissions(): boolean {
-  return ALL.every((name) => Deno.permissions.querySync({ name }).state === "granted");
+/** The permissions this process lacks of those handing out a narrower set needs: all of them. */
+export function missingPermissions(): string[] {
+  return ALL.filter((name) => Deno.permissions.querySync({ name }).state !== "granted");
 }
 
 async function runKubeletCommand(args: readonly string[]): Promise<number> {
@@ -50,33 +50,28 @@ async function runKubeletCommand(args: readonly string[]): Promise<number> {
  */
 export async function launch(args: readonly string[], opts: LaunchOptions = {}): Promise<number> {
   const inProcess = opts.inProcess ?? runKubeletCommand;
-  if (!hasAllPermissions()) return await inProcess(args);
+  if (missingPermissions().length > 0) return await inProcess(args);
   const request: SandboxPlanRequest = {
     args: [...args],
     cgroupV1: !(await hostIsCgroup2UnifiedMode()),
     root: Deno.uid() === 0,
     ...(opts.runDir ? { runDir: opts.runDir } : {}),
   };
+  // The launcher's own lines: plain text until the plan gives the configuration's logging.
+  const log = (logging: { format: "text" | "json"; verbosity?: number } = { format: "text" }) =>
+    createLogger({ ...logging, ...(opts.write ? { write: opts.write } : {}) });
   let plan: SandboxPlan;
   try {
     plan = await makePlan(request, opts.planner);
   } catch (e) {
-    const log = createLogger({ format: "text", ...(opts.write ? { write: opts.write } : {}) });
-    log.error(e, "Failed to plan the kubelet's sandbox");
+    log().error(e, "Failed to plan the kubelet's sandbox");
     return 1;
   }
   if (plan.kind === "in-process") {
-    if (plan.warning) {
-      createLogger({ format: "text", ...(opts.write ? { write: opts.write } : {}) })
-        .warning(plan.warning);
-    }
+    if (plan.warning) log().warning(plan.warning);
     return await inProcess(args);
   }
-  const logger = createLogger({
-    format: plan.logging.format,
-    verbosity: plan.logging.verbosity,
-    ...(opts.write ? { write: opts.write } : {}),
-  });
+  const logger = log(plan.logging);
   try {
     return await runInSandbox({
       args,

@@ -42,7 +42,7 @@ import { parseArgs } from "node:util";
 import type { V1Node, V1Pod } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import { CriConnection } from "../src/cri_connection.ts";
-import { mountsUnder } from "../src/host_view.ts";
+import { unmountUnder } from "../src/host_view.ts";
 import { isStatus, type KubeClient } from "../src/kube_client.ts";
 import { RemoteRuntimeService } from "../src/remote_runtime.ts";
 import {
@@ -812,9 +812,7 @@ export async function runSuite(
     stack.defer(async () => {
       // The upstream kubelet makes its root dir a mount of its own, and pods' volumes are
       // mounts too: unmount what is left under the run's directory before removing it.
-      for (const point of await mountsUnder(dir)) {
-        await new Deno.Command("umount", { args: ["-l", point] }).output().catch(() => {});
-      }
+      await unmountUnder(dir);
       await Deno.remove(dir, { recursive: true }).catch(() => {});
     });
     stack.defer(removeLegacyLogLinks);

@@ -17,7 +17,7 @@ import type { V1Pod } from "@kubernetes/client-node";
 import { FakeClock } from "../src/clock.ts";
 import { detectCgroupLayout } from "../src/cgroup_layout.ts";
 import { CgroupManager } from "../src/cgroup_manager.ts";
-import { mountsUnder } from "../src/host_view.ts";
+import { unmountUnder } from "../src/host_view.ts";
 import { createLogger } from "../src/klog.ts";
 import { isStatus, KubeClient } from "../src/kube_client.ts";
 import { loadKubeconfig } from "../src/kubeconfig.ts";
@@ -360,9 +360,7 @@ export function e2eSuite<W extends AgentWorld>(opts: E2eSuiteOptions<W>): E2eSui
             await w.cp.stop();
             // Pods outlive the agent, as upstream's do, and so do their volumes' mounts (tmpfs,
             // secrets) under its root dir: unmount them, or the directory stays, mounts and all.
-            for (const point of await mountsUnder(w.dir)) {
-              await new Deno.Command("umount", { args: ["-l", point] }).output().catch(() => {});
-            }
+            await unmountUnder(w.dir);
             await Deno.remove(w.dir, { recursive: true }).catch(() => {});
           }
         },
