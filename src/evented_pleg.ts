@@ -23,6 +23,7 @@ import { formatDuration } from "./duration.ts";
 import { createLogger, type Logger } from "./klog.ts";
 import type {
   GenericPLEG,
+  InspectPodOptions,
   PlegHealth,
   PodLifecycleEvent,
   PodLifecycleEventGenerator,
@@ -116,6 +117,11 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
   /** While events flow they report what the kubelet changed; otherwise the relist comes now. */
   poke(): void {
     if (!this.#active) this.#generic.poke();
+  }
+
+  /** While events flow the start's own event reports it; otherwise the relisting PLEG reads the pod. */
+  inspectPod(uid: string, opts?: InspectPodOptions): Promise<boolean> {
+    return this.#active ? Promise.resolve(false) : this.#generic.inspectPod(uid, opts);
   }
 
   /** Unhealthy when the event queue is full, else as the relisting PLEG with its current threshold. */

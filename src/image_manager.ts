@@ -18,6 +18,7 @@ import type * as api from "../proto/runtime/v1/api.ts";
 import type { Clock } from "./clock.ts";
 import type { EventRecorder, ObjectRef } from "./dependencies.ts";
 import { TokenBucket } from "./rate_limiter.ts";
+import { Semaphore } from "./semaphore.ts";
 import type { ImageManagerService } from "./remote_image.ts";
 import { type DockerAuth, keyringFromSecrets, parseImageName } from "./_docker_keyring.ts";
 import { formatDuration } from "./duration.ts";
@@ -153,49 +154,10 @@ export class BackOff {
   }
 }
 
-/** Admits at most `limit` holders at once, in arrival order. */
 /** One pull at a time when serialized, else at most `maxParallel` (unlimited when unset). */
 function pullSemaphore(serialize = true, maxParallel?: number): Semaphore | undefined {
   if (serialize) return new Semaphore(1);
   return maxParallel && maxParallel > 0 ? new Semaphore(maxParallel) : undefined;
-}
-
-class Semaphore {
-  #free: number;
-  readonly #waiting: Array<() => void> = [];
-
-  constructor(limit: number) {
-    this.#free = limit;
-  }
-
-  async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
-    signal?.throwIfAborted();
-    if (this.#free > 0) this.#free--;
-    else await this.#wait(signal);
-    try {
-      return await fn();
-    } finally {
-      const next = this.#waiting.shift();
-      if (next) next();
-      else this.#free++;
-    }
-  }
-
-  #wait(signal?: AbortSignal): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const onAbort = () => {
-        const i = this.#waiting.indexOf(wake);
-        if (i >= 0) this.#waiting.splice(i, 1);
-        reject(signal?.reason);
-      };
-      const wake = () => {
-        signal?.removeEventListener("abort", onAbort);
-        resolve();
-      };
-      signal?.addEventListener("abort", onAbort, { once: true });
-      this.#waiting.push(wake);
-    });
-  }
 }
 
 /** The pull policy the apiserver would default to: Always for ":latest" or no tag. */

@@ -49,6 +49,7 @@ import type { PodLifecycleEventGenerator } from "./pleg.ts";
 import type { PodManager } from "./pod_manager.ts";
 import type { PodSyncer } from "./kubelet_pod_sync.ts";
 import { newPodLifecycle, type PodLifecycle } from "./kubelet_pod_lifecycle.ts";
+import { DEFAULT_SANDBOX_STARTS_PER_CPU } from "./kuberuntime_manager.ts";
 import type { ProberManager } from "./prober_manager.ts";
 import { API_SOURCE, FILE_SOURCE, HTTP_SOURCE, PodConfig } from "./pod_config.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
@@ -367,6 +368,8 @@ export class Kubelet {
       ],
       podCgroups: containerManager?.podCgroups,
       metrics: this.metrics,
+      maxParallelSandboxStarts: flags.maxParallelSandboxStarts ??
+        DEFAULT_SANDBOX_STARTS_PER_CPU * Math.max(1, machine.numCores),
     });
     built.lifecycle = pods;
     const { pleg, syncer, loop, podManager, podCache } = pods;

@@ -8,6 +8,7 @@
  * own isolate when there is no sandbox to run in.
  */
 
+import { realClock } from "./clock.ts";
 import { ConfigError } from "./config_schema.ts";
 import {
   createLogger,
@@ -16,6 +17,7 @@ import {
   setLogVerbosity,
   type VModuleEntry,
 } from "./klog.ts";
+import { startFreeOSMemory } from "./free_os_memory.ts";
 import { loadKubeletConfiguration } from "./kubelet_config.ts";
 import { ConfigReloader } from "./kubelet_config_reload.ts";
 import { type KubeletConfiguration, kubeletConfigurationFields } from "./kubelet_config_types.ts";
@@ -201,12 +203,20 @@ export async function main(args: readonly string[], opts: MainOptions = {}): Pro
     };
     for (const sig of ["SIGTERM", "SIGINT"] as const) Deno.addSignalListener(sig, onSignal(sig));
     Deno.addSignalListener("SIGHUP", () => void reloader.reload());
+    // In its sandbox the launcher does this for the process (this isolate has no ffi there).
+    const stopFreeing = new AbortController();
+    const freeing = opts.sandboxed
+      ? Promise.resolve(false)
+      : startFreeOSMemory({ clock: realClock, logger: log, signal: stopFreeing.signal });
     try {
       await run({ flags: cl.flags, config }, deps, root.signal);
     } catch (e) {
       // Stopped by a signal while still starting: what failed was the interrupted start.
       if (!root.signal.aborted) throw e;
       log.v(2).info("Start-up interrupted by the shutdown", { err: String(e) });
+    } finally {
+      stopFreeing.abort();
+      await freeing;
     }
     log.info("Kubelet stopped");
     return 0;

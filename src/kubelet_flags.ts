@@ -63,6 +63,11 @@ export interface KubeletFlags {
   experimentalMounterPath: string;
   /** --housekeeping-interval (cAdvisor's): between statistics samples, in ms. @default 10000 */
   housekeepingInterval: number;
+  /**
+   * --max-parallel-sandbox-starts (this agent's own): RunPodSandbox calls in flight at once;
+   * 0 = no limit (upstream's behaviour). @default undefined: 4 × the node's CPUs
+   */
+  maxParallelSandboxStarts?: number;
 }
 
 /** The defaults of upstream's NewKubeletFlags. */
@@ -254,6 +259,13 @@ const OWN_FLAGS: Readonly<Record<string, OwnFlag>> = {
     kind: "bool",
     usage:
       "Check the node for everything that would stop the kubelet (runtime, cgroups, swap, kernel settings, certificates, apiserver, permissions), report each problem with what to do, and exit (non-zero if there are problems)",
+  },
+  // Not upstream's: pace RunPodSandbox (kuberuntime_manager.ts).
+  "max-parallel-sandbox-starts": {
+    key: "maxParallelSandboxStarts",
+    kind: "int",
+    usage:
+      "The most RunPodSandbox calls in flight at once; the other pods wait their turn. The runtime creates sandboxes faster in total when they do not all contend for the CPUs at once (the upstream kubelet starts them all together). 0 means no limit. Default: 4 × the node's CPUs",
   },
   // Not upstream's: run the agent inside its own Deno permission set (sandbox.ts).
   "least-privilege": {
@@ -638,9 +650,14 @@ function setOwn(flags: KubeletFlags, own: OwnFlag, text: string): void {
     case "bool":
       target[own.key] = parseBool(text);
       return;
-    case "int":
-      target[own.key] = parseGoInt(text);
+    case "int": {
+      const n = parseGoInt(text);
+      if (own.key === "maxParallelSandboxStarts" && n < 0) {
+        throw new Error("must be 0 (no limit) or more");
+      }
+      target[own.key] = n;
       return;
+    }
     case "duration":
       target[own.key] = parseDuration(text);
       return;

@@ -154,3 +154,21 @@ Deno.test("--least-privilege is unset unless given, and listed in the usage", ()
     /--least-privilege\s+Run inside .* On by default when the process has every permission/,
   );
 });
+
+Deno.test("--max-parallel-sandbox-starts is unset unless given, 0 or more, and in the usage", () => {
+  assert.equal(parse().flags.maxParallelSandboxStarts, undefined);
+  assert.equal(parse("--max-parallel-sandbox-starts=3").flags.maxParallelSandboxStarts, 3);
+  assert.equal(parse("--max-parallel-sandbox-starts", "0").flags.maxParallelSandboxStarts, 0);
+  assert.throws(
+    () => parse("--max-parallel-sandbox-starts=-1"),
+    /^FlagError: invalid argument "-1" for "--max-parallel-sandbox-starts" flag: must be 0 \(no limit\) or more$/,
+  );
+  assert.throws(
+    () => parse("--max-parallel-sandbox-starts=lots"),
+    /invalid argument "lots" for "--max-parallel-sandbox-starts" flag: strconv.ParseInt/,
+  );
+  assert.match(
+    usage(kubeletConfigurationFields),
+    /--max-parallel-sandbox-starts int\s+The most RunPodSandbox calls in flight at once.*Default: 4 × the node's CPUs/,
+  );
+});

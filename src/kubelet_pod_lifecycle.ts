@@ -108,6 +108,8 @@ export interface PodLifecycleOptions {
   readonly newVolumeManager?: (opts: VolumeManagerOptions) => VolumeManager;
   /** Where the managers record the kubelet's metrics. @default none recorded */
   readonly metrics?: KubeletMetrics;
+  /** RunPodSandbox calls in flight at once; 0 = no limit. @default 0 */
+  readonly maxParallelSandboxStarts?: number;
 }
 
 /** The built graph; nothing runs until {@link PodLifecycle.run}. */
@@ -285,6 +287,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     podVolumes,
     startupTracker,
     metrics,
+    maxParallelSandboxStarts: o.maxParallelSandboxStarts,
   });
   const mirrorClient = o.kubeClient
     ? new MirrorClient({
@@ -313,6 +316,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     runtimePodIds: () => pleg.podIds(),
     relist: (s) => pleg.relist(s),
     runtimeChanged: () => pleg.poke(),
+    containersStarted: (uid, syncEnd, signal) => pleg.inspectPod(uid, { after: syncEnd, signal }),
     resyncIntervalMs: config.syncFrequency,
     signal: o.signal,
     prober,

@@ -101,6 +101,17 @@ export interface PodSyncerOptions {
    * the pod's new status goes out without waiting for the next relist (PLEG poke).
    */
   readonly runtimeChanged?: () => void;
+  /**
+   * Called once a sync that started containers of the pod has ended (at `syncEnd`): the PLEG
+   * reads that pod's status and sends it an event (PLEG inspectPod), so it turns Running
+   * without waiting for a relist of every pod. False when it could not: `runtimeChanged` is
+   * called then.
+   */
+  readonly containersStarted?: (
+    uid: string,
+    syncEnd: number,
+    signal: AbortSignal | undefined,
+  ) => Promise<boolean>;
   /** `syncFrequency` in ms. @default 60000 */
   readonly resyncIntervalMs?: number;
   /** Probes; without one, containers are ready once running (no probes run). */
@@ -170,6 +181,8 @@ export class PodSyncer implements SyncHandler {
   readonly #statusOverrides = new Map<string, PodStatusOverride>();
   /** Termination messages by pod UID and container id, read once per exited container. */
   readonly #messages = new Map<string, Map<string, string>>();
+  /** Pods whose sync in flight started containers, for containersStarted once it ends. */
+  readonly #started = new Set<string>();
 
   constructor(opts: PodSyncerOptions) {
     this.#o = opts;
@@ -189,7 +202,15 @@ export class PodSyncer implements SyncHandler {
       clock: opts.clock,
       logger: opts.logger,
       metrics: opts.metrics,
+      synced: (uid, at) => this.#synced(uid, at),
     });
+  }
+
+  /** After a sync: a pod whose containers it started has the PLEG read it now. */
+  #synced(uid: string, at: number): void {
+    const { containersStarted, runtimeChanged, signal } = this.#o;
+    if (!this.#started.delete(uid) || !containersStarted) return;
+    void containersStarted(uid, at, signal).then((ok) => ok || runtimeChanged?.());
   }
 
   // ---- The sync loop's handlers -------------------------------------------------------------
@@ -519,7 +540,10 @@ export class PodSyncer implements SyncHandler {
     const result = await runtime.syncPod(signal, pod, status, pullSecrets);
     reasonCache.update(uid, result);
     // Building the sandbox config changes nothing; every other step that succeeded did.
-    if (result.results.some((r) => r.error === undefined && r.action !== "ConfigPodSandbox")) {
+    const done = result.results.filter((r) => r.error === undefined);
+    if (this.#o.containersStarted && done.some((r) => r.action === "StartContainer")) {
+      this.#started.add(uid);
+    } else if (done.some((r) => r.action !== "ConfigPodSandbox")) {
       this.#o.runtimeChanged?.();
     }
     const retryAfter = result.retryAfterMs();

@@ -45,6 +45,8 @@ interface Harness extends AsyncDisposable {
   readonly events: { reason: string; message: string; name: string }[];
   /** How often the syncer asked for a relist after changing containers. */
   readonly pokes: { count: number };
+  /** Pods whose started containers the syncer had the PLEG read at once, in order. */
+  readonly inspected: string[];
   /** Container behaviour by pod name. */
   readonly behaviours: Map<string, ContainerBehaviour>;
   /** Steps fake time by `ms`, relists, and lets the loop and workers run. */
@@ -137,6 +139,12 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
   // The PLEG is relisted by hand here, on fake time; count the syncer's requests instead.
   const pokes = { count: 0 };
   pleg.poke = () => void pokes.count++;
+  const inspected: string[] = [];
+  const inspectPod = pleg.inspectPod.bind(pleg);
+  pleg.inspectPod = (uid, o) => {
+    inspected.push(uid);
+    return inspectPod(uid, o);
+  };
   const running = loop.run(ctrl.signal);
   const step = async (ms: number) => {
     clock.step(ms);
@@ -155,6 +163,7 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
     volumes: lifecycle.volumeManager as RecordingVolumes,
     events,
     pokes,
+    inspected,
     behaviours,
     step,
     async until(what, pred, maxMs = 30_000, stepMs = 100) {
@@ -218,10 +227,12 @@ Deno.test("PodSyncer runs a pod and reports it Running with its IP", async () =>
   assert.equal(main(s)?.ready, true);
   assert.equal(main(s)?.restartCount, 0);
   assert.equal(h.fake.service.sandboxes.size, 1);
-  // Starting the pod asked the PLEG to look now; later syncs that change nothing do not.
-  assert.equal(h.pokes.count, 1);
+  // Starting the pod had the PLEG read that pod at once (no relist of all pods asked for);
+  // later syncs that change nothing do neither.
+  const uid = h.fake.service.sandboxes.values().next().value?.config.metadata?.uid;
+  assert.deepEqual([h.pokes.count, h.inspected], [0, [uid]]);
   await h.step(61_000);
-  assert.equal(h.pokes.count, 1);
+  assert.deepEqual([h.pokes.count, h.inspected], [0, [uid]]);
   // No clusterDNS here: upstream warns on each sandbox config and falls back to Default.
   assert.ok(h.events.some((e) => e.reason === "MissingClusterDNS"));
   assert.deepEqual(
@@ -230,6 +241,28 @@ Deno.test("PodSyncer runs a pod and reports it Running with its IP", async () =>
     ),
     ["Pulled", "Created", "Started"],
   );
+});
+
+Deno.test("PodSyncer reports a started pod Running from the PLEG's read of it, before any relist", async () => {
+  await using h = await harness();
+  const p = pod("web");
+  h.add(p);
+  // One relist lets the first sync begin; none after it, so only the syncer's own inspection
+  // can show the start.
+  await h.step(0);
+  for (let i = 0; i < 200 && h.status("web")?.phase !== "Running"; i++) await settle();
+  assert.equal(h.status("web")?.phase, "Running");
+  assert.equal(main(h.status("web"))?.state?.running !== undefined, true);
+  assert.deepEqual(h.inspected, [p.metadata!.uid]);
+  assert.equal(h.pokes.count, 0);
+});
+
+Deno.test("PodSyncer asks for a relist when the PLEG could not read the started pod", async () => {
+  await using h = await harness();
+  h.pleg.inspectPod = () => Promise.resolve(false);
+  h.add(pod("web"));
+  await h.until("Running", () => h.status("web")?.phase === "Running");
+  assert.equal(h.pokes.count, 1);
 });
 
 Deno.test("PodSyncer gives exit 0 and exit 1 the upstream phase under each restart policy", async () => {

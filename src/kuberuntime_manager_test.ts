@@ -328,7 +328,9 @@ interface Harness extends AsyncDisposable {
 
 async function harness(
   behaviour: (name: string) => ContainerBehaviour | undefined = () => undefined,
-  opts: Partial<KubeRuntimeManagerOptions> = {},
+  opts:
+    | Partial<KubeRuntimeManagerOptions>
+    | ((spy: KubeRuntimeService) => Partial<KubeRuntimeManagerOptions>) = {},
 ): Promise<Harness> {
   const dir = await Deno.makeTempDir({ prefix: "kuberuntime-manager-" });
   const clock = new FakeClock();
@@ -384,7 +386,7 @@ async function harness(
     podsDirectory: join(dir, "pods"),
     memoryCapacityBytes: 8 * 2 ** 30,
     legacyContainerLogsDirectory: join(dir, "containers"),
-    ...opts,
+    ...(typeof opts === "function" ? opts(spy) : opts),
   });
   const h: Harness = {
     dir,
@@ -796,4 +798,52 @@ Deno.test("computePodActions kills an older container of one name that runs besi
   );
   assert.deepEqual(summary(b).start, [0]);
   assert.deepEqual([...b.containersToKill.keys()], ["c-old"]);
+});
+
+/** Sandbox starts of `pods` pods synced at once, each held until the test lets it go. */
+async function sandboxStartsInFlight(maxParallelSandboxStarts: number | undefined, pods: number) {
+  const held: Array<() => void> = [];
+  let inFlight = 0;
+  let most = 0;
+  await using h = await harness(undefined, (spy) => ({
+    ...(maxParallelSandboxStarts === undefined ? {} : { maxParallelSandboxStarts }),
+    runtime: {
+      ...spy,
+      runPodSandbox: async (...a) => {
+        inFlight++;
+        most = Math.max(most, inFlight);
+        await new Promise<void>((resolve) => held.push(resolve));
+        inFlight--;
+        return await spy.runPodSandbox(...a);
+      },
+    },
+  }));
+  const uids = Array.from({ length: pods }, (_, i) => `uid-${i}`);
+  const synced = Promise.all(uids.map(async (uid) => {
+    const p = pod({}, uid);
+    return await h.manager.syncPod(AbortSignal.timeout(10_000), p, await h.status(uid), []);
+  }));
+  let released = 0;
+  while (released < pods) {
+    // Let every sync that can reach RunPodSandbox get there before the next one is let go.
+    for (let i = 0; i < 50 && held.length === 0; i++) await new Promise((r) => setTimeout(r, 0));
+    for (let i = 0; i < 50; i++) await new Promise((r) => setTimeout(r, 0));
+    const next = held.shift();
+    assert.ok(next, `${released} of ${pods} sandbox starts released, none waiting`);
+    next();
+    released++;
+  }
+  const results = await synced;
+  for (const r of results) assert.equal(r.error(), undefined);
+  return { most, sandboxes: h.fake.service.sandboxes.size };
+}
+
+Deno.test("KubeRuntimeManager keeps at most maxParallelSandboxStarts RunPodSandbox calls in flight", async () => {
+  assert.deepEqual(await sandboxStartsInFlight(2, 5), { most: 2, sandboxes: 5 });
+  assert.deepEqual(await sandboxStartsInFlight(1, 3), { most: 1, sandboxes: 3 });
+});
+
+Deno.test("KubeRuntimeManager starts every sandbox at once without a limit (0 or unset), as upstream", async () => {
+  assert.deepEqual(await sandboxStartsInFlight(0, 5), { most: 5, sandboxes: 5 });
+  assert.deepEqual(await sandboxStartsInFlight(undefined, 4), { most: 4, sandboxes: 4 });
 });

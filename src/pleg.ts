@@ -16,9 +16,14 @@ import { type Clock, realClock } from "./clock.ts";
 import { isCriCode } from "./cri_connection.ts";
 import { formatDuration } from "./duration.ts";
 import { createLogger, type Logger } from "./klog.ts";
-import { getContainerInfoFromLabels, getPodSandboxInfoFromLabels } from "./labels.ts";
+import {
+  getContainerInfoFromLabels,
+  getPodSandboxInfoFromLabels,
+  KUBERNETES_POD_UID_LABEL,
+} from "./labels.ts";
 import type { PodCache, PodStatus } from "./pod_cache.ts";
 import type { RuntimeService } from "./remote_runtime.ts";
+import { Semaphore } from "./semaphore.ts";
 
 /** What happened to a pod (upstream `PodLifeCycleEventType`). */
 export type PodLifecycleEventType =
@@ -53,6 +58,12 @@ export interface PodLifecycleEventGenerator {
   relist(signal?: AbortSignal): Promise<void>;
   /** The kubelet changed containers and wants the change seen soon. */
   poke(): void;
+  /**
+   * The kubelet has just started containers of pod `uid`: that pod's status is read into the
+   * cache now and a ContainerStarted event for it sent, rather than waiting for a relist of every
+   * pod. Resolves with whether it was (false: the relist will see the change, as before).
+   */
+  inspectPod(uid: string, opts?: InspectPodOptions): Promise<boolean>;
   healthy(): PlegHealth;
   /** UIDs of the pods the runtime has. */
   podIds(): string[];
@@ -60,6 +71,16 @@ export interface PodLifecycleEventGenerator {
   next(signal?: AbortSignal): Promise<PodLifecycleEvent>;
   /** Every event, in order, until `signal` aborts. */
   watch(signal?: AbortSignal): AsyncGenerator<PodLifecycleEvent>;
+}
+
+/** Options of {@link PodLifecycleEventGenerator.inspectPod}. */
+export interface InspectPodOptions {
+  /**
+   * A time the read follows (the end of the sync that started the containers): the status is
+   * stamped later than it even within the same millisecond, so the pod's next sync takes it.
+   */
+  readonly after?: number;
+  readonly signal?: AbortSignal;
 }
 
 /** The CRI calls the PLEG needs. */
@@ -203,23 +224,6 @@ export function generateEvents(
   }
 }
 
-/** Runs at most `limit` of the given calls at once. */
-function limiter(limit: number): <T>(fn: () => Promise<T>) => Promise<T> {
-  let active = 0;
-  const queue: (() => void)[] = [];
-  return async <T>(fn: () => Promise<T>): Promise<T> => {
-    if (active >= limit) await new Promise<void>((r) => queue.push(r));
-    else active++;
-    try {
-      return await fn();
-    } finally {
-      const next = queue.shift();
-      if (next) next();
-      else active--;
-    }
-  };
-}
-
 /** The relisting PLEG; see the module documentation. */
 export class GenericPLEG implements PodLifecycleEventGenerator {
   readonly #runtime: PlegRuntime;
@@ -333,6 +337,39 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
   poke(): void {
     if (this.#wake) this.#wake.abort();
     else this.#poked = true;
+  }
+
+  /**
+   * Reads pod `uid` alone (its sandboxes and containers by their pod UID label, then their
+   * statuses) into the cache and sends a ContainerStarted event for its newest running
+   * container. In a burst of pod starts a relist of every pod takes seconds while the runtime
+   * is busy creating sandboxes, and each started pod waited for one before its status turned
+   * Running. The relist records are left alone: the next relist still sees the start and sends
+   * its own event, which finds the cache up to date.
+   */
+  async inspectPod(uid: string, opts: InspectPodOptions = {}): Promise<boolean> {
+    const { signal } = opts;
+    const selector = { labelSelector: { [KUBERNETES_POD_UID_LABEL]: uid } };
+    let pod: RelistedPod | undefined;
+    try {
+      const [sandboxes, containers] = await Promise.all([
+        this.#runtime.listPodSandbox(api.PodSandboxFilter.create(selector), signal),
+        this.#runtime.listContainers(api.ContainerFilter.create(selector), signal),
+      ]);
+      pod = this.#group(sandboxes, containers).get(uid);
+    } catch (e) {
+      if (!signal?.aborted) {
+        this.#log.v(4).info("PLEG: pod inspection failed", { podUID: uid, err: String(e) });
+      }
+      return false;
+    }
+    const stamp = Math.max(this.#clock.now(), (opts.after ?? -Infinity) + 1);
+    if (!pod || !await this.#updateCache(pod, uid, (fn) => fn(), signal, stamp)) return false;
+    const running = [...pod.containers.values()]
+      .filter((c) => c.state === api.ContainerState.CONTAINER_RUNNING)
+      .sort(newestFirst)[0];
+    this.send({ id: uid, type: "ContainerStarted", data: running?.id ?? "" });
+    return true;
   }
 
   /** Upstream's Healthy: false until a relist succeeds, and when the last one is too old. */
@@ -453,7 +490,8 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
 
     // Refresh the cache of changed pods (and of pods that failed last time) before any event
     // goes out, so a worker woken by an event finds the new status.
-    const limit = limiter(this.#concurrency);
+    const slots = new Semaphore(this.#concurrency);
+    const limit = <T>(fn: () => Promise<T>) => slots.run(fn);
     const reinspect = [...this.#toReinspect].filter(([id]) => !eventsByPod.has(id));
     const [changed, retried] = await Promise.all([
       Promise.all(
@@ -500,6 +538,14 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
       this.#runtime.listPodSandbox(undefined, signal),
       this.#runtime.listContainers(undefined, signal),
     ]);
+    return this.#group(sandboxes, containers);
+  }
+
+  /** Groups listed sandboxes and containers by the pod UID in their labels. */
+  #group(
+    sandboxes: readonly api.PodSandbox[],
+    containers: readonly api.Container[],
+  ): Map<string, RelistedPod> {
     const pods = new Map<string, RelistedPod>();
     const podOf = (uid: string, name: string, namespace: string): RelistedPod => {
       let p = pods.get(uid);
@@ -532,22 +578,27 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
     uid: string,
     limit: <T>(fn: () => Promise<T>) => Promise<T>,
     signal: AbortSignal | undefined,
+    timestamp = this.#clock.now(),
   ): Promise<boolean> {
     if (!pod) {
       this.#log.v(4).info("PLEG: Delete status for pod", { podUID: uid });
       this.#cache.delete(uid);
       return true;
     }
-    const timestamp = this.#clock.now();
     try {
       const status = await this.#getPodStatus(pod, limit, signal);
       status.ips = this.#podIps(uid, status);
-      this.#cache.set(uid, status, undefined, timestamp);
+      // An inspection of the pod or a runtime event may have written a status read after this
+      // one began: that one stands (upstream's rule with the evented PLEG).
+      if (!this.#cache.setIfNewer(uid, status, undefined, timestamp)) {
+        this.#log.v(4).info("PLEG: a newer status is cached, keeping it", { podUID: uid });
+        return true;
+      }
       this.#log.v(4).info("PLEG: Write status", { pod: `${pod.namespace}/${pod.name}` });
       return true;
     } catch (e) {
       const err = e instanceof Error ? e : new Error(String(e));
-      this.#cache.set(uid, { ...this.#cache.get(uid).status, timestamp }, err, timestamp);
+      this.#cache.setIfNewer(uid, { ...this.#cache.get(uid).status, timestamp }, err, timestamp);
       this.#log.v(4).info("PLEG: Write status", {
         pod: `${pod.namespace}/${pod.name}`,
         err: err.message,

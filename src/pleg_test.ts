@@ -327,3 +327,70 @@ Deno.test("GenericPLEG relist records its duration and interval and the running 
   h.pleg.healthy();
   assert.equal(metrics.plegLastSeen.get(), Math.floor(h.clock.now() / 1000));
 });
+
+Deno.test("GenericPLEG.inspectPod reads one pod into the cache and sends it ContainerStarted", async () => {
+  await using h = await harness();
+  const { ids } = await runPod(h);
+  await runPod(h, ["other"], "uid-other");
+  h.clock.step(10);
+  const lists = h.fake.callCount("ListContainers");
+  assert.equal(await h.pleg.inspectPod(UID, { after: h.clock.now() }), true);
+  assert.equal(h.fake.callCount("ListContainers"), lists + 1, "one filtered list, no relist");
+  assert.deepEqual(await drain(h.pleg), [{ id: UID, type: "ContainerStarted", data: ids[0] }]);
+  // Stamped after `after` although fake time stood still: the pod's next sync takes it.
+  const { status } = await h.cache.getNewerThan(UID, h.clock.now());
+  assert.equal(status.containerStatuses[0]?.id, ids[0]);
+  assert.equal(status.containerStatuses[0]?.state, api.ContainerState.CONTAINER_RUNNING);
+  assert.equal(status.ips.length, 1);
+  assert.deepEqual(h.cache.uids(), [UID], "the other pod is left to the relist");
+  // The relist still sees the start itself; its event finds the cache as it is.
+  await h.pleg.relist();
+  assert.ok((await drain(h.pleg)).some((e) => e.id === UID && e.type === "ContainerStarted"));
+});
+
+Deno.test("GenericPLEG.inspectPod of a pod the runtime does not have changes nothing", async () => {
+  await using h = await harness();
+  assert.equal(await h.pleg.inspectPod("uid-none"), false);
+  assert.equal(h.pleg.pending, 0);
+  assert.deepEqual(h.cache.uids(), []);
+});
+
+Deno.test("GenericPLEG relist keeps a status an inspection read after the relist began", async () => {
+  let hold: PromiseWithResolvers<void> | undefined;
+  const reached = Promise.withResolvers<void>();
+  await using h = await harness();
+  const runtime = h.runtime;
+  const pleg = new GenericPLEG({
+    runtime: {
+      listPodSandbox: (...a) => runtime.listPodSandbox(...a),
+      listContainers: (...a) => runtime.listContainers(...a),
+      containerStatus: (...a) => runtime.containerStatus(...a),
+      podSandboxStatus: async (...a) => {
+        const held = hold;
+        hold = undefined;
+        if (held) {
+          reached.resolve();
+          await held.promise;
+        }
+        return await runtime.podSandboxStatus(...a);
+      },
+    },
+    cache: h.cache,
+    clock: h.clock,
+  });
+  await runPod(h);
+  h.clock.step(10);
+  const held = hold = Promise.withResolvers<void>();
+  const relist = pleg.relist();
+  await reached.promise;
+  h.clock.step(10);
+  assert.equal(await pleg.inspectPod(UID), true);
+  const inspectedAt = h.clock.now();
+  held.resolve();
+  await relist;
+  const newer = await Promise.race([
+    h.cache.getNewerThan(UID, inspectedAt - 1).then(() => "inspected status kept"),
+    new Promise((r) => setTimeout(() => r("overwritten by the relist's older read"), 50)),
+  ]);
+  assert.equal(newer, "inspected status kept");
+});

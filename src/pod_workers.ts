@@ -107,6 +107,11 @@ export interface PodWorkersOptions<S = never> {
   random?: () => number;
   /** kubelet_pod_worker_duration_seconds, from each update's start time. @default none */
   metrics?: Pick<KubeletMetrics, "podWorkerDuration">;
+  /**
+   * Called after each SyncPod that did not throw, once the worker took `at` as the sync's end:
+   * a runtime status observed after `at` satisfies the pod's next sync. @default none
+   */
+  synced?: (uid: string, at: number) => void;
 }
 
 /** Upstream workerResyncIntervalJitterFactor and workerBackOffPeriodJitterFactor. */
@@ -665,6 +670,7 @@ export class PodWorkers<S = never> {
     }
 
     status.lastSyncTime = this.#clock.now();
+    if (!failed && work === "sync") this.#opts.synced?.(uid, status.lastSyncTime);
     let phaseTransition = false;
     if (!failed) {
       if (work === "terminated") {

@@ -12,6 +12,8 @@
  */
 
 import { hostIsCgroup2UnifiedMode } from "./cgroup_mode.ts";
+import { realClock } from "./clock.ts";
+import { startFreeOSMemory } from "./free_os_memory.ts";
 import { openHostView } from "./host_view.ts";
 import { createLogger, type Logger } from "./klog.ts";
 import type { SandboxExit, SandboxPlan, SandboxPlanRequest, SandboxStart } from "./sandbox.ts";
@@ -141,6 +143,10 @@ export async function runInSandbox(opts: RunInSandboxOptions): Promise<number> {
   const { logger, plan } = opts;
   const { permissions } = plan;
   const view = await openHostView({ dir: plan.viewDir });
+  // Freed heap memory goes back to the kernel from here, for the whole process: the sandbox
+  // has no ffi to do it itself.
+  const stop = new AbortController();
+  const freeing = startFreeOSMemory({ clock: realClock, logger, signal: stop.signal });
   try {
     if (plan.mkdir) await Deno.mkdir(plan.mkdir, { recursive: true, mode: 0o755 });
     logger.info("Running the kubelet in its permission set", {
@@ -172,6 +178,8 @@ export async function runInSandbox(opts: RunInSandboxOptions): Promise<number> {
     worker.terminate();
     return code;
   } finally {
+    stop.abort();
+    await freeing;
     await view.remove().catch((e) => logger.error(e, "Failed to remove the host view"));
   }
 }

@@ -32,8 +32,11 @@ function command(args: readonly string[], opts: AgentOptions): Deno.Command {
   const sandbox = Deno.env.get("KUBELET_TS_LEAST_PRIVILEGE") === "0"
     ? ["--least-privilege=false"]
     : [];
+  // For an A/B run of one of the agent's own flags, e.g.
+  // KUBELET_TS_AGENT_ARGS=--max-parallel-sandbox-starts=0: appended to every agent's arguments.
+  const more = (Deno.env.get("KUBELET_TS_AGENT_ARGS") ?? "").split(/\s+/).filter((a) => a !== "");
   return new Deno.Command(Deno.execPath(), {
-    args: ["run", "--quiet", ...flags, "main.ts", ...args, ...sandbox],
+    args: ["run", "--quiet", ...flags, "main.ts", ...args, ...sandbox, ...more],
     cwd: REPO_ROOT,
     env: { NO_COLOR: "1", ...opts.env },
     stdin: "null",

@@ -48,6 +48,9 @@ Deno.test({
       assert.match(stdout, row(`1 pod × 5 sequential: ${who}`), stdout);
       assert.match(stdout, row(`burst of 10: ${who}`), stdout);
     }
+    // The floor again with our agent's default pacing of RunPodSandbox.
+    const paced = 4 * navigator.hardwareConcurrency;
+    assert.match(stdout, row(`burst of 10: CRI floor, ≤${paced} sandbox starts at once`), stdout);
     assert.match(stdout, /^\| 0 pods\s+\|\s+[\d.]+ MiB \|\s+\d+ m \|\s+[\d.]+ MiB \|\s+\d+ m \|/m);
     assert.match(stdout, /^\| 10 pods\s+\|\s+[\d.]+ MiB \|/m);
     assert.match(
