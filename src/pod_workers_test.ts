@@ -440,3 +440,27 @@ Deno.test("PodWorkers rejects a bad backoff period", () => {
     /'backOffPeriodMs' must be a positive number/,
   );
 });
+
+Deno.test("PodWorkers calls synced after each SyncPod that did not throw, with the sync's end", async () => {
+  const synced: [string, number][] = [];
+  const { clock, syncer, workers, update } = setup({
+    synced: (uid, at) => synced.push([uid, at]),
+  });
+  syncer.hold = true;
+  update(pod("a"), "create");
+  await syncer.waitForCalls(1);
+  clock.step(250);
+  syncer.release();
+  await workers.drain();
+  assert.deepEqual(synced, [["a", clock.now()]], "once the sync ended, not when it began");
+  syncer.hold = false;
+  syncer.failures.push(new Error("sync failed"));
+  update(pod("a", "2"));
+  await workers.drain();
+  assert.equal(synced.length, 1, "not after a sync that threw");
+  syncer.terminal = true;
+  update(pod("a", "3"));
+  await workers.drain();
+  assert.deepEqual(synced.map(([uid]) => uid), ["a", "a"], "the terminal SyncPod, not the kill");
+  assert.ok(syncer.calls.some((c) => c.fn === "syncTerminatingPod"));
+});
