@@ -424,6 +424,15 @@ export class StatusManager {
     const worker = async () => {
       while (next < updates.length && !signal?.aborted) {
         const u = updates[next++]!;
+        // A status set since the batch began supersedes the one it took: in a burst of pod
+        // starts a pod's Pending status waiting behind the QPS limit is often already Running.
+        const latest = this.#statuses.get(u.uid);
+        if (
+          latest && latest.version > u.status.version &&
+          this.#statusUID(u.uid, latest.pod) === u.statusUID
+        ) {
+          u.status = latest;
+        }
         this.#forced.delete(u.uid);
         this.#logger.v(5).info("Sync pod status", {
           podUID: u.uid,

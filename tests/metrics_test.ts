@@ -167,13 +167,22 @@ e2e(
       60_000,
     );
 
-    // The SLI is observed once the watch shows the status the kubelet wrote.
-    const families = await poll("the SLI histogram to count the started pods", async () => {
-      const f = await scrape(w);
-      const sli = f.get("kubelet_pod_start_sli_duration_seconds");
-      const count = sli?.samples.find((s) => s.suffix === "_count")?.value ?? 0;
-      return count >= STARTED.length ? f : undefined;
-    }, 60_000);
+    // The SLI is observed once the watch shows the status the kubelet wrote; the running
+    // gauges follow the next relist (a started pod's status no longer waits for one).
+    const families = await poll(
+      "the SLI histogram and the gauges to count the started pods",
+      async () => {
+        const f = await scrape(w);
+        const sli = f.get("kubelet_pod_start_sli_duration_seconds");
+        const count = sli?.samples.find((s) => s.suffix === "_count")?.value ?? 0;
+        const running =
+          f.get("kubelet_running_containers")?.samples.find((s) =>
+            s.labels.container_state === "running"
+          )?.value ?? 0;
+        return count >= STARTED.length && running >= STARTED.length ? f : undefined;
+      },
+      60_000,
+    );
 
     const sli = family(
       families,
