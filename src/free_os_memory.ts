@@ -3,8 +3,9 @@
  * Hands the heap memory the process has freed back to the kernel, every few seconds. Deno's
  * native side allocates with glibc's malloc, which keeps freed memory in its arenas (one per
  * thread that allocated: the launcher, the kubelet's Worker, the planner that has ended, V8's and
- * tokio's threads) instead of returning it, so the resident size only ever grew after a burst
- * of pod starts. `malloc_trim(0)` gives back the free pages of every arena. The Go kubelet has
+ * tokio's threads) instead of returning it: memory freed after a burst of pod starts stayed
+ * resident. `malloc_trim(0)` gives back the free pages of every arena (idle and standalone on
+ * the fake runtime, about 2 MiB of RSS). The Go kubelet has
  * this from its runtime (the background scavenger; `debug.FreeOSMemory` on demand).
  *
  * Needs the `ffi` permission, which the launcher has and the kubelet's sandbox does not: the
