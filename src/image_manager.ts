@@ -48,7 +48,11 @@ export type ImageErrorReason =
 
 /** The outcome of {@link ImageManager.ensureImageExists}. */
 export type EnsureImageResult =
-  | { readonly imageRef: string }
+  | {
+    readonly imageRef: string;
+    /** The image's status when it was found present (not pulled): its user, for the config. */
+    readonly image?: api.Image;
+  }
   | { readonly error: { readonly reason: ImageErrorReason; readonly message: string } };
 
 /** What {@link ImageManager.ensureImageExists} needs about one container. */
@@ -326,8 +330,10 @@ export class ImageManager {
     };
 
     let present: string;
+    let found: api.Image | undefined;
     try {
-      present = (await this.#images.imageStatus(spec, false, signal)).image?.id ?? "";
+      found = (await this.#images.imageStatus(spec, false, signal)).image;
+      present = found?.id ?? "";
     } catch (e) {
       signal.throwIfAborted();
       const msg = `Failed to inspect image ${q(imgRef)}: ${errorText(e)}`;
@@ -364,7 +370,7 @@ export class ImageManager {
         this.#recorder.event(ref, "Normal", "Pulled", msg);
         // A pull of this image by another pod may be in flight for this one: it ends here.
         this.#pulling?.recordImageFinishedPulling(podUID);
-        return { imageRef: present };
+        return { imageRef: present, ...(found ? { image: found } : {}) };
       }
       const mustPull = await records.mustAttemptImagePull(
         imgRef,
@@ -377,7 +383,7 @@ export class ImageManager {
           "accessed by the pod";
         this.#recorder.event(ref, "Normal", "Pulled", msg);
         this.#pulling?.recordImageFinishedPulling(podUID);
-        return { imageRef: present };
+        return { imageRef: present, ...(found ? { image: found } : {}) };
       }
       // Present but not shown to be this pod's: with Never it is as if it were absent.
       if (policy === "Never") return this.#neverPulled(ref, imgRef);

@@ -320,7 +320,7 @@ async function pulledPrivate(h: Harness, opts?: Partial<ImageManagerOptions>) {
   const res = await ensure(m, { name: "c", image: PRIVATE }, [
     dockerSecret("quay.io", "bob", "pw"),
   ]);
-  assert.ok("imageRef" in res, JSON.stringify(res));
+  assert.ok("imageRef" in res, Deno.inspect(res));
   assert.deepEqual(reasons(h.events), ["Pulling", "Pulled"]);
   h.events.length = 0;
   return { m, imageRef: res.imageRef };
@@ -345,7 +345,7 @@ Deno.test("ImageManager makes a pod without the secret pull a private image agai
   await using h = await harness();
   const { m } = await pulledPrivate(h);
   const res = await ensure(m, { name: "c", image: PRIVATE }, [], pod("uid-2"));
-  assert.ok("error" in res && res.error.reason === "ErrImagePull", JSON.stringify(res));
+  assert.ok("error" in res && res.error.reason === "ErrImagePull", Deno.inspect(res));
   assert.match(res.error.message, /401 Unauthorized/);
   assert.deepEqual(reasons(h.events), ["Pulling", "Failed"]);
   assert.deepEqual(pullsOf(h), ["bob", null]);
@@ -359,7 +359,9 @@ Deno.test("ImageManager lets a pod with the same credentials use a private image
   // Another pod, another secret object with the same credentials.
   const secrets = [dockerSecret("quay.io", "bob", "pw", "copy")];
   const res = await ensure(m, { name: "c", image: PRIVATE }, secrets, pod("uid-3"));
-  assert.deepEqual(res, { imageRef });
+  assert.ok("imageRef" in res && res.imageRef === imageRef, Deno.inspect(res));
+  // The status read to find it present comes along, for the container's default user.
+  assert.equal(res.image?.id, imageRef);
   assert.deepEqual(h.events, [{ type: "Normal", reason: "Pulled", message: ACCESSIBLE(PRIVATE) }]);
   assert.deepEqual(pullsOf(h), ["bob"]);
   // Other credentials for the registry are not enough.
@@ -376,7 +378,8 @@ Deno.test("ImageManager lets every pod use an image pulled anonymously", async (
   assert.ok("imageRef" in first);
   h.events.length = 0;
   const other = [dockerSecret("quay.io", "eve", "x", "eve")];
-  assert.deepEqual(await ensure(m, { name: "c", image: "nginx:1" }, other, pod("uid-2")), first);
+  const second = await ensure(m, { name: "c", image: "nginx:1" }, other, pod("uid-2"));
+  assert.ok("imageRef" in second && second.imageRef === first.imageRef, Deno.inspect(second));
   assert.deepEqual(h.events.map((e) => e.message), [ACCESSIBLE("nginx:1")]);
   assert.equal(h.fake.service.images.pulls.length, 1);
 });
@@ -457,13 +460,12 @@ Deno.test("ImageManager logs a corrupt pull record and verifies the image again"
   const m = h.verifying();
   const secrets = [dockerSecret("quay.io", "bob", "pw")];
   const res = await ensure(m, { name: "c", image: PRIVATE }, secrets, pod("uid-2"));
-  assert.deepEqual(res, { imageRef });
+  assert.ok("imageRef" in res && res.imageRef === imageRef, Deno.inspect(res));
   assert.ok(h.lines.some((l) => l.includes("Failed to read an image pull")), h.lines.join("\n"));
   assert.deepEqual(reasons(h.events), ["Pulling", "Pulled"]);
   // The pull rewrote the record.
-  assert.deepEqual(await ensure(m, { name: "c", image: PRIVATE }, secrets, pod("uid-3")), {
-    imageRef,
-  });
+  const again = await ensure(m, { name: "c", image: PRIVATE }, secrets, pod("uid-3"));
+  assert.ok("imageRef" in again && again.imageRef === imageRef, Deno.inspect(again));
   assert.deepEqual(pullsOf(h), ["bob", "bob"]);
 });
 

@@ -251,6 +251,11 @@ export interface ContainerConfigRequest {
   readonly restartCount: number;
   /** The image as the runtime knows it, from the ImageManager. */
   readonly imageRef: string;
+  /**
+   * The image's status as the ImageManager just read it, for its default user; without it
+   * ImageStatus is asked again (as upstream always does). @default none
+   */
+  readonly image?: api.Image;
   /** The pod's IPs, for status.podIP(s) in the env. @default [] */
   readonly podIPs?: readonly string[];
 }
@@ -267,7 +272,7 @@ export async function generateContainerConfig(
   const { pod, restartCount } = req;
   const container = withApiDefaults(req.container);
   checkSupported(deps, pod, container);
-  const user = await getImageUser(deps, pod, container, signal);
+  const user = await getImageUser(deps, pod, container, req.image, signal);
   const nonRoot = verifyRunAsNonRoot(pod, container, user, formatPod(pod));
   if (nonRoot !== undefined) throw new CreateContainerConfigError(nonRoot);
   const envs = await makeEnvironmentVariables({
@@ -369,8 +374,10 @@ async function getImageUser(
   deps: ContainerDeps,
   pod: V1Pod,
   container: V1Container,
+  known: api.Image | undefined,
   signal?: AbortSignal,
 ): Promise<ImageUser> {
+  if (known) return userOf(known);
   if (!deps.imageService) {
     const sc = effectiveSecurityContext(pod, container);
     if (sc.runAsNonRoot && sc.runAsUser == null) {
@@ -386,7 +393,11 @@ async function getImageUser(
     false,
     signal,
   );
-  const image = res.image;
+  return userOf(res.image);
+}
+
+/** The image's uid, or its user name, or root when it names neither. */
+function userOf(image: api.Image | undefined): ImageUser {
   if (image?.uid) return { uid: image.uid.value, username: "" };
   if (image && image.username !== "") return { username: image.username };
   return { uid: 0n, username: "" };
@@ -560,6 +571,7 @@ export async function startContainer(
         container,
         restartCount,
         imageRef: image.imageRef,
+        ...(image.image ? { image: image.image } : {}),
         podIPs: req.podIPs ?? req.podStatus.ips,
       },
       signal,

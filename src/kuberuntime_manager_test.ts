@@ -847,3 +847,13 @@ Deno.test("KubeRuntimeManager starts every sandbox at once without a limit (0 or
   assert.deepEqual(await sandboxStartsInFlight(0, 5), { most: 5, sandboxes: 5 });
   assert.deepEqual(await sandboxStartsInFlight(undefined, 4), { most: 4, sandboxes: 4 });
 });
+
+Deno.test("KubeRuntimeManager.syncPod asks ImageStatus once per container whose image is present", async () => {
+  await using h = await harness();
+  const p = pod({ containers: [{ name: "a", image: IMAGE }, { name: "b", image: IMAGE }] });
+  const before = h.fake.callCount("ImageStatus");
+  const result = await h.sync(p);
+  assert.equal(result.error(), undefined);
+  // The ImageManager's read also gives the image's default user (upstream asks twice).
+  assert.equal(h.fake.callCount("ImageStatus") - before, 2);
+});
