@@ -238,7 +238,8 @@ export async function startUpstreamKubelet(
     stderr: () => err,
     stop: once(async () => {
       const code = await stopChild(child);
-      await pump.catch(() => {});
+      // A process the kubelet started may still hold its stderr open: do not wait for ever.
+      await settledWithin(pump.catch(() => {}), 10_000, "the upstream kubelet's stderr");
       await restore();
       return code;
     }),
@@ -282,6 +283,18 @@ async function stopChild(child: Deno.ChildProcess): Promise<number> {
   const status = await child.status;
   clearTimeout(timer);
   return status.code;
+}
+
+/**
+ * Waits for `p` at most `ms`; past that, says on stderr what did not end and goes on (a bench
+ * run once hung after the upstream kubelet's last burst, in its teardown).
+ */
+export async function settledWithin(p: Promise<unknown>, ms: number, what: string): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<"late">((r) => timer = setTimeout(() => r("late"), ms));
+  const r = await Promise.race([p.then(() => "done" as const), late]);
+  clearTimeout(timer);
+  if (r === "late") console.error(`bench: ${what} did not end within ${ms / 1000} s; going on`);
 }
 
 function once<T>(fn: () => Promise<T>): () => Promise<T> {

@@ -51,6 +51,7 @@ import { Semaphore } from "../src/semaphore.ts";
 import {
   type BenchAgent,
   type BenchAgentOptions,
+  settledWithin,
   startOurAgent,
   startUpstreamKubelet,
 } from "./_bench_agents.ts";
@@ -472,7 +473,7 @@ async function benchAgent(
     const code = await agent.stop();
     if (code !== 0) log(`bench: ${agent.label} exited ${code}`);
     stop.abort();
-    await watch?.finished;
+    if (watch) await settledWithin(watch.finished, 10_000, `the pod watch of ${agent.label}`);
     client.close();
   }
 }

@@ -1,0 +1,18 @@
+import assert from "node:assert/strict";
+import { settledWithin } from "./_bench_agents.ts";
+
+Deno.test("settledWithin waits for a promise, but not past its limit, and says what did not end", async () => {
+  const said: string[] = [];
+  const error = console.error;
+  console.error = (...a: unknown[]) => void said.push(a.join(" "));
+  try {
+    await settledWithin(Promise.resolve(), 1_000, "quick");
+    assert.deepEqual(said, []);
+    const t0 = performance.now();
+    await settledWithin(new Promise(() => {}), 20, "the pod watch of upstream");
+    assert.ok(performance.now() - t0 < 1_000);
+    assert.deepEqual(said, ["bench: the pod watch of upstream did not end within 0.02 s; going on"]);
+  } finally {
+    console.error = error;
+  }
+});
