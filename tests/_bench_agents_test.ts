@@ -11,7 +11,9 @@ Deno.test("settledWithin waits for a promise, but not past its limit, and says w
     const t0 = performance.now();
     await settledWithin(new Promise(() => {}), 20, "the pod watch of upstream");
     assert.ok(performance.now() - t0 < 1_000);
-    assert.deepEqual(said, ["bench: the pod watch of upstream did not end within 0.02 s; going on"]);
+    assert.deepEqual(said, [
+      "bench: the pod watch of upstream did not end within 0.02 s; going on",
+    ]);
   } finally {
     console.error = error;
   }
