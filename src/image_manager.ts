@@ -370,7 +370,7 @@ export class ImageManager {
         this.#recorder.event(ref, "Normal", "Pulled", msg);
         // A pull of this image by another pod may be in flight for this one: it ends here.
         this.#pulling?.recordImageFinishedPulling(podUID);
-        return { imageRef: present, ...(found ? { image: found } : {}) };
+        return { imageRef: present, image: found };
       }
       const mustPull = await records.mustAttemptImagePull(
         imgRef,
@@ -383,7 +383,7 @@ export class ImageManager {
           "accessed by the pod";
         this.#recorder.event(ref, "Normal", "Pulled", msg);
         this.#pulling?.recordImageFinishedPulling(podUID);
-        return { imageRef: present, ...(found ? { image: found } : {}) };
+        return { imageRef: present, image: found };
       }
       // Present but not shown to be this pod's: with Never it is as if it were absent.
       if (policy === "Never") return this.#neverPulled(ref, imgRef);

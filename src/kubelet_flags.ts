@@ -108,6 +108,8 @@ interface OwnFlag {
   readonly usage: string;
   readonly deprecated?: string;
   readonly short?: string;
+  /** For an int flag: what is wrong with a value it refuses, undefined when it takes it. */
+  readonly check?: (value: number) => string | undefined;
 }
 
 const DEPRECATED_GC =
@@ -264,6 +266,7 @@ const OWN_FLAGS: Readonly<Record<string, OwnFlag>> = {
   "max-parallel-sandbox-starts": {
     key: "maxParallelSandboxStarts",
     kind: "int",
+    check: (n) => n < 0 ? "must be 0 (no limit) or more" : undefined,
     usage:
       "The most RunPodSandbox calls in flight at once; the other pods wait their turn. The runtime creates sandboxes faster in total when they do not all contend for the CPUs at once (the upstream kubelet starts them all together). 0 means no limit. Default: 4 × the node's CPUs",
   },
@@ -652,9 +655,8 @@ function setOwn(flags: KubeletFlags, own: OwnFlag, text: string): void {
       return;
     case "int": {
       const n = parseGoInt(text);
-      if (own.key === "maxParallelSandboxStarts" && n < 0) {
-        throw new Error("must be 0 (no limit) or more");
-      }
+      const problem = own.check?.(n);
+      if (problem !== undefined) throw new Error(problem);
       target[own.key] = n;
       return;
     }

@@ -571,7 +571,7 @@ export async function startContainer(
         container,
         restartCount,
         imageRef: image.imageRef,
-        ...(image.image ? { image: image.image } : {}),
+        image: image.image,
         podIPs: req.podIPs ?? req.podStatus.ips,
       },
       signal,

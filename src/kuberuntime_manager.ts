@@ -78,7 +78,6 @@ export type KubeRuntimeService = Pick<
   | "containerStatus"
 >;
 
-/** Options of {@link KubeRuntimeManager}. */
 /**
  * RunPodSandbox calls in flight per CPU unless `--max-parallel-sandbox-starts` says otherwise.
  * containerd creates a burst of sandboxes sooner in total when a few at a time contend for the
@@ -87,6 +86,7 @@ export type KubeRuntimeService = Pick<
  */
 export const DEFAULT_SANDBOX_STARTS_PER_CPU = 4;
 
+/** Options of {@link KubeRuntimeManager}. */
 export interface KubeRuntimeManagerOptions
   extends Pick<LinuxConfigOptions, "seccompDefault" | "seccompProfileRoot"> {
   readonly runtime: KubeRuntimeService;
