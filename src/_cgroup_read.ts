@@ -3,6 +3,12 @@
  * Private helpers of `cgroup_stats.ts`: reading one cgroup or /proc file without throwing (a
  * failure becomes a reason naming the file), and the node's /proc fallbacks for a cgroup2 root
  * that lacks memory.stat or cpu.stat (/proc/meminfo, the /proc/stat cpu line).
+ *
+ * The reads are synchronous. These files are made by the kernel from its counters when read:
+ * a read never waits for a disk and takes microseconds, while Deno's async read adds a hop
+ * through its blocking thread pool and a promise. Measured on these machines, 600 reads of
+ * real cgroup v1 memory files through a bind mount under a scoped read permission (as the
+ * sandboxed agent reads them): 16-18 ms of CPU async (16 at once), 6 ms sync.
  */
 
 import type { CgroupCpu, CgroupMemory } from "./cgroup_stats.ts";
@@ -15,16 +21,11 @@ export type FileRead =
 /** Jiffies per second in /proc/stat (USER_HZ, 100 on every Linux architecture in use). */
 const USER_HZ = 100n;
 
-/** Reads `dir/file`; errors other than an abort become a reason (`file: why`). */
-export async function readCgroupFile(
-  dir: string,
-  file: string,
-  signal?: AbortSignal,
-): Promise<FileRead> {
+/** Reads `dir/file`; an error becomes a reason (`file: why`). */
+export function readCgroupFile(dir: string, file: string): FileRead {
   try {
-    return { ok: true, text: await Deno.readTextFile(`${dir}/${file}`, { signal }) };
+    return { ok: true, text: Deno.readTextFileSync(`${dir}/${file}`) };
   } catch (e) {
-    signal?.throwIfAborted();
     if (e instanceof Deno.errors.NotFound) {
       return { ok: false, notFound: true, reason: `${file}: no such file` };
     }
@@ -33,12 +34,11 @@ export async function readCgroupFile(
 }
 
 /** Node CPU time from the /proc/stat cpu line: user+nice+system+irq+softirq+steal jiffies. */
-export async function readNodeCpuFromProc(
+export function readNodeCpuFromProc(
   root: string,
   cgroupReason: string,
-  signal?: AbortSignal,
-): Promise<{ value?: CgroupCpu; missing: string[] }> {
-  const read = await readCgroupFile(procDir(root), "stat", signal);
+): { value?: CgroupCpu; missing: string[] } {
+  const read = readCgroupFile(procDir(root), "stat");
   if (!read.ok) return { missing: [cgroupReason, `/proc/${read.reason}`] };
   const line = read.text.split("\n").find((l) => l.startsWith("cpu "));
   const fields = line?.trim().split(/\s+/).slice(1) ?? [];
@@ -52,12 +52,11 @@ export async function readNodeCpuFromProc(
 }
 
 /** Node memory from /proc/meminfo: usage MemTotal - MemFree, working set minus Inactive(file). */
-export async function readNodeMemoryFromProc(
+export function readNodeMemoryFromProc(
   root: string,
   cgroupReason: string,
-  signal?: AbortSignal,
-): Promise<{ value?: CgroupMemory; missing: string[] }> {
-  const read = await readCgroupFile(procDir(root), "meminfo", signal);
+): { value?: CgroupMemory; missing: string[] } {
+  const read = readCgroupFile(procDir(root), "meminfo");
   if (!read.ok) return { missing: [cgroupReason, `/proc/${read.reason}`] };
   const kb = new Map<string, bigint>();
   for (const line of read.text.split("\n")) {

@@ -141,10 +141,8 @@ export class Cadvisor {
     for (const id of this.#tracked.keys()) if (!live.has(id)) this.#tracked.delete(id);
 
     const nodeTime = this.#o.clock.now();
-    const [nodeCgroup, nodeNet] = await Promise.all([
-      readNodeSample(layout, { root }),
-      readNodeNetworkStats({ root }),
-    ]);
+    const nodeCgroup = readNodeSample(layout, { root });
+    const nodeNet = await readNodeNetworkStats({ root });
     this.#logMissing(this.#nodeLogged, "/", nodeCgroup.missing);
     this.#node = withRate(this.#node, {
       time: nodeTime,
@@ -177,12 +175,10 @@ export class Cadvisor {
       Object.assign(tracked, found);
     }
     const time = this.#o.clock.now();
-    const [cgroup, network] = await Promise.all([
-      readCgroupSample(tracked.paths!, { signal }),
-      target.kind === "sandbox" && tracked.pid !== undefined
-        ? readNetworkStats(tracked.pid, { root: this.#o.root ?? hostRoot() })
-        : Promise.resolve(undefined),
-    ]);
+    const cgroup = readCgroupSample(tracked.paths!);
+    const network = target.kind === "sandbox" && tracked.pid !== undefined
+      ? await readNetworkStats(tracked.pid, { root: this.#o.root ?? hostRoot() })
+      : undefined;
     this.#logMissing(tracked.logged, target.id, cgroup.missing);
     // The cgroup went away (the container stopped, or was restarted under a new one): look
     // it up again next pass rather than read a dead path forever.

@@ -1,7 +1,7 @@
 /**
  * @module
  * One sample of a cgroup's CPU, memory and pids accounting, read straight from its files: a
- * bounded set of small reads per cgroup, all at once, each file once. Kernel oddities never
+ * bounded set of small reads per cgroup, each file once, synchronous (see `_cgroup_read.ts`). Kernel oddities never
  * throw: a group whose files are gone (the cgroup vanished) or unreadable is omitted, an odd
  * value is left undefined, and each omission has a human reason in `missing` for the caller to
  * log once. The node ("/", cAdvisor's root container) falls back to /proc where the cgroup2 root
@@ -49,16 +49,10 @@ export interface CgroupSample {
   missing: string[];
 }
 
-/** Options of {@link readCgroupSample}. */
-export interface ReadCgroupSampleOptions {
-  signal?: AbortSignal;
-}
-
 /** Options of {@link readNodeSample}. */
 export interface ReadNodeSampleOptions {
   /** Root under which /proc is read (the layout's directories are already rooted). @default "/" */
   root?: string;
-  signal?: AbortSignal;
 }
 
 /** Above this a memory limit means unlimited (the kernel rounds max int64 down to a page). */
@@ -105,12 +99,12 @@ function isUnified(paths: CgroupPaths, dir: string): boolean {
   return paths.unified !== undefined && dir === paths.unified;
 }
 
-async function readCpu(paths: CgroupPaths, signal?: AbortSignal): Promise<Part<CgroupCpu>> {
+function readCpu(paths: CgroupPaths): Part<CgroupCpu> {
   const v2 = paths.cpu !== undefined && isUnified(paths, paths.cpu);
   const dir = v2 ? paths.cpu : paths.cpuacct;
   if (dir === undefined) return { missing: ["cpu: no cgroup path (controller not mounted)"] };
   const file = v2 ? "cpu.stat" : "cpuacct.usage";
-  const read = await readCgroupFile(dir, file, signal);
+  const read = readCgroupFile(dir, file);
   if (!read.ok) return { missing: [read.reason] };
   if (v2) {
     const usec = parseFlatKeyed(read.text).get("usage_usec");
@@ -155,20 +149,15 @@ function memoryFromStat(
   return memory;
 }
 
-async function readMemory(
-  paths: CgroupPaths,
-  signal?: AbortSignal,
-): Promise<Part<CgroupMemory>> {
+function readMemory(paths: CgroupPaths): Part<CgroupMemory> {
   const dir = paths.memory;
   if (dir === undefined) return { missing: ["memory: no cgroup path (controller not mounted)"] };
   const v2 = isUnified(paths, dir);
   const usageFile = v2 ? "memory.current" : "memory.usage_in_bytes";
   const limitFile = v2 ? "memory.max" : "memory.limit_in_bytes";
-  const [usageRead, statRead, limitRead] = await Promise.all([
-    readCgroupFile(dir, usageFile, signal),
-    readCgroupFile(dir, "memory.stat", signal),
-    readCgroupFile(dir, limitFile, signal),
-  ]);
+  const usageRead = readCgroupFile(dir, usageFile);
+  const statRead = readCgroupFile(dir, "memory.stat");
+  const limitRead = readCgroupFile(dir, limitFile);
   if (!usageRead.ok || !statRead.ok || !limitRead.ok) {
     return { missing: [usageRead, statRead, limitRead].flatMap((r) => r.ok ? [] : [r.reason]) };
   }
@@ -188,16 +177,14 @@ async function readMemory(
   return { value: memory, missing };
 }
 
-async function readPids(paths: CgroupPaths, signal?: AbortSignal): Promise<Part<CgroupPids>> {
+function readPids(paths: CgroupPaths): Part<CgroupPids> {
   const dir = paths.pids;
   if (dir === undefined) return { missing: ["pids: no cgroup path (controller not mounted)"] };
-  const [currentRead, maxRead] = await Promise.all([
-    readCgroupFile(dir, "pids.current", signal),
-    readCgroupFile(dir, "pids.max", signal),
-  ]);
+  const currentRead = readCgroupFile(dir, "pids.current");
+  const maxRead = readCgroupFile(dir, "pids.max");
   if (!currentRead.ok && currentRead.notFound && isUnified(paths, dir)) {
     // The pids controller is not enabled here: count the processes, as runc's fs2 does.
-    const procs = await readCgroupFile(dir, "cgroup.procs", signal);
+    const procs = readCgroupFile(dir, "cgroup.procs");
     if (!procs.ok) return { missing: [procs.reason] };
     const current = procs.text.split("\n").filter((l) => l.trim() !== "").length;
     return { value: { current }, missing: [] };
@@ -235,21 +222,11 @@ function sampleOf(
 
 /**
  * Samples one cgroup: CPU (v1 cpuacct.usage, v2 cpu.stat usage_usec), memory (usage, working
- * set, rss, page faults, limit) and pids. Six small reads, all concurrent (a seventh,
- * cgroup.procs, when v2 pids is not enabled); never throws for kernel data (see the module
- * documentation), only when `signal` aborts.
+ * set, rss, page faults, limit) and pids. Six small reads (a seventh, cgroup.procs, when v2 pids
+ * is not enabled); never throws for kernel data (see the module documentation).
  */
-export async function readCgroupSample(
-  paths: CgroupPaths,
-  opts: ReadCgroupSampleOptions = {},
-): Promise<CgroupSample> {
-  const { signal } = opts;
-  const [cpu, memory, pids] = await Promise.all([
-    readCpu(paths, signal),
-    readMemory(paths, signal),
-    readPids(paths, signal),
-  ]);
-  return sampleOf(cpu, memory, pids);
+export function readCgroupSample(paths: CgroupPaths): CgroupSample {
+  return sampleOf(readCpu(paths), readMemory(paths), readPids(paths));
 }
 
 /**
@@ -260,36 +237,32 @@ export async function readCgroupSample(
  * /proc/meminfo (MemTotal - MemFree, minus Inactive(file)) and the /proc/stat cpu line. Pids are
  * not sampled: the root has no pids files.
  */
-export async function readNodeSample(
+export function readNodeSample(
   layout: CgroupLayout,
   opts: ReadNodeSampleOptions = {},
-): Promise<CgroupSample> {
-  const { signal } = opts;
+): CgroupSample {
   const root = opts.root ?? hostRoot();
   const paths = cgroupPathsOf(layout, "/");
   if (layout.mode !== "v2" || paths.unified === undefined) {
-    const [cpu, memory] = await Promise.all([readCpu(paths, signal), readMemory(paths, signal)]);
-    return sampleOf(cpu, memory);
+    return sampleOf(readCpu(paths), readMemory(paths));
   }
-  const dir = paths.unified;
-  const [cpu, memory] = await Promise.all([
-    (async (): Promise<Part<CgroupCpu>> => {
-      const fromCgroup = await readCpu(paths, signal);
-      if (fromCgroup.value) return fromCgroup;
-      return await readNodeCpuFromProc(root, fromCgroup.missing.join("; "), signal);
-    })(),
-    (async (): Promise<Part<CgroupMemory>> => {
-      const stat = await readCgroupFile(dir, "memory.stat", signal);
-      if (!stat.ok) return await readNodeMemoryFromProc(root, stat.reason, signal);
-      const keys = parseFlatKeyed(stat.text);
-      const anon = keys.get("anon");
-      const file = keys.get("file");
-      if (anon === undefined || file === undefined) {
-        return await readNodeMemoryFromProc(root, "memory.stat: no anon or file", signal);
-      }
-      const missing: string[] = [];
-      return { value: memoryFromStat(anon + file, keys, true, missing), missing };
-    })(),
-  ]);
-  return sampleOf(cpu, memory);
+  const fromCgroup = readCpu(paths);
+  const cpu = fromCgroup.value
+    ? fromCgroup
+    : readNodeCpuFromProc(root, fromCgroup.missing.join("; "));
+  return sampleOf(cpu, readNodeMemoryV2(paths.unified, root));
+}
+
+/** The cgroup2 root's memory from its memory.stat, else from /proc/meminfo. */
+function readNodeMemoryV2(dir: string, root: string): Part<CgroupMemory> {
+  const stat = readCgroupFile(dir, "memory.stat");
+  if (!stat.ok) return readNodeMemoryFromProc(root, stat.reason);
+  const keys = parseFlatKeyed(stat.text);
+  const anon = keys.get("anon");
+  const file = keys.get("file");
+  if (anon === undefined || file === undefined) {
+    return readNodeMemoryFromProc(root, "memory.stat: no anon or file");
+  }
+  const missing: string[] = [];
+  return { value: memoryFromStat(anon + file, keys, true, missing), missing };
 }

@@ -10,7 +10,10 @@
  * ReopenContainerLog makes the runtime write a new one (renamed back if that fails, to retry
  * next round). So a container keeps at most containerLogMaxFiles files: the live log, the last
  * rotated one uncompressed (a reader may still be on it) and the rest compressed. A log the
- * runtime lost is reopened. Talks to the CRI runtime service and the filesystem. Corresponds to
+ * runtime lost is reopened. A container's log path is fixed when it is created, so it is asked of
+ * the runtime (ContainerStatus) the first round a container runs and kept while the container is
+ * listed; upstream asks every round, one call per running container every 10 s. Talks to the CRI
+ * runtime service and the filesystem. Corresponds to
  * upstream `pkg/kubelet/logs/container_log_manager.go`; removing a container's logs (upstream
  * Clean) is the container GC's part here (src/container_gc.ts removes `<logPath>*`).
  */
@@ -57,6 +60,8 @@ export class ContainerLogManager {
   readonly maxSize: number;
   /** Container ids waiting for a worker, each once (upstream's workqueue dedupes too). */
   readonly #queue = new Set<string>();
+  /** Log paths of the containers listed last round, by id ("" when the runtime keeps none). */
+  #logPaths = new Map<string, string>();
   #workers: Promise<void>[] = [];
 
   constructor(opts: ContainerLogManagerOptions) {
@@ -122,9 +127,14 @@ export class ContainerLogManager {
       throw new Error(`failed to list containers: ${messageOf(e)}`, { cause: e });
     }
     // An exited container writes nothing more: a fresh empty log would be of no use.
+    const known = new Map<string, string>();
     for (const c of containers) {
-      if (c.state === api.ContainerState.CONTAINER_RUNNING) this.#queue.add(c.id);
+      if (c.state !== api.ContainerState.CONTAINER_RUNNING) continue;
+      this.#queue.add(c.id);
+      const path = this.#logPaths.get(c.id);
+      if (path !== undefined) known.set(c.id, path);
     }
+    this.#logPaths = known;
     while (this.#workers.length < this.#o.maxWorkers && this.#queue.size > 0) {
       const worker: Promise<void> = this.#work(signal).finally(() => {
         this.#workers = this.#workers.filter((w) => w !== worker);
@@ -149,17 +159,20 @@ export class ContainerLogManager {
   /** upstream processContainer: reopens a lost log, rotates one at its size limit. */
   async #processContainer(id: string, signal?: AbortSignal): Promise<void> {
     const { runtime, logger } = this.#o;
-    let path: string;
-    try {
-      const res = await runtime.containerStatus(id, false, signal);
-      if (!res.status) {
-        logger.error(null, "Container status is nil", { containerID: id });
+    let path = this.#logPaths.get(id);
+    if (path === undefined) {
+      try {
+        const res = await runtime.containerStatus(id, false, signal);
+        if (!res.status) {
+          logger.error(null, "Container status is nil", { containerID: id });
+          return;
+        }
+        path = res.status.logPath;
+      } catch (e) {
+        logger.error(e, "Failed to get container status", { containerID: id });
         return;
       }
-      path = res.status.logPath;
-    } catch (e) {
-      logger.error(e, "Failed to get container status", { containerID: id });
-      return;
+      this.#logPaths.set(id, path);
     }
     if (path === "") return; // the runtime keeps no log file for it
     let size: number;

@@ -14,23 +14,26 @@ import { createLogger } from "./klog.ts";
 /** A runtime with containers whose logs live in `dir`; reopen creates the file as containerd. */
 function fakeRuntime(dir: string, containers: Record<string, api.ContainerState>) {
   const reopened: string[] = [];
+  const statusAsked: string[] = [];
   let failReopen = false;
   const runtime = {
     listContainers: () =>
       Promise.resolve(
         Object.entries(containers).map(([id, state]) => api.Container.fromPartial({ id, state })),
       ),
-    containerStatus: (id: string) =>
-      Promise.resolve(
+    containerStatus: (id: string) => {
+      statusAsked.push(id);
+      return Promise.resolve(
         api.ContainerStatusResponse.fromPartial({ status: { id, logPath: `${dir}/${id}/0.log` } }),
-      ),
+      );
+    },
     async reopenContainerLog(id: string) {
       if (failReopen) throw new Error("rpc error: code = Unknown desc = reopen failed");
       reopened.push(id);
       await Deno.writeFile(`${dir}/${id}/0.log`, new Uint8Array(), { append: true });
     },
   };
-  return { runtime, reopened, failReopen: () => (failReopen = true) };
+  return { runtime, reopened, statusAsked, failReopen: () => (failReopen = true) };
 }
 
 function manager(
@@ -205,6 +208,42 @@ Deno.test("ContainerLogManager runs a round every monitor interval and stops on 
     assert.equal(reopened.length, 2);
     ac.abort();
     await running;
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("ContainerLogManager asks a container's log path once while it runs", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const containers: Record<string, api.ContainerState> = {
+      c1: api.ContainerState.CONTAINER_RUNNING,
+      c2: api.ContainerState.CONTAINER_RUNNING,
+    };
+    for (const id of Object.keys(containers)) await Deno.mkdir(`${dir}/${id}`);
+    const { runtime, reopened, statusAsked } = fakeRuntime(dir, containers);
+    const m = manager(runtime, new FakeClock());
+    const round = async () => {
+      await m.rotateLogs();
+      await m.idle();
+    };
+    await Deno.writeTextFile(`${dir}/c1/0.log`, "a".repeat(150));
+    await Deno.writeTextFile(`${dir}/c2/0.log`, "small");
+    await round();
+    assert.deepEqual(statusAsked.sort(), ["c1", "c2"]);
+    assert.deepEqual(reopened, ["c1"]);
+    // Later rounds rotate with the path already known.
+    await Deno.writeTextFile(`${dir}/c1/0.log`, "b".repeat(150), { append: true });
+    await round();
+    await round();
+    assert.deepEqual(statusAsked, ["c1", "c2"]);
+    assert.deepEqual(reopened, ["c1", "c1"]);
+    // A container no longer running is forgotten: asked again if it is listed running again.
+    containers.c2 = api.ContainerState.CONTAINER_EXITED;
+    await round();
+    containers.c2 = api.ContainerState.CONTAINER_RUNNING;
+    await round();
+    assert.deepEqual(statusAsked, ["c1", "c2", "c2"]);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -32,6 +32,9 @@ import { QOSContainerManager } from "./qos_container_manager.ts";
 /** How often the QoS cgroups follow the pods (upstream periodicQOSCgroupUpdateInterval). */
 export const QOS_UPDATE_INTERVAL_MS = 60_000;
 
+/** The longest an orphan scan is skipped while the kept pods stay the same. */
+export const ORPHAN_RESCAN_MS = 60_000;
+
 /** What the pod lifecycle needs of pod cgroups. */
 export interface PodCgroups {
   /** The sandbox's cgroup parent as the runtime takes it; "" without pod cgroups. */
@@ -141,6 +144,8 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
     podPidsLimit: config.podPidsLimit ?? -1,
     logger,
   });
+  /** The kept set and time of the last orphan scan that left no orphan. */
+  let clean: { readonly keep: ReadonlySet<string>; readonly at: number } | undefined;
   const podCgroups: PodCgroups = {
     cgroupParent: (pod) => pods.cgroupParent(pod),
     async ensureExists(pod) {
@@ -150,15 +155,24 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
       await pods.ensureExists(pod);
     },
     async cleanupOrphans(keep, signal) {
-      for (const uid of (await pods.podsFromCgroups()).keys()) {
+      // Only the kubelet makes pod cgroups, for pods it keeps: after a scan that left none
+      // behind, the tree changes when the kept set does. The scan (three QoS directories in
+      // every mounted hierarchy, every housekeeping) is skipped until then, or for at most
+      // ORPHAN_RESCAN_MS, which bounds how long a cgroup made by someone else stays.
+      const now = o.clock.now();
+      if (clean && now - clean.at < ORPHAN_RESCAN_MS && sameMembers(clean.keep, keep)) return;
+      let left = false;
+      for (const uid of pods.podsFromCgroups().keys()) {
         if (keep.has(uid)) continue;
         try {
           await pods.destroy(uid, signal);
         } catch (e) {
           if (signal?.aborted) throw e;
+          left = true;
           logger.error(e, "Failed to delete orphaned pod cgroup", { podUID: uid });
         }
       }
+      clean = left ? undefined : { keep: new Set(keep), at: now };
     },
   };
   return {
@@ -178,4 +192,10 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
       }
     },
   };
+}
+
+function sameMembers(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
+  if (a.size !== b.size) return false;
+  for (const x of a) if (!b.has(x)) return false;
+  return true;
 }

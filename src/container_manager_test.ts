@@ -3,7 +3,7 @@ import type { V1Pod } from "@kubernetes/client-node";
 import type * as api from "../proto/runtime/v1/api.ts";
 import { FakeClock } from "./clock.ts";
 import { CriError } from "./cri_connection.ts";
-import { newContainerManager } from "./container_manager.ts";
+import { newContainerManager, ORPHAN_RESCAN_MS } from "./container_manager.ts";
 import { captureLogger, makeCmHost } from "./_cm_fixtures.ts";
 
 // containerd 1.6 does not serve RuntimeConfig: the configured driver stays.
@@ -31,6 +31,7 @@ Deno.test("newContainerManager builds kubepods, QoS and pod cgroups and removes 
     });
     const bestEffort = pod("b-1");
     const active = [guaranteed, bestEffort];
+    const clock = new FakeClock();
     const cm = await newContainerManager({
       config: { cgroupsPerQOS: true, cgroupDriver: "cgroupfs", cgroupRoot: "/" },
       layout: host.layout,
@@ -41,7 +42,7 @@ Deno.test("newContainerManager builds kubepods, QoS and pod cgroups and removes 
       activePods: () => active,
       nodeName: "node-1",
       recorder: { event: () => {} },
-      clock: new FakeClock(),
+      clock,
       logger,
       cgroupFs: host.fs,
       hugePagesDir: host.hugePagesDir,
@@ -70,6 +71,21 @@ Deno.test("newContainerManager builds kubepods, QoS and pod cgroups and removes 
     await pods.cleanupOrphans(new Set(["g-1"]));
     await assert.rejects(Deno.stat(host.dir("cpu", "/kubepods/besteffort/podb-1")));
     assert.ok((await Deno.stat(host.dir("cpu", "/kubepods/podg-1"))).isDirectory);
+
+    // That scan left nothing behind: while the kept pods are the same, the next housekeepings
+    // do not list the tree again, so a pod cgroup made by someone else stays until
+    // ORPHAN_RESCAN_MS has passed, or until the kept set changes.
+    const stray = host.dir("cpu", "/kubepods/besteffort/podx-1");
+    await Deno.mkdir(stray);
+    clock.step(ORPHAN_RESCAN_MS - 1);
+    await pods.cleanupOrphans(new Set(["g-1"]));
+    assert.ok((await Deno.stat(stray)).isDirectory, "scan skipped");
+    clock.step(1);
+    await pods.cleanupOrphans(new Set(["g-1"]));
+    await assert.rejects(Deno.stat(stray), Deno.errors.NotFound);
+    await Deno.mkdir(stray);
+    await pods.cleanupOrphans(new Set(["g-1", "n-1"]));
+    await assert.rejects(Deno.stat(stray), Deno.errors.NotFound);
   } finally {
     await host.cleanup();
   }

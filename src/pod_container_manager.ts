@@ -112,7 +112,7 @@ export class PodContainerManager {
    * The pods whose cgroups exist on the host, by uid, for cleaning up pods that are gone
    * (upstream GetAllPodsFromCgroups).
    */
-  async podsFromCgroups(): Promise<Map<string, string[]>> {
+  podsFromCgroups(): Map<string, string[]> {
     const found = new Map<string, string[]>();
     const roots = [this.#qos.bestEffort, this.#qos.burstable, this.#qos.guaranteed];
     for (const mount of this.#cm.mountPoints()) {
@@ -120,7 +120,7 @@ export class PodContainerManager {
         const literal = this.#cm.name(root);
         let dirs: string[] = [];
         try {
-          dirs = await readDirs(`${mount}${literal === "/" ? "" : literal}`);
+          dirs = readDirs(`${mount}${literal === "/" ? "" : literal}`);
         } catch (e) {
           if (e instanceof Deno.errors.NotFound) continue;
           throw new Error(
@@ -219,9 +219,10 @@ export class PodContainerManager {
   }
 }
 
-async function readDirs(path: string): Promise<string[]> {
+/** Subdirectories of `path`; synchronous, as a cgroup directory is listed from memory. */
+function readDirs(path: string): string[] {
   const out: string[] = [];
-  for await (const e of Deno.readDir(path)) if (e.isDirectory) out.push(e.name);
+  for (const e of Deno.readDirSync(path)) if (e.isDirectory) out.push(e.name);
   return out;
 }
 

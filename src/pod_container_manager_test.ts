@@ -203,7 +203,7 @@ Deno.test("PodContainerManager podsFromCgroups finds pod cgroups under every cla
     for (const p of [GUARANTEED, BURSTABLE, BEST_EFFORT]) await pcm.ensureExists(p);
     await host.fs.mkdir(host.dir("memory", "/kubepods/burstable/notacgroup"));
     await host.fs.mkdir(host.dir("memory", "/kubepods/burstable/podapodb"));
-    const found = await pcm.podsFromCgroups();
+    const found = pcm.podsFromCgroups();
     assert.deepEqual(
       new Map([...found].sort()),
       new Map([
@@ -228,7 +228,7 @@ Deno.test("PodContainerManager destroy kills leftover processes and removes the 
     await pcm.destroy("2222-b");
     assert.equal(await host.fs.exists(host.dir("memory", dir)), false);
     assert.equal(await host.fs.exists(host.dir("cpu", dir)), false);
-    assert.equal((await pcm.podsFromCgroups()).has("2222-b"), false);
+    assert.equal(pcm.podsFromCgroups().has("2222-b"), false);
     await pcm.destroy("2222-b");
   });
 });
@@ -280,7 +280,7 @@ Deno.test("PodContainerManager kills a real process and removes its real cgroup"
     child = new Deno.Command("sleep", { args: ["60"] }).spawn();
     const memDir = layout.mode === "v2" ? layout.unified! : layout.v1.get("memory")!;
     await Deno.writeTextFile(posix.join(memDir, cm.name(name), "cgroup.procs"), String(child.pid));
-    assert.deepEqual([...(await pcm.podsFromCgroups()).keys()], ["2222-b"]);
+    assert.deepEqual([...pcm.podsFromCgroups().keys()], ["2222-b"]);
     const status = child.status;
     await drive(clock, pcm.destroy("2222-b"));
     assert.equal((await status).signal, "SIGKILL");
