@@ -4,7 +4,11 @@
  * writes it to the apiserver. The pod workers set statuses ({@link StatusManager.setPodStatus},
  * {@link StatusManager.terminatePod}); each real change bumps the pod's version and wakes the
  * sync loop, which patches the status subresource of every pod whose version the apiserver has
- * not seen yet; every `syncPeriodMs` it also reconciles all pods. The patch carries the pod's
+ * not seen yet, a few at a time and always the pod's newest status; while writes queue behind
+ * the client's QPS limit (a burst of pod starts), statuses that leave Pending go before those
+ * still Pending, so that a pod that started is reported first and a Pending status that waited
+ * is often never sent (the pod is Running by its turn). Every `syncPeriodMs` it also reconciles
+ * all pods. The patch carries the pod's
  * UID, so a pod recreated under the same name is never written; a static pod's status goes to
  * its mirror pod. Once a deleted pod is terminal on the apiserver and its containers are gone,
  * the manager deletes it with grace period 0 and a UID precondition. Without a client
@@ -379,6 +383,7 @@ export class StatusManager {
   async syncBatch(all: boolean, signal?: AbortSignal): Promise<number> {
     const client = this.#opts.client;
     if (client === undefined) return 0;
+    if (!all) return await this.#writeUnwritten(client, signal);
     const updates: {
       uid: string;
       statusUID: string;
@@ -397,12 +402,6 @@ export class StatusManager {
         continue;
       }
       statusUIDs.add(statusUID);
-      if (!all) {
-        const written = this.#apiVersions.get(statusUID) ?? 0;
-        if (written >= status.version && !this.#forced.has(uid)) continue;
-        updates.push({ uid, statusUID, status });
-        continue;
-      }
       if (this.#needsUpdate(statusUID, status) || this.#forced.has(uid)) {
         updates.push({ uid, statusUID, status });
       } else if (this.#needsReconcile(uid, status.status)) {
@@ -410,13 +409,11 @@ export class StatusManager {
         updates.push({ uid, statusUID, status, fresh: true });
       }
     }
-    if (all) {
-      for (const key of [...this.#apiVersions.keys()]) {
-        if (!statusUIDs.has(key)) this.#apiVersions.delete(key);
-      }
-      for (const key of [...this.#written.keys()]) {
-        if (!statusUIDs.has(key)) this.#written.delete(key);
-      }
+    for (const key of [...this.#apiVersions.keys()]) {
+      if (!statusUIDs.has(key)) this.#apiVersions.delete(key);
+    }
+    for (const key of [...this.#written.keys()]) {
+      if (!statusUIDs.has(key)) this.#written.delete(key);
     }
     // A few pods at a time (upstream writes one after the other): each pod appears once in a
     // batch, so one pod's writes stay in order, and the client's QPS limit still paces them.
@@ -424,8 +421,7 @@ export class StatusManager {
     const worker = async () => {
       while (next < updates.length && !signal?.aborted) {
         const u = updates[next++]!;
-        // A status set since the batch began supersedes the one it took: in a burst of pod
-        // starts a pod's Pending status waiting behind the QPS limit is often already Running.
+        // A status set since the batch began supersedes the one it took.
         const latest = this.#statuses.get(u.uid);
         if (
           latest && latest.version > u.status.version &&
@@ -433,24 +429,94 @@ export class StatusManager {
         ) {
           u.status = latest;
         }
-        this.#forced.delete(u.uid);
-        this.#logger.v(5).info("Sync pod status", {
-          podUID: u.uid,
-          statusUID: u.statusUID,
-          version: u.status.version,
-        });
-        try {
-          await this.#syncPod(client, u.uid, u.statusUID, u.status, u.fresh ?? false, signal);
-        } catch (e) {
-          if (signal?.aborted) return;
-          this.#logger.error(e, "Failed to sync status for pod", { pod: kobj(u.status.pod) });
-        }
+        await this.#write(client, u.uid, u.statusUID, u.status, u.fresh ?? false, signal);
       }
     };
     await Promise.all(
       Array.from({ length: Math.min(STATUS_SYNC_CONCURRENCY, updates.length) }, worker),
     );
     return updates.length;
+  }
+
+  /**
+   * Writes every status the apiserver has not seen, a few pods at a time, until none is left;
+   * returns how many writes it made. Each pick is the pod's newest status, and statuses that
+   * leave Pending (or end the pod) go before those still Pending, oldest change first.
+   */
+  async #writeUnwritten(client: KubeClient, signal?: AbortSignal): Promise<number> {
+    const inFlight = new Set<string>();
+    // Each version once per call: a write that failed waits for the next change or the
+    // periodic sync, as in upstream's batches, instead of being retried at once.
+    const tried = new Map<string, number>();
+    let writes = 0;
+    const worker = async () => {
+      while (!signal?.aborted) {
+        const u = this.#nextUnwritten(inFlight, tried);
+        if (u === undefined) return;
+        inFlight.add(u.uid);
+        tried.set(u.uid, u.status.version);
+        writes++;
+        try {
+          await this.#write(client, u.uid, u.statusUID, u.status, false, signal);
+        } finally {
+          inFlight.delete(u.uid);
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: STATUS_SYNC_CONCURRENCY }, worker));
+    return writes;
+  }
+
+  /**
+   * The next status to write (see {@link #writeUnwritten}), not of a pod in `inFlight` nor a
+   * version in `tried`.
+   */
+  #nextUnwritten(
+    inFlight: ReadonlySet<string>,
+    tried: ReadonlyMap<string, number>,
+  ): { uid: string; statusUID: string; status: VersionedPodStatus } | undefined {
+    let best: { uid: string; statusUID: string; status: VersionedPodStatus } | undefined;
+    let bestRank = 0;
+    for (const [uid, status] of this.#statuses) {
+      if (inFlight.has(uid) || tried.get(uid) === status.version) continue;
+      const statusUID = this.#statusUID(uid, status.pod);
+      if (statusUID === undefined) {
+        this.#logger.v(5).info("Static pod does not have a corresponding mirror pod; skipping", {
+          podUID: uid,
+          pod: kobj(status.pod),
+        });
+        continue;
+      }
+      const written = this.#apiVersions.get(statusUID) ?? 0;
+      if (written >= status.version && !this.#forced.has(uid)) continue;
+      const rank = status.status.phase === "Pending" && !status.podIsFinished ? 1 : 0;
+      if (
+        best === undefined || rank < bestRank || (rank === bestRank && status.at < best.status.at)
+      ) {
+        best = { uid, statusUID, status };
+        bestRank = rank;
+      }
+    }
+    return best;
+  }
+
+  /** One pod's sync of the loop: logs a failure instead of throwing, unless `signal` aborted. */
+  async #write(
+    client: KubeClient,
+    uid: string,
+    statusUID: string,
+    status: VersionedPodStatus,
+    fresh: boolean,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    this.#forced.delete(uid);
+    this.#logger.v(5).info("Sync pod status", { podUID: uid, statusUID, version: status.version });
+    try {
+      await this.#syncPod(client, uid, statusUID, status, fresh, signal);
+    } catch (e) {
+      if (signal?.aborted) return;
+      this.#logger.error(e, "Failed to sync status for pod", { pod: kobj(status.pod) });
+    }
   }
 
   /** Whether the apiserver lacks this version, or the pod can now be deleted. */

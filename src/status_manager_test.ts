@@ -579,3 +579,73 @@ Deno.test("StatusManager writes a pod's newest status when it changed while the 
     globalThis.fetch = fetch;
   }
 });
+
+Deno.test("StatusManager writes statuses that left Pending before those still Pending", async () => {
+  await using t = setup();
+  const fetch = globalThis.fetch;
+  const held: PromiseWithResolvers<void>[] = [];
+  let holding = true;
+  globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
+    if (holding) {
+      const gate = Promise.withResolvers<void>();
+      held.push(gate);
+      await gate.promise;
+    }
+    return await fetch(...args);
+  };
+  try {
+    const pods = Array.from({ length: 6 }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
+    for (const p of pods) {
+      t.s.put(p);
+      t.m.setPodStatus(p, podStatus("Pending", false));
+    }
+    const batch = t.m.syncBatch(false);
+    while (held.length < 4) await new Promise((r) => setTimeout(r, 1));
+    // p4 waits Pending; p5, Pending when the batch began, started meanwhile.
+    t.m.setPodStatus(pods[5]!, podStatus("Running", true));
+    holding = false;
+    for (const g of held) g.resolve();
+    assert.equal(await batch, 6);
+    const patched = t.s.requests.filter((r) => r.method === "PATCH").map((r) =>
+      r.path.split("/")[6]
+    );
+    assert.deepEqual(patched.slice(4), ["p5", "p4"], "the started pod first");
+  } finally {
+    globalThis.fetch = fetch;
+  }
+});
+
+Deno.test("StatusManager tries a version once per pass when its write fails", async () => {
+  await using t = setup();
+  const fetch = globalThis.fetch;
+  let failed = 0;
+  // Stops a pass that keeps retrying (it would never yield to a timer).
+  const ac = new AbortController();
+  globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
+    const url = args[0] instanceof Request ? args[0].url : String(args[0]);
+    if (url.includes("/pods/broken")) {
+      if (++failed > 10) ac.abort();
+      return Response.json(
+        { kind: "Status", code: 500, reason: "InternalError", message: "etcd is down" },
+        { status: 500 },
+      );
+    }
+    return await fetch(...args);
+  };
+  try {
+    const broken = apiPod("broken", "uid-broken");
+    const web = apiPod("web", "uid-web");
+    t.s.put(broken);
+    t.s.put(web);
+    t.m.setPodStatus(broken, podStatus("Pending", false));
+    t.m.setPodStatus(web, podStatus("Running", true));
+    await t.m.syncBatch(false, ac.signal);
+    assert.equal(ac.signal.aborted, false, "the pass ended by itself");
+    const once = failed;
+    assert.ok(once >= 1 && once <= 2, `one try (a write, perhaps a read): ${once} requests`);
+    assert.equal(await t.m.syncBatch(false), 1, "the next pass tries it again");
+    assert.equal(failed, 2 * once);
+  } finally {
+    globalThis.fetch = fetch;
+  }
+});
