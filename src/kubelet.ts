@@ -303,7 +303,7 @@ export class Kubelet {
       const { podManager, statusManager, syncer } = built.lifecycle;
       return podManager.getPods().filter((p) => {
         const uid = p.metadata?.uid ?? "";
-        const phase = statusManager.getPodStatus(uid)?.phase ?? p.status?.phase;
+        const phase = statusManager.getPodPhase(uid) ?? p.status?.phase;
         return phase !== "Failed" && phase !== "Succeeded" &&
           !syncer.workers.isPodKnownTerminated(uid);
       });

@@ -727,8 +727,9 @@ export class PodSyncer implements SyncHandler {
 
   /** The pod's admitted phase is terminal, by the status manager or the API object. */
   #isAdmittedPodTerminal(pod: V1Pod): boolean {
-    const own = this.#o.statusManager.getPodStatus(uidOf(pod));
-    return podIsTerminalPhase(own) || podIsTerminalPhase(pod.status);
+    // Admission asks this of every other pod: the phase alone, not a copy of the status.
+    const phase = this.#o.statusManager.getPodPhase(uidOf(pod));
+    return podIsTerminalPhase({ phase }) || podIsTerminalPhase(pod.status);
   }
 
   async #syncMirrorPod(

@@ -195,6 +195,14 @@ export class StatusManager {
     this.#wake?.();
   }
 
+  /**
+   * The cached phase of a pod by its own UID, undefined when it has no status: no copy and no
+   * search by mirror pod UID, for callers that look at every pod (admission, active pods).
+   */
+  getPodPhase(uid: string): string | undefined {
+    return this.#statuses.get(uid)?.status.phase;
+  }
+
   /** The cached status of a pod, by its UID or its mirror pod's; undefined when none. */
   getPodStatus(uid: string): V1PodStatus | undefined {
     let entry = this.#statuses.get(uid);

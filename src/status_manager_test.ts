@@ -649,3 +649,17 @@ Deno.test("StatusManager tries a version once per pass when its write fails", as
     globalThis.fetch = fetch;
   }
 });
+
+Deno.test("StatusManager getPodPhase reads the cached phase by the pod's own UID", async () => {
+  await using t = setup();
+  const pod = apiPod("web", "uid-1");
+  assert.equal(t.m.getPodPhase("uid-1"), undefined, "no status yet");
+  t.m.setPodStatus(pod, podStatus("Running", true));
+  assert.equal(t.m.getPodPhase("uid-1"), "Running");
+  t.m.setPodStatus(pod, podStatus("Failed", false));
+  assert.equal(t.m.getPodPhase("uid-1"), "Failed");
+  // Unlike getPodStatus, a mirror pod's UID is not looked up.
+  t.state.mirrors.set("uid-1", "mirror-1");
+  assert.equal(t.m.getPodStatus("mirror-1")?.phase, "Failed");
+  assert.equal(t.m.getPodPhase("mirror-1"), undefined);
+});
