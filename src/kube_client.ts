@@ -73,6 +73,11 @@ export interface RequestOptions {
   /** Content type of the body. @default "application/json" */
   readonly contentType?: string;
   readonly signal?: AbortSignal;
+  /**
+   * The request can wait: it takes its turn at the kubeAPIQPS limit after every request that
+   * is not in the background (a Pending pod status while pod starts ask for tokens).
+   */
+  readonly background?: boolean;
 }
 
 /** Patch flavours the apiserver accepts. */
@@ -178,7 +183,7 @@ export class KubeClient {
     opts: RequestOptions,
     deadline: boolean,
   ): Promise<Response> {
-    await this.#limiter.wait(opts.signal);
+    await this.#limiter.wait(opts.signal, { background: opts.background });
     const signals = [
       opts.signal,
       deadline && this.#opts.timeoutMs ? AbortSignal.timeout(this.#opts.timeoutMs) : undefined,

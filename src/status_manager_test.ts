@@ -663,3 +663,61 @@ Deno.test("StatusManager getPodPhase reads the cached phase by the pod's own UID
   assert.equal(t.m.getPodStatus("mirror-1")?.phase, "Failed");
   assert.equal(t.m.getPodPhase("mirror-1"), undefined);
 });
+
+Deno.test("StatusManager's Pending patches wait at the QPS limit behind other requests", async () => {
+  await using t = setup();
+  const client = new KubeClient({
+    config: { server: t.s.url, insecureSkipTLSVerify: false, source: "test" },
+    clock: t.clock,
+    qps: 1,
+    burst: 1,
+    userAgent: "test",
+  });
+  try {
+    const starting = apiPod("starting", "uid-s");
+    const running = apiPod("running", "uid-r");
+    for (const p of [starting, running]) t.s.put(p);
+    const m = new StatusManager({
+      client,
+      clock: t.clock,
+      logger: createLogger({ write: () => {} }),
+      translatePodUID: (uid) => uid,
+      podCouldHaveRunningContainers: () => true,
+      getAPIPod: (uid) => uid === "uid-s" ? t.s.get("starting") : t.s.get("running"),
+    });
+    await client.get("/api/v1/namespaces/ns/pods/starting"); // the only token
+    m.setPodStatus(starting, podStatus("Pending", false));
+    const pending = m.syncBatch(false);
+    await new Promise((r) => setTimeout(r, 0));
+    // A request that starts a pod (here a plain read) comes after the Pending patch queued.
+    const read = client.get("/api/v1/namespaces/ns/pods/running");
+    for (let i = 0; i < 2; i++) {
+      t.clock.step(1000);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await read;
+    await pending;
+    assert.deepEqual(t.s.calls(), [
+      "GET /api/v1/namespaces/ns/pods/starting",
+      "GET /api/v1/namespaces/ns/pods/running",
+      "PATCH /api/v1/namespaces/ns/pods/starting/status",
+    ]);
+    // A status that left Pending takes its turn with the others (no token left: it waits).
+    m.setPodStatus(running, podStatus("Running", true));
+    const started = m.syncBatch(false);
+    await new Promise((r) => setTimeout(r, 0));
+    const again = client.get("/api/v1/namespaces/ns/pods/running");
+    for (let i = 0; i < 2; i++) {
+      t.clock.step(1000);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await again;
+    await started;
+    assert.deepEqual(t.s.calls(), [
+      "PATCH /api/v1/namespaces/ns/pods/running/status",
+      "GET /api/v1/namespaces/ns/pods/running",
+    ]);
+  } finally {
+    client.close();
+  }
+});
