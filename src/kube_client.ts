@@ -73,11 +73,6 @@ export interface RequestOptions {
   /** Content type of the body. @default "application/json" */
   readonly contentType?: string;
   readonly signal?: AbortSignal;
-  /**
-   * The request can wait: it takes its turn at the kubeAPIQPS limit after every request that
-   * is not in the background (a Pending pod status while pod starts ask for tokens).
-   */
-  readonly background?: boolean;
 }
 
 /** Patch flavours the apiserver accepts. */
@@ -183,7 +178,7 @@ export class KubeClient {
     opts: RequestOptions,
     deadline: boolean,
   ): Promise<Response> {
-    await this.#limiter.wait(opts.signal, { background: opts.background });
+    await this.#limiter.wait(opts.signal);
     const signals = [
       opts.signal,
       deadline && this.#opts.timeoutMs ? AbortSignal.timeout(this.#opts.timeoutMs) : undefined,

@@ -43,39 +43,3 @@ Deno.test("TokenBucket drops an aborted waiter without stalling the queue", asyn
   clock.step(1000);
   await second;
 });
-
-Deno.test("TokenBucket serves background callers after every other", async () => {
-  const clock = new FakeClock(0);
-  const bucket = new TokenBucket(clock, 10, 1);
-  await bucket.wait();
-  const done: string[] = [];
-  void bucket.wait(undefined, { background: true }).then(() => done.push("b1"));
-  void bucket.wait(undefined, { background: true }).then(() => done.push("b2"));
-  await settle();
-  void bucket.wait().then(() => done.push("f1"));
-  clock.step(100);
-  await settle();
-  assert.deepEqual(done, ["f1"], "a later foreground caller goes first");
-  void bucket.wait().then(() => done.push("f2"));
-  clock.step(100);
-  await settle();
-  assert.deepEqual(done, ["f1", "f2"]);
-  clock.step(100);
-  await settle();
-  clock.step(100);
-  await settle();
-  assert.deepEqual(done, ["f1", "f2", "b1", "b2"], "then the background, in order");
-});
-
-Deno.test("TokenBucket drops an aborted background waiter", async () => {
-  const clock = new FakeClock(0);
-  const bucket = new TokenBucket(clock, 1, 1);
-  await bucket.wait();
-  const ctl = new AbortController();
-  const gone = bucket.wait(ctl.signal, { background: true });
-  const next = bucket.wait(undefined, { background: true });
-  ctl.abort(new Error("gone"));
-  await assert.rejects(gone, /gone/);
-  clock.step(1000);
-  await next;
-});

@@ -7,9 +7,8 @@
  * not seen yet, a few at a time and always the pod's newest status; while writes queue behind
  * the client's QPS limit (a burst of pod starts), statuses that leave Pending go before those
  * still Pending, so that a pod that started is reported first and a Pending status that waited
- * is often never sent (the pod is Running by its turn); a Pending status also waits at the
- * client's QPS limit behind the requests that start pods (background requests). Every
- * `syncPeriodMs` it also reconciles all pods. The patch carries the pod's
+ * is often never sent (the pod is Running by its turn). Every `syncPeriodMs` it also reconciles
+ * all pods. The patch carries the pod's
  * UID, so a pod recreated under the same name is never written; a static pod's status goes to
  * its mirror pod. Once a deleted pod is terminal on the apiserver and its containers are gone,
  * the manager deletes it with grace period 0 and a UID precondition. Without a client
@@ -29,7 +28,7 @@ import type {
 } from "@kubernetes/client-node";
 import type { Clock } from "./clock.ts";
 import { kobj, type Logger } from "./klog.ts";
-import { isStatus, type KubeClient, PATCH } from "./kube_client.ts";
+import { isStatus, type KubeClient } from "./kube_client.ts";
 import { containerShouldRestart, podIsTerminalPhase } from "./kubelet_pods.ts";
 import { isMirrorPod, isStaticPod } from "./qos.ts";
 import { rfc3339 } from "./node_status.ts";
@@ -498,7 +497,7 @@ export class StatusManager {
       }
       const written = this.#apiVersions.get(statusUID) ?? 0;
       if (written >= status.version && !this.#forced.has(uid)) continue;
-      const rank = stillPending(status) ? 1 : 0;
+      const rank = status.status.phase === "Pending" && !status.podIsFinished ? 1 : 0;
       if (
         best === undefined || rank < bestRank || (rank === bestRank && status.at < best.status.at)
       ) {
@@ -636,14 +635,7 @@ export class StatusManager {
         patch: JSON.stringify(patch),
       });
       try {
-        // A Pending status can wait at the QPS limit behind the requests that start pods
-        // (service account tokens, secrets): by its turn the pod is often Running.
-        pod = await client.request<V1Pod>("PATCH", `${path}/status`, {
-          body: patch,
-          contentType: PATCH.strategic,
-          signal,
-          background: stillPending(status),
-        });
+        pod = await client.patch<V1Pod>(`${path}/status`, patch, "strategic", signal);
       } catch (e) {
         if (known && isStatus(e, 409)) {
           // The name now belongs to another pod (the UID precondition): read it, as upstream.
@@ -966,9 +958,4 @@ function replaceCondition(status: V1PodStatus, c: V1PodCondition, now: number): 
   };
   if (old === undefined) conditions.push(stamped);
   else conditions[i] = stamped;
-}
-
-/** A status of a pod still starting: Pending and not finished (written after the others). */
-function stillPending(status: VersionedPodStatus): boolean {
-  return status.status.phase === "Pending" && !status.podIsFinished;
 }
