@@ -20,31 +20,47 @@ export interface CgroupFs {
   exists(path: string): Promise<boolean>;
 }
 
-/** cgroupfs through Deno's file APIs. */
+/**
+ * cgroupfs through Deno's file APIs. Directory operations and reads are synchronous: the kernel
+ * answers them from memory, and Deno's async calls cost a thread-pool hop each (see
+ * `_cgroup_read.ts`; a pod's cgroup is a few dozen of them in every hierarchy). Writes and
+ * removals stay asynchronous: lowering a memory limit makes the kernel reclaim before it
+ * answers, and an rmdir may wait for the cgroup's last task.
+ */
 export const realCgroupFs: CgroupFs = {
-  async mkdir(path) {
+  mkdir(path) {
     try {
-      await Deno.mkdir(path, { mode: 0o755 });
-      return true;
+      Deno.mkdirSync(path, { mode: 0o755 });
+      return Promise.resolve(true);
     } catch (e) {
-      if (e instanceof Deno.errors.AlreadyExists) return false;
-      throw e;
+      if (e instanceof Deno.errors.AlreadyExists) return Promise.resolve(false);
+      return Promise.reject(e);
     }
   },
   rmdir: (path) => Deno.remove(path),
-  readFile: (path) => Deno.readTextFile(path),
-  writeFile: (path, value) => Deno.writeTextFile(path, value, { create: false }),
-  async readDirs(path) {
-    const out: string[] = [];
-    for await (const e of Deno.readDir(path)) if (e.isDirectory) out.push(e.name);
-    return out;
-  },
-  async exists(path) {
+  readFile(path) {
     try {
-      await Deno.stat(path);
-      return true;
+      return Promise.resolve(Deno.readTextFileSync(path));
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  },
+  writeFile: (path, value) => Deno.writeTextFile(path, value, { create: false }),
+  readDirs(path) {
+    try {
+      const out: string[] = [];
+      for (const e of Deno.readDirSync(path)) if (e.isDirectory) out.push(e.name);
+      return Promise.resolve(out);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  },
+  exists(path) {
+    try {
+      Deno.statSync(path);
+      return Promise.resolve(true);
     } catch {
-      return false;
+      return Promise.resolve(false);
     }
   },
 };
