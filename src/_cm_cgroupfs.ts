@@ -20,47 +20,31 @@ export interface CgroupFs {
   exists(path: string): Promise<boolean>;
 }
 
-/**
- * cgroupfs through Deno's file APIs. Directory operations and reads are synchronous: the kernel
- * answers them from memory, and Deno's async calls cost a thread-pool hop each (see
- * `_cgroup_read.ts`; a pod's cgroup is a few dozen of them in every hierarchy). Writes and
- * removals stay asynchronous: lowering a memory limit makes the kernel reclaim before it
- * answers, and an rmdir may wait for the cgroup's last task.
- */
+/** cgroupfs through Deno's file APIs. */
 export const realCgroupFs: CgroupFs = {
-  mkdir(path) {
+  async mkdir(path) {
     try {
-      Deno.mkdirSync(path, { mode: 0o755 });
-      return Promise.resolve(true);
+      await Deno.mkdir(path, { mode: 0o755 });
+      return true;
     } catch (e) {
-      if (e instanceof Deno.errors.AlreadyExists) return Promise.resolve(false);
-      return Promise.reject(e);
+      if (e instanceof Deno.errors.AlreadyExists) return false;
+      throw e;
     }
   },
   rmdir: (path) => Deno.remove(path),
-  readFile(path) {
-    try {
-      return Promise.resolve(Deno.readTextFileSync(path));
-    } catch (e) {
-      return Promise.reject(e);
-    }
-  },
+  readFile: (path) => Deno.readTextFile(path),
   writeFile: (path, value) => Deno.writeTextFile(path, value, { create: false }),
-  readDirs(path) {
-    try {
-      const out: string[] = [];
-      for (const e of Deno.readDirSync(path)) if (e.isDirectory) out.push(e.name);
-      return Promise.resolve(out);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+  async readDirs(path) {
+    const out: string[] = [];
+    for await (const e of Deno.readDir(path)) if (e.isDirectory) out.push(e.name);
+    return out;
   },
-  exists(path) {
+  async exists(path) {
     try {
-      Deno.statSync(path);
-      return Promise.resolve(true);
+      await Deno.stat(path);
+      return true;
     } catch {
-      return Promise.resolve(false);
+      return false;
     }
   },
 };
