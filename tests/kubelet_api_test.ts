@@ -109,7 +109,12 @@ async function selfSignedCa(dir: string): Promise<CertKeyPair> {
   return { cert, key };
 }
 
-function podJson(name: string, container: Record<string, unknown>, restartPolicy = "Always") {
+function podJson(
+  name: string,
+  container: Record<string, unknown>,
+  restartPolicy = "Always",
+  spec: Record<string, unknown> = {},
+) {
   return JSON.stringify({
     apiVersion: "v1",
     kind: "Pod",
@@ -120,6 +125,7 @@ function podJson(name: string, container: Record<string, unknown>, restartPolicy
       terminationGracePeriodSeconds: 1,
       restartPolicy,
       containers: [{ name: "main", imagePullPolicy: "Never", ...container }],
+      ...spec,
     },
   });
 }
@@ -190,14 +196,27 @@ e2e("kubectl logs: plain, --tail, --timestamps, -f and --previous", async (w, ap
   const followed = follow.stdout.split("\n").filter((l) => l.startsWith("line "));
   assert.ok(followed.length >= 5, `followed ${followed.length} lines in 3 s: ${follow.stdout}`);
 
-  // --previous: the output of the container instance before the restart.
+  // --previous: the output of the container instance before the restart. Only the first
+  // instance exits (a marker on an emptyDir): a second exit would let the container GC, which
+  // keeps one dead instance, remove the first one's log while the status still names it.
   await createRunning(
     w,
     api,
-    podJson("crasher", {
-      image: BUSYBOX_IMAGE,
-      command: ["sh", "-c", "echo started; sleep 1; echo exiting; exit 1"],
-    }),
+    podJson(
+      "crasher",
+      {
+        image: BUSYBOX_IMAGE,
+        command: [
+          "sh",
+          "-c",
+          "[ -e /data/ran ] && exec sleep 3600; touch /data/ran; echo started; sleep 1; " +
+          "echo exiting; exit 1",
+        ],
+        volumeMounts: [{ name: "data", mountPath: "/data" }],
+      },
+      "Always",
+      { volumes: [{ name: "data", emptyDir: {} }] },
+    ),
   );
   await waitPod(
     api,
