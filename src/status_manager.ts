@@ -108,6 +108,13 @@ interface VersionedPodStatus {
   readonly status: V1PodStatus;
 }
 
+/** A status to write: the pod's UID, the UID its status goes to, and the status. */
+interface StatusWrite {
+  uid: string;
+  statusUID: string;
+  status: VersionedPodStatus;
+}
+
 /** The pod status manager; see the module documentation. */
 export class StatusManager {
   readonly #opts: StatusManagerOptions;
@@ -383,6 +390,18 @@ export class StatusManager {
     return isStaticPod(pod) ? undefined : uid;
   }
 
+  /** {@link #statusUID}, saying why a static pod without a mirror pod is skipped. */
+  #writableStatusUID(uid: string, status: VersionedPodStatus): string | undefined {
+    const statusUID = this.#statusUID(uid, status.pod);
+    if (statusUID === undefined) {
+      this.#logger.v(5).info("Static pod does not have a corresponding mirror pod; skipping", {
+        podUID: uid,
+        pod: kobj(status.pod),
+      });
+    }
+    return statusUID;
+  }
+
   /**
    * One pass of the sync loop (upstream syncBatch): with `all`, every pod whose status is new,
    * differs from the apiserver's, or that can be deleted; otherwise the pods with unwritten
@@ -392,23 +411,14 @@ export class StatusManager {
     const client = this.#opts.client;
     if (client === undefined) return 0;
     if (!all) return await this.#writeUnwritten(client, signal);
-    const updates: {
-      uid: string;
-      statusUID: string;
-      status: VersionedPodStatus;
+    const updates: (StatusWrite & {
       /** Read the pod from the apiserver first (reconciling what it has). */
       fresh?: boolean;
-    }[] = [];
+    })[] = [];
     const statusUIDs = new Set<string>();
     for (const [uid, status] of this.#statuses) {
-      const statusUID = this.#statusUID(uid, status.pod);
-      if (statusUID === undefined) {
-        this.#logger.v(5).info("Static pod does not have a corresponding mirror pod; skipping", {
-          podUID: uid,
-          pod: kobj(status.pod),
-        });
-        continue;
-      }
+      const statusUID = this.#writableStatusUID(uid, status);
+      if (statusUID === undefined) continue;
       statusUIDs.add(statusUID);
       if (this.#needsUpdate(statusUID, status) || this.#forced.has(uid)) {
         updates.push({ uid, statusUID, status });
@@ -482,19 +492,13 @@ export class StatusManager {
   #nextUnwritten(
     inFlight: ReadonlySet<string>,
     tried: ReadonlyMap<string, number>,
-  ): { uid: string; statusUID: string; status: VersionedPodStatus } | undefined {
-    let best: { uid: string; statusUID: string; status: VersionedPodStatus } | undefined;
+  ): StatusWrite | undefined {
+    let best: StatusWrite | undefined;
     let bestRank = 0;
     for (const [uid, status] of this.#statuses) {
       if (inFlight.has(uid) || tried.get(uid) === status.version) continue;
-      const statusUID = this.#statusUID(uid, status.pod);
-      if (statusUID === undefined) {
-        this.#logger.v(5).info("Static pod does not have a corresponding mirror pod; skipping", {
-          podUID: uid,
-          pod: kobj(status.pod),
-        });
-        continue;
-      }
+      const statusUID = this.#writableStatusUID(uid, status);
+      if (statusUID === undefined) continue;
       const written = this.#apiVersions.get(statusUID) ?? 0;
       if (written >= status.version && !this.#forced.has(uid)) continue;
       const rank = status.status.phase === "Pending" && !status.podIsFinished ? 1 : 0;

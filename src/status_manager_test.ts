@@ -539,80 +539,74 @@ Deno.test("StatusManager writes a batch a few pods at a time", async () => {
   }
 });
 
-Deno.test("StatusManager writes a pod's newest status when it changed while the batch waited", async () => {
-  await using t = setup();
+/** Holds every fetch until `release()`; disposing puts the real fetch back. */
+function holdFetches() {
   const fetch = globalThis.fetch;
-  const held: PromiseWithResolvers<void>[] = [];
+  const gates: PromiseWithResolvers<void>[] = [];
   let holding = true;
   globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
     if (holding) {
       const gate = Promise.withResolvers<void>();
-      held.push(gate);
+      gates.push(gate);
       await gate.promise;
     }
     return await fetch(...args);
   };
-  try {
-    // More pods than the batch writes at once: the fifth waits for a slot.
-    const pods = Array.from({ length: 5 }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
-    for (const p of pods) {
-      t.s.put(p);
-      t.m.setPodStatus(p, podStatus("Pending", false));
-    }
-    const batch = t.m.syncBatch(false);
-    while (held.length < 4) await new Promise((r) => setTimeout(r, 1));
-    t.m.setPodStatus(pods[4]!, podStatus("Running", true));
-    holding = false;
-    for (const g of held) g.resolve();
-    assert.equal(await batch, 5);
-    const patches = t.s.requests.filter((r) =>
-      r.method === "PATCH" && r.path.endsWith("/p4/status")
-    );
-    assert.deepEqual(
-      patches.map((r) => (r.body as { status: Obj }).status.phase),
-      ["Running"],
-      "one patch, with the status set after the batch began",
-    );
-    t.s.calls();
-    assert.equal(await t.m.syncBatch(false), 0, "the newer version counts as written");
-  } finally {
-    globalThis.fetch = fetch;
+  return {
+    /** How many fetches are held. */
+    get held() {
+      return gates.length;
+    },
+    release() {
+      holding = false;
+      for (const g of gates) g.resolve();
+    },
+    [Symbol.dispose]() {
+      globalThis.fetch = fetch;
+    },
+  };
+}
+
+Deno.test("StatusManager writes a pod's newest status when it changed while the batch waited", async () => {
+  await using t = setup();
+  using hold = holdFetches();
+  // More pods than the batch writes at once: the fifth waits for a slot.
+  const pods = Array.from({ length: 5 }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
+  for (const p of pods) {
+    t.s.put(p);
+    t.m.setPodStatus(p, podStatus("Pending", false));
   }
+  const batch = t.m.syncBatch(false);
+  while (hold.held < 4) await new Promise((r) => setTimeout(r, 1));
+  t.m.setPodStatus(pods[4]!, podStatus("Running", true));
+  hold.release();
+  assert.equal(await batch, 5);
+  const patches = t.s.requests.filter((r) => r.method === "PATCH" && r.path.endsWith("/p4/status"));
+  assert.deepEqual(
+    patches.map((r) => (r.body as { status: Obj }).status.phase),
+    ["Running"],
+    "one patch, with the status set after the batch began",
+  );
+  t.s.calls();
+  assert.equal(await t.m.syncBatch(false), 0, "the newer version counts as written");
 });
 
 Deno.test("StatusManager writes statuses that left Pending before those still Pending", async () => {
   await using t = setup();
-  const fetch = globalThis.fetch;
-  const held: PromiseWithResolvers<void>[] = [];
-  let holding = true;
-  globalThis.fetch = async (...args: Parameters<typeof fetch>) => {
-    if (holding) {
-      const gate = Promise.withResolvers<void>();
-      held.push(gate);
-      await gate.promise;
-    }
-    return await fetch(...args);
-  };
-  try {
-    const pods = Array.from({ length: 6 }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
-    for (const p of pods) {
-      t.s.put(p);
-      t.m.setPodStatus(p, podStatus("Pending", false));
-    }
-    const batch = t.m.syncBatch(false);
-    while (held.length < 4) await new Promise((r) => setTimeout(r, 1));
-    // p4 waits Pending; p5, Pending when the batch began, started meanwhile.
-    t.m.setPodStatus(pods[5]!, podStatus("Running", true));
-    holding = false;
-    for (const g of held) g.resolve();
-    assert.equal(await batch, 6);
-    const patched = t.s.requests.filter((r) => r.method === "PATCH").map((r) =>
-      r.path.split("/")[6]
-    );
-    assert.deepEqual(patched.slice(4), ["p5", "p4"], "the started pod first");
-  } finally {
-    globalThis.fetch = fetch;
+  using hold = holdFetches();
+  const pods = Array.from({ length: 6 }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
+  for (const p of pods) {
+    t.s.put(p);
+    t.m.setPodStatus(p, podStatus("Pending", false));
   }
+  const batch = t.m.syncBatch(false);
+  while (hold.held < 4) await new Promise((r) => setTimeout(r, 1));
+  // p4 waits Pending; p5, Pending when the batch began, started meanwhile.
+  t.m.setPodStatus(pods[5]!, podStatus("Running", true));
+  hold.release();
+  assert.equal(await batch, 6);
+  const patched = t.s.requests.filter((r) => r.method === "PATCH").map((r) => r.path.split("/")[6]);
+  assert.deepEqual(patched.slice(4), ["p5", "p4"], "the started pod first");
 });
 
 Deno.test("StatusManager tries a version once per pass when its write fails", async () => {
