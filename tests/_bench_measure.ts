@@ -21,6 +21,59 @@ export async function cpuSeconds(pid: number): Promise<number> {
   return ((utime ?? 0) + (stime ?? 0) + (cutime ?? 0) + (cstime ?? 0)) / CLOCK_TICKS_PER_SECOND;
 }
 
+/** Busy and total CPU seconds of the whole machine so far (/proc/stat's first line). */
+export async function machineCpuSeconds(): Promise<{ busy: number; total: number }> {
+  const line = (await Deno.readTextFile("/proc/stat")).split("\n", 1)[0] ?? "";
+  // cpu user nice system idle iowait irq softirq steal guest guest_nice: the guest times are
+  // already counted in user and nice.
+  const f = line.trim().split(/\s+/).slice(1, 9).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  const idle = (f[3] ?? 0) + (f[4] ?? 0);
+  return {
+    busy: (total - idle) / CLOCK_TICKS_PER_SECOND,
+    total: total / CLOCK_TICKS_PER_SECOND,
+  };
+}
+
+/** CPU spent while a burst started: by the kubelet, by containerd, and the machine's load. */
+export interface StartCpu {
+  /** CPU seconds the kubelet used (none for the CRI floor, whose client is the bench). */
+  readonly kubelet?: number;
+  /** CPU seconds the containerd daemon used (its shims and runc are not its children). */
+  readonly containerd: number;
+  /** Share of the machine's CPUs busy, 0-1. */
+  readonly machineBusy: number;
+}
+
+/**
+ * Runs `work` and reports the CPU spent meanwhile by `kubeletPid` (when given), by
+ * `containerdPid`, and by the whole machine.
+ */
+export async function cpuDuring<T>(
+  pids: { kubelet?: number; containerd: number },
+  work: () => Promise<T>,
+): Promise<{ result: T; cpu: StartCpu }> {
+  const read = async () => ({
+    kubelet: pids.kubelet === undefined ? undefined : await cpuSeconds(pids.kubelet),
+    containerd: await cpuSeconds(pids.containerd),
+    machine: await machineCpuSeconds(),
+  });
+  const before = await read();
+  const result = await work();
+  const after = await read();
+  const total = after.machine.total - before.machine.total;
+  return {
+    result,
+    cpu: {
+      kubelet: after.kubelet === undefined || before.kubelet === undefined
+        ? undefined
+        : after.kubelet - before.kubelet,
+      containerd: after.containerd - before.containerd,
+      machineBusy: total > 0 ? (after.machine.busy - before.machine.busy) / total : NaN,
+    },
+  };
+}
+
 /** VmRSS (now) and VmHWM (the peak so far) of `pid`, in MiB. */
 export async function residentMiB(pid: number): Promise<{ rss: number; peak: number }> {
   const status = await Deno.readTextFile(`/proc/${pid}/status`);
@@ -131,3 +184,11 @@ export const mib = (v: number) => Number.isFinite(v) ? `${v.toFixed(1)} MiB` : "
 /** Cores with three decimals, as millicores. */
 export const millicores = (cores: number) =>
   Number.isFinite(cores) ? `${(cores * 1000).toFixed(0)} m` : "n/a";
+
+/** CPU seconds as "1.23 s", or "n/a". */
+export const seconds = (v: number | undefined) =>
+  v !== undefined && Number.isFinite(v) ? `${v.toFixed(2)} s` : "n/a";
+
+/** A share 0-1 as "42 %", or "n/a". */
+export const percent = (v: number | undefined) =>
+  v !== undefined && Number.isFinite(v) ? `${(v * 100).toFixed(0)} %` : "n/a";

@@ -56,15 +56,19 @@ import {
   startUpstreamKubelet,
 } from "./_bench_agents.ts";
 import {
+  cpuDuring,
   measureWindow,
   mib,
   millicores,
   ms,
+  percent,
   percentile,
   ratio,
   residentMiB,
+  seconds,
   sleep,
   slope,
+  type StartCpu,
   table,
   type WindowFigures,
 } from "./_bench_measure.ts";
@@ -182,6 +186,8 @@ interface BurstResult {
   readonly window: WindowFigures;
   /** Our agent only: each pod's step durations from its /debug/pods timeline. */
   readonly steps?: Map<string, number>[];
+  /** CPU spent from the first create to the last pod running. */
+  readonly cpu: StartCpu;
 }
 
 /** What one kubelet did. */
@@ -211,6 +217,8 @@ interface FloorResult {
     size: number;
     latency: number[];
     lastMs: number;
+    /** CPU spent while the all-at-once burst started. */
+    cpu: StartCpu;
     paced: { latency: number[]; lastMs: number };
   }[];
 }
@@ -364,6 +372,7 @@ async function criFloor(
   runtime: RemoteRuntimeService,
   logRoot: string,
   mode: BenchMode,
+  containerdPid: number,
 ): Promise<FloorResult> {
   const sequential: number[] = [];
   for (let i = 0; i < mode.sequential; i++) {
@@ -371,9 +380,12 @@ async function criFloor(
   }
   const bursts = [];
   for (const size of mode.bursts) {
-    const all = await criStart(runtime, logRoot, size);
+    const { result: all, cpu } = await cpuDuring(
+      { containerd: containerdPid },
+      () => criStart(runtime, logRoot, size),
+    );
     const paced = await criStart(runtime, logRoot, size, new Semaphore(SANDBOX_STARTS));
-    bursts.push({ size, ...all, paced });
+    bursts.push({ size, ...all, cpu, paced });
   }
   return { sequential, bursts };
 }
@@ -382,6 +394,7 @@ async function criFloor(
 async function benchAgent(
   mode: BenchMode,
   cp: ControlPlane,
+  containerdPid: number,
   start: () => Promise<BenchAgent>,
   log: (line: string) => void,
 ): Promise<AgentResult> {
@@ -434,7 +447,10 @@ async function benchAgent(
         (_, i) => `${PREFIX}-${agent.label}-b${size}-${i}`,
       );
       all.push(...names);
-      const r = await startPods(client, watch, agent.nodeName, names);
+      const { result: r, cpu } = await cpuDuring(
+        { kubelet: agent.pid, containerd: containerdPid },
+        () => startPods(client, watch!, agent.nodeName, names),
+      );
       log(`bench: ${agent.label}: burst of ${size} running after ${ms(r.lastRunningMs)}`);
       const steps = agent.label === "agent"
         ? await burstSteps(client, watch, agent.nodeName, names, r.sentWall)
@@ -449,6 +465,7 @@ async function benchAgent(
         deleteMs,
         window,
         steps,
+        cpu,
       });
     }
     return {
@@ -633,6 +650,36 @@ export function report(r: SuiteResult): string {
       `CRI floor, ≤${r.sandboxStarts} at once`,
       ...r.agents.flatMap((a) => [`${a.label}: last running`, `${a.label}: all gone`]),
     ], burstRows),
+    "",
+  );
+
+  out.push(
+    "### CPU while each burst started (first create sent → last pod running; CPU seconds from /proc/<pid>/stat, the machine's busy share from /proc/stat)",
+    "",
+  );
+  const cpuRows = r.mode.bursts.map((size, i) => {
+    const f = r.floor.bursts[i]?.cpu;
+    return [
+      `burst of ${size}`,
+      seconds(f?.containerd),
+      percent(f?.machineBusy),
+      ...r.agents.flatMap((a) => {
+        const c = a.bursts[i]?.cpu;
+        return [seconds(c?.kubelet), seconds(c?.containerd), percent(c?.machineBusy)];
+      }),
+    ];
+  });
+  out.push(
+    table([
+      "case",
+      "CRI floor: containerd",
+      "CRI floor: machine busy",
+      ...r.agents.flatMap((a) => [
+        `${a.label}: kubelet`,
+        `${a.label}: containerd`,
+        `${a.label}: machine busy`,
+      ]),
+    ], cpuRows),
     "",
   );
 
@@ -868,7 +915,7 @@ export async function runSuite(
 
     return await dumpLogsOnFailure(cp, async () => {
       log("bench: CRI floor");
-      const floor = await criFloor(runtime, join(dir, "cri-logs"), mode);
+      const floor = await criFloor(runtime, join(dir, "cri-logs"), mode, containerd.pid);
       const results: AgentResult[] = [];
       for (const label of agents) {
         await clearRuntime(runtime);
@@ -882,7 +929,7 @@ export async function runSuite(
         const start = label === "agent"
           ? () => startOurAgent(opts)
           : () => startUpstreamKubelet({ ...opts, log });
-        results.push(await benchAgent(mode, cp, start, log));
+        results.push(await benchAgent(mode, cp, containerd.pid, start, log));
       }
       await clearRuntime(runtime);
       const density: DensityResult[] = [];

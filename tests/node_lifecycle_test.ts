@@ -69,7 +69,7 @@ function ready(node: V1Node): string | undefined {
 }
 
 e2e(
-  "the node registers and turns Ready within 2 s of the runtime, with truthful fields",
+  "the node registers and turns Ready by the fast status update after the runtime, with truthful fields",
   async (w, api) => {
     await w.agent.waitFor("Container runtime initialized", 60_000);
     const runtimeReadyAt = Date.now();
@@ -77,8 +77,11 @@ e2e(
       const n = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
       return ready(n) === "True" ? n : undefined;
     }, 10_000);
+    // Not a speed bound: without the fast status update at start (100 ms polls until Ready),
+    // Ready waits for the next periodic update, nodeStatusUpdateFrequency (10 s) away; half of
+    // that tells the two apart on a loaded machine too.
     const readyAfter = Date.now() - runtimeReadyAt;
-    assert.ok(readyAfter <= 2_000, `Ready ${readyAfter} ms after the runtime was ready`);
+    assert.ok(readyAfter < 5_000, `Ready ${readyAfter} ms after the runtime was ready`);
     // What an operator sees: kubectl get node.
     const got = await w.cp.kubectl(["get", "node", NODE, "-o", "json"]);
     assert.equal(got.code, 0, got.stderr);
