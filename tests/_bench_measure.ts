@@ -35,6 +35,50 @@ export async function machineCpuSeconds(): Promise<{ busy: number; total: number
   };
 }
 
+/**
+ * CPU seconds used so far by every process, by pid, with its command name (processes that
+ * exit meanwhile are gone; what their parents waited for counts in the parents' figures).
+ */
+export async function allProcessCpu(): Promise<Map<number, { comm: string; cpu: number }>> {
+  const out = new Map<number, { comm: string; cpu: number }>();
+  for await (const e of Deno.readDir("/proc")) {
+    const pid = Number(e.name);
+    if (!Number.isInteger(pid)) continue;
+    let stat: string;
+    try {
+      stat = await Deno.readTextFile(`/proc/${pid}/stat`);
+    } catch {
+      continue;
+    }
+    const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
+    const ticks = (f[11] ?? 0) + (f[12] ?? 0) + (f[13] ?? 0) + (f[14] ?? 0);
+    out.set(pid, { comm, cpu: ticks / CLOCK_TICKS_PER_SECOND });
+  }
+  return out;
+}
+
+/**
+ * What each command name used between two {@link allProcessCpu} snapshots, largest first (a
+ * process new in `after` counts whole). PID 1 is left out: what it holds is the orphans it
+ * reaped, whoever they were. `names` renames pids ("kubelet" for a kubelet that runs as deno).
+ */
+export function cpuByName(
+  before: ReadonlyMap<number, { comm: string; cpu: number }>,
+  after: ReadonlyMap<number, { comm: string; cpu: number }>,
+  names: ReadonlyMap<number, string> = new Map(),
+): [string, number][] {
+  const by = new Map<string, number>();
+  for (const [pid, a] of after) {
+    if (pid === 1) continue;
+    const b = before.get(pid);
+    const used = b && b.comm === a.comm ? a.cpu - b.cpu : a.cpu;
+    const name = names.get(pid) ?? a.comm;
+    if (used > 0) by.set(name, (by.get(name) ?? 0) + used);
+  }
+  return [...by].sort((x, y) => y[1] - x[1]);
+}
+
 /** CPU spent while a burst started: by the kubelet, by containerd, and the machine's load. */
 export interface StartCpu {
   /** CPU seconds the kubelet used (none for the CRI floor, whose client is the bench). */
@@ -43,6 +87,8 @@ export interface StartCpu {
   readonly containerd: number;
   /** Share of the machine's CPUs busy, 0-1. */
   readonly machineBusy: number;
+  /** CPU seconds by command name, largest first (see {@link cpuByName}). */
+  readonly byName: [string, number][];
 }
 
 /**
@@ -58,9 +104,11 @@ export async function cpuDuring<T>(
     containerd: await cpuSeconds(pids.containerd),
     machine: await machineCpuSeconds(),
   });
+  const procsBefore = await allProcessCpu();
   const before = await read();
   const result = await work();
   const after = await read();
+  const procsAfter = await allProcessCpu();
   const total = after.machine.total - before.machine.total;
   return {
     result,
@@ -70,6 +118,14 @@ export async function cpuDuring<T>(
         : after.kubelet - before.kubelet,
       containerd: after.containerd - before.containerd,
       machineBusy: total > 0 ? (after.machine.busy - before.machine.busy) / total : NaN,
+      byName: cpuByName(
+        procsBefore,
+        procsAfter,
+        new Map([
+          ...(pids.kubelet === undefined ? [] : [[pids.kubelet, "kubelet"] as const]),
+          [Deno.pid, "bench"],
+        ]),
+      ),
     },
   };
 }

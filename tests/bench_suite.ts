@@ -219,7 +219,7 @@ interface FloorResult {
     lastMs: number;
     /** CPU spent while the all-at-once burst started. */
     cpu: StartCpu;
-    paced: { latency: number[]; lastMs: number };
+    paced: { latency: number[]; lastMs: number; cpu: StartCpu };
   }[];
 }
 
@@ -335,8 +335,9 @@ async function criStart(
   runtime: RemoteRuntimeService,
   logRoot: string,
   count: number,
-  sandboxStarts?: Semaphore,
-): Promise<{ latency: number[]; lastMs: number }> {
+  opts: { sandboxStarts?: Semaphore; containerdPid?: number } = {},
+): Promise<{ latency: number[]; lastMs: number; cpu?: StartCpu }> {
+  const { sandboxStarts, containerdPid } = opts;
   const target = { imageName: BUSYBOX_IMAGE, logRoot } as CriTarget;
   const configs = Array.from(
     { length: count },
@@ -347,19 +348,25 @@ async function criStart(
   const t0 = performance.now();
   try {
     // Each pod's latency counts from the burst's start, its wait for a sandbox slot included.
-    const latency = await Promise.all(configs.map(async (sandbox, i) => {
-      const run = () => runtime.runPodSandbox(sandbox, "");
-      const id = sandboxStarts ? await sandboxStarts.run(run) : await run();
-      ids.push(id);
-      const container = await runtime.createContainer(
-        id,
-        containerConfig(target, `main-${i}`, COMMAND),
-        sandbox,
-      );
-      await runtime.startContainer(container);
-      return performance.now() - t0;
-    }));
-    return { latency, lastMs: performance.now() - t0 };
+    const starts = () =>
+      Promise.all(configs.map(async (sandbox, i) => {
+        const run = () => runtime.runPodSandbox(sandbox, "");
+        const id = sandboxStarts ? await sandboxStarts.run(run) : await run();
+        ids.push(id);
+        const container = await runtime.createContainer(
+          id,
+          containerConfig(target, `main-${i}`, COMMAND),
+          sandbox,
+        );
+        await runtime.startContainer(container);
+        return performance.now() - t0;
+      }));
+    // CPU counts up to the last start, before the pods are removed.
+    if (containerdPid === undefined) {
+      return { latency: await starts(), lastMs: performance.now() - t0 };
+    }
+    const { result: latency, cpu } = await cpuDuring({ containerd: containerdPid }, starts);
+    return { latency, lastMs: performance.now() - t0, cpu };
   } finally {
     for (const id of ids) {
       await runtime.stopPodSandbox(id).catch(() => {});
@@ -380,12 +387,18 @@ async function criFloor(
   }
   const bursts = [];
   for (const size of mode.bursts) {
-    const { result: all, cpu } = await cpuDuring(
-      { containerd: containerdPid },
-      () => criStart(runtime, logRoot, size),
-    );
-    const paced = await criStart(runtime, logRoot, size, new Semaphore(SANDBOX_STARTS));
-    bursts.push({ size, ...all, cpu, paced });
+    const all = await criStart(runtime, logRoot, size, { containerdPid });
+    const paced = await criStart(runtime, logRoot, size, {
+      sandboxStarts: new Semaphore(SANDBOX_STARTS),
+      containerdPid,
+    });
+    bursts.push({
+      size,
+      latency: all.latency,
+      lastMs: all.lastMs,
+      cpu: all.cpu!,
+      paced: { latency: paced.latency, lastMs: paced.lastMs, cpu: paced.cpu! },
+    });
   }
   return { sequential, bursts };
 }
@@ -658,11 +671,13 @@ export function report(r: SuiteResult): string {
     "",
   );
   const cpuRows = r.mode.bursts.map((size, i) => {
-    const f = r.floor.bursts[i]?.cpu;
+    const f = r.floor.bursts[i];
     return [
       `burst of ${size}`,
-      seconds(f?.containerd),
-      percent(f?.machineBusy),
+      seconds(f?.cpu.containerd),
+      percent(f?.cpu.machineBusy),
+      seconds(f?.paced.cpu.containerd),
+      percent(f?.paced.cpu.machineBusy),
       ...r.agents.flatMap((a) => {
         const c = a.bursts[i]?.cpu;
         return [seconds(c?.kubelet), seconds(c?.containerd), percent(c?.machineBusy)];
@@ -674,6 +689,8 @@ export function report(r: SuiteResult): string {
       "case",
       "CRI floor: containerd",
       "CRI floor: machine busy",
+      `CRI floor, ≤${r.sandboxStarts} at once: containerd`,
+      `CRI floor, ≤${r.sandboxStarts} at once: machine busy`,
       ...r.agents.flatMap((a) => [
         `${a.label}: kubelet`,
         `${a.label}: containerd`,
@@ -682,6 +699,20 @@ export function report(r: SuiteResult): string {
     ], cpuRows),
     "",
   );
+  const top = (c: StartCpu | undefined) =>
+    c?.byName.slice(0, 8).map(([n, v]) => `${n} ${v.toFixed(1)} s`).join(", ") ?? "n/a";
+  for (const [i, size] of r.mode.bursts.entries()) {
+    out.push(`- burst of ${size}, CRI floor, CPU by process: ${top(r.floor.bursts[i]?.cpu)}`);
+    out.push(
+      `- burst of ${size}, CRI floor ≤${r.sandboxStarts} at once, CPU by process: ${
+        top(r.floor.bursts[i]?.paced.cpu)
+      }`,
+    );
+    for (const a of r.agents) {
+      out.push(`- burst of ${size}, ${a.label}, CPU by process: ${top(a.bursts[i]?.cpu)}`);
+    }
+  }
+  out.push("");
 
   out.push(
     `### CPU and memory of the kubelet process (/proc/<pid>; CPU averaged over ${

@@ -70,13 +70,15 @@ Deno.test({
     for (const step of STEPS) {
       assert.match(stdout, new RegExp(`^\\| ${step[1]}\\s+\\| 10 \\|\\s+\\d+ ms \\|`, "m"));
     }
-    // CPU while the burst started: containerd under the floor, then kubelet and containerd
-    // under each agent, each with the machine's busy share.
+    // CPU while the burst started: containerd under the floor (all at once, then paced), then
+    // kubelet and containerd under each agent, each with the machine's busy share; and the
+    // busiest processes by name.
     assert.match(
       stdout,
-      /^\| burst of 10 \|\s+[\d.]+ s \|\s+\d+ % \|(\s+[\d.]+ s \|\s+[\d.]+ s \|\s+\d+ % \|){2}$/m,
+      /^\| burst of 10 \|(\s+[\d.]+ s \|\s+\d+ % \|){2}(\s+[\d.]+ s \|\s+[\d.]+ s \|\s+\d+ % \|){2}$/m,
       stdout,
     );
+    assert.match(stdout, /^- burst of 10, agent, CPU by process: .*\bcontainerd [\d.]+ s/m);
     assert.match(stdout, /^### Targets/m);
     assert.match(stdout, /^- (met|NOT met): pod start p99 ≤ ½ upstream's, 5 sequential/m);
   },
