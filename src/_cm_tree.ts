@@ -50,27 +50,39 @@ export function v1Dirs(layout: CgroupLayout, path: string): { subsystem: string;
 /**
  * runc fs `Manager.Apply(-1)`: makes the cgroup's directory in every mounted subsystem (not
  * devices); named hierarchies and the hybrid cgroup2 tree are joined on a best-effort basis.
+ * The hierarchies are independent, so their directories are made at once; the first failure
+ * in runc's subsystem order is the one reported.
  */
 export async function createV1(fs: CgroupFs, layout: CgroupLayout, path: string): Promise<void> {
   const done = new Set<string>();
+  const work: { subsystem: string; made: Promise<void> }[] = [];
   for (const { subsystem, dir } of v1Dirs(layout, path)) {
     if (subsystem === "devices" || done.has(dir)) continue;
     done.add(dir);
-    try {
-      if (subsystem === "cpuset") await createCpuset(fs, layout.v1.get("cpuset")!, dir);
-      else await mkdirAll(fs, dir);
-    } catch (e) {
-      if (subsystem === "" || V1_JOIN_ONLY.has(subsystem)) continue;
-      throw new Error(`${subsystem}: ${(e as Error).message}`, { cause: e });
-    }
+    const made = subsystem === "cpuset"
+      ? createCpuset(fs, layout.v1.get("cpuset")!, dir)
+      : mkdirAll(fs, dir);
+    work.push({ subsystem, made });
+  }
+  const results = await Promise.allSettled(work.map((w) => w.made));
+  for (const [i, r] of results.entries()) {
+    const { subsystem } = work[i]!;
+    if (r.status === "fulfilled" || subsystem === "" || V1_JOIN_ONLY.has(subsystem)) continue;
+    const e = r.reason;
+    throw new Error(`${subsystem}: ${(e as Error).message}`, { cause: e });
   }
 }
 
-/** mkdir -p. */
+/** mkdir -p: the directory first, its missing parents only when the kernel says ENOENT. */
 export async function mkdirAll(fs: CgroupFs, dir: string): Promise<void> {
-  const parent = posix.dirname(dir);
-  if (parent !== dir && !await fs.exists(parent)) await mkdirAll(fs, parent);
-  await fs.mkdir(dir);
+  try {
+    await fs.mkdir(dir);
+  } catch (e) {
+    const parent = posix.dirname(dir);
+    if (errnoOf(e) !== "ENOENT" || parent === dir) throw e;
+    await mkdirAll(fs, parent);
+    await fs.mkdir(dir);
+  }
 }
 
 function levelsBelow(mount: string, dir: string): string[] {
@@ -78,17 +90,44 @@ function levelsBelow(mount: string, dir: string): string[] {
   return rel === "" ? [] : rel.split("/");
 }
 
+const CPUSET_FILES = ["cpuset.cpus", "cpuset.mems"] as const;
+
 /**
- * Creates a v1 cpuset cgroup level by level below the mount: a new cpuset cgroup has empty
- * cpus and mems (no task can join it), so each level copies its parent's when empty.
+ * Makes a v1 cpuset cgroup: a new cpuset cgroup has empty cpus and mems (no task can join it),
+ * so it copies its parent's when empty (runc `cpusetEnsureParent` and `cpusetCopyIfNeeded`).
+ * The usual case, a new pod below existing QoS cgroups, costs one mkdir and the copy; a missing
+ * parent, or a parent whose own cpus or mems are empty, makes it walk every level from the
+ * mount as runc does, copying down where empty.
  */
 export async function createCpuset(fs: CgroupFs, mount: string, dir: string): Promise<void> {
+  if (dir === mount) return;
+  const parent = posix.dirname(dir);
+  try {
+    await fs.mkdir(dir);
+  } catch (e) {
+    if (errnoOf(e) !== "ENOENT") throw e;
+    await createCpusetLevels(fs, mount, dir);
+    return;
+  }
+  for (const f of CPUSET_FILES) {
+    if ((await fs.readFile(`${dir}/${f}`)).trim() !== "") continue;
+    const value = await fs.readFile(`${parent}/${f}`);
+    if (value.trim() === "") {
+      await createCpusetLevels(fs, mount, dir);
+      return;
+    }
+    await fs.writeFile(`${dir}/${f}`, value);
+  }
+}
+
+/** Every level below the mount, made when missing and given its parent's cpus and mems when empty. */
+async function createCpusetLevels(fs: CgroupFs, mount: string, dir: string): Promise<void> {
   let current = mount;
   for (const part of levelsBelow(mount, dir)) {
     const parent = current;
     current = `${current}/${part}`;
     await fs.mkdir(current);
-    for (const f of ["cpuset.cpus", "cpuset.mems"]) {
+    for (const f of CPUSET_FILES) {
       if ((await fs.readFile(`${current}/${f}`)).trim() !== "") continue;
       await fs.writeFile(`${current}/${f}`, await fs.readFile(`${parent}/${f}`));
     }

@@ -112,6 +112,61 @@ Deno.test("CgroupManager create on v1 makes every subsystem's directory and writ
   });
 });
 
+Deno.test("CgroupManager create of a pod below existing cgroups makes one directory per hierarchy and stats none", async () => {
+  await withHost("v1", async (host, cm) => {
+    await cm.create(["kubepods", "burstable"]);
+    const calls: string[] = [];
+    const fs = host.fs;
+    const counted = new CgroupManager({
+      layout: host.layout,
+      logger: captureLogger().logger,
+      hugePagesDir: host.hugePagesDir,
+      fs: {
+        mkdir: (p) => (calls.push(`mkdir ${p.slice(host.root.length)}`), fs.mkdir(p)),
+        rmdir: (p) => fs.rmdir(p),
+        readFile: (p) => (calls.push(`read ${p.slice(host.root.length)}`), fs.readFile(p)),
+        writeFile: (p, v) => fs.writeFile(p, v),
+        readDirs: (p) => fs.readDirs(p),
+        exists: (p) => (calls.push(`exists ${p.slice(host.root.length)}`), fs.exists(p)),
+      },
+    });
+    await counted.create(POD, { cpuShares: 512n });
+    // No parent is asked for (a mkdir would say ENOENT), and no existing cpuset level is made
+    // again or read but the pod's parent, whose cpus and mems the pod copies.
+    assert.deepEqual(calls.filter((c) => c.startsWith("exists")), []);
+    const dirs = ["cpu", "cpuset", "memory", "pids", "hugetlb", "name=systemd"];
+    assert.deepEqual(
+      calls.filter((c) => c.startsWith("mkdir")).sort(),
+      dirs.map((c) => `mkdir ${host.dir(c, "/kubepods/burstable/pod1234").slice(host.root.length)}`)
+        .sort(),
+    );
+    const cpuset = (p: string, f: string) =>
+      `read ${host.dir("cpuset", p).slice(host.root.length)}/${f}`;
+    assert.deepEqual(calls.filter((c) => /^read .*\/cpuset\.(cpus|mems)$/.test(c)), [
+      cpuset("/kubepods/burstable/pod1234", "cpuset.cpus"),
+      cpuset("/kubepods/burstable", "cpuset.cpus"),
+      cpuset("/kubepods/burstable/pod1234", "cpuset.mems"),
+      cpuset("/kubepods/burstable", "cpuset.mems"),
+    ]);
+    assert.equal(await host.read("cpuset", "/kubepods/burstable/pod1234", "cpuset.cpus"), "0-1");
+    assert.equal(await host.read("cpu", "/kubepods/burstable/pod1234", "cpu.shares"), "512");
+  });
+});
+
+Deno.test("CgroupManager create below a cpuset parent left empty fills every level from the mount", async () => {
+  await withHost("v1", async (host, cm) => {
+    await cm.create(["kubepods", "burstable"]);
+    // Someone emptied the parent's cpus: the pod could not copy them, so the levels are
+    // walked from the mount as runc's cpusetEnsureParent does.
+    await host.poke("cpuset", "/kubepods/burstable", "cpuset.cpus", "");
+    await cm.create(POD);
+    for (const p of ["/kubepods/burstable", "/kubepods/burstable/pod1234"]) {
+      assert.equal(await host.read("cpuset", p, "cpuset.cpus"), "0-1", p);
+      assert.equal(await host.read("cpuset", p, "cpuset.mems"), "0", p);
+    }
+  });
+});
+
 Deno.test("CgroupManager limits page sizes the config leaves out to 0", async () => {
   await withHost("v1", async (host, cm) => {
     await cm.create(["kubepods"], { hugePageLimit: new Map([[2 * 1024 * 1024, 1n << 62n]]) });

@@ -150,9 +150,10 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
     cgroupParent: (pod) => pods.cgroupParent(pod),
     async ensureExists(pod) {
       if (await pods.exists(pod)) return;
-      // A new pod changes the QoS class's shares first, as upstream's SyncPod does.
+      // A new pod changes the QoS class's shares first, as upstream's SyncPod does; the pod's
+      // cgroup was just seen missing, so it is created without asking again.
       await qos.updateCgroups(o.activePods);
-      await pods.ensureExists(pod);
+      await pods.create(pod);
     },
     async cleanupOrphans(keep, signal) {
       // Only the kubelet makes pod cgroups, for pods it keeps: after a scan that left none

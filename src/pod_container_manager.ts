@@ -91,7 +91,14 @@ export class PodContainerManager {
    * as it is, as upstream (see {@link update}).
    */
   async ensureExists(pod: V1Pod): Promise<void> {
-    if (await this.exists(pod)) return;
+    if (!await this.exists(pod)) await this.create(pod);
+  }
+
+  /**
+   * Creates the pod's cgroup with its limits, for a caller that has just seen it missing
+   * ({@link exists}); the directories of one that exists after all are kept, its limits set.
+   */
+  async create(pod: V1Pod): Promise<void> {
     const name = this.cgroupName(pod);
     try {
       await this.#cm.create(name, resourceConfigForPod(pod, this.#opts));
