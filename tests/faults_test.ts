@@ -69,6 +69,8 @@ interface World {
   readonly containerd: ContainerdHandle;
   readonly cri: RuntimeServices;
   readonly root: string;
+  /** The agent's podLogsDir (its own: see startNodeAgent). */
+  readonly podLogsDir: string;
   args: string[];
   agent: RunningAgent;
   /** Recorded in the results file at teardown. */
@@ -96,7 +98,7 @@ const suite = e2eSuite<World>({
       network: NETWORK,
     });
     await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE] });
-    const { agent, args } = await startNodeAgent({
+    const { agent, args, podLogsDir } = await startNodeAgent({
       cp,
       dir,
       nodeName: NODE,
@@ -115,7 +117,17 @@ const suite = e2eSuite<World>({
       containerRuntimeEndpoint: containerd.endpoint,
       timeoutMs: 30_000,
     });
-    return { dir, cp, containerd, cri, root: join(dir, "root"), args, agent, results: [] };
+    return {
+      dir,
+      cp,
+      containerd,
+      cri,
+      root: join(dir, "root"),
+      podLogsDir,
+      args,
+      agent,
+      results: [],
+    };
   },
 });
 const e2e = suite.test;
@@ -733,7 +745,7 @@ e2e(
       'i=0; while true; do i=$((i+1)); echo "line $i $(head -c 3000 /dev/urandom | base64 | tr -d "\\n")"; usleep 100000; done';
     await createPods(w, [podJson("logger", { labels: { e2e: "faults-logger" }, script })]);
     const [pod] = await waitAllRunning(api, "e2e=faults-logger", 1, 60_000);
-    const dir = `/var/log/pods/${NS}_logger_${pod!.metadata!.uid}/main`;
+    const dir = `${w.podLogsDir}/${NS}_logger_${pod!.metadata!.uid}/main`;
     const bound = LOG_MAX_FILES * (LOG_MAX_BYTES + rate * (LOG_MONITOR_S + 2));
     let maxFiles = 0;
     let maxBytes = 0;

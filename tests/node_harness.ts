@@ -179,7 +179,12 @@ export interface NodeAgentOptions {
   readonly endpoint: string;
   /** --kubeconfig (which may not exist yet when bootstrapping). @default cp.nodeKubeconfig(nodeName) */
   readonly kubeconfig?: string;
-  /** More KubeletConfiguration lines. @default [] */
+  /**
+   * More KubeletConfiguration lines. Without a `podLogsDir:` line the agent gets its own,
+   * `<dir>/pod-logs`: e2e suites run in parallel, and a kubelet's container GC removes the log
+   * directories of pods it does not know, so agents sharing /var/log/pods remove each other's
+   * logs. @default []
+   */
   readonly configLines?: readonly string[];
   /** --hostname-override. @default nodeName */
   readonly hostnameOverride?: string;
@@ -202,6 +207,8 @@ export interface NodeAgent {
   readonly args: string[];
   /** Path of its config file. */
   readonly config: string;
+  /** Its podLogsDir: the one of `configLines`, else `<dir>/pod-logs`. */
+  readonly podLogsDir: string;
 }
 
 /** kubectl's stderr says the object exists ("AlreadyExists" in JSON, "already exists" in text). */
@@ -248,6 +255,9 @@ export async function startNodeAgent(opts: NodeAgentOptions): Promise<NodeAgent>
   await ensureDefaultServiceAccount(cp);
   const config = join(dir, "kubelet.yaml");
   const port = freePort();
+  const lines = opts.configLines ?? [];
+  const given = lines.map((l) => /^podLogsDir:\s*(\S+)\s*$/.exec(l)?.[1]).find((v) => v);
+  const podLogsDir = given ?? join(dir, "pod-logs");
   await writeKubeletConfig(config, {
     endpoint: opts.endpoint,
     lines: [
@@ -255,7 +265,8 @@ export async function startNodeAgent(opts: NodeAgentOptions): Promise<NodeAgent>
       "authentication:",
       "  x509:",
       `    clientCAFile: ${cp.pki.ca.cert}`,
-      ...(opts.configLines ?? []),
+      ...(given === undefined ? [`podLogsDir: ${podLogsDir}`] : []),
+      ...lines,
     ],
   });
   const args = [
@@ -275,7 +286,7 @@ export async function startNodeAgent(opts: NodeAgentOptions): Promise<NodeAgent>
       throw e;
     }
   }
-  return { agent, args, config, port };
+  return { agent, args, config, port, podLogsDir };
 }
 
 /** What an e2e suite's world holds for {@link e2eSuite}. */

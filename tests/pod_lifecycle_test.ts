@@ -40,6 +40,8 @@ interface World {
   readonly containerd: ContainerdHandle;
   readonly staticDir: string;
   readonly args: string[];
+  /** The agent's podLogsDir (its own: see startNodeAgent). */
+  readonly podLogsDir: string;
   agent: RunningAgent;
 }
 
@@ -55,14 +57,14 @@ const suite = e2eSuite<World>({
     await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE] });
     const staticDir = join(dir, "manifests");
     await Deno.mkdir(staticDir, { recursive: true });
-    const { agent, args } = await startNodeAgent({
+    const { agent, args, podLogsDir } = await startNodeAgent({
       cp,
       dir,
       nodeName: NODE,
       endpoint: containerd.endpoint,
       configLines: [`staticPodPath: ${staticDir}`, "fileCheckFrequency: 2s"],
     });
-    return { dir, cp, containerd, staticDir, args, agent };
+    return { dir, cp, containerd, staticDir, args, podLogsDir, agent };
   },
 });
 const e2e = suite.test;
@@ -112,7 +114,7 @@ function status(pod: V1Pod, name = "main"): V1ContainerStatus | undefined {
     .find((c) => c.name === name);
 }
 
-e2e("a kubectl pod runs with a pod IP, and its log is in /var/log/pods", async (w, api) => {
+e2e("a kubectl pod runs with a pod IP, and its log is in podLogsDir's layout", async (w, api) => {
   await create(w, podManifest("web", "echo hello from web; sleep 3600"));
   const pod = await waitPod(api, NS, "web", "Running", (p) => p.status?.phase === "Running");
   const uid = pod.metadata!.uid!;
@@ -137,7 +139,8 @@ e2e("a kubectl pod runs with a pod IP, and its log is in /var/log/pods", async (
     "PodScheduled",
     "Ready",
   ]);
-  const log = `/var/log/pods/${NS}_web_${uid}/main/0.log`;
+  // /var/log/pods by default; each e2e agent has its own (see startNodeAgent).
+  const log = `${w.podLogsDir}/${NS}_web_${uid}/main/0.log`;
   const text = await poll(
     "the container log",
     async () => {
@@ -178,7 +181,7 @@ e2e("a pod deleted with a grace period gets SIGTERM, then leaves the API", async
   assert.equal(del.code, 0, del.stderr);
   await waitPodGone(api, NS, "graceful", 30_000);
   assert.ok(Date.now() - start < 20_000, "the container stopped on SIGTERM, not at the deadline");
-  const log = await Deno.readTextFile(`/var/log/pods/${NS}_graceful_${uid}/main/0.log`);
+  const log = await Deno.readTextFile(`${w.podLogsDir}/${NS}_graceful_${uid}/main/0.log`);
   assert.match(log, /got SIGTERM/);
 });
 

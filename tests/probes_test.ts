@@ -34,6 +34,8 @@ interface World {
   readonly cp: ControlPlane;
   readonly containerd: ContainerdHandle;
   readonly agent: RunningAgent;
+  /** The agent's podLogsDir (its own: see startNodeAgent). */
+  readonly podLogsDir: string;
 }
 
 const suite = e2eSuite<World>({
@@ -46,13 +48,13 @@ const suite = e2eSuite<World>({
     const socket = join(dir, "containerd", "containerd.sock");
     const containerd = await startContainerd({ dir: join(dir, "containerd"), socket });
     await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE, HTTPD] });
-    const { agent } = await startNodeAgent({
+    const { agent, podLogsDir } = await startNodeAgent({
       cp,
       dir,
       nodeName: NODE,
       endpoint: containerd.endpoint,
     });
-    return { dir, cp, containerd, agent };
+    return { dir, cp, containerd, agent, podLogsDir };
   },
 });
 const e2e = suite.test;
@@ -297,7 +299,7 @@ e2e("preStop runs before SIGTERM; a failing postStart restarts the container", a
   const log = await poll(
     "the TERM line",
     async () => {
-      const t = await Deno.readTextFile(`/var/log/pods/${NS}_stopper_${uid}/main/0.log`);
+      const t = await Deno.readTextFile(`${w.podLogsDir}/${NS}_stopper_${uid}/main/0.log`);
       return t.includes("got SIGTERM") ? t : undefined;
     },
     30_000,
