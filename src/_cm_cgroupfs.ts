@@ -20,6 +20,15 @@ export interface CgroupFs {
   exists(path: string): Promise<boolean>;
 }
 
+/** A synchronous call's result as a settled promise, so a throw becomes a rejection. */
+function settled<T>(fn: () => T): Promise<T> {
+  try {
+    return Promise.resolve(fn());
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
+
 /**
  * cgroupfs through Deno's file APIs. Reads, listings and stats are synchronous: the kernel
  * answers them from memory without the cgroup_mutex, in microseconds, while an asynchronous
@@ -38,23 +47,10 @@ export const realCgroupFs: CgroupFs = {
     }
   },
   rmdir: (path) => Deno.remove(path),
-  readFile: (path) => {
-    try {
-      return Promise.resolve(Deno.readTextFileSync(path));
-    } catch (e) {
-      return Promise.reject(e);
-    }
-  },
+  readFile: (path) => settled(() => Deno.readTextFileSync(path)),
   writeFile: (path, value) => Deno.writeTextFile(path, value, { create: false }),
-  readDirs(path) {
-    try {
-      const out: string[] = [];
-      for (const e of Deno.readDirSync(path)) if (e.isDirectory) out.push(e.name);
-      return Promise.resolve(out);
-    } catch (e) {
-      return Promise.reject(e);
-    }
-  },
+  readDirs: (path) =>
+    settled(() => [...Deno.readDirSync(path)].filter((e) => e.isDirectory).map((e) => e.name)),
   exists(path) {
     try {
       Deno.statSync(path);

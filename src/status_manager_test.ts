@@ -567,17 +567,30 @@ function holdFetches() {
   };
 }
 
-Deno.test("StatusManager writes a pod's newest status when it changed while the batch waited", async () => {
-  await using t = setup();
-  using hold = holdFetches();
-  // More pods than the batch writes at once: the fifth waits for a slot.
-  const pods = Array.from({ length: 5 }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
+/**
+ * `count` pods with Pending statuses and a batch writing them, returned once the batch's four
+ * write slots are all held by `hold`.
+ */
+async function pendingBatchHeld(
+  t: ReturnType<typeof setup>,
+  hold: ReturnType<typeof holdFetches>,
+  count: number,
+) {
+  const pods = Array.from({ length: count }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
   for (const p of pods) {
     t.s.put(p);
     t.m.setPodStatus(p, podStatus("Pending", false));
   }
   const batch = t.m.syncBatch(false);
   while (hold.held < 4) await new Promise((r) => setTimeout(r, 1));
+  return { pods, batch };
+}
+
+Deno.test("StatusManager writes a pod's newest status when it changed while the batch waited", async () => {
+  await using t = setup();
+  using hold = holdFetches();
+  // More pods than the batch writes at once: the fifth waits for a slot.
+  const { pods, batch } = await pendingBatchHeld(t, hold, 5);
   t.m.setPodStatus(pods[4]!, podStatus("Running", true));
   hold.release();
   assert.equal(await batch, 5);
@@ -594,13 +607,7 @@ Deno.test("StatusManager writes a pod's newest status when it changed while the 
 Deno.test("StatusManager writes statuses that left Pending before those still Pending", async () => {
   await using t = setup();
   using hold = holdFetches();
-  const pods = Array.from({ length: 6 }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
-  for (const p of pods) {
-    t.s.put(p);
-    t.m.setPodStatus(p, podStatus("Pending", false));
-  }
-  const batch = t.m.syncBatch(false);
-  while (hold.held < 4) await new Promise((r) => setTimeout(r, 1));
+  const { pods, batch } = await pendingBatchHeld(t, hold, 6);
   // p4 waits Pending; p5, Pending when the batch began, started meanwhile.
   t.m.setPodStatus(pods[5]!, podStatus("Running", true));
   hold.release();

@@ -14,7 +14,11 @@ const CLOCK_TICKS_PER_SECOND = 100;
  * (`cutime`, `cstime`: the agents run `mount`, `df` and the like).
  */
 export async function cpuSeconds(pid: number): Promise<number> {
-  const stat = await Deno.readTextFile(`/proc/${pid}/stat`);
+  return statCpuSeconds(await Deno.readTextFile(`/proc/${pid}/stat`));
+}
+
+/** utime + stime + cutime + cstime of a /proc/<pid>/stat line, in seconds. */
+function statCpuSeconds(stat: string): number {
   // Fields after the parenthesised command name start at field 3 (state).
   const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
   const [utime, stime, cutime, cstime] = [f[11], f[12], f[13], f[14]];
@@ -51,9 +55,7 @@ export async function allProcessCpu(): Promise<Map<number, { comm: string; cpu: 
       continue;
     }
     const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
-    const ticks = (f[11] ?? 0) + (f[12] ?? 0) + (f[13] ?? 0) + (f[14] ?? 0);
-    out.set(pid, { comm, cpu: ticks / CLOCK_TICKS_PER_SECOND });
+    out.set(pid, { comm, cpu: statCpuSeconds(stat) });
   }
   return out;
 }
@@ -93,31 +95,26 @@ export interface StartCpu {
 
 /**
  * Runs `work` and reports the CPU spent meanwhile by `kubeletPid` (when given), by
- * `containerdPid`, and by the whole machine.
+ * `containerdPid`, and by the whole machine, from a snapshot of every process before and after.
  */
 export async function cpuDuring<T>(
   pids: { kubelet?: number; containerd: number },
   work: () => Promise<T>,
 ): Promise<{ result: T; cpu: StartCpu }> {
-  const read = async () => ({
-    kubelet: pids.kubelet === undefined ? undefined : await cpuSeconds(pids.kubelet),
-    containerd: await cpuSeconds(pids.containerd),
-    machine: await machineCpuSeconds(),
-  });
+  const machineBefore = await machineCpuSeconds();
   const procsBefore = await allProcessCpu();
-  const before = await read();
   const result = await work();
-  const after = await read();
   const procsAfter = await allProcessCpu();
-  const total = after.machine.total - before.machine.total;
+  const machineAfter = await machineCpuSeconds();
+  const used = (pid: number) =>
+    (procsAfter.get(pid)?.cpu ?? NaN) - (procsBefore.get(pid)?.cpu ?? NaN);
+  const total = machineAfter.total - machineBefore.total;
   return {
     result,
     cpu: {
-      kubelet: after.kubelet === undefined || before.kubelet === undefined
-        ? undefined
-        : after.kubelet - before.kubelet,
-      containerd: after.containerd - before.containerd,
-      machineBusy: total > 0 ? (after.machine.busy - before.machine.busy) / total : NaN,
+      kubelet: pids.kubelet === undefined ? undefined : used(pids.kubelet),
+      containerd: used(pids.containerd),
+      machineBusy: total > 0 ? (machineAfter.busy - machineBefore.busy) / total : NaN,
       byName: cpuByName(
         procsBefore,
         procsAfter,
