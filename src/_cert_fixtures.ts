@@ -2,8 +2,8 @@
  * @module
  * Test fixtures for the certificate modules: a throw-away CA and certificates it signs for a
  * given request, made with the `openssl` CLI in a temporary directory (node:crypto cannot sign
- * certificates). Private to the `*_test.ts` files of cert_csr, certificate_store and
- * certificate_manager.
+ * certificates), and a serving certificate for 127.0.0.1. Private to the `*_test.ts` files of
+ * cert_csr, certificate_store, certificate_manager and kube_client.
  */
 
 import { join } from "node:path";
@@ -61,4 +61,14 @@ export async function testCA(): Promise<TestCA> {
     },
     remove: () => Deno.remove(dir, { recursive: true }),
   };
+}
+
+/** A serving certificate of 127.0.0.1 (EC P-256) that `ca` signed, with its key. */
+export async function testServerCert(ca: TestCA): Promise<{ certPem: string; keyPem: string }> {
+  const key = join(ca.dir, "server.key");
+  const csr = await openssl([
+    ...["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"],
+    ...["-keyout", key, "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+  ]);
+  return { certPem: await ca.sign(csr), keyPem: await Deno.readTextFile(key) };
 }
