@@ -177,6 +177,11 @@ export class PodSyncer implements SyncHandler {
   readonly workers: PodWorkers<PodStatus>;
   /** UIDs of runtime pods with no API object, being killed as orphans. */
   readonly #orphans = new Set<string>();
+  /**
+   * The kept sets of the housekeeping under way: it runs beside the sync loop, so a pod
+   * dispatched meanwhile joins them before the cleanup of directories and cgroups reaches it.
+   */
+  readonly #housekeepingKeeps = new Set<Set<string>>();
   /** Status set by whoever killed the pod (eviction), applied to every status generated. */
   readonly #statusOverrides = new Map<string, PodStatusOverride>();
   /** Termination messages by pod UID and container id, read once per exited container. */
@@ -314,15 +319,34 @@ export class PodSyncer implements SyncHandler {
     return out;
   }
 
-  /** Upstream HandlePodCleanups: orphaned workers, statuses, runtime pods and mirror pods. */
+  /**
+   * Upstream HandlePodCleanups: orphaned workers, statuses, runtime pods and mirror pods. The
+   * sync loop does not wait for it; pods dispatched meanwhile are kept.
+   */
   async handlePodCleanups(signal: AbortSignal): Promise<void> {
-    const { podManager, statusManager, podCache, logger, clock } = this.#o;
-    const { pods: allPods, orphanedMirrorPodFullnames } = podManager.getPodsAndMirrorPods();
+    const { pods: allPods, orphanedMirrorPodFullnames } = this.#o.podManager
+      .getPodsAndMirrorPods();
     const working = this.workers.syncKnownPods(allPods);
 
     const keep = new Set<string>();
     for (const pod of allPods) keep.add(uidOf(pod));
     for (const [uid] of working) keep.add(uid);
+    this.#housekeepingKeeps.add(keep);
+    try {
+      await this.#cleanup(signal, allPods, orphanedMirrorPodFullnames, working, keep);
+    } finally {
+      this.#housekeepingKeeps.clear();
+    }
+  }
+
+  async #cleanup(
+    signal: AbortSignal,
+    allPods: readonly V1Pod[],
+    orphanedMirrorPodFullnames: readonly string[],
+    working: ReadonlyMap<string, unknown>,
+    keep: ReadonlySet<string>,
+  ): Promise<void> {
+    const { podManager, statusManager, podCache, logger, clock } = this.#o;
     statusManager.removeOrphanedStatuses(keep);
     this.#o.startupTracker?.retain(keep);
     this.#o.prober?.cleanupPods(keep);
@@ -357,6 +381,7 @@ export class PodSyncer implements SyncHandler {
       // Runtime pods count while something of them runs (upstream's runningPods): exited
       // containers and stopped sandboxes wait for the garbage collector, not in pod dirs.
       const keepDirs = new Set(keep);
+      this.#housekeepingKeeps.add(keepDirs);
       for (const uid of this.#o.runtimePodIds()) {
         if (hasRunning(podCache.get(uid).status)) keepDirs.add(uid);
       }
@@ -393,10 +418,12 @@ export class PodSyncer implements SyncHandler {
       }
     }
 
-    // Desired pods without a worker (a UID reused after termination): start them again.
+    // Desired pods without a worker (a UID reused after termination): start them again, unless
+    // removed while the cleanups above ran.
     for (const pod of allPods) {
       const uid = uidOf(pod);
       if (working.has(uid) || this.#isAdmittedPodTerminal(pod)) continue;
+      if (podManager.getPodByUID(uid) === undefined) continue;
       if (this.workers.podWorkerState(uid) !== undefined) continue;
       const { mirrorPod } = podManager.getPodAndMirrorPod(pod);
       logger.v(3).info("Pod will be restarted because it is in the desired set", {
@@ -674,6 +701,7 @@ export class PodSyncer implements SyncHandler {
   }
 
   #dispatch(pod: V1Pod, updateType: SyncPodType, mirrorPod: V1Pod | undefined, start: number) {
+    for (const keep of this.#housekeepingKeeps) keep.add(uidOf(pod));
     this.workers.updatePod({ updateType, pod, mirrorPod, startTime: start });
   }
 

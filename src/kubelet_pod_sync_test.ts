@@ -771,6 +771,36 @@ Deno.test("PodSyncer creates the pod cgroup before the sandbox, whose parent it 
   await h.until("a housekeeping", () => kept.some((k) => k.includes(p.metadata!.uid!)));
 });
 
+Deno.test("PodSyncer keeps the cgroup of a pod added while a housekeeping removes orphans", async () => {
+  const keeps: ReadonlySet<string>[] = [];
+  const ensured: string[] = [];
+  let open!: () => void;
+  const gate = new Promise<void>((r) => (open = r));
+  const podCgroups: PodCgroups = {
+    cgroupParent: (p) => `/kubepods/besteffort/pod${p.metadata?.uid}`,
+    ensureExists: (p) => {
+      ensured.push(p.metadata?.name ?? "");
+      return Promise.resolve();
+    },
+    cleanupOrphans: (keep) => {
+      keeps.push(keep);
+      // The first cleanup is still on its way to the cgroups when the pod comes.
+      return keeps.length === 1 ? gate : Promise.resolve();
+    },
+  };
+  await using h = await harness({ podCgroups });
+  const late = pod("late");
+  try {
+    await h.until("a housekeeping", () => keeps.length === 1);
+    h.add(late);
+    await h.until("the pod's cgroup", () => ensured.includes("late"));
+    assert.ok(keeps[0]!.has(late.metadata!.uid!), "the running cleanup keeps the new pod");
+  } finally {
+    open();
+  }
+  await h.until("Running", () => h.status("late")?.phase === "Running", 60_000);
+});
+
 /** Real-time wait, for what gRPC round trips deliver while fake time stands still. */
 async function realUntil(what: string, cond: () => boolean): Promise<void> {
   const end = Date.now() + 5_000;

@@ -6,7 +6,11 @@
  * housekeeping tick (every two seconds, cleanups once every source has been seen). While the
  * runtime reports errors it waits, backing off from 100 ms to 5 s. It records when it last
  * entered an iteration, for /healthz. Nothing here blocks on a pod: the handler dispatches to
- * per-pod workers. Corresponds to upstream `pkg/kubelet/kubelet.go` (syncLoop,
+ * per-pod workers. Unlike upstream's, the loop does not wait for housekeeping: the pods and
+ * cgroups of deleted pods take a second or more to remove while containerd starts a burst (each
+ * cgroup rmdir waits for the kernel's cgroup_mutex), and new pods would wait that long to be
+ * admitted. One housekeeping runs at a time (a tick while one runs is skipped), and one that
+ * runs longer than the health threshold makes the loop unhealthy, as a blocked loop would. Corresponds to upstream `pkg/kubelet/kubelet.go` (syncLoop,
  * syncLoopIteration, SyncLoopHealthCheck).
  */
 
@@ -76,6 +80,8 @@ export class SyncLoop {
   #plegNext: Promise<Wake> | undefined;
   /** When the loop last entered an iteration; 0 before the first. */
   #loopTime = 0;
+  /** The housekeeping under way, and when it began. */
+  #housekeepingRun: { readonly done: Promise<void>; readonly at: number } | undefined;
   #iterations = 0;
 
   constructor(opts: SyncLoopOptions) {
@@ -104,9 +110,13 @@ export class SyncLoop {
 
   /** Undefined while healthy, else why not (upstream SyncLoopHealthCheck). */
   healthCheck(): string | undefined {
-    if (this.#loopTime === 0) return undefined;
-    if (this.#opts.clock.now() > this.#loopTime + this.#healthMs) {
+    const now = this.#opts.clock.now();
+    const run = this.#housekeepingRun;
+    if (this.#loopTime !== 0 && now > this.#loopTime + this.#healthMs) {
       return "sync Loop took longer than expected";
+    }
+    if (run !== undefined && now > run.at + this.#healthMs) {
+      return "sync Loop housekeeping took longer than expected";
     }
     return undefined;
   }
@@ -150,7 +160,7 @@ export class SyncLoop {
         }
         if (now >= nextHousekeeping) {
           nextHousekeeping = now + this.#housekeepingMs;
-          await this.#housekeeping(signal);
+          this.#startHousekeeping(signal);
         }
       } catch (e) {
         // A handler bug must not stop the loop that every pod depends on.
@@ -158,6 +168,17 @@ export class SyncLoop {
       }
     }
     this.#loopTime = 0;
+    await this.#housekeepingRun?.done;
+  }
+
+  /** Starts a housekeeping beside the loop, unless one still runs. */
+  #startHousekeeping(signal: AbortSignal): void {
+    if (this.#housekeepingRun !== undefined) {
+      this.#opts.logger.v(4).info("SyncLoop (housekeeping, skipped): the last one still runs");
+      return;
+    }
+    const done = this.#housekeeping(signal).finally(() => (this.#housekeepingRun = undefined));
+    this.#housekeepingRun = { done, at: this.#opts.clock.now() };
   }
 
   #drainConfig(): void {

@@ -207,19 +207,36 @@ Deno.test("SyncLoop backs off from 100 ms to 5 s while the runtime reports error
   await t.stop();
 });
 
-Deno.test("SyncLoop healthCheck fails when an iteration takes longer than 5 minutes", async () => {
+Deno.test("SyncLoop admits pods while a housekeeping runs, starts no second one, and is unhealthy after 5 minutes of it", async () => {
   const t = setup();
   await settle();
   assert.equal(t.loop.healthCheck(), undefined);
   let release!: () => void;
-  t.handler.handlePodCleanups = () => new Promise<void>((r) => (release = r));
+  let cleanups = 0;
+  t.handler.handlePodCleanups = () => {
+    cleanups++;
+    return new Promise<void>((r) => (release = r));
+  };
   t.clock.step(2_000);
   await settle();
-  t.clock.step(5 * 60_000 + 1);
-  assert.equal(t.loop.healthCheck(), "sync Loop took longer than expected");
+  assert.equal(cleanups, 1);
+  // Upstream's loop would wait here: ours hands the new pod on at once.
+  t.loop.push({ op: "ADD", pods: [pod("a")], source: "api" });
+  await settle();
+  assert.deepEqual(t.handler.calls, ["add:a"]);
+  t.clock.step(2_000);
+  await settle();
+  assert.equal(cleanups, 1, "no second housekeeping while the first runs");
+  assert.equal(t.loop.healthCheck(), undefined);
+  t.clock.step(5 * 60_000);
+  assert.equal(t.loop.healthCheck(), "sync Loop housekeeping took longer than expected");
   release();
   await settle();
   assert.equal(t.loop.healthCheck(), undefined);
+  t.clock.step(2_000);
+  await settle();
+  assert.equal(cleanups, 2, "the next tick starts a housekeeping again");
+  release();
   await t.stop();
 });
 
