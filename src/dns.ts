@@ -35,7 +35,7 @@ export interface DnsConfigurerOptions {
   readonly clusterDomain: string;
   /** Host resolver file (config resolvConf); "" means none. @default "/etc/resolv.conf" */
   readonly resolvConf: string;
-  /** Reads the resolver file. @default Deno.readTextFile */
+  /** Reads the resolver file. @default a synchronous read that refuses all but a regular file */
   readonly readFile?: (path: string, signal?: AbortSignal) => Promise<string>;
   /** Receives DNSConfigForming, MissingClusterDNS and CheckLimitsForResolvConf events. */
   readonly recorder?: EventRecorder;
@@ -162,7 +162,7 @@ export class DnsConfigurer {
     this.#clusterDNS = [...opts.clusterDNS];
     this.#clusterDomain = opts.clusterDomain;
     this.#resolvConf = opts.resolvConf;
-    this.#readFile = opts.readFile ?? ((path, signal) => Deno.readTextFile(path, { signal }));
+    this.#readFile = opts.readFile ?? readRegularFileSync;
     this.#recorder = opts.recorder;
     this.#logger = opts.logger ?? createLogger();
     this.#nodeRef = opts.nodeRef;
@@ -375,5 +375,21 @@ export class DnsConfigurer {
 
   #nodeEvent(reason: string, message: string): void {
     if (this.#nodeRef) this.#recorder?.event(this.#nodeRef, "Warning", reason, message);
+  }
+}
+
+/**
+ * Reads a regular file synchronously: resolv.conf is read for every pod sandbox, a small local
+ * file read in microseconds where an asynchronous read costs a thread-pool round trip. Anything
+ * else (a FIFO would block the kubelet's thread) is refused.
+ */
+function readRegularFileSync(path: string): Promise<string> {
+  try {
+    if (!Deno.statSync(path).isFile) {
+      return Promise.reject(new Error(`${path} is not a regular file`));
+    }
+    return Promise.resolve(Deno.readTextFileSync(path));
+  } catch (e) {
+    return Promise.reject(e);
   }
 }

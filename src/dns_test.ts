@@ -341,3 +341,27 @@ Deno.test("DnsConfigurer.checkLimitsForResolvConf reports an unreadable file on 
   assert.equal(rec.events[0]?.reason, "CheckLimitsForResolvConf");
   assert.match(rec.events[0]?.message ?? "", /^open \/nope: /);
 });
+
+Deno.test("DnsConfigurer reads a regular resolv.conf and refuses a FIFO instead of blocking on it", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "dns-test-" });
+  try {
+    const file = `${dir}/resolv.conf`;
+    await Deno.writeTextFile(file, "nameserver 10.0.0.9\nsearch example.org\n");
+    const { dns } = configurer({ resolvConf: file, readFile: undefined });
+    const conf = await dns.getPodDNS(pod({ dnsPolicy: "Default" }));
+    assert.deepEqual(conf.servers, ["10.0.0.9"]);
+    assert.deepEqual(conf.searches, ["example.org"]);
+
+    const fifo = `${dir}/fifo`;
+    const made = await new Deno.Command("mkfifo", { args: [fifo] }).output();
+    assert.ok(made.success, "mkfifo");
+    const { dns: onFifo } = configurer({ resolvConf: fifo, readFile: undefined });
+    await assert.rejects(() => onFifo.getPodDNS(pod({ dnsPolicy: "Default" })), (err: unknown) => {
+      assert.ok(err instanceof ResolvConfError);
+      assert.equal(err.message, `open ${fifo}: ${fifo} is not a regular file`);
+      return true;
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

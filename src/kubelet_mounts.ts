@@ -382,8 +382,8 @@ export class KubeletMounts {
     const podDir = join(this.#podsDirectory, pod.metadata?.uid ?? "");
     const file = etcHostsPath(this.#podsDirectory, pod.metadata?.uid ?? "");
     try {
-      await Deno.mkdir(podDir, { recursive: true, mode: 0o750 });
-      await writeIfChanged(file, content);
+      Deno.mkdirSync(podDir, { recursive: true, mode: 0o750 });
+      writeIfChanged(file, content);
     } catch (e) {
       throw new MountsError((e as Error).message, { cause: e });
     }
@@ -398,18 +398,19 @@ export class KubeletMounts {
 
 /**
  * Writes `content` in place (running containers bind-mount this inode, so no rename) when the
- * file differs, and keeps it 0644.
+ * file differs, and keeps it 0644. Synchronous: a small file in the pod's directory, written
+ * in a few microseconds, where each asynchronous call costs a thread-pool round trip.
  */
-async function writeIfChanged(file: string, content: string): Promise<void> {
+function writeIfChanged(file: string, content: string): void {
   let current: string | undefined;
   try {
-    current = await Deno.readTextFile(file);
+    current = Deno.readTextFileSync(file);
   } catch (e) {
     if (!(e instanceof Deno.errors.NotFound)) throw e;
   }
-  if (current !== content) await Deno.writeTextFile(file, content, { mode: HOSTS_FILE_MODE });
-  const mode = (await Deno.stat(file)).mode ?? 0;
-  if ((mode & 0o7777) !== HOSTS_FILE_MODE) await Deno.chmod(file, HOSTS_FILE_MODE);
+  if (current !== content) Deno.writeTextFileSync(file, content, { mode: HOSTS_FILE_MODE });
+  const mode = Deno.statSync(file).mode ?? 0;
+  if ((mode & 0o7777) !== HOSTS_FILE_MODE) Deno.chmodSync(file, HOSTS_FILE_MODE);
 }
 
 /** `spec.containers[i]` (or initContainers, ephemeralContainers), as API validation names it. */

@@ -539,7 +539,7 @@ export class PodSyncer implements SyncHandler {
     // Ensure the pod is being probed (upstream probeManager.AddPod).
     this.#o.prober?.addPod(pod);
 
-    await this.#makePodDataDirs(uid);
+    this.#makePodDataDirs(uid);
     // Volumes are not mounted for a pod being terminated (upstream IsPodTerminationRequested).
     if (this.#o.volumes && !this.workers.isPodTerminationRequested(uid)) {
       try {
@@ -791,10 +791,10 @@ export class PodSyncer implements SyncHandler {
   }
 
   /** Upstream makePodDataDirs: pods/<uid>, its volumes and plugins directories. */
-  async #makePodDataDirs(uid: string): Promise<void> {
+  #makePodDataDirs(uid: string): void {
     const dir = join(this.#o.podsDirectory, uid);
     for (const d of [dir, join(dir, "volumes"), join(dir, "plugins")]) {
-      await Deno.mkdir(d, { recursive: true, mode: 0o750 });
+      Deno.mkdirSync(d, { recursive: true, mode: 0o750 });
     }
   }
 

@@ -311,7 +311,7 @@ export async function generateContainerConfig(
     container.name,
   );
   try {
-    await Deno.mkdir(logDir, { recursive: true, mode: 0o755 });
+    Deno.mkdirSync(logDir, { recursive: true, mode: 0o755 });
   } catch (e) {
     throw new CreateContainerConfigError(
       `create container log directory for container ${container.name} failed: ${errorText(e)}`,
@@ -329,7 +329,7 @@ export async function generateContainerConfig(
     // Volume mounts and /etc/hosts first, then the termination log, as upstream appends it.
     mounts: [
       ...volumeMounts,
-      ...await makeMounts(deps, pod, container),
+      ...makeMounts(deps, pod, container),
     ],
     labels: newContainerLabels(container, pod),
     annotations: newContainerAnnotations(container, pod, restartCount),
@@ -449,19 +449,19 @@ async function makeKubeletMounts(
  * `<podsDirectory>/<uid>/containers/<name>/`, named at random per container instance.
  * Failing to create it is logged and the container runs without it, as upstream.
  */
-async function makeMounts(
+function makeMounts(
   deps: ContainerDeps,
   pod: V1Pod,
   container: V1Container,
-): Promise<api.Mount[]> {
+): api.Mount[] {
   const path = container.terminationMessagePath;
   if (!path) return [];
   const dir = `${deps.podsDirectory}/${pod.metadata?.uid ?? ""}/containers/${container.name}`;
   const file = `${dir}/${randomUid()}`;
   try {
-    await Deno.mkdir(dir, { recursive: true, mode: 0o750 });
-    await Deno.writeFile(file, new Uint8Array(), { createNew: true });
-    await Deno.chmod(file, 0o666);
+    Deno.mkdirSync(dir, { recursive: true, mode: 0o750 });
+    Deno.writeFileSync(file, new Uint8Array(), { createNew: true });
+    Deno.chmodSync(file, 0o666);
   } catch (e) {
     deps.logger.error(e, "Error on creating termination-log file", { path: file });
     return [];
@@ -476,10 +476,10 @@ function randomUid(): string {
 }
 
 /** upstream calcRestartCountByLogDir: one more than the highest `<n>.log` already there. */
-export async function calcRestartCountByLogDir(path: string): Promise<number> {
+export function calcRestartCountByLogDir(path: string): number {
   let restartCount = 0;
   try {
-    for await (const entry of Deno.readDir(path)) {
+    for (const entry of Deno.readDirSync(path)) {
       if (entry.isDirectory) continue;
       const m = /^(\d+)\.log(\..*)?/.exec(entry.name);
       if (!m) continue;
@@ -550,20 +550,23 @@ export async function startContainer(
   try {
     const previous = findContainerStatus(toKubeContainerStatuses(req.podStatus), container.name);
     const meta = pod.metadata ?? {};
-    const restartCount = previous ? previous.restartCount + 1 : await calcRestartCountByLogDir(
-      buildContainerLogsDirectory(
+    let restartCount = previous ? previous.restartCount + 1 : 0;
+    if (!previous) {
+      const logDir = buildContainerLogsDirectory(
         deps.podLogsDirectory,
         meta.namespace ?? "",
         meta.name ?? "",
         meta.uid ?? "",
         container.name,
-      ),
-    ).catch((e) => {
-      deps.logger.info("Cannot calculate restartCount from the log directory", {
-        err: errorText(e),
-      });
-      return 0;
-    });
+      );
+      try {
+        restartCount = calcRestartCountByLogDir(logDir);
+      } catch (e) {
+        deps.logger.info("Cannot calculate restartCount from the log directory", {
+          err: errorText(e),
+        });
+      }
+    }
     config = await generateContainerConfig(
       deps,
       {
@@ -678,7 +681,7 @@ async function linkLegacyLog(
   if (name.length > EXT4_MAX_FILE_NAME_LEN - 4) name = name.slice(0, EXT4_MAX_FILE_NAME_LEN - 4);
   const link = `${deps.legacyContainerLogsDirectory ?? "/var/log/containers"}/${name}.log`;
   try {
-    await Deno.lstat(target);
+    Deno.lstatSync(target);
   } catch (e) {
     if (e instanceof Deno.errors.NotFound) return;
   }

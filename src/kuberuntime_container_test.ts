@@ -730,11 +730,11 @@ Deno.test("killContainersWithSyncResult stops sidecars last, the last sidecar fi
 Deno.test("calcRestartCountByLogDir continues after the highest log", async () => {
   const dir = await Deno.makeTempDir();
   try {
-    assert.equal(await calcRestartCountByLogDir(join(dir, "absent")), 0);
+    assert.equal(calcRestartCountByLogDir(join(dir, "absent")), 0);
     for (const f of ["0.log", "3.log.20260101-000000", "2.log", "notes.txt"]) {
       await Deno.writeTextFile(join(dir, f), "");
     }
-    assert.equal(await calcRestartCountByLogDir(dir), 4);
+    assert.equal(calcRestartCountByLogDir(dir), 4);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

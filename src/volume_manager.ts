@@ -146,9 +146,9 @@ export class VolumeManager {
   }
 
   /** Whether the pod may still have volumes: in the actual state, or anything on disk. */
-  async podVolumesExist(podUid: string): Promise<boolean> {
+  podVolumesExist(podUid: string): boolean {
     if ((this.#pods.get(podUid)?.volumes.size ?? 0) > 0) return true;
-    const disk = await this.#scanDisk(podUid);
+    const disk = this.#scanDisk(podUid);
     return disk.volumes.length > 0 || disk.other.length > 0;
   }
 
@@ -289,7 +289,7 @@ export class VolumeManager {
     desired: ReadonlySet<string>,
   ): Promise<void> {
     const { logger } = this.#o;
-    for (const target of await this.#teardownTargets(uid)) {
+    for (const target of this.#teardownTargets(uid)) {
       if (desired.has(target.volumeName)) continue;
       signal.throwIfAborted();
       try {
@@ -308,7 +308,7 @@ export class VolumeManager {
   async #unmountAll(signal: AbortSignal, uid: string): Promise<void> {
     signal.throwIfAborted();
     const errors: Error[] = [];
-    for (const target of await this.#teardownTargets(uid)) {
+    for (const target of this.#teardownTargets(uid)) {
       signal.throwIfAborted();
       try {
         await this.#tearDown(signal, uid, target);
@@ -329,7 +329,7 @@ export class VolumeManager {
   }
 
   /** Every volume of the pod to tear down: the actual state's, then those only on disk. */
-  async #teardownTargets(uid: string): Promise<DiskVolume[]> {
+  #teardownTargets(uid: string): DiskVolume[] {
     const out: DiskVolume[] = [];
     const seen = new Set<string>();
     for (const [volumeName, v] of this.#pods.get(uid)?.volumes ?? []) {
@@ -337,7 +337,7 @@ export class VolumeManager {
       out.push({ pluginName: v.pluginName, volumeName, dir });
       seen.add(dir);
     }
-    for (const v of (await this.#scanDisk(uid)).volumes) if (!seen.has(v.dir)) out.push(v);
+    for (const v of this.#scanDisk(uid).volumes) if (!seen.has(v.dir)) out.push(v);
     return out;
   }
 
@@ -389,7 +389,7 @@ export class VolumeManager {
       teardownError = asError(e);
     }
     // If volumes are not torn down, removing the directory could lose data.
-    if (await this.podVolumesExist(uid)) {
+    if (this.podVolumesExist(uid)) {
       this.#o.logger.v(3).info("Orphaned pod found, but volumes are not cleaned up", {
         podUID: uid,
       });
@@ -445,25 +445,28 @@ export class VolumeManager {
   /**
    * The pod's volume dirs on disk, `volumes/<escaped plugin>/<name>`; only real directories
    * count, and nothing is followed through a symlink. Anything else found is in `other`.
+   * Synchronous: every sync of a pod scans its directory, local and small (listing the
+   * directories volumes are mounted on does not enter them), where each asynchronous call
+   * costs a thread-pool round trip.
    */
-  async #scanDisk(uid: string): Promise<DiskScan> {
+  #scanDisk(uid: string): DiskScan {
     const scan: DiskScan = { volumes: [], other: [] };
     const volumesDir = podVolumesDir(this.#o.podsDirectory, uid);
-    const podDir = await lstatOrUndefined(join(this.#o.podsDirectory, uid));
+    const podDir = lstatSyncOrUndefined(join(this.#o.podsDirectory, uid));
     if (!podDir?.isDirectory) return scan;
-    const info = await lstatOrUndefined(volumesDir);
+    const info = lstatSyncOrUndefined(volumesDir);
     if (!info) return scan;
     if (!info.isDirectory) {
       scan.other.push(volumesDir);
       return scan;
     }
-    for await (const p of Deno.readDir(volumesDir)) {
+    for (const p of Deno.readDirSync(volumesDir)) {
       const pluginDir = join(volumesDir, p.name);
       if (!p.isDirectory) {
         scan.other.push(pluginDir);
         continue;
       }
-      for await (const v of Deno.readDir(pluginDir)) {
+      for (const v of Deno.readDirSync(pluginDir)) {
         const dir = join(pluginDir, v.name);
         if (v.isDirectory) {
           scan.volumes.push({ pluginName: unescapePluginName(p.name), volumeName: v.name, dir });
@@ -536,6 +539,15 @@ function aggregateMessage(errors: readonly Error[]): string {
 
 function asError(e: unknown): Error {
   return e instanceof Error ? e : new Error(String(e));
+}
+
+function lstatSyncOrUndefined(path: string): Deno.FileInfo | undefined {
+  try {
+    return Deno.lstatSync(path);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return undefined;
+    throw e;
+  }
 }
 
 async function lstatOrUndefined(path: string): Promise<Deno.FileInfo | undefined> {
