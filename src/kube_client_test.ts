@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { concat } from "./_asn1.ts";
 import { testCA, testServerCert } from "./_cert_fixtures.ts";
 import { FakeClock } from "./clock.ts";
 import { BODY_PIECE_BYTES, KubeClient, requestBody } from "./kube_client.ts";
@@ -22,16 +23,6 @@ Deno.test("requestBody cuts a longer body into pieces the h2 crate copies", asyn
   for (const p of pieces) assert.ok(p.length <= BODY_PIECE_BYTES && p.length < 1024, `${p.length}`);
   assert.equal(new TextDecoder().decode(concat(pieces)), text);
 });
-
-function concat(parts: readonly Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
-}
 
 /** One HTTP/2 frame as the fake server read it. */
 interface Frame {

@@ -10,8 +10,9 @@
  * cgroups of deleted pods take a second or more to remove while containerd starts a burst (each
  * cgroup rmdir waits for the kernel's cgroup_mutex), and new pods would wait that long to be
  * admitted. One housekeeping runs at a time (a tick while one runs is skipped), and one that
- * runs longer than the health threshold makes the loop unhealthy, as a blocked loop would. Corresponds to upstream `pkg/kubelet/kubelet.go` (syncLoop,
- * syncLoopIteration, SyncLoopHealthCheck).
+ * runs longer than the health threshold makes the loop unhealthy, as a blocked loop would.
+ * Corresponds to upstream `pkg/kubelet/kubelet.go` (syncLoop, syncLoopIteration,
+ * SyncLoopHealthCheck).
  */
 
 import type { V1Pod } from "@kubernetes/client-node";

@@ -493,6 +493,18 @@ export function calcRestartCountByLogDir(path: string): number {
   return restartCount;
 }
 
+/** {@link calcRestartCountByLogDir}, 0 (logged) when the directory cannot be read. */
+function restartCountFromLogs(deps: ContainerDeps, logDir: string): number {
+  try {
+    return calcRestartCountByLogDir(logDir);
+  } catch (e) {
+    deps.logger.info("Cannot calculate restartCount from the log directory", {
+      err: errorText(e),
+    });
+    return 0;
+  }
+}
+
 /** What {@link startContainer} starts. */
 export interface StartContainerRequest {
   readonly sandboxId: string;
@@ -550,23 +562,16 @@ export async function startContainer(
   try {
     const previous = findContainerStatus(toKubeContainerStatuses(req.podStatus), container.name);
     const meta = pod.metadata ?? {};
-    let restartCount = previous ? previous.restartCount + 1 : 0;
-    if (!previous) {
-      const logDir = buildContainerLogsDirectory(
+    const restartCount = previous ? previous.restartCount + 1 : restartCountFromLogs(
+      deps,
+      buildContainerLogsDirectory(
         deps.podLogsDirectory,
         meta.namespace ?? "",
         meta.name ?? "",
         meta.uid ?? "",
         container.name,
-      );
-      try {
-        restartCount = calcRestartCountByLogDir(logDir);
-      } catch (e) {
-        deps.logger.info("Cannot calculate restartCount from the log directory", {
-          err: errorText(e),
-        });
-      }
-    }
+      ),
+    );
     config = await generateContainerConfig(
       deps,
       {
