@@ -4,7 +4,8 @@
  * built in a temporary directory (mountinfo, hierarchy roots, /sys/kernel/mm/hugepages), and a
  * {@link CgroupFs} over it that behaves like the kernel's cgroupfs where the managers depend on
  * it: mkdir fills a new cgroup with its controllers' files (v2: the parent's subtree_control
- * decides which), writes never create files, cpu.shares is clamped, a memory limit below usage
+ * decides which; v1: cgroup.clone_children is inherited, and a cpuset child of a parent with it
+ * set starts with the parent's cpus and mems), writes never create files, cpu.shares is clamped, a memory limit below usage
  * is EBUSY, subtree_control refuses controllers the cgroup lacks, and rmdir of a cgroup with
  * children or processes is EBUSY. Every write is logged in order. Not used in production.
  */
@@ -113,14 +114,23 @@ export class FixtureCgroupFs implements CgroupFs {
         if (this.#rsvd) files.set(`hugetlb.${s}.rsvd.max`, "max\n");
       }
     } else {
+      // The flag passes to new children; a cpuset child of a flagged parent starts with the
+      // parent's cpus and mems (the kernel's cpuset_css_online).
+      const clone = !isRoot &&
+        (await this.readFile(`${posix.dirname(dir)}/cgroup.clone_children`)).trim() === "1";
+      files.set("cgroup.clone_children", clone ? "1\n" : "0\n");
       for (const c of m.controllers) {
         if (c === "cpu") {
           files.set("cpu.shares", "1024\n");
           files.set("cpu.cfs_period_us", "100000\n");
           files.set("cpu.cfs_quota_us", "-1\n");
         } else if (c === "cpuset") {
-          files.set("cpuset.cpus", isRoot ? `${cpus}\n` : "\n");
-          files.set("cpuset.mems", isRoot ? "0\n" : "\n");
+          const parent = (f: string) => this.readFile(`${posix.dirname(dir)}/${f}`);
+          files.set(
+            "cpuset.cpus",
+            isRoot ? `${cpus}\n` : clone ? await parent("cpuset.cpus") : "\n",
+          );
+          files.set("cpuset.mems", isRoot ? "0\n" : clone ? await parent("cpuset.mems") : "\n");
         } else if (c === "memory") {
           files.set("memory.limit_in_bytes", `${V1_UNLIMITED}\n`);
           files.set("memory.usage_in_bytes", "0\n");

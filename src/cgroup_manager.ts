@@ -225,6 +225,30 @@ export class CgroupManager {
     await this.#set(parts, await this.#resources(rc));
   }
 
+  /**
+   * cgroup v1: sets cgroup.clone_children on the cgroup's cpuset directory, so that cpuset
+   * cgroups made below it (pods, and the runtime's containers below those) start with its cpus
+   * and mems. The flag passes down to every cgroup made after it. Without it a new cpuset cgroup
+   * is empty and its maker writes cpuset.cpus and cpuset.mems, which on a small VM takes 1.5-4 ms
+   * under the kernel's cpuset lock per cgroup, three per pod (the pod's, the sandbox's and each
+   * container's). The values are the same either way. Not in upstream, which leaves the flag at
+   * 0. A no-op on cgroup v2 or without a v1 cpuset hierarchy.
+   */
+  async inheritCpusets(parts: readonly string[]): Promise<void> {
+    const mount = this.layout.mode === "v2" ? undefined : this.layout.v1.get("cpuset");
+    if (mount === undefined) return;
+    const file = posix.join(mount, this.name(parts), "cgroup.clone_children");
+    try {
+      if ((await this.#fs.readFile(file)).trim() === "1") return;
+      await this.#fs.writeFile(file, "1");
+    } catch (e) {
+      throw new CgroupManagerError(
+        `Cannot set ${file} of cgroup ${formatCgroupName(parts)}: ${(e as Error).message}`,
+        { cause: e },
+      );
+    }
+  }
+
   /** Lowers cpu shares to the minimum, for pods being torn down (upstream `ReduceCPULimits`). */
   reduceCPULimits(parts: readonly string[]): Promise<void> {
     return this.update(parts, { cpuShares: 2n });

@@ -492,3 +492,28 @@ Deno.test("CgroupManager creates, updates and destroys a real cgroup", async () 
     assert.equal(await Deno.stat(posix.join(mount, top)).then(() => true, () => false), false);
   }
 });
+
+Deno.test("CgroupManager inheritCpusets makes a real v1 cpuset child start with its parent's cpus and mems", async () => {
+  if (!canUseRealCgroups("creating cgroups")) return;
+  const layout = await detectCgroupLayout();
+  const { logger } = captureLogger();
+  const clock = new FakeClock();
+  const cm = new CgroupManager({ layout, logger, clock });
+  const top = `kubelet-ts-test-${crypto.randomUUID().slice(0, 8)}`;
+  try {
+    await cm.create([top]);
+    await cm.inheritCpusets([top]);
+    const mount = layout.mode === "v2" ? undefined : layout.v1.get("cpuset");
+    if (mount === undefined) return; // nothing to inherit: a no-op, which it did not throw
+    const read = (path: string, f: string) =>
+      Deno.readTextFile(posix.join(mount, path, f)).then((t) => t.trim());
+    assert.equal(await read(top, "cgroup.clone_children"), "1");
+    // The kernel fills a child at mkdir, and its own children too: nothing left to copy.
+    await Deno.mkdir(posix.join(mount, top, "c", "g"), { recursive: true });
+    assert.equal(await read(`${top}/c/g`, "cpuset.cpus"), await read(top, "cpuset.cpus"));
+    assert.equal(await read(`${top}/c/g`, "cpuset.mems"), await read(top, "cpuset.mems"));
+    assert.notEqual(await read(`${top}/c/g`, "cpuset.cpus"), "");
+  } finally {
+    await drive(clock, cm.destroy([top]));
+  }
+});

@@ -83,7 +83,7 @@ export function parseQOSReserved(m: Readonly<Record<string, string>>): Map<strin
 export interface QOSContainerManagerOptions {
   cgroupManager: Pick<
     CgroupManager,
-    "validate" | "exists" | "create" | "update" | "memoryUsage" | "hugePageSizes"
+    "validate" | "exists" | "create" | "update" | "memoryUsage" | "hugePageSizes" | "inheritCpusets"
   >;
   /** The node allocatable cgroup, e.g. ["kubepods"]. */
   rootName: readonly string[];
@@ -142,6 +142,7 @@ export class QOSContainerManager {
         { cause: e },
       );
     }
+    await this.#inheritCpusets(root);
     const classes: [QOSClass, string[]][] = [
       ["Burstable", this.#info.burstable],
       ["BestEffort", this.#info.bestEffort],
@@ -160,6 +161,21 @@ export class QOSContainerManager {
           { cause: e },
         );
       }
+      await this.#inheritCpusets(name);
+    }
+  }
+
+  /**
+   * New pod cgroups below `name` take its cpus and mems as they are made (see
+   * {@link CgroupManager.inheritCpusets}); a failure only costs speed, so it is logged.
+   */
+  async #inheritCpusets(name: readonly string[]): Promise<void> {
+    try {
+      await this.#cm.inheritCpusets(name);
+    } catch (e) {
+      this.#log.error(e, "Failed to let new cpuset cgroups inherit their parent's cpus and mems", {
+        cgroupName: name,
+      });
     }
   }
 

@@ -102,6 +102,58 @@ Deno.test("QOSContainerManager start creates burstable and besteffort under kube
   });
 });
 
+Deno.test("QOSContainerManager start has new cpuset cgroups below kubepods inherit cpus and mems", async () => {
+  await withQos("v1", {}, async (host, qos, cm) => {
+    // burstable exists already (an earlier kubelet's), made without the flag.
+    await cm.create(["kubepods", "burstable"]);
+    assert.equal(await host.read("cpuset", "/kubepods/burstable", "cgroup.clone_children"), "0");
+    await qos.start();
+    for (const path of ["/kubepods", "/kubepods/burstable", "/kubepods/besteffort"]) {
+      assert.equal(await host.read("cpuset", path, "cgroup.clone_children"), "1", path);
+    }
+    // A pod's cgroup is made with its parent's cpus and mems: no cpuset write, and the flag
+    // passes on to what the runtime makes below it.
+    host.fs.writes.length = 0;
+    await cm.create(["kubepods", "besteffort", "pod1"], { cpuShares: 2n });
+    assert.deepEqual(host.fs.writes.filter((w) => w.includes("cpuset")), []);
+    assert.equal(await host.read("cpuset", "/kubepods/besteffort/pod1", "cpuset.cpus"), "0-1");
+    assert.equal(await host.read("cpuset", "/kubepods/besteffort/pod1", "cpuset.mems"), "0");
+    assert.equal(
+      await host.read("cpuset", "/kubepods/besteffort/pod1", "cgroup.clone_children"),
+      "1",
+    );
+    // A second start writes nothing more for the flag.
+    host.fs.writes.length = 0;
+    await qos.start();
+    assert.deepEqual(host.fs.writes.filter((w) => w.includes("clone_children")), []);
+  });
+});
+
+Deno.test("QOSContainerManager start logs a flag it cannot set and goes on", async () => {
+  await withQos("v1", {}, async (host, qos, cm, lines) => {
+    host.fs.failOnce.set("kubepods/cgroup.clone_children", "EACCES");
+    await qos.start();
+    assert.ok(
+      lines.some((l) =>
+        l.includes("Failed to let new cpuset cgroups inherit") &&
+        l.includes("kubepods/cgroup.clone_children") && l.includes("EACCES")
+      ),
+      lines.join("\n"),
+    );
+    assert.equal(await host.read("cpuset", "/kubepods", "cgroup.clone_children"), "0");
+    // Without the flag a pod's cgroup still gets its cpus and mems, by copying them.
+    await cm.create(["kubepods", "pod2"]);
+    assert.equal(await host.read("cpuset", "/kubepods/pod2", "cpuset.cpus"), "0-1");
+  });
+});
+
+Deno.test("QOSContainerManager start leaves cgroup.clone_children alone on v2", async () => {
+  await withQos("v2", {}, async (host, qos) => {
+    await qos.start();
+    assert.deepEqual(host.fs.writes.filter((w) => w.includes("clone_children")), []);
+  });
+});
+
 Deno.test("QOSContainerManager start fails when the node allocatable cgroup is missing", async () => {
   await withQos("v1", { rootName: ["nope"] }, async (_host, qos) => {
     await assert.rejects(
