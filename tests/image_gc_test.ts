@@ -23,14 +23,20 @@
 import assert from "node:assert/strict";
 import { basename, join } from "node:path";
 import type { CoreV1EventList, V1Pod } from "@kubernetes/client-node";
-import { detectCgroupLayout } from "../src/cgroup_layout.ts";
 import type { KubeClient } from "../src/kube_client.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, dumpLogsOnFailure, startControlPlane } from "./control_plane.ts";
 import { ensureControlPlaneBinaries } from "./control_plane_build.ts";
 import { type ImageSpec, importImages, PAUSE, PAUSE_IMAGE } from "./images.ts";
-import { adminClient, poll, startNodeAgent, TEST_CGROUP_PARENT, waitPod } from "./node_harness.ts";
+import {
+  adminClient,
+  poll,
+  removeCgroupTree,
+  startNodeAgent,
+  TEST_CGROUP_PARENT,
+  waitPod,
+} from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
 
 const gate = await requireRoot("image GC e2e tests", [
@@ -157,23 +163,6 @@ async function run(program: string, args: readonly string[]): Promise<string> {
     throw new Error(`'${program} ${args.join(" ")}' failed: ${dec.decode(out.stderr)}`);
   }
   return dec.decode(out.stdout);
-}
-
-/** Removes `path` (relative to each hierarchy's root) and what is under it, best effort. */
-async function removeCgroupTree(path: string): Promise<void> {
-  const layout = await detectCgroupLayout();
-  const roots = new Set([...layout.v1.values(), ...(layout.unified ? [layout.unified] : [])]);
-  const rmdirTree = async (dir: string): Promise<void> => {
-    try {
-      for await (const e of Deno.readDir(dir)) {
-        if (e.isDirectory) await rmdirTree(join(dir, e.name));
-      }
-      await Deno.remove(dir);
-    } catch {
-      // gone already, or still busy: nothing more to do here
-    }
-  };
-  for (const root of roots) await rmdirTree(join(root, path));
 }
 
 /** SIGTERM to the node's agent, which must exit 0. */

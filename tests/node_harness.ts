@@ -168,6 +168,71 @@ export async function ensureTestCgroupRoot(name: string): Promise<string> {
   return `/${TEST_CGROUP_PARENT}/${safe}`;
 }
 
+/**
+ * Removes cgroup `path` ("kubelet-ts-e2e/<name>") and everything below it in every hierarchy,
+ * deepest first; a directory still busy (processes in it) stays, with its parents.
+ */
+export async function removeCgroupTree(path: string): Promise<void> {
+  const layout = await detectCgroupLayout();
+  const roots = new Set([...layout.v1.values(), ...(layout.unified ? [layout.unified] : [])]);
+  const rmdirTree = async (dir: string): Promise<void> => {
+    try {
+      for await (const e of Deno.readDir(dir)) {
+        if (e.isDirectory) await rmdirTree(join(dir, e.name));
+      }
+      await Deno.remove(dir);
+    } catch {
+      // gone already, or still busy: nothing more to do here
+    }
+  };
+  for (const root of roots) await rmdirTree(join(root, path));
+}
+
+/** The newest modification time (ms) of `dir` and the directories below it; 0 when gone. */
+function newestMtime(dir: string): number {
+  let newest = 0;
+  try {
+    newest = Deno.statSync(dir).mtime?.getTime() ?? 0;
+    for (const e of Deno.readDirSync(dir)) {
+      if (e.isDirectory) newest = Math.max(newest, newestMtime(join(dir, e.name)));
+    }
+  } catch {
+    // gone meanwhile
+  }
+  return newest;
+}
+
+/**
+ * Removes the cgroup roots that earlier runs' agents left below {@link TEST_CGROUP_PARENT}
+ * (a suite's pods outlive its agent, and their cgroups with them): those in which nothing
+ * changed for `idleMs`, so a run still going on this machine keeps its own. Returns how many
+ * went.
+ */
+export async function removeStaleTestCgroups(idleMs = 30 * 60_000): Promise<number> {
+  const layout = await detectCgroupLayout();
+  const roots = new Set([...layout.v1.values(), ...(layout.unified ? [layout.unified] : [])]);
+  // A tree may be left in some hierarchies only: gather the names from all of them.
+  const names = new Set<string>();
+  for (const root of roots) {
+    try {
+      for (const e of Deno.readDirSync(join(root, TEST_CGROUP_PARENT))) {
+        if (e.isDirectory) names.add(e.name);
+      }
+    } catch {
+      // no test cgroups in this hierarchy
+    }
+  }
+  const newest = (name: string) =>
+    Math.max(0, ...[...roots].map((r) => newestMtime(join(r, TEST_CGROUP_PARENT, name))));
+  let removed = 0;
+  for (const name of names) {
+    if (Date.now() - newest(name) < idleMs) continue;
+    await removeCgroupTree(`${TEST_CGROUP_PARENT}/${name}`);
+    if (newest(name) === 0) removed++;
+  }
+  return removed;
+}
+
 /** Options of {@link startNodeAgent}. */
 export interface NodeAgentOptions {
   readonly cp: ControlPlane;

@@ -11,6 +11,7 @@ import { ensureImagePackages } from "./images.ts";
 import { ensureRegistryPackages } from "./registry_harness.ts";
 import { ensureControlPlaneBinaries } from "./control_plane_build.ts";
 import { ensureDBusPackages } from "./dbus_harness.ts";
+import { removeStaleTestCgroups } from "./node_harness.ts";
 
 const root = Deno.uid() === 0;
 if (root) {
@@ -19,6 +20,10 @@ if (root) {
   await ensureRegistryPackages();
   await ensureDBusPackages();
   console.error("tests/setup: runtime, image and registry packages present");
+  // Earlier runs' agents leave their pods' cgroups behind (pods outlive a kubelet); hundreds of
+  // them slow every cgroup operation on the machine.
+  const stale = await removeStaleTestCgroups();
+  if (stale > 0) console.error(`tests/setup: removed ${stale} cgroup trees of earlier runs`);
   // kube-apiserver, kubectl, crictl and etcd from their Go modules: minutes the first time on a
   // machine, then reused from the cache outside the repository.
   const bins = await ensureControlPlaneBinaries();
