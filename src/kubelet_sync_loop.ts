@@ -79,6 +79,14 @@ export class SyncLoop {
   readonly #probed = new Set<string>();
   #configWake = Promise.withResolvers<Wake>();
   #plegNext: Promise<Wake> | undefined;
+  /**
+   * The timer of the next sync or housekeeping tick, kept across wakes until it fires or the
+   * due time changes: a burst wakes the loop hundreds of times a second, each of which made a
+   * timer, an AbortController and a combined signal of its own.
+   */
+  #tick:
+    | { readonly due: number; readonly wake: Promise<Wake>; readonly stop: AbortController }
+    | undefined;
   /** When the loop last entered an iteration; 0 before the first. */
   #loopTime = 0;
   /** The housekeeping under way, and when it began. */
@@ -169,6 +177,8 @@ export class SyncLoop {
       }
     }
     this.#loopTime = 0;
+    this.#tick?.stop.abort();
+    this.#tick = undefined;
     await this.#housekeepingRun?.done;
   }
 
@@ -242,23 +252,34 @@ export class SyncLoop {
     this.#plegNext ??= this.#opts.pleg.next(signal).then(
       (event): Wake => ({ kind: "pleg", event }),
     );
-    const timer = new AbortController();
-    const tick = this.#opts.clock.sleep(
-      Math.max(0, due - this.#opts.clock.now()),
-      AbortSignal.any([signal, timer.signal]),
-    ).then((): Wake => ({ kind: "tick" }));
     try {
-      const wake = await Promise.race([this.#configWake.promise, this.#plegNext, tick]);
+      const wake = await Promise.race([
+        this.#configWake.promise,
+        this.#plegNext,
+        this.#tickAt(due, signal),
+      ]);
       if (wake.kind === "pleg") this.#plegNext = undefined;
+      if (wake.kind === "tick") this.#tick = undefined;
       if (wake.kind === "config" || (this.#updates.length === 0 && this.#probed.size === 0)) {
         this.#configWake = Promise.withResolvers<Wake>();
       }
       return wake;
     } catch {
       return undefined;
-    } finally {
-      timer.abort();
-      tick.catch(() => {});
     }
+  }
+
+  /** The tick at `due`: the pending one when it is for that time, else a new timer. */
+  #tickAt(due: number, signal: AbortSignal): Promise<Wake> {
+    if (this.#tick?.due === due) return this.#tick.wake;
+    this.#tick?.stop.abort();
+    const stop = new AbortController();
+    const wake = this.#opts.clock.sleep(
+      Math.max(0, due - this.#opts.clock.now()),
+      AbortSignal.any([signal, stop.signal]),
+    ).then((): Wake => ({ kind: "tick" }));
+    wake.catch(() => {});
+    this.#tick = { due, wake, stop };
+    return wake;
   }
 }

@@ -250,3 +250,29 @@ Deno.test("SyncLoop hands probe updates to the handler, once per pod per iterati
   assert.deepEqual(t.handler.calls, ["probe:u1", "probe:u2"]);
   await t.stop();
 });
+
+Deno.test("SyncLoop keeps one tick timer while config updates wake it, and still ticks", async () => {
+  const clock = new FakeClock();
+  let sleeps = 0;
+  const sleep = clock.sleep.bind(clock);
+  clock.sleep = (ms, signal) => {
+    sleeps++;
+    return sleep(ms, signal);
+  };
+  const t = setup({ clock });
+  await settle();
+  const before = sleeps;
+  for (let i = 0; i < 20; i++) {
+    t.loop.push({ op: "UPDATE", pods: [pod(`p${i}`)], source: "api" });
+    await settle();
+  }
+  assert.equal(t.handler.calls.length, 20);
+  assert.equal(sleeps, before, "a wake by a config update made a timer");
+  assert.equal(clock.waiters, 1);
+  t.handler.due = [pod("due")];
+  clock.step(1000);
+  await settle();
+  assert.ok(t.handler.calls.includes("sync:due"), t.handler.calls.slice(-3).join(" "));
+  await t.stop();
+  assert.equal(clock.waiters, 0);
+});
