@@ -5,9 +5,10 @@
  * {@link CgroupFs} over it that behaves like the kernel's cgroupfs where the managers depend on
  * it: mkdir fills a new cgroup with its controllers' files (v2: the parent's subtree_control
  * decides which; v1: cgroup.clone_children is inherited, and a cpuset child of a parent with it
- * set starts with the parent's cpus and mems), writes never create files, cpu.shares is clamped, a memory limit below usage
- * is EBUSY, subtree_control refuses controllers the cgroup lacks, and rmdir of a cgroup with
- * children or processes is EBUSY. Every write is logged in order. Not used in production.
+ * set starts with the parent's cpus and mems), writes never create files, cpu.shares is
+ * clamped, a memory limit below usage is EBUSY, subtree_control refuses controllers the cgroup
+ * lacks, and rmdir of a cgroup with children or processes is EBUSY. Every write is logged in
+ * order. Not used in production.
  */
 
 import { posix } from "node:path";

@@ -229,7 +229,7 @@ export class CgroupManager {
    * cgroup v1: sets cgroup.clone_children on the cgroup's cpuset directory, so that cpuset
    * cgroups made below it (pods, and the runtime's containers below those) start with its cpus
    * and mems. The flag passes down to every cgroup made after it. Without it a new cpuset cgroup
-   * is empty and its maker writes cpuset.cpus and cpuset.mems, which on a small VM takes 1.5-4 ms
+   * is empty and its maker writes cpuset.cpus and cpuset.mems, which on a small VM takes 1.4-4 ms
    * under the kernel's cpuset lock per cgroup, three per pod (the pod's, the sandbox's and each
    * container's). The values are the same either way. Not in upstream, which leaves the flag at
    * 0. A no-op on cgroup v2 or without a v1 cpuset hierarchy.
