@@ -14,7 +14,8 @@
 import { posix } from "node:path";
 import { type CgroupLayout, type CgroupMode, detectCgroupLayout } from "./cgroup_layout.ts";
 import { type CgroupFs, realCgroupFs } from "./_cm_cgroupfs.ts";
-import type { FakeClock } from "./clock.ts";
+import { CgroupManager } from "./cgroup_manager.ts";
+import { FakeClock } from "./clock.ts";
 import { createLogger, type Logger } from "./klog.ts";
 
 /** What {@link makeCmHost} builds. */
@@ -298,4 +299,30 @@ export function canUseRealCgroups(what: string): boolean {
   if (Deno.env.get("CI") === "true") throw new Error(`CI=true but ${reason}`);
   console.warn(`SKIPPING ${reason}`);
   return false;
+}
+
+/**
+ * A CgroupManager on the host's real cgroups (fake clock, captured log) and a fresh top-level
+ * cgroup name for the test to create and destroy. Call after {@link canUseRealCgroups}.
+ */
+export async function realCgroupManager(): Promise<{
+  layout: CgroupLayout;
+  cm: CgroupManager;
+  clock: FakeClock;
+  logger: Logger;
+  lines: string[];
+  top: string;
+}> {
+  const layout = await detectCgroupLayout();
+  const { logger, lines } = captureLogger();
+  const clock = new FakeClock();
+  const cm = new CgroupManager({ layout, logger, clock });
+  return {
+    layout,
+    cm,
+    clock,
+    logger,
+    lines,
+    top: `kubelet-ts-test-${crypto.randomUUID().slice(0, 8)}`,
+  };
 }

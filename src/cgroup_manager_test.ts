@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { posix } from "node:path";
-import { detectCgroupLayout } from "./cgroup_layout.ts";
 import {
   CgroupManager,
   CgroupManagerError,
@@ -17,6 +16,7 @@ import {
   type CmHostOptions,
   drive,
   makeCmHost,
+  realCgroupManager,
 } from "./_cm_fixtures.ts";
 
 const POD = ["kubepods", "burstable", "pod1234"];
@@ -437,11 +437,7 @@ Deno.test("CgroupManager with the systemd driver names the cgroup when systemd r
 
 Deno.test("CgroupManager creates, updates and destroys a real cgroup", async () => {
   if (!canUseRealCgroups("creating cgroups")) return;
-  const layout = await detectCgroupLayout();
-  const { logger, lines } = captureLogger();
-  const clock = new FakeClock();
-  const cm = new CgroupManager({ layout, logger, clock });
-  const top = `kubelet-ts-test-${crypto.randomUUID().slice(0, 8)}`;
+  const { layout, cm, clock, lines, top } = await realCgroupManager();
   const name = [top, "burstable", "pod1"];
   let child: Deno.ChildProcess | undefined;
   try {
@@ -495,11 +491,7 @@ Deno.test("CgroupManager creates, updates and destroys a real cgroup", async () 
 
 Deno.test("CgroupManager inheritCpusets makes a real v1 cpuset child start with its parent's cpus and mems", async () => {
   if (!canUseRealCgroups("creating cgroups")) return;
-  const layout = await detectCgroupLayout();
-  const { logger } = captureLogger();
-  const clock = new FakeClock();
-  const cm = new CgroupManager({ layout, logger, clock });
-  const top = `kubelet-ts-test-${crypto.randomUUID().slice(0, 8)}`;
+  const { layout, cm, clock, top } = await realCgroupManager();
   try {
     await cm.create([top]);
     await cm.inheritCpusets([top]);

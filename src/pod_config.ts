@@ -175,7 +175,8 @@ export class PodConfig {
       const existing = current.get(uid);
       if (existing !== undefined) {
         current.delete(uid);
-        if (index.get(fullName(existing)) === uid) index.delete(fullName(existing));
+        const name = fullName(existing);
+        if (index.get(name) === uid) index.delete(name);
         b.removes.push(existing);
       }
       return b.toUpdates(source);

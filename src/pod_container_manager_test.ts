@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { posix } from "node:path";
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
-import { detectCgroupLayout } from "./cgroup_layout.ts";
 import { CgroupManager } from "./cgroup_manager.ts";
 import { FakeClock } from "./clock.ts";
 import {
@@ -16,6 +15,7 @@ import {
   type CmHost,
   drive,
   makeCmHost,
+  realCgroupManager,
 } from "./_cm_fixtures.ts";
 
 const MiB = 1024n * 1024n;
@@ -259,11 +259,7 @@ Deno.test("PodContainerManager reduceCPULimits lowers a leftover pod's shares", 
 
 Deno.test("PodContainerManager kills a real process and removes its real cgroup", async () => {
   if (!canUseRealCgroups("creating cgroups")) return;
-  const layout = await detectCgroupLayout();
-  const { logger } = captureLogger();
-  const clock = new FakeClock();
-  const cm = new CgroupManager({ layout, logger, clock });
-  const top = `kubelet-ts-test-${crypto.randomUUID().slice(0, 8)}`;
+  const { layout, cm, clock, logger, top } = await realCgroupManager();
   let child: Deno.ChildProcess | undefined;
   try {
     await cm.create([top]);

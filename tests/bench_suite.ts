@@ -38,7 +38,7 @@
  * pod startup SLI of sig-scalability (`slos/pod_startup_latency.md`).
  */
 
-import { basename, join } from "node:path";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type { V1Node, V1Pod } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
@@ -958,15 +958,15 @@ export async function runSuite(
       log("bench: CRI floor");
       const floor = await criFloor(runtime, join(dir, "cri-logs"), mode, containerd.pid);
       const results: AgentResult[] = [];
-      const agentDirs: string[] = [];
+      const agentNames: string[] = [];
       for (const label of agents) {
         await clearRuntime(runtime);
-        const agentDir = join(dir, `${PREFIX}-${label}`);
-        agentDirs.push(agentDir);
+        const agentName = `${PREFIX}-${label}`;
+        agentNames.push(agentName);
         const opts: BenchAgentOptions = {
           cp,
           // Its basename names the agent's cgroupRoot: unique, so parallel runs never share one.
-          dir: agentDir,
+          dir: join(dir, agentName),
           nodeName: `kts-bench-${label}`,
           endpoint: containerd.endpoint,
         };
@@ -978,7 +978,7 @@ export async function runSuite(
       await clearRuntime(runtime);
       // With every pod gone, the agents' cgroup roots (pods outlive a kubelet, so do their
       // cgroups) go too; what fails here the next run's sweep removes.
-      for (const d of agentDirs) await removeCgroupTree(`${TEST_CGROUP_PARENT}/${basename(d)}`);
+      for (const n of agentNames) await removeCgroupTree(`${TEST_CGROUP_PARENT}/${n}`);
       const density: DensityResult[] = [];
       if (agents.includes("agent")) {
         for (const pods of mode.fakePods) {

@@ -168,24 +168,31 @@ export async function ensureTestCgroupRoot(name: string): Promise<string> {
   return `/${TEST_CGROUP_PARENT}/${safe}`;
 }
 
-/**
- * Removes cgroup `path` ("kubelet-ts-e2e/<name>") and everything below it in every hierarchy,
- * deepest first; a directory still busy (processes in it) stays, with its parents.
- */
-export async function removeCgroupTree(path: string): Promise<void> {
+/** Every cgroup hierarchy's root: the v1 mounts and the cgroup2 one (hybrid hosts have both). */
+async function cgroupRoots(): Promise<string[]> {
   const layout = await detectCgroupLayout();
-  const roots = new Set([...layout.v1.values(), ...(layout.unified ? [layout.unified] : [])]);
-  const rmdirTree = async (dir: string): Promise<void> => {
-    try {
-      for await (const e of Deno.readDir(dir)) {
-        if (e.isDirectory) await rmdirTree(join(dir, e.name));
-      }
-      await Deno.remove(dir);
-    } catch {
-      // gone already, or still busy: nothing more to do here
+  return [...new Set([...layout.v1.values(), ...(layout.unified ? [layout.unified] : [])])];
+}
+
+/** rmdir of `dir` after everything below it, deepest first; busy or gone is left as it is. */
+async function rmdirTree(dir: string): Promise<void> {
+  try {
+    for await (const e of Deno.readDir(dir)) {
+      if (e.isDirectory) await rmdirTree(join(dir, e.name));
     }
-  };
-  for (const root of roots) await rmdirTree(join(root, path));
+    await Deno.remove(dir);
+  } catch {
+    // gone already, or still busy: nothing more to do here
+  }
+}
+
+/**
+ * Removes cgroup `path` ("kubelet-ts-e2e/<name>") and everything below it in every hierarchy
+ * (`roots`, found when not given), deepest first; a directory still busy (processes in it)
+ * stays, with its parents.
+ */
+export async function removeCgroupTree(path: string, roots?: readonly string[]): Promise<void> {
+  for (const root of roots ?? await cgroupRoots()) await rmdirTree(join(root, path));
 }
 
 /** The newest modification time (ms) of `dir` and the directories below it; 0 when gone. */
@@ -209,8 +216,7 @@ function newestMtime(dir: string): number {
  * went.
  */
 export async function removeStaleTestCgroups(idleMs = 30 * 60_000): Promise<number> {
-  const layout = await detectCgroupLayout();
-  const roots = new Set([...layout.v1.values(), ...(layout.unified ? [layout.unified] : [])]);
+  const roots = await cgroupRoots();
   // A tree may be left in some hierarchies only: gather the names from all of them.
   const names = new Set<string>();
   for (const root of roots) {
@@ -223,11 +229,11 @@ export async function removeStaleTestCgroups(idleMs = 30 * 60_000): Promise<numb
     }
   }
   const newest = (name: string) =>
-    Math.max(0, ...[...roots].map((r) => newestMtime(join(r, TEST_CGROUP_PARENT, name))));
+    Math.max(0, ...roots.map((r) => newestMtime(join(r, TEST_CGROUP_PARENT, name))));
   let removed = 0;
   for (const name of names) {
     if (Date.now() - newest(name) < idleMs) continue;
-    await removeCgroupTree(`${TEST_CGROUP_PARENT}/${name}`);
+    await removeCgroupTree(`${TEST_CGROUP_PARENT}/${name}`, roots);
     if (newest(name) === 0) removed++;
   }
   return removed;
