@@ -3,27 +3,27 @@
  * Smoke tests of the generated CRI bindings (`proto/runtime/v1/api.ts`): messages survive a
  * binary round trip, int64 fields are bigint (CRI timestamps are nanoseconds, past
  * Number.MAX_SAFE_INTEGER), field numbers match the published wire format, and the generated
- * grpc-js client talks to a real containerd over its unix socket. The last test needs root and
- * containerd; without them it is skipped loudly, or fails when CI=true.
+ * service definitions, through the kubelet's CRI connection, talk to a real containerd over
+ * its unix socket. The last test needs root and containerd; without them it is skipped loudly,
+ * or fails when CI=true.
  */
 
 import assert from "node:assert/strict";
-import * as grpc from "@grpc/grpc-js";
 import {
   ContainerConfig,
   ContainerState,
   ContainerStatus,
+  ContainerStatusRequest,
   ListContainersRequest,
-  type ListContainersResponse,
   MountPropagation,
   PodSandboxConfig,
   Protocol,
-  RuntimeServiceClient,
+  RuntimeServiceDefinition,
   Signal,
   VersionRequest,
-  type VersionResponse,
 } from "./runtime/v1/api.ts";
 import { startContainerd } from "../tests/containerd_harness.ts";
+import { CriConnection, criMethods, GrpcCode, isCriCode } from "../src/cri_connection.ts";
 import { requireRoot } from "../tests/requirements.ts";
 
 const gate = await requireRoot("CRI client tests against containerd", [
@@ -207,60 +207,59 @@ Deno.test("generated codecs use the published field numbers", () => {
   assert.deepEqual(VersionRequest.decode(withUnknown), { version: "v1" });
 });
 
-function callVersion(client: RuntimeServiceClient, deadlineMs: number): Promise<VersionResponse> {
-  return new Promise((resolve, reject) => {
-    client.version(
-      VersionRequest.create({ version: "v1" }),
-      new grpc.Metadata(),
-      { deadline: Date.now() + deadlineMs },
-      (err, res) => (err ? reject(err) : resolve(res)),
-    );
-  });
-}
-
-function callListContainers(
-  client: RuntimeServiceClient,
-  request: ListContainersRequest,
-  deadlineMs: number,
-): Promise<ListContainersResponse> {
-  return new Promise((resolve, reject) => {
-    client.listContainers(
-      request,
-      new grpc.Metadata(),
-      { deadline: Date.now() + deadlineMs },
-      (err, res) => (err ? reject(err) : resolve(res)),
-    );
-  });
-}
-
 Deno.test({
-  name: "RuntimeServiceClient calls Version and ListContainers on containerd over a unix socket",
+  name: "the generated service definitions call containerd over its unix socket",
   ignore: gate.ignore,
   async fn() {
     gate.check();
     const dir = await Deno.makeTempDir({ prefix: "cri-client-" });
     try {
       await using containerd = await startContainerd({ dir, signal: AbortSignal.timeout(120_000) });
-      const client = new RuntimeServiceClient(
-        containerd.endpoint,
-        grpc.credentials.createInsecure(),
-      );
+      const conn = new CriConnection({ endpoint: containerd.endpoint });
+      const runtime = criMethods(RuntimeServiceDefinition);
       try {
-        const version = await callVersion(client, 10_000);
+        const version = await conn.unary(
+          runtime.version,
+          VersionRequest.create({ version: "v1" }),
+          { timeoutMs: 10_000 },
+        );
         assert.equal(version.runtimeApiVersion, "v1");
         assert.equal(version.runtimeName, "containerd");
         assert.notEqual(version.runtimeVersion, "");
 
-        const listed = await callListContainers(
-          client,
+        const listed = await conn.unary(
+          runtime.listContainers,
           ListContainersRequest.create({
             filter: { labelSelector: { "io.kubernetes.pod.uid": "none" } },
           }),
-          10_000,
+          { timeoutMs: 10_000 },
         );
         assert.deepEqual(listed.containers, []);
+
+        // A failed call: grpc-go puts the status in the response headers.
+        await assert.rejects(
+          conn.unary(
+            runtime.containerStatus,
+            ContainerStatusRequest.create({ containerId: "nope" }),
+            {
+              timeoutMs: 10_000,
+            },
+          ),
+          (e: unknown) =>
+            isCriCode(e, GrpcCode.NOT_FOUND) && e.rpc === "RuntimeService/ContainerStatus" &&
+            /nope/.test(e.details),
+        );
+        // A method the runtime does not have.
+        await assert.rejects(
+          conn.unary(
+            { ...runtime.version, path: "/runtime.v1.RuntimeService/NoSuchMethod" },
+            VersionRequest.create({}),
+            { timeoutMs: 10_000 },
+          ),
+          (e: unknown) => isCriCode(e, GrpcCode.UNIMPLEMENTED),
+        );
       } finally {
-        client.close();
+        conn.close();
       }
     } finally {
       await Deno.remove(dir, { recursive: true });

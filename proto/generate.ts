@@ -38,7 +38,7 @@ const PINNED_DEPENDENCIES: Readonly<Record<string, string>> = {
  *   does not depend on which protoc built it; the header below names ts-proto instead.
  */
 const TS_PROTO_OPTIONS = [
-  "outputServices=grpc-js",
+  "outputServices=generic-definitions",
   "importSuffix=.ts",
   "esModuleInterop=true",
   "forceLong=bigint",

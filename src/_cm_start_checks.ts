@@ -6,13 +6,12 @@
  * Private to node_container_manager.ts, which re-exports them.
  */
 
-import * as grpc from "@grpc/grpc-js";
 import type * as api from "../proto/runtime/v1/api.ts";
 import { CgroupDriver as CriCgroupDriver } from "../proto/runtime/v1/api.ts";
 import type { CgroupLayout } from "./cgroup_layout.ts";
 import type { CgroupDriver } from "./cgroup_manager.ts";
 import { type Clock, realClock } from "./clock.ts";
-import { isCriCode } from "./cri_connection.ts";
+import { GrpcCode, isCriCode } from "./cri_connection.ts";
 import type { Logger } from "./klog.ts";
 
 /** The CRI call {@link checkCgroupDriver} makes. */
@@ -45,7 +44,7 @@ export async function checkCgroupDriver(
     try {
       response = await runtime.runtimeConfig(opts.signal);
     } catch (e) {
-      if (isCriCode(e, grpc.status.UNIMPLEMENTED)) {
+      if (isCriCode(e, GrpcCode.UNIMPLEMENTED)) {
         opts.logger.info(
           "CRI implementation should be updated to support RuntimeConfig when KubeletCgroupDriverFromCRI feature gate has been enabled. Falling back to using cgroupDriver from kubelet config.",
         );

@@ -199,8 +199,10 @@ async function startFakeRuntimeChild(socket: string): Promise<FakeRuntimeChild> 
   const script = `
     import { startFakeRuntime } from ${href("./fake_remote_runtime.ts")};
     import * as api from ${href("../proto/runtime/v1/api.ts")};
-    const rpcs = [...Object.values(api.RuntimeServiceService), ...Object.values(api.ImageServiceService)]
-      .map((m) => m.path.slice(m.path.lastIndexOf("/") + 1));
+    const rpcs = [
+      ...Object.values(api.RuntimeServiceDefinition.methods),
+      ...Object.values(api.ImageServiceDefinition.methods),
+    ].map((m) => m.name);
     const runtime = await startFakeRuntime({
       socket: ${JSON.stringify(socket)},
       preloadImages: ${JSON.stringify([IMAGE])},

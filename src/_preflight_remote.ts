@@ -7,10 +7,9 @@
  */
 
 import { X509Certificate } from "node:crypto";
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../proto/runtime/v1/api.ts";
 import { realClock } from "./clock.ts";
-import { CriConnection, isCriCode } from "./cri_connection.ts";
+import { CriConnection, GrpcCode, isCriCode } from "./cri_connection.ts";
 import { isStatus, KubeClient } from "./kube_client.ts";
 import { loadKubeconfig } from "./kubeconfig.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
@@ -58,10 +57,10 @@ export async function checkRuntime(o: RemoteCheckOptions): Promise<Finding[]> {
     } catch (e) {
       return [problem(
         "runtime",
-        isCriCode(e, grpc.status.UNIMPLEMENTED)
+        isCriCode(e, GrpcCode.UNIMPLEMENTED)
           ? `the runtime at ${endpoint} does not serve CRI runtime.v1 (${errorText(e)})`
           : `the runtime at ${endpoint} does not answer: ${errorText(e)}`,
-        isCriCode(e, grpc.status.UNIMPLEMENTED)
+        isCriCode(e, GrpcCode.UNIMPLEMENTED)
           ? "use a runtime with CRI v1 (containerd 1.6 or later, with its cri plugin enabled)"
           : "check that the runtime runs and its logs (journalctl -u containerd)",
       )];
@@ -116,7 +115,7 @@ async function cgroupDriver(
   try {
     reply = await runtime.runtimeConfig();
   } catch (e) {
-    if (isCriCode(e, grpc.status.UNIMPLEMENTED)) {
+    if (isCriCode(e, GrpcCode.UNIMPLEMENTED)) {
       return [ok(
         "runtime",
         `the runtime does not report its cgroup driver (RuntimeConfig): the configured ${configured} is used; it must match the runtime's`,

@@ -1,40 +1,35 @@
 /**
  * @module
- * One gRPC connection to a CRI endpoint (`unix:///run/containerd/containerd.sock`) and the two
- * call shapes the kubelet makes on it: unary calls with a deadline and an AbortSignal, and
- * server streams. Errors carry the RPC name and the gRPC code, worded as Go's gRPC prints them.
- * The channel reconnects by itself with upstream's backoff (100 ms doubling to 3 s), so a
- * restarted runtime is reached again without a new client. Corresponds to the dialing half of
- * upstream `pkg/kubelet/cri/remote/remote_runtime.go`.
+ * One connection to a CRI endpoint (`unix:///run/containerd/containerd.sock`) and the two call
+ * shapes the kubelet makes on it: unary calls with a deadline and an AbortSignal, and server
+ * streams. Errors carry the RPC name and the gRPC code, worded as Go's gRPC prints them.
+ * Corresponds to the dialing half of upstream `pkg/kubelet/cri/remote/remote_runtime.go`.
+ *
+ * gRPC goes over Deno's own fetch (HTTP/2 with prior knowledge on the unix socket, the wire
+ * format in {@link ./_grpc_wire.ts}), not a gRPC library: grpc-js and node:http2 would hold about
+ * 7 MiB more for as long as the kubelet runs, and cost more CPU per call. A call that finds the
+ * runtime gone fails Unavailable at once, as Go's gRPC does for calls that do not wait for
+ * readiness; the next call dials again, so a restarted runtime is reached without a new client.
+ * What fetch cannot show is the trailers: a status the runtime sends after messages (never for
+ * a unary call; grpc-go ends a failed one with its status in the headers) reads as the end of
+ * the stream.
  */
 
-import * as grpc from "@grpc/grpc-js";
-import type { Buffer } from "node:buffer";
+import {
+  GRPC_CODE_NAMES,
+  GrpcCode,
+  grpcFrame,
+  GrpcFrameReader,
+  GrpcStatusError,
+  grpcTimeout,
+  headerStatus,
+} from "./_grpc_wire.ts";
 import { unixSocketPath } from "./permissions.ts";
+
+export { GRPC_CODE_NAMES, GrpcCode };
 
 /** Upstream's maxMsgSize for CRI messages: 16 MiB. */
 export const MAX_MESSAGE_SIZE = 16 * 1024 * 1024;
-
-/** gRPC status code names as Go's codes.Code prints them. */
-export const GRPC_CODE_NAMES: Readonly<Record<number, string>> = {
-  0: "OK",
-  1: "Canceled",
-  2: "Unknown",
-  3: "InvalidArgument",
-  4: "DeadlineExceeded",
-  5: "NotFound",
-  6: "AlreadyExists",
-  7: "PermissionDenied",
-  8: "ResourceExhausted",
-  9: "FailedPrecondition",
-  10: "Aborted",
-  11: "OutOfRange",
-  12: "Unimplemented",
-  13: "Internal",
-  14: "Unavailable",
-  15: "DataLoss",
-  16: "Unauthenticated",
-};
 
 /** A failed CRI call: which RPC, its gRPC status code, and the runtime's description. */
 export class CriError extends Error {
@@ -42,7 +37,7 @@ export class CriError extends Error {
   constructor(
     /** e.g. "RuntimeService/ContainerStatus". */
     readonly rpc: string,
-    readonly code: grpc.status,
+    readonly code: number,
     readonly details: string,
     options?: ErrorOptions,
   ) {
@@ -56,26 +51,62 @@ export class CriError extends Error {
 }
 
 /** True when `e` is a CRI error with gRPC code `code`. */
-export function isCriCode(e: unknown, code: grpc.status): e is CriError {
+export function isCriCode(e: unknown, code: number): e is CriError {
   return e instanceof CriError && e.code === code;
 }
 
-/** A unary RPC as the generated service definitions describe it. */
-export interface UnaryMethod<Req, Res> {
-  readonly path: string;
-  readonly requestStream: false;
-  readonly responseStream: false;
-  requestSerialize(value: Req): Buffer;
-  responseDeserialize(value: Buffer): Res;
+/** A message type's codec, as the generated bindings give it. */
+export interface Codec<T> {
+  encode(message: T): { finish(): Uint8Array };
+  decode(input: Uint8Array): T;
 }
 
-/** A server-streaming RPC as the generated service definitions describe it. */
-export interface StreamMethod<Req, Res> {
+/** One RPC, ready to call: its HTTP/2 path and its messages' codecs. */
+export interface CriMethod<Req, Res> {
+  /** e.g. "/runtime.v1.RuntimeService/Version". */
   readonly path: string;
-  readonly requestStream: false;
-  readonly responseStream: true;
-  requestSerialize(value: Req): Buffer;
-  responseDeserialize(value: Buffer): Res;
+  readonly responseStream: boolean;
+  readonly request: Codec<Req>;
+  readonly response: Codec<Res>;
+}
+
+/** A service as the generated bindings define it (ts-proto's generic definitions). */
+export interface ServiceDefinition {
+  readonly fullName: string;
+  readonly methods: {
+    readonly [key: string]: {
+      readonly name: string;
+      // deno-lint-ignore no-explicit-any
+      readonly requestType: Codec<any>;
+      // deno-lint-ignore no-explicit-any
+      readonly responseType: Codec<any>;
+      readonly responseStream: boolean;
+    };
+  };
+}
+
+type Message<C> = C extends Codec<infer T> ? T : never;
+
+/** Every method of a service as a {@link CriMethod}, under the generated (camelCase) keys. */
+export type CriMethods<D extends ServiceDefinition> = {
+  readonly [K in keyof D["methods"]]: CriMethod<
+    Message<D["methods"][K]["requestType"]>,
+    Message<D["methods"][K]["responseType"]>
+  >;
+};
+
+/** The methods of a generated service definition, with their paths. */
+export function criMethods<D extends ServiceDefinition>(definition: D): CriMethods<D> {
+  const out: Record<string, CriMethod<unknown, unknown>> = {};
+  for (const [key, m] of Object.entries(definition.methods)) {
+    out[key] = {
+      path: `/${definition.fullName}/${m.name}`,
+      responseStream: m.responseStream,
+      request: m.requestType,
+      response: m.responseType,
+    };
+  }
+  return out as CriMethods<D>;
 }
 
 /** Per-call limits. */
@@ -91,10 +122,10 @@ export interface ConnectionOptions {
   readonly endpoint: string;
 }
 
-/** Turns the kubelet's endpoint syntax into a grpc-js target. */
-export function grpcTarget(endpoint: string): string {
+/** The socket path of a CRI endpoint; only unix sockets are supported on Linux. */
+export function criSocketPath(endpoint: string): string {
   const socket = unixSocketPath(endpoint);
-  if (socket !== undefined) return `unix://${socket}`;
+  if (socket !== undefined) return socket;
   throw new Error(
     `endpoint '${endpoint}' is not supported: only unix:// endpoints (or absolute socket paths) are on Linux`,
   );
@@ -105,115 +136,229 @@ export function rpcName(path: string): string {
   return path.replace(/^\/runtime\.v1\./, "");
 }
 
-/** A channel to one CRI endpoint, shared by the runtime and image services when they agree. */
+/** Why a call's own controller aborted it. */
+const DEADLINE = Symbol("deadline");
+const CANCELED = Symbol("canceled");
+const CLOSED = Symbol("closed");
+
+const HEADERS: HeadersInit = { "content-type": "application/grpc", te: "trailers" };
+
+/** One call's fetch, with the caller's signal, its deadline and the connection's close. */
+class Call {
+  readonly ctl = new AbortController();
+  /** The response body's frames, once the headers came. */
+  reader?: GrpcFrameReader;
+  readonly #signal?: AbortSignal;
+  readonly #timer?: ReturnType<typeof setTimeout>;
+  readonly #onAbort = () => this.abort(CANCELED);
+
+  constructor(signal: AbortSignal | undefined, timeoutMs: number | undefined) {
+    this.#signal = signal;
+    signal?.addEventListener("abort", this.#onAbort, { once: true });
+    if (timeoutMs !== undefined) {
+      this.#timer = setTimeout(() => this.abort(DEADLINE), timeoutMs);
+    }
+  }
+
+  /**
+   * Ends the call: the fetch, and a read of its body in progress (aborting the fetch alone does
+   * not always end a pending body read in Deno 2.9: seen with a stream aborted right after
+   * messages came).
+   */
+  abort(why: typeof DEADLINE | typeof CANCELED | typeof CLOSED): void {
+    if (this.ctl.signal.aborted) return;
+    this.ctl.abort(why);
+    void this.reader?.cancel();
+  }
+
+  /** Why the call was aborted, if it was. */
+  get reason(): typeof DEADLINE | typeof CANCELED | typeof CLOSED | undefined {
+    return this.ctl.signal.aborted ? this.ctl.signal.reason : undefined;
+  }
+
+  done(): void {
+    clearTimeout(this.#timer);
+    this.#signal?.removeEventListener("abort", this.#onAbort);
+  }
+
+  /** The failure `e` (from fetch or the body) as a CRI error. */
+  error(rpc: string, e: unknown, socket: string): CriError {
+    switch (this.reason) {
+      case DEADLINE:
+        return new CriError(rpc, GrpcCode.DEADLINE_EXCEEDED, "context deadline exceeded");
+      case CANCELED:
+        return new CriError(rpc, GrpcCode.CANCELLED, "context canceled", {
+          cause: this.#signal?.reason,
+        });
+      case CLOSED:
+        return new CriError(rpc, GrpcCode.UNAVAILABLE, "the connection is closed");
+    }
+    if (e instanceof CriError) return e;
+    if (e instanceof GrpcStatusError) return new CriError(rpc, e.code, e.details, { cause: e });
+    return new CriError(rpc, GrpcCode.UNAVAILABLE, transportText(e, socket), { cause: e });
+  }
+}
+
+/** A fetch failure worded as grpc-go words a dial or transport error. */
+function transportText(e: unknown, socket: string): string {
+  const cause = e instanceof Error && e.cause instanceof Error ? e.cause.message : String(e);
+  const dial = /client error \(Connect\): (.*)$/.exec(cause);
+  if (dial) {
+    return `connection error: desc = "transport: Error while dialing: dial unix ${socket}: ${
+      dial[1]
+    }"`;
+  }
+  return `error reading from server: ${cause}`;
+}
+
+/** A connection to one CRI endpoint, shared by the runtime and image services when they agree. */
 export class CriConnection {
   readonly endpoint: string;
-  readonly #client: grpc.Client;
-  readonly #streams = new Set<grpc.ClientReadableStream<unknown>>();
+  readonly #socket: string;
+  readonly #url: string;
+  readonly #client: Deno.HttpClient;
+  readonly #calls = new Set<Call>();
   #closed = false;
 
   constructor(opts: ConnectionOptions) {
     this.endpoint = opts.endpoint;
-    this.#client = new grpc.Client(grpcTarget(opts.endpoint), grpc.credentials.createInsecure(), {
-      "grpc.max_receive_message_length": MAX_MESSAGE_SIZE,
-      "grpc.max_send_message_length": MAX_MESSAGE_SIZE,
-      "grpc.initial_reconnect_backoff_ms": 100,
-      "grpc.max_reconnect_backoff_ms": 3000,
-      "grpc.min_reconnect_backoff_ms": 100,
+    this.#socket = criSocketPath(opts.endpoint);
+    // The authority is not read by CRI runtimes; grpc-go's client sends "localhost" too.
+    this.#url = "http://localhost";
+    this.#client = Deno.createHttpClient({
+      proxy: { transport: "unix", path: this.#socket },
+      http1: false,
+      http2: true,
     });
   }
 
   /** Makes one unary call; rejects with {@link CriError}. */
-  unary<Req, Res>(
-    method: UnaryMethod<Req, Res>,
+  async unary<Req, Res>(
+    method: CriMethod<Req, Res>,
     request: Req,
     opts: CallOptions = {},
   ): Promise<Res> {
     const rpc = rpcName(method.path);
-    const { signal, timeoutMs } = opts;
-    if (this.#closed) {
-      return Promise.reject(new CriError(rpc, grpc.status.UNAVAILABLE, "the connection is closed"));
+    const call = this.#open(rpc, opts);
+    try {
+      const reader = await this.#send(method, request, call, opts.timeoutMs);
+      if (reader === undefined) {
+        throw new CriError(rpc, GrpcCode.INTERNAL, "server sent OK status without a response");
+      }
+      const message = await reader.next();
+      if (message === undefined) {
+        throw new CriError(rpc, GrpcCode.INTERNAL, "server closed the stream without a response");
+      }
+      const res = method.response.decode(message);
+      // The trailers end the body; reading to there lets the stream close without a reset.
+      if (await reader.next() !== undefined) {
+        throw new CriError(rpc, GrpcCode.INTERNAL, "server sent more than one response");
+      }
+      return res;
+    } catch (e) {
+      throw call.error(rpc, e, this.#socket);
+    } finally {
+      this.#end(call);
     }
-    if (signal?.aborted) {
-      return Promise.reject(
-        new CriError(rpc, grpc.status.CANCELLED, "context canceled", { cause: signal.reason }),
-      );
-    }
-    return new Promise<Res>((resolve, reject) => {
-      const options: grpc.CallOptions = timeoutMs === undefined
-        ? {}
-        : { deadline: Date.now() + timeoutMs };
-      const onAbort = () => call.cancel();
-      const call = this.#client.makeUnaryRequest(
-        method.path,
-        (v: Req) => method.requestSerialize(v),
-        (b: Buffer) => method.responseDeserialize(b),
-        request,
-        new grpc.Metadata(),
-        options,
-        (err, res) => {
-          signal?.removeEventListener("abort", onAbort);
-          if (err) {
-            const details = err.code === grpc.status.CANCELLED && signal?.aborted
-              ? "context canceled"
-              : err.details;
-            reject(
-              new CriError(rpc, err.code, details, {
-                cause: signal?.aborted ? signal.reason : err,
-              }),
-            );
-          } else if (res === undefined) {
-            reject(new CriError(rpc, grpc.status.INTERNAL, "empty response"));
-          } else {
-            resolve(res);
-          }
-        },
-      );
-      signal?.addEventListener("abort", onAbort, { once: true });
-    });
   }
 
   /** Opens a server stream; iterate it, and abort `signal` to end it. */
   async *stream<Req, Res>(
-    method: StreamMethod<Req, Res>,
+    method: CriMethod<Req, Res>,
     request: Req,
     opts: CallOptions = {},
   ): AsyncGenerator<Res> {
     const rpc = rpcName(method.path);
     if (opts.signal?.aborted) return;
-    if (this.#closed) throw new CriError(rpc, grpc.status.UNAVAILABLE, "the connection is closed");
-    const call = this.#client.makeServerStreamRequest(
-      method.path,
-      (v: Req) => method.requestSerialize(v),
-      (b: Buffer) => method.responseDeserialize(b),
-      request,
-      new grpc.Metadata(),
-      opts.timeoutMs === undefined ? {} : { deadline: Date.now() + opts.timeoutMs },
-    );
-    const onAbort = () => call.cancel();
-    opts.signal?.addEventListener("abort", onAbort, { once: true });
-    this.#streams.add(call);
+    const call = this.#open(rpc, opts);
     try {
-      for await (const item of call) yield item as Res;
-    } catch (e) {
-      const err = e as grpc.ServiceError;
-      if (err.code === grpc.status.CANCELLED && (opts.signal?.aborted || this.#closed)) return;
-      throw new CriError(rpc, err.code ?? grpc.status.UNKNOWN, err.details ?? String(e), {
-        cause: e,
-      });
+      let reader: GrpcFrameReader | undefined;
+      try {
+        reader = await this.#send(method, request, call, opts.timeoutMs);
+      } catch (e) {
+        if (call.reason === CANCELED || call.reason === CLOSED) return;
+        throw call.error(rpc, e, this.#socket);
+      }
+      while (reader !== undefined) {
+        let message: Uint8Array | undefined;
+        try {
+          message = await reader.next();
+        } catch (e) {
+          if (call.reason === CANCELED || call.reason === CLOSED) return;
+          throw call.error(rpc, e, this.#socket);
+        }
+        if (message === undefined) return;
+        yield method.response.decode(message);
+      }
     } finally {
-      this.#streams.delete(call);
-      opts.signal?.removeEventListener("abort", onAbort);
-      call.cancel();
+      this.#end(call);
+      // A consumer that stops early ends the stream on the runtime's side too.
+      call.abort(CANCELED);
     }
   }
 
-  /** Ends open streams and closes the channel; idempotent. */
+  /** Ends open streams and calls, and closes the connection; idempotent. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    for (const call of this.#streams) call.cancel();
-    this.#streams.clear();
+    for (const call of this.#calls) call.abort(CLOSED);
+    this.#calls.clear();
     this.#client.close();
+  }
+
+  #open(rpc: string, opts: CallOptions): Call {
+    if (this.#closed) throw new CriError(rpc, GrpcCode.UNAVAILABLE, "the connection is closed");
+    if (opts.signal?.aborted) {
+      throw new CriError(rpc, GrpcCode.CANCELLED, "context canceled", {
+        cause: opts.signal.reason,
+      });
+    }
+    const call = new Call(opts.signal, opts.timeoutMs);
+    this.#calls.add(call);
+    return call;
+  }
+
+  #end(call: Call): void {
+    call.done();
+    this.#calls.delete(call);
+  }
+
+  /**
+   * Sends the request; resolves with the body's frames, or undefined when the headers ended the
+   * call with OK. Throws the status the headers carry.
+   */
+  async #send<Req, Res>(
+    method: CriMethod<Req, Res>,
+    request: Req,
+    call: Call,
+    timeoutMs: number | undefined,
+  ): Promise<GrpcFrameReader | undefined> {
+    const message = method.request.encode(request).finish();
+    if (message.length > MAX_MESSAGE_SIZE) {
+      throw new GrpcStatusError(
+        GrpcCode.RESOURCE_EXHAUSTED,
+        `trying to send message larger than max (${message.length} vs. ${MAX_MESSAGE_SIZE})`,
+      );
+    }
+    const headers = timeoutMs === undefined
+      ? HEADERS
+      : { ...HEADERS, "grpc-timeout": grpcTimeout(timeoutMs) };
+    const res = await fetch(this.#url + method.path, {
+      method: "POST",
+      client: this.#client,
+      headers,
+      body: grpcFrame(message),
+      signal: call.ctl.signal,
+    });
+    const status = headerStatus(res.status, res.headers);
+    if (status !== undefined || res.headers.has("grpc-status") || res.body === null) {
+      await res.body?.cancel().catch(() => {});
+      if (status !== undefined) throw status;
+      return undefined;
+    }
+    call.reader = new GrpcFrameReader(res.body, MAX_MESSAGE_SIZE);
+    // Aborted while the headers came: the body is not read.
+    if (call.ctl.signal.aborted) await call.reader.cancel();
+    return call.reader;
   }
 }

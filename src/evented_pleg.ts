@@ -15,10 +15,9 @@
  * `pkg/kubelet/pleg/evented.go`.
  */
 
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../proto/runtime/v1/api.ts";
 import { type Clock, realClock } from "./clock.ts";
-import { isCriCode } from "./cri_connection.ts";
+import { GrpcCode, isCriCode } from "./cri_connection.ts";
 import { formatDuration } from "./duration.ts";
 import { createLogger, type Logger } from "./klog.ts";
 import type {
@@ -260,7 +259,7 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
       if (signal.aborted) return;
       this.#streamFailures++;
       this.#fallBack();
-      if (isCriCode(err, grpc.status.UNIMPLEMENTED)) {
+      if (isCriCode(err, GrpcCode.UNIMPLEMENTED)) {
         this.#unsupported = true;
         this.#log.info(
           "The container runtime does not serve CRI GetContainerEvents; the PLEG relists every " +

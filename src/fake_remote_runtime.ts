@@ -7,9 +7,16 @@
  * as a containerd restart does. Corresponds to upstream `pkg/kubelet/cri/remote/fake/`.
  */
 
+import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
 import * as api from "../proto/runtime/v1/api.ts";
-import { MAX_MESSAGE_SIZE } from "./cri_connection.ts";
+import {
+  type CriMethod,
+  type CriMethods,
+  criMethods,
+  MAX_MESSAGE_SIZE,
+  type ServiceDefinition,
+} from "./cri_connection.ts";
 import {
   FakeRuntimeError,
   FakeRuntimeService,
@@ -30,9 +37,36 @@ interface InjectedError {
 
 /** Every RPC name of both services, e.g. "RunPodSandbox", "PullImage". */
 const RPC_NAMES: ReadonlySet<string> = new Set(
-  [...Object.values(api.RuntimeServiceService), ...Object.values(api.ImageServiceService)]
-    .map((m) => m.path.slice(m.path.lastIndexOf("/") + 1)),
+  [
+    ...Object.values(api.RuntimeServiceDefinition.methods),
+    ...Object.values(api.ImageServiceDefinition.methods),
+  ].map((m) => m.name),
 );
+
+/** grpc-js handlers for every method of a generated service definition. */
+type Handlers<D extends ServiceDefinition> = {
+  [K in keyof D["methods"]]: CriMethods<D>[K] extends CriMethod<infer Req, infer Res>
+    ? D["methods"][K]["responseStream"] extends true ? grpc.handleServerStreamingCall<Req, Res>
+    : grpc.handleUnaryCall<Req, Res>
+    : never;
+};
+
+/** A generated service definition as grpc-js serves it. */
+function grpcService(definition: ServiceDefinition): grpc.ServiceDefinition {
+  const out: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
+  for (const [key, m] of Object.entries(criMethods(definition))) {
+    out[key] = {
+      path: m.path,
+      requestStream: false,
+      responseStream: m.responseStream,
+      requestSerialize: (v) => Buffer.from(m.request.encode(v).finish()),
+      requestDeserialize: (b) => m.request.decode(b),
+      responseSerialize: (v) => Buffer.from(m.response.encode(v).finish()),
+      responseDeserialize: (b) => m.response.decode(b),
+    };
+  }
+  return out;
+}
 
 function checkRpc(rpc: string, what: string): void {
   if (!RPC_NAMES.has(rpc)) {
@@ -71,8 +105,8 @@ export class FakeRemoteRuntime implements AsyncDisposable {
   readonly #onShutdown = new Set<() => void>();
   /** Ends each open GetContainerEvents stream with the error given. */
   readonly #eventStreams = new Set<(e: FakeRuntimeError) => void>();
-  readonly #runtimeImpl: api.RuntimeServiceServer;
-  readonly #imageImpl: api.ImageServiceServer;
+  readonly #runtimeImpl: Handlers<typeof api.RuntimeServiceDefinition>;
+  readonly #imageImpl: Handlers<typeof api.ImageServiceDefinition>;
   #server: grpc.Server | undefined;
   #stopped = false;
   #lifecycle: Promise<void> = Promise.resolve();
@@ -253,8 +287,8 @@ export class FakeRemoteRuntime implements AsyncDisposable {
       "grpc.max_receive_message_length": MAX_MESSAGE_SIZE,
       "grpc.max_send_message_length": MAX_MESSAGE_SIZE,
     });
-    server.addService(api.RuntimeServiceService, this.#runtimeImpl);
-    server.addService(api.ImageServiceService, this.#imageImpl);
+    server.addService(grpcService(api.RuntimeServiceDefinition), this.#runtimeImpl);
+    server.addService(grpcService(api.ImageServiceDefinition), this.#imageImpl);
     try {
       await new Promise<void>((resolve, reject) =>
         server.bindAsync(

@@ -18,8 +18,7 @@ import { filesystemCapacity, readMachineInfo } from "./machine_info.ts";
 import { NodeLeaseController } from "./node_lease.ts";
 import { NodeInformer } from "./node_informer.ts";
 import { KUBELET_VERSION } from "./version.ts";
-import * as grpc from "@grpc/grpc-js";
-import { isCriCode } from "./cri_connection.ts";
+import { GrpcCode, isCriCode } from "./cri_connection.ts";
 import { RuntimeState } from "./runtime_state.ts";
 import { waitForRuntime } from "./runtime_service.ts";
 import { kobj } from "./klog.ts";
@@ -1030,7 +1029,7 @@ export class Kubelet {
       if (now !== last) deps.logger.error(e, "Container runtime sanity check failed");
       // Upstream waits for the 30 s sync threshold before it calls the runtime down; a
       // runtime whose socket does not answer is down now, and the node says so at once.
-      if (isCriCode(e, grpc.status.UNAVAILABLE)) {
+      if (isCriCode(e, GrpcCode.UNAVAILABLE)) {
         this.runtimeState.setRuntimeState(`container runtime is down: ${e.details}`);
       }
     }

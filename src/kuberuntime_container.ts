@@ -14,11 +14,10 @@
  */
 
 import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
-import * as grpc from "@grpc/grpc-js";
 import type { V1Container, V1LifecycleHandler, V1Pod, V1Secret } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { Clock } from "./clock.ts";
-import { CriError, isCriCode } from "./cri_connection.ts";
+import { CriError, GrpcCode, isCriCode } from "./cri_connection.ts";
 import type { EventRecorder, ObjectRef } from "./dependencies.ts";
 import type { ImageManager } from "./image_manager.ts";
 import { kobj, type Logger } from "./klog.ts";
@@ -796,7 +795,7 @@ export async function killContainer(
   try {
     await deps.runtime.stopContainer(req.containerId, gracePeriod, signal);
   } catch (e) {
-    if (!isCriCode(e, grpc.status.NOT_FOUND)) {
+    if (!isCriCode(e, GrpcCode.NOT_FOUND)) {
       signal.throwIfAborted();
       log.error(e, "Container termination failed with gracePeriod", { gracePeriod });
       throw e;

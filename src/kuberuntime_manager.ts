@@ -12,11 +12,10 @@
 
 import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import type { KubeletMetrics } from "./metrics.ts";
-import * as grpc from "@grpc/grpc-js";
 import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { Clock } from "./clock.ts";
-import { isCriCode } from "./cri_connection.ts";
+import { GrpcCode, isCriCode } from "./cri_connection.ts";
 import type { EventRecorder } from "./dependencies.ts";
 import { formatDuration } from "./duration.ts";
 import type { ImageManager } from "./image_manager.ts";
@@ -438,7 +437,7 @@ export class KubeRuntimeManager {
         await removeContainer(this.#deps, s.id, signal);
       } catch (e) {
         signal.throwIfAborted();
-        if (!isCriCode(e, grpc.status.NOT_FOUND)) errors.push(errorText(e));
+        if (!isCriCode(e, GrpcCode.NOT_FOUND)) errors.push(errorText(e));
       }
     }
     for (const s of podStatus.sandboxStatuses) {
@@ -484,7 +483,7 @@ export class KubeRuntimeManager {
       try {
         await this.#runtime.stopPodSandbox(s.id, signal);
       } catch (e) {
-        if (isCriCode(e, grpc.status.NOT_FOUND)) continue;
+        if (isCriCode(e, GrpcCode.NOT_FOUND)) continue;
         signal.throwIfAborted();
         fail(r, "KillPodSandboxError", errorText(e));
         this.#log.error(undefined, "Failed to stop sandbox", { podSandboxID: s.id });

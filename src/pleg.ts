@@ -10,10 +10,9 @@
  */
 
 import type { KubeletMetrics } from "./metrics.ts";
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../proto/runtime/v1/api.ts";
 import { type Clock, realClock } from "./clock.ts";
-import { isCriCode } from "./cri_connection.ts";
+import { GrpcCode, isCriCode } from "./cri_connection.ts";
 import { formatDuration } from "./duration.ts";
 import { createLogger, type Logger } from "./klog.ts";
 import {
@@ -615,7 +614,7 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
   ): Promise<PodStatus> {
     const skipNotFound = <T>(p: Promise<T>): Promise<T | undefined> =>
       p.catch((e) => {
-        if (isCriCode(e, grpc.status.NOT_FOUND)) return undefined;
+        if (isCriCode(e, GrpcCode.NOT_FOUND)) return undefined;
         throw e;
       });
     const sandboxIds = [...pod.sandboxes.values()].sort(newestFirst).map((s) => s.id);

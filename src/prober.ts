@@ -15,7 +15,6 @@ import { kobj, type Logger } from "./klog.ts";
 import { runInContainer, userAgentFor } from "./lifecycle_handlers.ts";
 import type { RuntimeService } from "./remote_runtime.ts";
 import { expand, mappingFuncFor } from "./_kuberuntime_env.ts";
-import { doGrpcProbe } from "./_probe_grpc.ts";
 import {
   doHttpProbe,
   MAX_RESP_BODY_LENGTH,
@@ -190,6 +189,8 @@ export class Prober {
           port: spec.grpc.port,
           timeout: timeoutMs,
         });
+        // grpc-js loads with the first gRPC probe: most nodes never run one.
+        const { doGrpcProbe } = await import("./_probe_grpc.ts");
         return await doGrpcProbe({
           host: podIP,
           port: spec.grpc.port,

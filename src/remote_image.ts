@@ -6,7 +6,7 @@
  */
 
 import * as api from "../proto/runtime/v1/api.ts";
-import type { CriConnection, UnaryMethod } from "./cri_connection.ts";
+import { type CriConnection, type CriMethod, criMethods } from "./cri_connection.ts";
 
 /** The kubelet's view of a CRI image service; tests substitute their own. */
 export type ImageManagerService = Pick<RemoteImageService, keyof RemoteImageService>;
@@ -18,7 +18,7 @@ export interface RemoteImageOptions {
   readonly timeoutMs?: number;
 }
 
-const S = api.ImageServiceService;
+const S = criMethods(api.ImageServiceDefinition);
 
 /** The CRI ImageService of one endpoint. */
 export class RemoteImageService {
@@ -70,7 +70,7 @@ export class RemoteImageService {
     return this.#unary(S.imageFsInfo, api.ImageFsInfoRequest.create({}), signal);
   }
 
-  #unary<Req, Res>(method: UnaryMethod<Req, Res>, req: Req, signal?: AbortSignal): Promise<Res> {
+  #unary<Req, Res>(method: CriMethod<Req, Res>, req: Req, signal?: AbortSignal): Promise<Res> {
     return this.#conn.unary(method, req, { signal, timeoutMs: this.#timeout });
   }
 }

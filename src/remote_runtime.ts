@@ -8,7 +8,7 @@
  */
 
 import * as api from "../proto/runtime/v1/api.ts";
-import type { CriConnection, UnaryMethod } from "./cri_connection.ts";
+import { type CriConnection, type CriMethod, criMethods } from "./cri_connection.ts";
 
 /** The CRI API version this kubelet speaks. */
 export const CRI_API_VERSION = "v1";
@@ -23,7 +23,7 @@ export interface RemoteRuntimeOptions {
   readonly timeoutMs?: number;
 }
 
-const S = api.RuntimeServiceService;
+const S = criMethods(api.RuntimeServiceDefinition);
 
 /** The CRI RuntimeService of one endpoint. */
 export class RemoteRuntimeService {
@@ -324,7 +324,7 @@ export class RemoteRuntimeService {
     await this.#unary(S.updatePodSandboxResources, request, signal);
   }
 
-  #unary<Req, Res>(method: UnaryMethod<Req, Res>, req: Req, signal?: AbortSignal): Promise<Res> {
+  #unary<Req, Res>(method: CriMethod<Req, Res>, req: Req, signal?: AbortSignal): Promise<Res> {
     return this.#conn.unary(method, req, { signal, timeoutMs: this.#timeout });
   }
 }

@@ -8,9 +8,8 @@
  * `pkg/kubelet/cri/remote`.
  */
 
-import * as grpc from "@grpc/grpc-js";
 import type { Clock } from "./clock.ts";
-import { CriConnection, CriError } from "./cri_connection.ts";
+import { CriConnection, CriError, GrpcCode } from "./cri_connection.ts";
 import type { Logger } from "./klog.ts";
 import { RemoteImageService } from "./remote_image.ts";
 import { CRI_API_VERSION, RemoteRuntimeService, type RuntimeService } from "./remote_runtime.ts";
@@ -89,7 +88,7 @@ export async function waitForRuntime(opts: {
     } catch (e) {
       if (e instanceof RuntimeVersionError) throw e;
       if (signal.aborted) throw signal.reason;
-      if (e instanceof CriError && e.code === grpc.status.UNIMPLEMENTED) {
+      if (e instanceof CriError && e.code === GrpcCode.UNIMPLEMENTED) {
         throw new RuntimeVersionError(
           `validate CRI ${CRI_API_VERSION} runtime API for endpoint "${endpoint}": ${e.message}`,
           {

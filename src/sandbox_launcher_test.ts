@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { hostViewDir, planSandbox, type SandboxPlan } from "./sandbox.ts";
+import { staticGraph } from "./_module_graph.ts";
 import { launch } from "./sandbox_launcher.ts";
-
-const REPO = new URL("../", import.meta.url);
 
 async function withDir(fn: (dir: string) => Promise<void>): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: "sandbox-launcher-" });
@@ -132,33 +131,7 @@ Deno.test("launch says so and exits 1 when the planner fails", async () => {
 
 Deno.test("the launcher's own modules load no npm package and none of the kubelet's", async () => {
   // main.ts's static graph is what the launcher's isolate holds for as long as the kubelet runs.
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["info", "--json", "main.ts"],
-    cwd: REPO,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
-  const graph = JSON.parse(new TextDecoder().decode(out.stdout)) as {
-    roots: string[];
-    modules: {
-      specifier: string;
-      dependencies?: { code?: { specifier: string }; isDynamic?: boolean }[];
-    }[];
-  };
-  // What loads with main.ts: its imports that are code (not `import type`) and not dynamic,
-  // and theirs.
-  const bySpecifier = new Map(graph.modules.map((m) => [m.specifier, m]));
-  const loaded = new Set<string>();
-  const pending = [...graph.roots];
-  while (pending.length > 0) {
-    const s = pending.pop()!;
-    if (loaded.has(s)) continue;
-    loaded.add(s);
-    for (const d of bySpecifier.get(s)?.dependencies ?? []) {
-      if (d.code && !d.isDynamic) pending.push(d.code.specifier);
-    }
-  }
+  const loaded = await staticGraph(new URL("../main.ts", import.meta.url));
   const npm = [...loaded].filter((s) => s.startsWith("npm:"));
   assert.deepEqual(npm, [], "npm packages in the launcher's isolate");
   const modules = [...loaded].map((s) => s.replace(/^.*\//, "")).sort();

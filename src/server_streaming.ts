@@ -14,11 +14,10 @@
 
 import type { ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
-import * as grpc from "@grpc/grpc-js";
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
 import type * as api from "../proto/runtime/v1/api.ts";
 import { type Clock, realClock } from "./clock.ts";
-import { CriError } from "./cri_connection.ts";
+import { CriError, GrpcCode } from "./cri_connection.ts";
 import type { Logger } from "./klog.ts";
 import type { RuntimeService } from "./remote_runtime.ts";
 import { httpError, type KubeletRequest, type Route } from "./server.ts";
@@ -175,8 +174,8 @@ function errorText(e: unknown): string {
 /** Upstream streaming.WriteError: NotFound 404, ResourceExhausted 429 (+Retry-After), else 500. */
 function writeStreamingError(reply: Reply, e: unknown): void {
   const message = errorText(e);
-  if (e instanceof CriError && e.code === grpc.status.NOT_FOUND) return reply.text(404, message);
-  if (e instanceof CriError && e.code === grpc.status.RESOURCE_EXHAUSTED) {
+  if (e instanceof CriError && e.code === GrpcCode.NOT_FOUND) return reply.text(404, message);
+  if (e instanceof CriError && e.code === GrpcCode.RESOURCE_EXHAUSTED) {
     const after = /\[Retry-After:([0-9]+)\]/.exec(message)?.[1];
     return reply.text(429, message, after === undefined ? {} : { "Retry-After": after });
   }

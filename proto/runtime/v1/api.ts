@@ -7,20 +7,6 @@
 
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
-import {
-  type CallOptions,
-  type ChannelCredentials,
-  Client,
-  type ClientOptions,
-  type ClientReadableStream,
-  type ClientUnaryCall,
-  type handleServerStreamingCall,
-  type handleUnaryCall,
-  makeGenericClientConstructor,
-  type Metadata,
-  type ServiceError,
-  type UntypedServiceImplementation,
-} from "@grpc/grpc-js";
 
 export const protobufPackage = "runtime.v1";
 
@@ -17305,1234 +17291,400 @@ export const UpdatePodSandboxResourcesResponse: MessageFns<UpdatePodSandboxResou
 };
 
 /** The runtime half of the CRI: pod sandboxes, containers, streaming, stats and runtime status. */
-export type RuntimeServiceService = typeof RuntimeServiceService;
-export const RuntimeServiceService = {
-  /** Runtime name, runtime version and CRI version. */
-  version: {
-    path: "/runtime.v1.RuntimeService/Version" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: VersionRequest): Buffer => Buffer.from(VersionRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): VersionRequest => VersionRequest.decode(value),
-    responseSerialize: (value: VersionResponse): Buffer => Buffer.from(VersionResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): VersionResponse => VersionResponse.decode(value),
-  },
-  /** Creates and starts a pod sandbox; on success it is ready. */
-  runPodSandbox: {
-    path: "/runtime.v1.RuntimeService/RunPodSandbox" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: RunPodSandboxRequest): Buffer => Buffer.from(RunPodSandboxRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): RunPodSandboxRequest => RunPodSandboxRequest.decode(value),
-    responseSerialize: (value: RunPodSandboxResponse): Buffer =>
-      Buffer.from(RunPodSandboxResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): RunPodSandboxResponse => RunPodSandboxResponse.decode(value),
-  },
-  /**
-   * Stops every process of the sandbox and frees its network; idempotent, called at least once
-   * before RemovePodSandbox.
-   */
-  stopPodSandbox: {
-    path: "/runtime.v1.RuntimeService/StopPodSandbox" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: StopPodSandboxRequest): Buffer =>
-      Buffer.from(StopPodSandboxRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StopPodSandboxRequest => StopPodSandboxRequest.decode(value),
-    responseSerialize: (value: StopPodSandboxResponse): Buffer =>
-      Buffer.from(StopPodSandboxResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StopPodSandboxResponse => StopPodSandboxResponse.decode(value),
-  },
-  /** Removes the sandbox, forcibly removing containers still in it; idempotent. */
-  removePodSandbox: {
-    path: "/runtime.v1.RuntimeService/RemovePodSandbox" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: RemovePodSandboxRequest): Buffer =>
-      Buffer.from(RemovePodSandboxRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): RemovePodSandboxRequest => RemovePodSandboxRequest.decode(value),
-    responseSerialize: (value: RemovePodSandboxResponse): Buffer =>
-      Buffer.from(RemovePodSandboxResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): RemovePodSandboxResponse => RemovePodSandboxResponse.decode(value),
-  },
-  /** Status of one sandbox; an error when it does not exist. */
-  podSandboxStatus: {
-    path: "/runtime.v1.RuntimeService/PodSandboxStatus" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: PodSandboxStatusRequest): Buffer =>
-      Buffer.from(PodSandboxStatusRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): PodSandboxStatusRequest => PodSandboxStatusRequest.decode(value),
-    responseSerialize: (value: PodSandboxStatusResponse): Buffer =>
-      Buffer.from(PodSandboxStatusResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): PodSandboxStatusResponse => PodSandboxStatusResponse.decode(value),
-  },
-  /** Sandboxes matching a filter. */
-  listPodSandbox: {
-    path: "/runtime.v1.RuntimeService/ListPodSandbox" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ListPodSandboxRequest): Buffer =>
-      Buffer.from(ListPodSandboxRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ListPodSandboxRequest => ListPodSandboxRequest.decode(value),
-    responseSerialize: (value: ListPodSandboxResponse): Buffer =>
-      Buffer.from(ListPodSandboxResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ListPodSandboxResponse => ListPodSandboxResponse.decode(value),
-  },
-  /**
-   * Like ListPodSandbox, but in chunks over a server stream (no message size limit).
-   * Feature gate CRIListStreaming, KEP 5825.
-   */
-  streamPodSandboxes: {
-    path: "/runtime.v1.RuntimeService/StreamPodSandboxes" as const,
-    requestStream: false as const,
-    responseStream: true as const,
-    requestSerialize: (value: StreamPodSandboxesRequest): Buffer =>
-      Buffer.from(StreamPodSandboxesRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StreamPodSandboxesRequest => StreamPodSandboxesRequest.decode(value),
-    responseSerialize: (value: StreamPodSandboxesResponse): Buffer =>
-      Buffer.from(StreamPodSandboxesResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StreamPodSandboxesResponse => StreamPodSandboxesResponse.decode(value),
-  },
-  /** Creates a container inside a sandbox. */
-  createContainer: {
-    path: "/runtime.v1.RuntimeService/CreateContainer" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: CreateContainerRequest): Buffer =>
-      Buffer.from(CreateContainerRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): CreateContainerRequest => CreateContainerRequest.decode(value),
-    responseSerialize: (value: CreateContainerResponse): Buffer =>
-      Buffer.from(CreateContainerResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): CreateContainerResponse => CreateContainerResponse.decode(value),
-  },
-  /** Starts a created container. */
-  startContainer: {
-    path: "/runtime.v1.RuntimeService/StartContainer" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: StartContainerRequest): Buffer =>
-      Buffer.from(StartContainerRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StartContainerRequest => StartContainerRequest.decode(value),
-    responseSerialize: (value: StartContainerResponse): Buffer =>
-      Buffer.from(StartContainerResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StartContainerResponse => StartContainerResponse.decode(value),
-  },
-  /** Stops a container, killing it once the timeout has passed; idempotent. */
-  stopContainer: {
-    path: "/runtime.v1.RuntimeService/StopContainer" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: StopContainerRequest): Buffer => Buffer.from(StopContainerRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StopContainerRequest => StopContainerRequest.decode(value),
-    responseSerialize: (value: StopContainerResponse): Buffer =>
-      Buffer.from(StopContainerResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StopContainerResponse => StopContainerResponse.decode(value),
-  },
-  /** Removes a container, forcibly if it runs; idempotent. */
-  removeContainer: {
-    path: "/runtime.v1.RuntimeService/RemoveContainer" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: RemoveContainerRequest): Buffer =>
-      Buffer.from(RemoveContainerRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): RemoveContainerRequest => RemoveContainerRequest.decode(value),
-    responseSerialize: (value: RemoveContainerResponse): Buffer =>
-      Buffer.from(RemoveContainerResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): RemoveContainerResponse => RemoveContainerResponse.decode(value),
-  },
-  /** Containers matching a filter. */
-  listContainers: {
-    path: "/runtime.v1.RuntimeService/ListContainers" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ListContainersRequest): Buffer =>
-      Buffer.from(ListContainersRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ListContainersRequest => ListContainersRequest.decode(value),
-    responseSerialize: (value: ListContainersResponse): Buffer =>
-      Buffer.from(ListContainersResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ListContainersResponse => ListContainersResponse.decode(value),
-  },
-  /** Streaming variant of ListContainers (CRIListStreaming). */
-  streamContainers: {
-    path: "/runtime.v1.RuntimeService/StreamContainers" as const,
-    requestStream: false as const,
-    responseStream: true as const,
-    requestSerialize: (value: StreamContainersRequest): Buffer =>
-      Buffer.from(StreamContainersRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StreamContainersRequest => StreamContainersRequest.decode(value),
-    responseSerialize: (value: StreamContainersResponse): Buffer =>
-      Buffer.from(StreamContainersResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StreamContainersResponse => StreamContainersResponse.decode(value),
-  },
-  /** Status of one container; an error when it does not exist. */
-  containerStatus: {
-    path: "/runtime.v1.RuntimeService/ContainerStatus" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ContainerStatusRequest): Buffer =>
-      Buffer.from(ContainerStatusRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ContainerStatusRequest => ContainerStatusRequest.decode(value),
-    responseSerialize: (value: ContainerStatusResponse): Buffer =>
-      Buffer.from(ContainerStatusResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ContainerStatusResponse => ContainerStatusResponse.decode(value),
-  },
-  /** Applies new resource limits to a container, all or nothing. */
-  updateContainerResources: {
-    path: "/runtime.v1.RuntimeService/UpdateContainerResources" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: UpdateContainerResourcesRequest): Buffer =>
-      Buffer.from(UpdateContainerResourcesRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): UpdateContainerResourcesRequest =>
-      UpdateContainerResourcesRequest.decode(value),
-    responseSerialize: (value: UpdateContainerResourcesResponse): Buffer =>
-      Buffer.from(UpdateContainerResourcesResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): UpdateContainerResourcesResponse =>
-      UpdateContainerResourcesResponse.decode(value),
-  },
-  /** Reopens the container's log file, e.g. after the kubelet rotated it. */
-  reopenContainerLog: {
-    path: "/runtime.v1.RuntimeService/ReopenContainerLog" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ReopenContainerLogRequest): Buffer =>
-      Buffer.from(ReopenContainerLogRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ReopenContainerLogRequest => ReopenContainerLogRequest.decode(value),
-    responseSerialize: (value: ReopenContainerLogResponse): Buffer =>
-      Buffer.from(ReopenContainerLogResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ReopenContainerLogResponse => ReopenContainerLogResponse.decode(value),
-  },
-  /** Runs a command in a container and waits for it. */
-  execSync: {
-    path: "/runtime.v1.RuntimeService/ExecSync" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ExecSyncRequest): Buffer => Buffer.from(ExecSyncRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ExecSyncRequest => ExecSyncRequest.decode(value),
-    responseSerialize: (value: ExecSyncResponse): Buffer => Buffer.from(ExecSyncResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ExecSyncResponse => ExecSyncResponse.decode(value),
-  },
-  /** Returns the streaming-server URL for an exec session. */
-  exec: {
-    path: "/runtime.v1.RuntimeService/Exec" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ExecRequest): Buffer => Buffer.from(ExecRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ExecRequest => ExecRequest.decode(value),
-    responseSerialize: (value: ExecResponse): Buffer => Buffer.from(ExecResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ExecResponse => ExecResponse.decode(value),
-  },
-  /** Returns the streaming-server URL for attaching to a container. */
-  attach: {
-    path: "/runtime.v1.RuntimeService/Attach" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: AttachRequest): Buffer => Buffer.from(AttachRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): AttachRequest => AttachRequest.decode(value),
-    responseSerialize: (value: AttachResponse): Buffer => Buffer.from(AttachResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): AttachResponse => AttachResponse.decode(value),
-  },
-  /** Returns the streaming-server URL for forwarding ports of a sandbox. */
-  portForward: {
-    path: "/runtime.v1.RuntimeService/PortForward" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: PortForwardRequest): Buffer => Buffer.from(PortForwardRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): PortForwardRequest => PortForwardRequest.decode(value),
-    responseSerialize: (value: PortForwardResponse): Buffer => Buffer.from(PortForwardResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): PortForwardResponse => PortForwardResponse.decode(value),
-  },
-  /** Stats of one container; an error when it does not exist. */
-  containerStats: {
-    path: "/runtime.v1.RuntimeService/ContainerStats" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ContainerStatsRequest): Buffer =>
-      Buffer.from(ContainerStatsRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ContainerStatsRequest => ContainerStatsRequest.decode(value),
-    responseSerialize: (value: ContainerStatsResponse): Buffer =>
-      Buffer.from(ContainerStatsResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ContainerStatsResponse => ContainerStatsResponse.decode(value),
-  },
-  /** Stats of the running containers matching a filter. */
-  listContainerStats: {
-    path: "/runtime.v1.RuntimeService/ListContainerStats" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ListContainerStatsRequest): Buffer =>
-      Buffer.from(ListContainerStatsRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ListContainerStatsRequest => ListContainerStatsRequest.decode(value),
-    responseSerialize: (value: ListContainerStatsResponse): Buffer =>
-      Buffer.from(ListContainerStatsResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ListContainerStatsResponse => ListContainerStatsResponse.decode(value),
-  },
-  /** Streaming variant of ListContainerStats (CRIListStreaming). */
-  streamContainerStats: {
-    path: "/runtime.v1.RuntimeService/StreamContainerStats" as const,
-    requestStream: false as const,
-    responseStream: true as const,
-    requestSerialize: (value: StreamContainerStatsRequest): Buffer =>
-      Buffer.from(StreamContainerStatsRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StreamContainerStatsRequest => StreamContainerStatsRequest.decode(value),
-    responseSerialize: (value: StreamContainerStatsResponse): Buffer =>
-      Buffer.from(StreamContainerStatsResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StreamContainerStatsResponse => StreamContainerStatsResponse.decode(value),
-  },
-  /** Stats of one sandbox; an error when it does not exist. */
-  podSandboxStats: {
-    path: "/runtime.v1.RuntimeService/PodSandboxStats" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: PodSandboxStatsRequest): Buffer =>
-      Buffer.from(PodSandboxStatsRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): PodSandboxStatsRequest => PodSandboxStatsRequest.decode(value),
-    responseSerialize: (value: PodSandboxStatsResponse): Buffer =>
-      Buffer.from(PodSandboxStatsResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): PodSandboxStatsResponse => PodSandboxStatsResponse.decode(value),
-  },
-  /** Stats of the sandboxes matching a filter. */
-  listPodSandboxStats: {
-    path: "/runtime.v1.RuntimeService/ListPodSandboxStats" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ListPodSandboxStatsRequest): Buffer =>
-      Buffer.from(ListPodSandboxStatsRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ListPodSandboxStatsRequest => ListPodSandboxStatsRequest.decode(value),
-    responseSerialize: (value: ListPodSandboxStatsResponse): Buffer =>
-      Buffer.from(ListPodSandboxStatsResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ListPodSandboxStatsResponse => ListPodSandboxStatsResponse.decode(value),
-  },
-  /** Streaming variant of ListPodSandboxStats (CRIListStreaming). */
-  streamPodSandboxStats: {
-    path: "/runtime.v1.RuntimeService/StreamPodSandboxStats" as const,
-    requestStream: false as const,
-    responseStream: true as const,
-    requestSerialize: (value: StreamPodSandboxStatsRequest): Buffer =>
-      Buffer.from(StreamPodSandboxStatsRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StreamPodSandboxStatsRequest => StreamPodSandboxStatsRequest.decode(value),
-    responseSerialize: (value: StreamPodSandboxStatsResponse): Buffer =>
-      Buffer.from(StreamPodSandboxStatsResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StreamPodSandboxStatsResponse => StreamPodSandboxStatsResponse.decode(value),
-  },
-  /** Pushes kubelet-side configuration (the pod CIDR) to the runtime. */
-  updateRuntimeConfig: {
-    path: "/runtime.v1.RuntimeService/UpdateRuntimeConfig" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: UpdateRuntimeConfigRequest): Buffer =>
-      Buffer.from(UpdateRuntimeConfigRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): UpdateRuntimeConfigRequest => UpdateRuntimeConfigRequest.decode(value),
-    responseSerialize: (value: UpdateRuntimeConfigResponse): Buffer =>
-      Buffer.from(UpdateRuntimeConfigResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): UpdateRuntimeConfigResponse => UpdateRuntimeConfigResponse.decode(value),
-  },
-  /** Runtime conditions (RuntimeReady, NetworkReady), handlers and features. */
-  status: {
-    path: "/runtime.v1.RuntimeService/Status" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: StatusRequest): Buffer => Buffer.from(StatusRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StatusRequest => StatusRequest.decode(value),
-    responseSerialize: (value: StatusResponse): Buffer => Buffer.from(StatusResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StatusResponse => StatusResponse.decode(value),
-  },
-  /** Writes a checkpoint archive of a container. */
-  checkpointContainer: {
-    path: "/runtime.v1.RuntimeService/CheckpointContainer" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: CheckpointContainerRequest): Buffer =>
-      Buffer.from(CheckpointContainerRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): CheckpointContainerRequest => CheckpointContainerRequest.decode(value),
-    responseSerialize: (value: CheckpointContainerResponse): Buffer =>
-      Buffer.from(CheckpointContainerResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): CheckpointContainerResponse => CheckpointContainerResponse.decode(value),
-  },
-  /** Server stream of container lifecycle events (the evented PLEG). */
-  getContainerEvents: {
-    path: "/runtime.v1.RuntimeService/GetContainerEvents" as const,
-    requestStream: false as const,
-    responseStream: true as const,
-    requestSerialize: (value: GetEventsRequest): Buffer => Buffer.from(GetEventsRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): GetEventsRequest => GetEventsRequest.decode(value),
-    responseSerialize: (value: ContainerEventResponse): Buffer =>
-      Buffer.from(ContainerEventResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ContainerEventResponse => ContainerEventResponse.decode(value),
-  },
-  /** Descriptors of the metrics ListPodSandboxMetrics reports; fixed after start-up. */
-  listMetricDescriptors: {
-    path: "/runtime.v1.RuntimeService/ListMetricDescriptors" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ListMetricDescriptorsRequest): Buffer =>
-      Buffer.from(ListMetricDescriptorsRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ListMetricDescriptorsRequest => ListMetricDescriptorsRequest.decode(value),
-    responseSerialize: (value: ListMetricDescriptorsResponse): Buffer =>
-      Buffer.from(ListMetricDescriptorsResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ListMetricDescriptorsResponse => ListMetricDescriptorsResponse.decode(value),
-  },
-  /** Per-sandbox metrics. */
-  listPodSandboxMetrics: {
-    path: "/runtime.v1.RuntimeService/ListPodSandboxMetrics" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ListPodSandboxMetricsRequest): Buffer =>
-      Buffer.from(ListPodSandboxMetricsRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ListPodSandboxMetricsRequest => ListPodSandboxMetricsRequest.decode(value),
-    responseSerialize: (value: ListPodSandboxMetricsResponse): Buffer =>
-      Buffer.from(ListPodSandboxMetricsResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ListPodSandboxMetricsResponse => ListPodSandboxMetricsResponse.decode(value),
-  },
-  /** Streaming variant of ListPodSandboxMetrics (CRIListStreaming). */
-  streamPodSandboxMetrics: {
-    path: "/runtime.v1.RuntimeService/StreamPodSandboxMetrics" as const,
-    requestStream: false as const,
-    responseStream: true as const,
-    requestSerialize: (value: StreamPodSandboxMetricsRequest): Buffer =>
-      Buffer.from(StreamPodSandboxMetricsRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StreamPodSandboxMetricsRequest => StreamPodSandboxMetricsRequest.decode(value),
-    responseSerialize: (value: StreamPodSandboxMetricsResponse): Buffer =>
-      Buffer.from(StreamPodSandboxMetricsResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StreamPodSandboxMetricsResponse =>
-      StreamPodSandboxMetricsResponse.decode(value),
-  },
-  /** Runtime-side configuration the kubelet reads once at start-up (e.g. the cgroup driver). */
-  runtimeConfig: {
-    path: "/runtime.v1.RuntimeService/RuntimeConfig" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: RuntimeConfigRequest): Buffer => Buffer.from(RuntimeConfigRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): RuntimeConfigRequest => RuntimeConfigRequest.decode(value),
-    responseSerialize: (value: RuntimeConfigResponse): Buffer =>
-      Buffer.from(RuntimeConfigResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): RuntimeConfigResponse => RuntimeConfigResponse.decode(value),
-  },
-  /**
-   * Tells the runtime about new pod-level resources after the kubelet resized the pod cgroup;
-   * best effort.
-   */
-  updatePodSandboxResources: {
-    path: "/runtime.v1.RuntimeService/UpdatePodSandboxResources" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: UpdatePodSandboxResourcesRequest): Buffer =>
-      Buffer.from(UpdatePodSandboxResourcesRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): UpdatePodSandboxResourcesRequest =>
-      UpdatePodSandboxResourcesRequest.decode(value),
-    responseSerialize: (value: UpdatePodSandboxResourcesResponse): Buffer =>
-      Buffer.from(UpdatePodSandboxResourcesResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): UpdatePodSandboxResourcesResponse =>
-      UpdatePodSandboxResourcesResponse.decode(value),
+export type RuntimeServiceDefinition = typeof RuntimeServiceDefinition;
+export const RuntimeServiceDefinition = {
+  name: "RuntimeService",
+  fullName: "runtime.v1.RuntimeService",
+  methods: {
+    /** Runtime name, runtime version and CRI version. */
+    version: {
+      name: "Version",
+      requestType: VersionRequest as typeof VersionRequest,
+      requestStream: false,
+      responseType: VersionResponse as typeof VersionResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Creates and starts a pod sandbox; on success it is ready. */
+    runPodSandbox: {
+      name: "RunPodSandbox",
+      requestType: RunPodSandboxRequest as typeof RunPodSandboxRequest,
+      requestStream: false,
+      responseType: RunPodSandboxResponse as typeof RunPodSandboxResponse,
+      responseStream: false,
+      options: {},
+    },
+    /**
+     * Stops every process of the sandbox and frees its network; idempotent, called at least once
+     * before RemovePodSandbox.
+     */
+    stopPodSandbox: {
+      name: "StopPodSandbox",
+      requestType: StopPodSandboxRequest as typeof StopPodSandboxRequest,
+      requestStream: false,
+      responseType: StopPodSandboxResponse as typeof StopPodSandboxResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Removes the sandbox, forcibly removing containers still in it; idempotent. */
+    removePodSandbox: {
+      name: "RemovePodSandbox",
+      requestType: RemovePodSandboxRequest as typeof RemovePodSandboxRequest,
+      requestStream: false,
+      responseType: RemovePodSandboxResponse as typeof RemovePodSandboxResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Status of one sandbox; an error when it does not exist. */
+    podSandboxStatus: {
+      name: "PodSandboxStatus",
+      requestType: PodSandboxStatusRequest as typeof PodSandboxStatusRequest,
+      requestStream: false,
+      responseType: PodSandboxStatusResponse as typeof PodSandboxStatusResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Sandboxes matching a filter. */
+    listPodSandbox: {
+      name: "ListPodSandbox",
+      requestType: ListPodSandboxRequest as typeof ListPodSandboxRequest,
+      requestStream: false,
+      responseType: ListPodSandboxResponse as typeof ListPodSandboxResponse,
+      responseStream: false,
+      options: {},
+    },
+    /**
+     * Like ListPodSandbox, but in chunks over a server stream (no message size limit).
+     * Feature gate CRIListStreaming, KEP 5825.
+     */
+    streamPodSandboxes: {
+      name: "StreamPodSandboxes",
+      requestType: StreamPodSandboxesRequest as typeof StreamPodSandboxesRequest,
+      requestStream: false,
+      responseType: StreamPodSandboxesResponse as typeof StreamPodSandboxesResponse,
+      responseStream: true,
+      options: {},
+    },
+    /** Creates a container inside a sandbox. */
+    createContainer: {
+      name: "CreateContainer",
+      requestType: CreateContainerRequest as typeof CreateContainerRequest,
+      requestStream: false,
+      responseType: CreateContainerResponse as typeof CreateContainerResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Starts a created container. */
+    startContainer: {
+      name: "StartContainer",
+      requestType: StartContainerRequest as typeof StartContainerRequest,
+      requestStream: false,
+      responseType: StartContainerResponse as typeof StartContainerResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Stops a container, killing it once the timeout has passed; idempotent. */
+    stopContainer: {
+      name: "StopContainer",
+      requestType: StopContainerRequest as typeof StopContainerRequest,
+      requestStream: false,
+      responseType: StopContainerResponse as typeof StopContainerResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Removes a container, forcibly if it runs; idempotent. */
+    removeContainer: {
+      name: "RemoveContainer",
+      requestType: RemoveContainerRequest as typeof RemoveContainerRequest,
+      requestStream: false,
+      responseType: RemoveContainerResponse as typeof RemoveContainerResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Containers matching a filter. */
+    listContainers: {
+      name: "ListContainers",
+      requestType: ListContainersRequest as typeof ListContainersRequest,
+      requestStream: false,
+      responseType: ListContainersResponse as typeof ListContainersResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Streaming variant of ListContainers (CRIListStreaming). */
+    streamContainers: {
+      name: "StreamContainers",
+      requestType: StreamContainersRequest as typeof StreamContainersRequest,
+      requestStream: false,
+      responseType: StreamContainersResponse as typeof StreamContainersResponse,
+      responseStream: true,
+      options: {},
+    },
+    /** Status of one container; an error when it does not exist. */
+    containerStatus: {
+      name: "ContainerStatus",
+      requestType: ContainerStatusRequest as typeof ContainerStatusRequest,
+      requestStream: false,
+      responseType: ContainerStatusResponse as typeof ContainerStatusResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Applies new resource limits to a container, all or nothing. */
+    updateContainerResources: {
+      name: "UpdateContainerResources",
+      requestType: UpdateContainerResourcesRequest as typeof UpdateContainerResourcesRequest,
+      requestStream: false,
+      responseType: UpdateContainerResourcesResponse as typeof UpdateContainerResourcesResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Reopens the container's log file, e.g. after the kubelet rotated it. */
+    reopenContainerLog: {
+      name: "ReopenContainerLog",
+      requestType: ReopenContainerLogRequest as typeof ReopenContainerLogRequest,
+      requestStream: false,
+      responseType: ReopenContainerLogResponse as typeof ReopenContainerLogResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Runs a command in a container and waits for it. */
+    execSync: {
+      name: "ExecSync",
+      requestType: ExecSyncRequest as typeof ExecSyncRequest,
+      requestStream: false,
+      responseType: ExecSyncResponse as typeof ExecSyncResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Returns the streaming-server URL for an exec session. */
+    exec: {
+      name: "Exec",
+      requestType: ExecRequest as typeof ExecRequest,
+      requestStream: false,
+      responseType: ExecResponse as typeof ExecResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Returns the streaming-server URL for attaching to a container. */
+    attach: {
+      name: "Attach",
+      requestType: AttachRequest as typeof AttachRequest,
+      requestStream: false,
+      responseType: AttachResponse as typeof AttachResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Returns the streaming-server URL for forwarding ports of a sandbox. */
+    portForward: {
+      name: "PortForward",
+      requestType: PortForwardRequest as typeof PortForwardRequest,
+      requestStream: false,
+      responseType: PortForwardResponse as typeof PortForwardResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Stats of one container; an error when it does not exist. */
+    containerStats: {
+      name: "ContainerStats",
+      requestType: ContainerStatsRequest as typeof ContainerStatsRequest,
+      requestStream: false,
+      responseType: ContainerStatsResponse as typeof ContainerStatsResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Stats of the running containers matching a filter. */
+    listContainerStats: {
+      name: "ListContainerStats",
+      requestType: ListContainerStatsRequest as typeof ListContainerStatsRequest,
+      requestStream: false,
+      responseType: ListContainerStatsResponse as typeof ListContainerStatsResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Streaming variant of ListContainerStats (CRIListStreaming). */
+    streamContainerStats: {
+      name: "StreamContainerStats",
+      requestType: StreamContainerStatsRequest as typeof StreamContainerStatsRequest,
+      requestStream: false,
+      responseType: StreamContainerStatsResponse as typeof StreamContainerStatsResponse,
+      responseStream: true,
+      options: {},
+    },
+    /** Stats of one sandbox; an error when it does not exist. */
+    podSandboxStats: {
+      name: "PodSandboxStats",
+      requestType: PodSandboxStatsRequest as typeof PodSandboxStatsRequest,
+      requestStream: false,
+      responseType: PodSandboxStatsResponse as typeof PodSandboxStatsResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Stats of the sandboxes matching a filter. */
+    listPodSandboxStats: {
+      name: "ListPodSandboxStats",
+      requestType: ListPodSandboxStatsRequest as typeof ListPodSandboxStatsRequest,
+      requestStream: false,
+      responseType: ListPodSandboxStatsResponse as typeof ListPodSandboxStatsResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Streaming variant of ListPodSandboxStats (CRIListStreaming). */
+    streamPodSandboxStats: {
+      name: "StreamPodSandboxStats",
+      requestType: StreamPodSandboxStatsRequest as typeof StreamPodSandboxStatsRequest,
+      requestStream: false,
+      responseType: StreamPodSandboxStatsResponse as typeof StreamPodSandboxStatsResponse,
+      responseStream: true,
+      options: {},
+    },
+    /** Pushes kubelet-side configuration (the pod CIDR) to the runtime. */
+    updateRuntimeConfig: {
+      name: "UpdateRuntimeConfig",
+      requestType: UpdateRuntimeConfigRequest as typeof UpdateRuntimeConfigRequest,
+      requestStream: false,
+      responseType: UpdateRuntimeConfigResponse as typeof UpdateRuntimeConfigResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Runtime conditions (RuntimeReady, NetworkReady), handlers and features. */
+    status: {
+      name: "Status",
+      requestType: StatusRequest as typeof StatusRequest,
+      requestStream: false,
+      responseType: StatusResponse as typeof StatusResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Writes a checkpoint archive of a container. */
+    checkpointContainer: {
+      name: "CheckpointContainer",
+      requestType: CheckpointContainerRequest as typeof CheckpointContainerRequest,
+      requestStream: false,
+      responseType: CheckpointContainerResponse as typeof CheckpointContainerResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Server stream of container lifecycle events (the evented PLEG). */
+    getContainerEvents: {
+      name: "GetContainerEvents",
+      requestType: GetEventsRequest as typeof GetEventsRequest,
+      requestStream: false,
+      responseType: ContainerEventResponse as typeof ContainerEventResponse,
+      responseStream: true,
+      options: {},
+    },
+    /** Descriptors of the metrics ListPodSandboxMetrics reports; fixed after start-up. */
+    listMetricDescriptors: {
+      name: "ListMetricDescriptors",
+      requestType: ListMetricDescriptorsRequest as typeof ListMetricDescriptorsRequest,
+      requestStream: false,
+      responseType: ListMetricDescriptorsResponse as typeof ListMetricDescriptorsResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Per-sandbox metrics. */
+    listPodSandboxMetrics: {
+      name: "ListPodSandboxMetrics",
+      requestType: ListPodSandboxMetricsRequest as typeof ListPodSandboxMetricsRequest,
+      requestStream: false,
+      responseType: ListPodSandboxMetricsResponse as typeof ListPodSandboxMetricsResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Streaming variant of ListPodSandboxMetrics (CRIListStreaming). */
+    streamPodSandboxMetrics: {
+      name: "StreamPodSandboxMetrics",
+      requestType: StreamPodSandboxMetricsRequest as typeof StreamPodSandboxMetricsRequest,
+      requestStream: false,
+      responseType: StreamPodSandboxMetricsResponse as typeof StreamPodSandboxMetricsResponse,
+      responseStream: true,
+      options: {},
+    },
+    /** Runtime-side configuration the kubelet reads once at start-up (e.g. the cgroup driver). */
+    runtimeConfig: {
+      name: "RuntimeConfig",
+      requestType: RuntimeConfigRequest as typeof RuntimeConfigRequest,
+      requestStream: false,
+      responseType: RuntimeConfigResponse as typeof RuntimeConfigResponse,
+      responseStream: false,
+      options: {},
+    },
+    /**
+     * Tells the runtime about new pod-level resources after the kubelet resized the pod cgroup;
+     * best effort.
+     */
+    updatePodSandboxResources: {
+      name: "UpdatePodSandboxResources",
+      requestType: UpdatePodSandboxResourcesRequest as typeof UpdatePodSandboxResourcesRequest,
+      requestStream: false,
+      responseType: UpdatePodSandboxResourcesResponse as typeof UpdatePodSandboxResourcesResponse,
+      responseStream: false,
+      options: {},
+    },
   },
 } as const;
-
-export interface RuntimeServiceServer extends UntypedServiceImplementation {
-  /** Runtime name, runtime version and CRI version. */
-  version: handleUnaryCall<VersionRequest, VersionResponse>;
-  /** Creates and starts a pod sandbox; on success it is ready. */
-  runPodSandbox: handleUnaryCall<RunPodSandboxRequest, RunPodSandboxResponse>;
-  /**
-   * Stops every process of the sandbox and frees its network; idempotent, called at least once
-   * before RemovePodSandbox.
-   */
-  stopPodSandbox: handleUnaryCall<StopPodSandboxRequest, StopPodSandboxResponse>;
-  /** Removes the sandbox, forcibly removing containers still in it; idempotent. */
-  removePodSandbox: handleUnaryCall<RemovePodSandboxRequest, RemovePodSandboxResponse>;
-  /** Status of one sandbox; an error when it does not exist. */
-  podSandboxStatus: handleUnaryCall<PodSandboxStatusRequest, PodSandboxStatusResponse>;
-  /** Sandboxes matching a filter. */
-  listPodSandbox: handleUnaryCall<ListPodSandboxRequest, ListPodSandboxResponse>;
-  /**
-   * Like ListPodSandbox, but in chunks over a server stream (no message size limit).
-   * Feature gate CRIListStreaming, KEP 5825.
-   */
-  streamPodSandboxes: handleServerStreamingCall<StreamPodSandboxesRequest, StreamPodSandboxesResponse>;
-  /** Creates a container inside a sandbox. */
-  createContainer: handleUnaryCall<CreateContainerRequest, CreateContainerResponse>;
-  /** Starts a created container. */
-  startContainer: handleUnaryCall<StartContainerRequest, StartContainerResponse>;
-  /** Stops a container, killing it once the timeout has passed; idempotent. */
-  stopContainer: handleUnaryCall<StopContainerRequest, StopContainerResponse>;
-  /** Removes a container, forcibly if it runs; idempotent. */
-  removeContainer: handleUnaryCall<RemoveContainerRequest, RemoveContainerResponse>;
-  /** Containers matching a filter. */
-  listContainers: handleUnaryCall<ListContainersRequest, ListContainersResponse>;
-  /** Streaming variant of ListContainers (CRIListStreaming). */
-  streamContainers: handleServerStreamingCall<StreamContainersRequest, StreamContainersResponse>;
-  /** Status of one container; an error when it does not exist. */
-  containerStatus: handleUnaryCall<ContainerStatusRequest, ContainerStatusResponse>;
-  /** Applies new resource limits to a container, all or nothing. */
-  updateContainerResources: handleUnaryCall<UpdateContainerResourcesRequest, UpdateContainerResourcesResponse>;
-  /** Reopens the container's log file, e.g. after the kubelet rotated it. */
-  reopenContainerLog: handleUnaryCall<ReopenContainerLogRequest, ReopenContainerLogResponse>;
-  /** Runs a command in a container and waits for it. */
-  execSync: handleUnaryCall<ExecSyncRequest, ExecSyncResponse>;
-  /** Returns the streaming-server URL for an exec session. */
-  exec: handleUnaryCall<ExecRequest, ExecResponse>;
-  /** Returns the streaming-server URL for attaching to a container. */
-  attach: handleUnaryCall<AttachRequest, AttachResponse>;
-  /** Returns the streaming-server URL for forwarding ports of a sandbox. */
-  portForward: handleUnaryCall<PortForwardRequest, PortForwardResponse>;
-  /** Stats of one container; an error when it does not exist. */
-  containerStats: handleUnaryCall<ContainerStatsRequest, ContainerStatsResponse>;
-  /** Stats of the running containers matching a filter. */
-  listContainerStats: handleUnaryCall<ListContainerStatsRequest, ListContainerStatsResponse>;
-  /** Streaming variant of ListContainerStats (CRIListStreaming). */
-  streamContainerStats: handleServerStreamingCall<StreamContainerStatsRequest, StreamContainerStatsResponse>;
-  /** Stats of one sandbox; an error when it does not exist. */
-  podSandboxStats: handleUnaryCall<PodSandboxStatsRequest, PodSandboxStatsResponse>;
-  /** Stats of the sandboxes matching a filter. */
-  listPodSandboxStats: handleUnaryCall<ListPodSandboxStatsRequest, ListPodSandboxStatsResponse>;
-  /** Streaming variant of ListPodSandboxStats (CRIListStreaming). */
-  streamPodSandboxStats: handleServerStreamingCall<StreamPodSandboxStatsRequest, StreamPodSandboxStatsResponse>;
-  /** Pushes kubelet-side configuration (the pod CIDR) to the runtime. */
-  updateRuntimeConfig: handleUnaryCall<UpdateRuntimeConfigRequest, UpdateRuntimeConfigResponse>;
-  /** Runtime conditions (RuntimeReady, NetworkReady), handlers and features. */
-  status: handleUnaryCall<StatusRequest, StatusResponse>;
-  /** Writes a checkpoint archive of a container. */
-  checkpointContainer: handleUnaryCall<CheckpointContainerRequest, CheckpointContainerResponse>;
-  /** Server stream of container lifecycle events (the evented PLEG). */
-  getContainerEvents: handleServerStreamingCall<GetEventsRequest, ContainerEventResponse>;
-  /** Descriptors of the metrics ListPodSandboxMetrics reports; fixed after start-up. */
-  listMetricDescriptors: handleUnaryCall<ListMetricDescriptorsRequest, ListMetricDescriptorsResponse>;
-  /** Per-sandbox metrics. */
-  listPodSandboxMetrics: handleUnaryCall<ListPodSandboxMetricsRequest, ListPodSandboxMetricsResponse>;
-  /** Streaming variant of ListPodSandboxMetrics (CRIListStreaming). */
-  streamPodSandboxMetrics: handleServerStreamingCall<StreamPodSandboxMetricsRequest, StreamPodSandboxMetricsResponse>;
-  /** Runtime-side configuration the kubelet reads once at start-up (e.g. the cgroup driver). */
-  runtimeConfig: handleUnaryCall<RuntimeConfigRequest, RuntimeConfigResponse>;
-  /**
-   * Tells the runtime about new pod-level resources after the kubelet resized the pod cgroup;
-   * best effort.
-   */
-  updatePodSandboxResources: handleUnaryCall<UpdatePodSandboxResourcesRequest, UpdatePodSandboxResourcesResponse>;
-}
-
-export interface RuntimeServiceClient extends Client {
-  /** Runtime name, runtime version and CRI version. */
-  version(
-    request: VersionRequest,
-    callback: (error: ServiceError | null, response: VersionResponse) => void,
-  ): ClientUnaryCall;
-  version(
-    request: VersionRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: VersionResponse) => void,
-  ): ClientUnaryCall;
-  version(
-    request: VersionRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: VersionResponse) => void,
-  ): ClientUnaryCall;
-  /** Creates and starts a pod sandbox; on success it is ready. */
-  runPodSandbox(
-    request: RunPodSandboxRequest,
-    callback: (error: ServiceError | null, response: RunPodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  runPodSandbox(
-    request: RunPodSandboxRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: RunPodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  runPodSandbox(
-    request: RunPodSandboxRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: RunPodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  /**
-   * Stops every process of the sandbox and frees its network; idempotent, called at least once
-   * before RemovePodSandbox.
-   */
-  stopPodSandbox(
-    request: StopPodSandboxRequest,
-    callback: (error: ServiceError | null, response: StopPodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  stopPodSandbox(
-    request: StopPodSandboxRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: StopPodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  stopPodSandbox(
-    request: StopPodSandboxRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: StopPodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  /** Removes the sandbox, forcibly removing containers still in it; idempotent. */
-  removePodSandbox(
-    request: RemovePodSandboxRequest,
-    callback: (error: ServiceError | null, response: RemovePodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  removePodSandbox(
-    request: RemovePodSandboxRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: RemovePodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  removePodSandbox(
-    request: RemovePodSandboxRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: RemovePodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  /** Status of one sandbox; an error when it does not exist. */
-  podSandboxStatus(
-    request: PodSandboxStatusRequest,
-    callback: (error: ServiceError | null, response: PodSandboxStatusResponse) => void,
-  ): ClientUnaryCall;
-  podSandboxStatus(
-    request: PodSandboxStatusRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: PodSandboxStatusResponse) => void,
-  ): ClientUnaryCall;
-  podSandboxStatus(
-    request: PodSandboxStatusRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: PodSandboxStatusResponse) => void,
-  ): ClientUnaryCall;
-  /** Sandboxes matching a filter. */
-  listPodSandbox(
-    request: ListPodSandboxRequest,
-    callback: (error: ServiceError | null, response: ListPodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  listPodSandbox(
-    request: ListPodSandboxRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListPodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  listPodSandbox(
-    request: ListPodSandboxRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListPodSandboxResponse) => void,
-  ): ClientUnaryCall;
-  /**
-   * Like ListPodSandbox, but in chunks over a server stream (no message size limit).
-   * Feature gate CRIListStreaming, KEP 5825.
-   */
-  streamPodSandboxes(
-    request: StreamPodSandboxesRequest,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamPodSandboxesResponse>;
-  streamPodSandboxes(
-    request: StreamPodSandboxesRequest,
-    metadata?: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamPodSandboxesResponse>;
-  /** Creates a container inside a sandbox. */
-  createContainer(
-    request: CreateContainerRequest,
-    callback: (error: ServiceError | null, response: CreateContainerResponse) => void,
-  ): ClientUnaryCall;
-  createContainer(
-    request: CreateContainerRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: CreateContainerResponse) => void,
-  ): ClientUnaryCall;
-  createContainer(
-    request: CreateContainerRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: CreateContainerResponse) => void,
-  ): ClientUnaryCall;
-  /** Starts a created container. */
-  startContainer(
-    request: StartContainerRequest,
-    callback: (error: ServiceError | null, response: StartContainerResponse) => void,
-  ): ClientUnaryCall;
-  startContainer(
-    request: StartContainerRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: StartContainerResponse) => void,
-  ): ClientUnaryCall;
-  startContainer(
-    request: StartContainerRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: StartContainerResponse) => void,
-  ): ClientUnaryCall;
-  /** Stops a container, killing it once the timeout has passed; idempotent. */
-  stopContainer(
-    request: StopContainerRequest,
-    callback: (error: ServiceError | null, response: StopContainerResponse) => void,
-  ): ClientUnaryCall;
-  stopContainer(
-    request: StopContainerRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: StopContainerResponse) => void,
-  ): ClientUnaryCall;
-  stopContainer(
-    request: StopContainerRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: StopContainerResponse) => void,
-  ): ClientUnaryCall;
-  /** Removes a container, forcibly if it runs; idempotent. */
-  removeContainer(
-    request: RemoveContainerRequest,
-    callback: (error: ServiceError | null, response: RemoveContainerResponse) => void,
-  ): ClientUnaryCall;
-  removeContainer(
-    request: RemoveContainerRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: RemoveContainerResponse) => void,
-  ): ClientUnaryCall;
-  removeContainer(
-    request: RemoveContainerRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: RemoveContainerResponse) => void,
-  ): ClientUnaryCall;
-  /** Containers matching a filter. */
-  listContainers(
-    request: ListContainersRequest,
-    callback: (error: ServiceError | null, response: ListContainersResponse) => void,
-  ): ClientUnaryCall;
-  listContainers(
-    request: ListContainersRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListContainersResponse) => void,
-  ): ClientUnaryCall;
-  listContainers(
-    request: ListContainersRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListContainersResponse) => void,
-  ): ClientUnaryCall;
-  /** Streaming variant of ListContainers (CRIListStreaming). */
-  streamContainers(
-    request: StreamContainersRequest,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamContainersResponse>;
-  streamContainers(
-    request: StreamContainersRequest,
-    metadata?: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamContainersResponse>;
-  /** Status of one container; an error when it does not exist. */
-  containerStatus(
-    request: ContainerStatusRequest,
-    callback: (error: ServiceError | null, response: ContainerStatusResponse) => void,
-  ): ClientUnaryCall;
-  containerStatus(
-    request: ContainerStatusRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ContainerStatusResponse) => void,
-  ): ClientUnaryCall;
-  containerStatus(
-    request: ContainerStatusRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ContainerStatusResponse) => void,
-  ): ClientUnaryCall;
-  /** Applies new resource limits to a container, all or nothing. */
-  updateContainerResources(
-    request: UpdateContainerResourcesRequest,
-    callback: (error: ServiceError | null, response: UpdateContainerResourcesResponse) => void,
-  ): ClientUnaryCall;
-  updateContainerResources(
-    request: UpdateContainerResourcesRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: UpdateContainerResourcesResponse) => void,
-  ): ClientUnaryCall;
-  updateContainerResources(
-    request: UpdateContainerResourcesRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: UpdateContainerResourcesResponse) => void,
-  ): ClientUnaryCall;
-  /** Reopens the container's log file, e.g. after the kubelet rotated it. */
-  reopenContainerLog(
-    request: ReopenContainerLogRequest,
-    callback: (error: ServiceError | null, response: ReopenContainerLogResponse) => void,
-  ): ClientUnaryCall;
-  reopenContainerLog(
-    request: ReopenContainerLogRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ReopenContainerLogResponse) => void,
-  ): ClientUnaryCall;
-  reopenContainerLog(
-    request: ReopenContainerLogRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ReopenContainerLogResponse) => void,
-  ): ClientUnaryCall;
-  /** Runs a command in a container and waits for it. */
-  execSync(
-    request: ExecSyncRequest,
-    callback: (error: ServiceError | null, response: ExecSyncResponse) => void,
-  ): ClientUnaryCall;
-  execSync(
-    request: ExecSyncRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ExecSyncResponse) => void,
-  ): ClientUnaryCall;
-  execSync(
-    request: ExecSyncRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ExecSyncResponse) => void,
-  ): ClientUnaryCall;
-  /** Returns the streaming-server URL for an exec session. */
-  exec(request: ExecRequest, callback: (error: ServiceError | null, response: ExecResponse) => void): ClientUnaryCall;
-  exec(
-    request: ExecRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ExecResponse) => void,
-  ): ClientUnaryCall;
-  exec(
-    request: ExecRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ExecResponse) => void,
-  ): ClientUnaryCall;
-  /** Returns the streaming-server URL for attaching to a container. */
-  attach(
-    request: AttachRequest,
-    callback: (error: ServiceError | null, response: AttachResponse) => void,
-  ): ClientUnaryCall;
-  attach(
-    request: AttachRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: AttachResponse) => void,
-  ): ClientUnaryCall;
-  attach(
-    request: AttachRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: AttachResponse) => void,
-  ): ClientUnaryCall;
-  /** Returns the streaming-server URL for forwarding ports of a sandbox. */
-  portForward(
-    request: PortForwardRequest,
-    callback: (error: ServiceError | null, response: PortForwardResponse) => void,
-  ): ClientUnaryCall;
-  portForward(
-    request: PortForwardRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: PortForwardResponse) => void,
-  ): ClientUnaryCall;
-  portForward(
-    request: PortForwardRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: PortForwardResponse) => void,
-  ): ClientUnaryCall;
-  /** Stats of one container; an error when it does not exist. */
-  containerStats(
-    request: ContainerStatsRequest,
-    callback: (error: ServiceError | null, response: ContainerStatsResponse) => void,
-  ): ClientUnaryCall;
-  containerStats(
-    request: ContainerStatsRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ContainerStatsResponse) => void,
-  ): ClientUnaryCall;
-  containerStats(
-    request: ContainerStatsRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ContainerStatsResponse) => void,
-  ): ClientUnaryCall;
-  /** Stats of the running containers matching a filter. */
-  listContainerStats(
-    request: ListContainerStatsRequest,
-    callback: (error: ServiceError | null, response: ListContainerStatsResponse) => void,
-  ): ClientUnaryCall;
-  listContainerStats(
-    request: ListContainerStatsRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListContainerStatsResponse) => void,
-  ): ClientUnaryCall;
-  listContainerStats(
-    request: ListContainerStatsRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListContainerStatsResponse) => void,
-  ): ClientUnaryCall;
-  /** Streaming variant of ListContainerStats (CRIListStreaming). */
-  streamContainerStats(
-    request: StreamContainerStatsRequest,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamContainerStatsResponse>;
-  streamContainerStats(
-    request: StreamContainerStatsRequest,
-    metadata?: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamContainerStatsResponse>;
-  /** Stats of one sandbox; an error when it does not exist. */
-  podSandboxStats(
-    request: PodSandboxStatsRequest,
-    callback: (error: ServiceError | null, response: PodSandboxStatsResponse) => void,
-  ): ClientUnaryCall;
-  podSandboxStats(
-    request: PodSandboxStatsRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: PodSandboxStatsResponse) => void,
-  ): ClientUnaryCall;
-  podSandboxStats(
-    request: PodSandboxStatsRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: PodSandboxStatsResponse) => void,
-  ): ClientUnaryCall;
-  /** Stats of the sandboxes matching a filter. */
-  listPodSandboxStats(
-    request: ListPodSandboxStatsRequest,
-    callback: (error: ServiceError | null, response: ListPodSandboxStatsResponse) => void,
-  ): ClientUnaryCall;
-  listPodSandboxStats(
-    request: ListPodSandboxStatsRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListPodSandboxStatsResponse) => void,
-  ): ClientUnaryCall;
-  listPodSandboxStats(
-    request: ListPodSandboxStatsRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListPodSandboxStatsResponse) => void,
-  ): ClientUnaryCall;
-  /** Streaming variant of ListPodSandboxStats (CRIListStreaming). */
-  streamPodSandboxStats(
-    request: StreamPodSandboxStatsRequest,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamPodSandboxStatsResponse>;
-  streamPodSandboxStats(
-    request: StreamPodSandboxStatsRequest,
-    metadata?: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamPodSandboxStatsResponse>;
-  /** Pushes kubelet-side configuration (the pod CIDR) to the runtime. */
-  updateRuntimeConfig(
-    request: UpdateRuntimeConfigRequest,
-    callback: (error: ServiceError | null, response: UpdateRuntimeConfigResponse) => void,
-  ): ClientUnaryCall;
-  updateRuntimeConfig(
-    request: UpdateRuntimeConfigRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: UpdateRuntimeConfigResponse) => void,
-  ): ClientUnaryCall;
-  updateRuntimeConfig(
-    request: UpdateRuntimeConfigRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: UpdateRuntimeConfigResponse) => void,
-  ): ClientUnaryCall;
-  /** Runtime conditions (RuntimeReady, NetworkReady), handlers and features. */
-  status(
-    request: StatusRequest,
-    callback: (error: ServiceError | null, response: StatusResponse) => void,
-  ): ClientUnaryCall;
-  status(
-    request: StatusRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: StatusResponse) => void,
-  ): ClientUnaryCall;
-  status(
-    request: StatusRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: StatusResponse) => void,
-  ): ClientUnaryCall;
-  /** Writes a checkpoint archive of a container. */
-  checkpointContainer(
-    request: CheckpointContainerRequest,
-    callback: (error: ServiceError | null, response: CheckpointContainerResponse) => void,
-  ): ClientUnaryCall;
-  checkpointContainer(
-    request: CheckpointContainerRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: CheckpointContainerResponse) => void,
-  ): ClientUnaryCall;
-  checkpointContainer(
-    request: CheckpointContainerRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: CheckpointContainerResponse) => void,
-  ): ClientUnaryCall;
-  /** Server stream of container lifecycle events (the evented PLEG). */
-  getContainerEvents(
-    request: GetEventsRequest,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<ContainerEventResponse>;
-  getContainerEvents(
-    request: GetEventsRequest,
-    metadata?: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<ContainerEventResponse>;
-  /** Descriptors of the metrics ListPodSandboxMetrics reports; fixed after start-up. */
-  listMetricDescriptors(
-    request: ListMetricDescriptorsRequest,
-    callback: (error: ServiceError | null, response: ListMetricDescriptorsResponse) => void,
-  ): ClientUnaryCall;
-  listMetricDescriptors(
-    request: ListMetricDescriptorsRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListMetricDescriptorsResponse) => void,
-  ): ClientUnaryCall;
-  listMetricDescriptors(
-    request: ListMetricDescriptorsRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListMetricDescriptorsResponse) => void,
-  ): ClientUnaryCall;
-  /** Per-sandbox metrics. */
-  listPodSandboxMetrics(
-    request: ListPodSandboxMetricsRequest,
-    callback: (error: ServiceError | null, response: ListPodSandboxMetricsResponse) => void,
-  ): ClientUnaryCall;
-  listPodSandboxMetrics(
-    request: ListPodSandboxMetricsRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListPodSandboxMetricsResponse) => void,
-  ): ClientUnaryCall;
-  listPodSandboxMetrics(
-    request: ListPodSandboxMetricsRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListPodSandboxMetricsResponse) => void,
-  ): ClientUnaryCall;
-  /** Streaming variant of ListPodSandboxMetrics (CRIListStreaming). */
-  streamPodSandboxMetrics(
-    request: StreamPodSandboxMetricsRequest,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamPodSandboxMetricsResponse>;
-  streamPodSandboxMetrics(
-    request: StreamPodSandboxMetricsRequest,
-    metadata?: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamPodSandboxMetricsResponse>;
-  /** Runtime-side configuration the kubelet reads once at start-up (e.g. the cgroup driver). */
-  runtimeConfig(
-    request: RuntimeConfigRequest,
-    callback: (error: ServiceError | null, response: RuntimeConfigResponse) => void,
-  ): ClientUnaryCall;
-  runtimeConfig(
-    request: RuntimeConfigRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: RuntimeConfigResponse) => void,
-  ): ClientUnaryCall;
-  runtimeConfig(
-    request: RuntimeConfigRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: RuntimeConfigResponse) => void,
-  ): ClientUnaryCall;
-  /**
-   * Tells the runtime about new pod-level resources after the kubelet resized the pod cgroup;
-   * best effort.
-   */
-  updatePodSandboxResources(
-    request: UpdatePodSandboxResourcesRequest,
-    callback: (error: ServiceError | null, response: UpdatePodSandboxResourcesResponse) => void,
-  ): ClientUnaryCall;
-  updatePodSandboxResources(
-    request: UpdatePodSandboxResourcesRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: UpdatePodSandboxResourcesResponse) => void,
-  ): ClientUnaryCall;
-  updatePodSandboxResources(
-    request: UpdatePodSandboxResourcesRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: UpdatePodSandboxResourcesResponse) => void,
-  ): ClientUnaryCall;
-}
-
-export const RuntimeServiceClient = makeGenericClientConstructor(
-  RuntimeServiceService,
-  "runtime.v1.RuntimeService",
-) as unknown as {
-  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): RuntimeServiceClient;
-  service: typeof RuntimeServiceService;
-  serviceName: string;
-};
 
 /** The image half of the CRI. */
-export type ImageServiceService = typeof ImageServiceService;
-export const ImageServiceService = {
-  /** Images matching a filter. */
-  listImages: {
-    path: "/runtime.v1.ImageService/ListImages" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ListImagesRequest): Buffer => Buffer.from(ListImagesRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ListImagesRequest => ListImagesRequest.decode(value),
-    responseSerialize: (value: ListImagesResponse): Buffer => Buffer.from(ListImagesResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ListImagesResponse => ListImagesResponse.decode(value),
-  },
-  /** Streaming variant of ListImages (CRIListStreaming). */
-  streamImages: {
-    path: "/runtime.v1.ImageService/StreamImages" as const,
-    requestStream: false as const,
-    responseStream: true as const,
-    requestSerialize: (value: StreamImagesRequest): Buffer => Buffer.from(StreamImagesRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StreamImagesRequest => StreamImagesRequest.decode(value),
-    responseSerialize: (value: StreamImagesResponse): Buffer =>
-      Buffer.from(StreamImagesResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StreamImagesResponse => StreamImagesResponse.decode(value),
-  },
-  /** Status of one image; `image` is unset when the image is not present. */
-  imageStatus: {
-    path: "/runtime.v1.ImageService/ImageStatus" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ImageStatusRequest): Buffer => Buffer.from(ImageStatusRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ImageStatusRequest => ImageStatusRequest.decode(value),
-    responseSerialize: (value: ImageStatusResponse): Buffer => Buffer.from(ImageStatusResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ImageStatusResponse => ImageStatusResponse.decode(value),
-  },
-  /** Pulls an image, with registry credentials if given. */
-  pullImage: {
-    path: "/runtime.v1.ImageService/PullImage" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: PullImageRequest): Buffer => Buffer.from(PullImageRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): PullImageRequest => PullImageRequest.decode(value),
-    responseSerialize: (value: PullImageResponse): Buffer => Buffer.from(PullImageResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): PullImageResponse => PullImageResponse.decode(value),
-  },
-  /** Removes an image (with every tag of the same digest); idempotent. */
-  removeImage: {
-    path: "/runtime.v1.ImageService/RemoveImage" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: RemoveImageRequest): Buffer => Buffer.from(RemoveImageRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): RemoveImageRequest => RemoveImageRequest.decode(value),
-    responseSerialize: (value: RemoveImageResponse): Buffer => Buffer.from(RemoveImageResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): RemoveImageResponse => RemoveImageResponse.decode(value),
-  },
-  /** Usage of the filesystems holding images (and, optionally, containers). */
-  imageFsInfo: {
-    path: "/runtime.v1.ImageService/ImageFsInfo" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: ImageFsInfoRequest): Buffer => Buffer.from(ImageFsInfoRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): ImageFsInfoRequest => ImageFsInfoRequest.decode(value),
-    responseSerialize: (value: ImageFsInfoResponse): Buffer => Buffer.from(ImageFsInfoResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): ImageFsInfoResponse => ImageFsInfoResponse.decode(value),
+export type ImageServiceDefinition = typeof ImageServiceDefinition;
+export const ImageServiceDefinition = {
+  name: "ImageService",
+  fullName: "runtime.v1.ImageService",
+  methods: {
+    /** Images matching a filter. */
+    listImages: {
+      name: "ListImages",
+      requestType: ListImagesRequest as typeof ListImagesRequest,
+      requestStream: false,
+      responseType: ListImagesResponse as typeof ListImagesResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Streaming variant of ListImages (CRIListStreaming). */
+    streamImages: {
+      name: "StreamImages",
+      requestType: StreamImagesRequest as typeof StreamImagesRequest,
+      requestStream: false,
+      responseType: StreamImagesResponse as typeof StreamImagesResponse,
+      responseStream: true,
+      options: {},
+    },
+    /** Status of one image; `image` is unset when the image is not present. */
+    imageStatus: {
+      name: "ImageStatus",
+      requestType: ImageStatusRequest as typeof ImageStatusRequest,
+      requestStream: false,
+      responseType: ImageStatusResponse as typeof ImageStatusResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Pulls an image, with registry credentials if given. */
+    pullImage: {
+      name: "PullImage",
+      requestType: PullImageRequest as typeof PullImageRequest,
+      requestStream: false,
+      responseType: PullImageResponse as typeof PullImageResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Removes an image (with every tag of the same digest); idempotent. */
+    removeImage: {
+      name: "RemoveImage",
+      requestType: RemoveImageRequest as typeof RemoveImageRequest,
+      requestStream: false,
+      responseType: RemoveImageResponse as typeof RemoveImageResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Usage of the filesystems holding images (and, optionally, containers). */
+    imageFsInfo: {
+      name: "ImageFsInfo",
+      requestType: ImageFsInfoRequest as typeof ImageFsInfoRequest,
+      requestStream: false,
+      responseType: ImageFsInfoResponse as typeof ImageFsInfoResponse,
+      responseStream: false,
+      options: {},
+    },
   },
 } as const;
-
-export interface ImageServiceServer extends UntypedServiceImplementation {
-  /** Images matching a filter. */
-  listImages: handleUnaryCall<ListImagesRequest, ListImagesResponse>;
-  /** Streaming variant of ListImages (CRIListStreaming). */
-  streamImages: handleServerStreamingCall<StreamImagesRequest, StreamImagesResponse>;
-  /** Status of one image; `image` is unset when the image is not present. */
-  imageStatus: handleUnaryCall<ImageStatusRequest, ImageStatusResponse>;
-  /** Pulls an image, with registry credentials if given. */
-  pullImage: handleUnaryCall<PullImageRequest, PullImageResponse>;
-  /** Removes an image (with every tag of the same digest); idempotent. */
-  removeImage: handleUnaryCall<RemoveImageRequest, RemoveImageResponse>;
-  /** Usage of the filesystems holding images (and, optionally, containers). */
-  imageFsInfo: handleUnaryCall<ImageFsInfoRequest, ImageFsInfoResponse>;
-}
-
-export interface ImageServiceClient extends Client {
-  /** Images matching a filter. */
-  listImages(
-    request: ListImagesRequest,
-    callback: (error: ServiceError | null, response: ListImagesResponse) => void,
-  ): ClientUnaryCall;
-  listImages(
-    request: ListImagesRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListImagesResponse) => void,
-  ): ClientUnaryCall;
-  listImages(
-    request: ListImagesRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListImagesResponse) => void,
-  ): ClientUnaryCall;
-  /** Streaming variant of ListImages (CRIListStreaming). */
-  streamImages(
-    request: StreamImagesRequest,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamImagesResponse>;
-  streamImages(
-    request: StreamImagesRequest,
-    metadata?: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientReadableStream<StreamImagesResponse>;
-  /** Status of one image; `image` is unset when the image is not present. */
-  imageStatus(
-    request: ImageStatusRequest,
-    callback: (error: ServiceError | null, response: ImageStatusResponse) => void,
-  ): ClientUnaryCall;
-  imageStatus(
-    request: ImageStatusRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ImageStatusResponse) => void,
-  ): ClientUnaryCall;
-  imageStatus(
-    request: ImageStatusRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ImageStatusResponse) => void,
-  ): ClientUnaryCall;
-  /** Pulls an image, with registry credentials if given. */
-  pullImage(
-    request: PullImageRequest,
-    callback: (error: ServiceError | null, response: PullImageResponse) => void,
-  ): ClientUnaryCall;
-  pullImage(
-    request: PullImageRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: PullImageResponse) => void,
-  ): ClientUnaryCall;
-  pullImage(
-    request: PullImageRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: PullImageResponse) => void,
-  ): ClientUnaryCall;
-  /** Removes an image (with every tag of the same digest); idempotent. */
-  removeImage(
-    request: RemoveImageRequest,
-    callback: (error: ServiceError | null, response: RemoveImageResponse) => void,
-  ): ClientUnaryCall;
-  removeImage(
-    request: RemoveImageRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: RemoveImageResponse) => void,
-  ): ClientUnaryCall;
-  removeImage(
-    request: RemoveImageRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: RemoveImageResponse) => void,
-  ): ClientUnaryCall;
-  /** Usage of the filesystems holding images (and, optionally, containers). */
-  imageFsInfo(
-    request: ImageFsInfoRequest,
-    callback: (error: ServiceError | null, response: ImageFsInfoResponse) => void,
-  ): ClientUnaryCall;
-  imageFsInfo(
-    request: ImageFsInfoRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ImageFsInfoResponse) => void,
-  ): ClientUnaryCall;
-  imageFsInfo(
-    request: ImageFsInfoRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ImageFsInfoResponse) => void,
-  ): ClientUnaryCall;
-}
-
-export const ImageServiceClient = makeGenericClientConstructor(
-  ImageServiceService,
-  "runtime.v1.ImageService",
-) as unknown as {
-  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): ImageServiceClient;
-  service: typeof ImageServiceService;
-  serviceName: string;
-};
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | bigint | undefined;
 
