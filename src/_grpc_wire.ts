@@ -148,6 +148,53 @@ function decodeGrpcMessage(raw: string): string {
   }
 }
 
+/**
+ * The one message of a unary response's whole body. Throws {@link GrpcStatusError} as
+ * {@link GrpcFrameReader} does, and for a body with no message or more than one.
+ */
+export function unaryMessage(body: Uint8Array, maxMessageSize: number): Uint8Array {
+  if (body.length === 0) {
+    throw new GrpcStatusError(GrpcCode.INTERNAL, "server closed the stream without a response");
+  }
+  const length = framedLength(body, maxMessageSize);
+  if (body.length < PREFIX + length) {
+    throw new GrpcStatusError(
+      GrpcCode.INTERNAL,
+      `server closed the stream in the middle of a message (${body.length} of ${
+        PREFIX + length
+      } bytes)`,
+    );
+  }
+  if (body.length > PREFIX + length) {
+    throw new GrpcStatusError(GrpcCode.INTERNAL, "server sent more than one response");
+  }
+  return body.subarray(PREFIX);
+}
+
+/** The message length a frame's prefix gives; throws for a compressed or oversize message. */
+function framedLength(buf: Uint8Array, max: number): number {
+  if (buf.length < PREFIX) {
+    throw new GrpcStatusError(
+      GrpcCode.INTERNAL,
+      `server closed the stream in the middle of a message (${buf.length} of ${PREFIX} bytes)`,
+    );
+  }
+  if (buf[0] !== 0) {
+    throw new GrpcStatusError(
+      GrpcCode.INTERNAL,
+      `grpc: compressed flag set with identity or empty encoding (flag ${buf[0]})`,
+    );
+  }
+  const length = new DataView(buf.buffer, buf.byteOffset, PREFIX).getUint32(1);
+  if (length > max) {
+    throw new GrpcStatusError(
+      GrpcCode.RESOURCE_EXHAUSTED,
+      `grpc: received message larger than max (${length} vs. ${max})`,
+    );
+  }
+  return length;
+}
+
 const EMPTY = new Uint8Array(0);
 
 /** Reads gRPC frames off a response body, one message at a time. */
@@ -167,20 +214,7 @@ export class GrpcFrameReader {
    */
   async next(): Promise<Uint8Array | undefined> {
     if (!await this.#fill(PREFIX)) return undefined;
-    const buf = this.#buf;
-    if (buf[0] !== 0) {
-      throw new GrpcStatusError(
-        GrpcCode.INTERNAL,
-        `grpc: compressed flag set with identity or empty encoding (flag ${buf[0]})`,
-      );
-    }
-    const length = new DataView(buf.buffer, buf.byteOffset, PREFIX).getUint32(1);
-    if (length > this.#max) {
-      throw new GrpcStatusError(
-        GrpcCode.RESOURCE_EXHAUSTED,
-        `grpc: received message larger than max (${length} vs. ${this.#max})`,
-      );
-    }
+    const length = framedLength(this.#buf, this.#max);
     await this.#fill(PREFIX + length);
     const message = this.#buf.subarray(PREFIX, PREFIX + length);
     this.#buf = this.#buf.subarray(PREFIX + length);

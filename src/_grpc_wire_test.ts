@@ -6,6 +6,7 @@ import {
   GrpcStatusError,
   grpcTimeout,
   headerStatus,
+  unaryMessage,
 } from "./_grpc_wire.ts";
 
 /** A body that delivers `chunks` one read at a time. */
@@ -118,4 +119,25 @@ Deno.test("grpcTimeout writes at most eight digits with the finest unit that fit
   assert.equal(grpcTimeout(-5), "0m");
   assert.equal(grpcTimeout(99_999_999), "99999999m");
   assert.equal(grpcTimeout(100_000_000), "100000S");
+});
+
+Deno.test("unaryMessage takes the one message of a whole unary body", async () => {
+  assert.deepEqual([...unaryMessage(grpcFrame(Uint8Array.of(4, 2)), 100)], [4, 2]);
+  assert.deepEqual([...unaryMessage(grpcFrame(new Uint8Array(0)), 100)], []);
+  const fails = (bytes: number[], code: number, details: RegExp) =>
+    rejectsWith(
+      Promise.resolve().then(() => unaryMessage(Uint8Array.from(bytes), 100)),
+      code,
+      details,
+    );
+  await fails([], GrpcCode.INTERNAL, /^server closed the stream without a response$/);
+  await fails([0, 0, 0], GrpcCode.INTERNAL, /middle of a message \(3 of 5 bytes\)/);
+  await fails([0, 0, 0, 0, 3, 1], GrpcCode.INTERNAL, /middle of a message \(6 of 8 bytes\)/);
+  await fails(
+    [...grpcFrame(Uint8Array.of(1)), ...grpcFrame(Uint8Array.of(2))],
+    GrpcCode.INTERNAL,
+    /^server sent more than one response$/,
+  );
+  await fails([0, 0, 0, 0, 101], GrpcCode.RESOURCE_EXHAUSTED, /larger than max \(101 vs\. 100\)/);
+  await fails([1, 0, 0, 0, 1, 9], GrpcCode.INTERNAL, /compressed flag set/);
 });

@@ -23,6 +23,7 @@ import {
   GrpcStatusError,
   grpcTimeout,
   headerStatus,
+  unaryMessage,
 } from "./_grpc_wire.ts";
 import { unixSocketPath } from "./permissions.ts";
 
@@ -171,6 +172,13 @@ class Call {
     void this.reader?.cancel();
   }
 
+  /** Reads the response's frames; ends the read at once if the call was aborted meanwhile. */
+  read(res: Response): GrpcFrameReader {
+    this.reader = new GrpcFrameReader(res.body!, MAX_MESSAGE_SIZE);
+    if (this.ctl.signal.aborted) void this.reader.cancel();
+    return this.reader;
+  }
+
   /** Why the call was aborted, if it was. */
   get reason(): typeof DEADLINE | typeof CANCELED | typeof CLOSED | undefined {
     return this.ctl.signal.aborted ? this.ctl.signal.reason : undefined;
@@ -197,6 +205,22 @@ class Call {
     if (e instanceof GrpcStatusError) return new CriError(rpc, e.code, e.details, { cause: e });
     return new CriError(rpc, GrpcCode.UNAVAILABLE, transportText(e, socket), { cause: e });
   }
+}
+
+/** A response message, or the error grpc-go gives for one it cannot unmarshal. */
+function decode<Res>(method: CriMethod<unknown, Res>, message: Uint8Array): Res {
+  try {
+    return method.response.decode(message);
+  } catch (e) {
+    throw new GrpcStatusError(
+      GrpcCode.INTERNAL,
+      `grpc: failed to unmarshal the received message: ${errorText(e)}`,
+    );
+  }
+}
+
+function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
 }
 
 /** A fetch failure worded as grpc-go words a dial or transport error. */
@@ -241,20 +265,12 @@ export class CriConnection {
     const rpc = rpcName(method.path);
     const call = this.#open(rpc, opts);
     try {
-      const reader = await this.#send(method, request, call, opts.timeoutMs);
-      if (reader === undefined) {
+      const res = await this.#send(method, request, call, opts.timeoutMs);
+      if (res === undefined) {
         throw new CriError(rpc, GrpcCode.INTERNAL, "server sent OK status without a response");
       }
-      const message = await reader.next();
-      if (message === undefined) {
-        throw new CriError(rpc, GrpcCode.INTERNAL, "server closed the stream without a response");
-      }
-      const res = method.response.decode(message);
-      // The trailers end the body; reading to there lets the stream close without a reset.
-      if (await reader.next() !== undefined) {
-        throw new CriError(rpc, GrpcCode.INTERNAL, "server sent more than one response");
-      }
-      return res;
+      // One read of the whole body (message and trailers): cheaper than reading it as a stream.
+      return decode(method, unaryMessage(await res.bytes(), MAX_MESSAGE_SIZE));
     } catch (e) {
       throw call.error(rpc, e, this.#socket);
     } finally {
@@ -274,7 +290,8 @@ export class CriConnection {
     try {
       let reader: GrpcFrameReader | undefined;
       try {
-        reader = await this.#send(method, request, call, opts.timeoutMs);
+        const res = await this.#send(method, request, call, opts.timeoutMs);
+        if (res !== undefined) reader = call.read(res);
       } catch (e) {
         if (call.reason === CANCELED || call.reason === CLOSED) return;
         throw call.error(rpc, e, this.#socket);
@@ -288,7 +305,7 @@ export class CriConnection {
           throw call.error(rpc, e, this.#socket);
         }
         if (message === undefined) return;
-        yield method.response.decode(message);
+        yield decode(method, message);
       }
     } finally {
       this.#end(call);
@@ -324,16 +341,21 @@ export class CriConnection {
   }
 
   /**
-   * Sends the request; resolves with the body's frames, or undefined when the headers ended the
-   * call with OK. Throws the status the headers carry.
+   * Sends the request; resolves with the response, or undefined when the headers ended the call
+   * with OK. Throws the status the headers carry.
    */
   async #send<Req, Res>(
     method: CriMethod<Req, Res>,
     request: Req,
     call: Call,
     timeoutMs: number | undefined,
-  ): Promise<GrpcFrameReader | undefined> {
-    const message = method.request.encode(request).finish();
+  ): Promise<Response | undefined> {
+    let message: Uint8Array;
+    try {
+      message = method.request.encode(request).finish();
+    } catch (e) {
+      throw new GrpcStatusError(GrpcCode.INTERNAL, `grpc: error while marshaling: ${errorText(e)}`);
+    }
     if (message.length > MAX_MESSAGE_SIZE) {
       throw new GrpcStatusError(
         GrpcCode.RESOURCE_EXHAUSTED,
@@ -356,9 +378,6 @@ export class CriConnection {
       if (status !== undefined) throw status;
       return undefined;
     }
-    call.reader = new GrpcFrameReader(res.body, MAX_MESSAGE_SIZE);
-    // Aborted while the headers came: the body is not read.
-    if (call.ctl.signal.aborted) await call.reader.cancel();
-    return call.reader;
+    return res;
   }
 }

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { join } from "node:path";
+import * as grpc from "@grpc/grpc-js";
 import * as api from "../proto/runtime/v1/api.ts";
 import {
   CriConnection,
@@ -180,4 +182,44 @@ Deno.test("the running kubelet loads neither grpc-js nor node:http2 for its CRI 
     assert.ok([...loaded].some((s) => s.endsWith(used)), `${used} is not in the graph`);
   }
   assert.deepEqual([...loaded].filter((s) => /grpc-js|^node:http2$/.test(s)), []);
+});
+
+Deno.test("CriConnection fails a reply it cannot unmarshal as Internal, as grpc-go does", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "cri-conn-" });
+  // A runtime that answers Version with a truncated message: field 1, length 5, no bytes.
+  const server = new grpc.Server();
+  server.addService({
+    version: {
+      path: "/runtime.v1.RuntimeService/Version",
+      requestStream: false,
+      responseStream: false,
+      requestSerialize: (b: Uint8Array) => Buffer.from(b),
+      requestDeserialize: (b: Buffer) => new Uint8Array(b),
+      responseSerialize: (b: Uint8Array) => Buffer.from(b),
+      responseDeserialize: (b: Buffer) => new Uint8Array(b),
+    },
+  }, {
+    version: (_call: unknown, cb: (e: null, r: Uint8Array) => void) =>
+      cb(null, Uint8Array.of(0x0a, 5)),
+  });
+  const socket = join(dir, "cri.sock");
+  await new Promise<void>((resolve, reject) =>
+    server.bindAsync(
+      `unix://${socket}`,
+      grpc.ServerCredentials.createInsecure(),
+      (e) => e ? reject(e) : resolve(),
+    )
+  );
+  const conn = new CriConnection({ endpoint: `unix://${socket}` });
+  try {
+    await assert.rejects(new RemoteRuntimeService({ connection: conn }).version(), (e: unknown) => {
+      assert.ok(isCriCode(e, GrpcCode.INTERNAL), String(e));
+      assert.match(e.details, /^grpc: failed to unmarshal the received message: /);
+      return true;
+    });
+  } finally {
+    conn.close();
+    server.forceShutdown();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
