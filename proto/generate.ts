@@ -25,7 +25,10 @@ const PINNED_DEPENDENCIES: Readonly<Record<string, string>> = {
 
 /**
  * ts-proto options. Why these:
- * - `outputServices=grpc-js`: typed `RuntimeServiceClient`/`ImageServiceClient` for @grpc/grpc-js.
+ * - `outputServices=generic-definitions`: `RuntimeServiceDefinition`/`ImageServiceDefinition`,
+ *   plain objects naming each method and its message codecs, with no gRPC library imported: the
+ *   kubelet's client (src/cri_connection.ts) speaks gRPC over fetch, and the fake runtime serves
+ *   them through grpc-js in tests.
  * - `importSuffix=.ts`, `esModuleInterop=true`: imports Deno resolves.
  * - `forceLong=bigint`: CRI timestamps are int64 nanoseconds, past Number.MAX_SAFE_INTEGER.
  * - `useOptionals=messages`: message fields may be left out; scalars are always present after

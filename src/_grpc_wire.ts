@@ -113,11 +113,6 @@ export function headerStatus(status: number, headers: Headers): GrpcStatusError 
   return undefined;
 }
 
-/** True when the headers ended the call (trailers-only): no message follows. */
-export function trailersOnly(headers: Headers): boolean {
-  return headers.has("grpc-status");
-}
-
 /** grpc-go's mapping of an HTTP status on a gRPC response to a code. */
 function httpStatusCode(status: number): GrpcCode {
   switch (status) {

@@ -162,9 +162,11 @@ class Call {
   }
 
   /**
-   * Ends the call: the fetch, and a read of its body in progress (aborting the fetch alone does
-   * not always end a pending body read in Deno 2.9: seen with a stream aborted right after
-   * messages came).
+   * Ends the call: the fetch, and a read of its stream body in progress (aborting the fetch
+   * alone does not always end a pending body read in Deno 2.9: seen with a stream aborted right
+   * after messages came). A unary body is read whole with no reader to cancel; grpc-go writes a
+   * unary reply's headers, message and status together, so that read does not wait on the
+   * runtime.
    */
   abort(why: typeof DEADLINE | typeof CANCELED | typeof CLOSED): void {
     if (this.ctl.signal.aborted) return;
