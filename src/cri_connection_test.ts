@@ -1,7 +1,5 @@
 import assert from "node:assert/strict";
-import { Buffer } from "node:buffer";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../proto/runtime/v1/api.ts";
 import {
   CriConnection,
@@ -12,9 +10,28 @@ import {
   isCriCode,
   rpcName,
 } from "./cri_connection.ts";
-import { startFakeRuntime } from "./fake_remote_runtime.ts";
+import { type FakeRemoteRuntime, startFakeRuntime } from "./fake_remote_runtime.ts";
+import { serveRawUnary } from "./_grpc_raw_server.ts";
 import { RemoteRuntimeService } from "./remote_runtime.ts";
 import { staticGraph } from "./_module_graph.ts";
+
+/** A fake runtime on a socket in a fresh temp dir and a connection to it; both go afterwards. */
+async function withFake(
+  fn: (fake: FakeRemoteRuntime, conn: CriConnection) => Promise<void>,
+): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "cri-conn-" });
+  try {
+    await using fake = await startFakeRuntime({ socket: join(dir, "cri.sock") });
+    const conn = new CriConnection({ endpoint: fake.endpoint });
+    try {
+      await fn(fake, conn);
+    } finally {
+      conn.close();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
 
 async function until(what: string, cond: () => boolean): Promise<void> {
   const end = Date.now() + 5_000;
@@ -34,30 +51,20 @@ Deno.test("criSocketPath and rpcName read the kubelet's endpoint and RPC syntax"
   assert.equal(rpcName("/runtime.v1.ImageService/PullImage"), "ImageService/PullImage");
 });
 
-Deno.test("CriConnection stream with an aborted signal ends without calling the runtime", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "cri-conn-" });
-  await using fake = await startFakeRuntime({ socket: `${dir}/cri.sock` });
-  const conn = new CriConnection({ endpoint: fake.endpoint });
-  const runtime = new RemoteRuntimeService({ connection: conn });
-  try {
+Deno.test("CriConnection stream with an aborted signal ends without calling the runtime", () =>
+  withFake(async (fake, conn) => {
+    const runtime = new RemoteRuntimeService({ connection: conn });
     const ctl = new AbortController();
     ctl.abort();
     const got = [];
     for await (const e of runtime.getContainerEvents(ctl.signal)) got.push(e);
     assert.deepEqual(got, []);
     assert.equal(fake.callCount("GetContainerEvents"), 0);
-  } finally {
-    conn.close();
-    await Deno.remove(dir, { recursive: true });
-  }
-});
+  }));
 
-Deno.test("CriConnection close ends open streams and refuses new calls", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "cri-conn-" });
-  await using fake = await startFakeRuntime({ socket: `${dir}/cri.sock` });
-  const conn = new CriConnection({ endpoint: fake.endpoint });
-  const runtime = new RemoteRuntimeService({ connection: conn });
-  try {
+Deno.test("CriConnection close ends open streams and refuses new calls", () =>
+  withFake(async (fake, conn) => {
+    const runtime = new RemoteRuntimeService({ connection: conn });
     const reading = (async () => {
       for await (const _ of runtime.getContainerEvents()) { /* no events come */ }
     })();
@@ -70,10 +77,7 @@ Deno.test("CriConnection close ends open streams and refuses new calls", async (
       (e: unknown) => e instanceof CriError && e.code === GrpcCode.UNAVAILABLE,
     );
     conn.close(); // idempotent
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-});
+  }));
 
 Deno.test("criMethods gives each generated method its path and codecs", () => {
   const runtime = criMethods(api.RuntimeServiceDefinition);
@@ -112,12 +116,9 @@ Deno.test("CriConnection to a socket nobody serves fails Unavailable, worded as 
   }
 });
 
-Deno.test("CriConnection ends a call at its deadline and when its signal aborts", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "cri-conn-" });
-  await using fake = await startFakeRuntime({ socket: `${dir}/cri.sock` });
-  const conn = new CriConnection({ endpoint: fake.endpoint });
-  const methods = criMethods(api.RuntimeServiceDefinition);
-  try {
+Deno.test("CriConnection ends a call at its deadline and when its signal aborts", () =>
+  withFake(async (fake, conn) => {
+    const methods = criMethods(api.RuntimeServiceDefinition);
     fake.setLatency("Version", 5_000);
     await assert.rejects(
       conn.unary(methods.version, api.VersionRequest.create({}), { timeoutMs: 50 }),
@@ -142,18 +143,11 @@ Deno.test("CriConnection ends a call at its deadline and when its signal aborts"
       (await conn.unary(methods.version, api.VersionRequest.create({}))).runtimeName,
       "fake-runtime",
     );
-  } finally {
-    conn.close();
-    await Deno.remove(dir, { recursive: true });
-  }
-});
+  }));
 
-Deno.test("CriConnection carries the runtime's code and percent-encoded message", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "cri-conn-" });
-  await using fake = await startFakeRuntime({ socket: `${dir}/cri.sock` });
-  const conn = new CriConnection({ endpoint: fake.endpoint });
-  const runtime = new RemoteRuntimeService({ connection: conn });
-  try {
+Deno.test("CriConnection carries the runtime's code and percent-encoded message", () =>
+  withFake(async (fake, conn) => {
+    const runtime = new RemoteRuntimeService({ connection: conn });
     fake.injectError("Version", GrpcCode.FAILED_PRECONDITION, '100% full: "ünïcode"\nline');
     await assert.rejects(runtime.version(), (e: unknown) => {
       assert.ok(isCriCode(e, GrpcCode.FAILED_PRECONDITION), String(e));
@@ -164,11 +158,7 @@ Deno.test("CriConnection carries the runtime's code and percent-encoded message"
       );
       return true;
     });
-  } finally {
-    conn.close();
-    await Deno.remove(dir, { recursive: true });
-  }
-});
+  }));
 
 Deno.test("the running kubelet loads neither grpc-js nor node:http2 for its CRI client", async () => {
   // What the kubelet's worker loads to run (kubelet_command.ts imports the last two when it
@@ -187,29 +177,12 @@ Deno.test("the running kubelet loads neither grpc-js nor node:http2 for its CRI 
 Deno.test("CriConnection fails a reply it cannot unmarshal as Internal, as grpc-go does", async () => {
   const dir = await Deno.makeTempDir({ prefix: "cri-conn-" });
   // A runtime that answers Version with a truncated message: field 1, length 5, no bytes.
-  const server = new grpc.Server();
-  server.addService({
-    version: {
-      path: "/runtime.v1.RuntimeService/Version",
-      requestStream: false,
-      responseStream: false,
-      requestSerialize: (b: Uint8Array) => Buffer.from(b),
-      requestDeserialize: (b: Buffer) => new Uint8Array(b),
-      responseSerialize: (b: Uint8Array) => Buffer.from(b),
-      responseDeserialize: (b: Buffer) => new Uint8Array(b),
-    },
-  }, {
-    version: (_call: unknown, cb: (e: null, r: Uint8Array) => void) =>
-      cb(null, Uint8Array.of(0x0a, 5)),
-  });
   const socket = join(dir, "cri.sock");
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(
-      `unix://${socket}`,
-      grpc.ServerCredentials.createInsecure(),
-      (e) => e ? reject(e) : resolve(),
-    )
-  );
+  using _server = await serveRawUnary({
+    address: `unix://${socket}`,
+    path: "/runtime.v1.RuntimeService/Version",
+    reply: () => Uint8Array.of(0x0a, 5),
+  });
   const conn = new CriConnection({ endpoint: `unix://${socket}` });
   try {
     await assert.rejects(new RemoteRuntimeService({ connection: conn }).version(), (e: unknown) => {
@@ -219,7 +192,6 @@ Deno.test("CriConnection fails a reply it cannot unmarshal as Internal, as grpc-
     });
   } finally {
     conn.close();
-    server.forceShutdown();
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
+import { serveRawUnary } from "../src/_grpc_raw_server.ts";
 import type { V1Pod } from "@kubernetes/client-node";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
@@ -196,51 +196,30 @@ e2e(
   async (w, api) => {
     const port = freePort();
     let serving = true;
-    const server = new grpc.Server();
-    // grpc.health.v1.Health/Check: the request carries the service name, the answer a status
-    // (1 = SERVING, 2 = NOT_SERVING) in field 1.
-    server.addService({
-      Check: {
-        path: "/grpc.health.v1.Health/Check",
-        requestStream: false,
-        responseStream: false,
-        requestSerialize: (b: Uint8Array) => Buffer.from(b),
-        requestDeserialize: (b: Buffer) => new Uint8Array(b),
-        responseSerialize: (b: Uint8Array) => Buffer.from(b),
-        responseDeserialize: (b: Buffer) => new Uint8Array(b),
-      },
-    } as unknown as grpc.ServiceDefinition, {
-      Check: (_call: unknown, cb: (e: null, r: Uint8Array) => void) =>
-        cb(null, new Uint8Array([0x08, serving ? 1 : 2])),
+    // grpc.health.v1.Health/Check: the answer carries a status (1 = SERVING, 2 = NOT_SERVING)
+    // in field 1.
+    using _server = await serveRawUnary({
+      address: `0.0.0.0:${port}`,
+      path: "/grpc.health.v1.Health/Check",
+      reply: () => new Uint8Array([0x08, serving ? 1 : 2]),
     });
-    await new Promise<void>((resolve, reject) =>
-      server.bindAsync(
-        `0.0.0.0:${port}`,
-        grpc.ServerCredentials.createInsecure(),
-        (e) => e ? reject(e) : resolve(),
-      )
+    // On the host network, the pod IP is the node's: the probe reaches this server.
+    await create(
+      w,
+      pod("grpc", { hostNetwork: true }, {
+        command: ["sleep", "3600"],
+        readinessProbe: { grpc: { port }, periodSeconds: 1, failureThreshold: 1 },
+      }),
     );
-    try {
-      // On the host network, the pod IP is the node's: the probe reaches this server.
-      await create(
-        w,
-        pod("grpc", { hostNetwork: true }, {
-          command: ["sleep", "3600"],
-          readinessProbe: { grpc: { port }, periodSeconds: 1, failureThreshold: 1 },
-        }),
-      );
-      await waitPod(api, NS, "grpc", "Ready", (p) => ready(p) === "True");
-      serving = false;
-      await waitPod(api, NS, "grpc", "not Ready", (p) => ready(p) === "False");
-      await waitEvent(
-        w,
-        "grpc",
-        "Unhealthy",
-        /^Readiness probe failed: service unhealthy \(responded with "NOT_SERVING"\)$/,
-      );
-    } finally {
-      server.forceShutdown();
-    }
+    await waitPod(api, NS, "grpc", "Ready", (p) => ready(p) === "True");
+    serving = false;
+    await waitPod(api, NS, "grpc", "not Ready", (p) => ready(p) === "False");
+    await waitEvent(
+      w,
+      "grpc",
+      "Unhealthy",
+      /^Readiness probe failed: service unhealthy \(responded with "NOT_SERVING"\)$/,
+    );
   },
 );
 
