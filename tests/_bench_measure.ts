@@ -234,9 +234,12 @@ export function table(header: readonly string[], rows: readonly (readonly string
 export const ms = (v: number) => Number.isFinite(v) ? `${v.toFixed(0)} ms` : "n/a";
 /** MiB with one decimal. */
 export const mib = (v: number) => Number.isFinite(v) ? `${v.toFixed(1)} MiB` : "n/a";
-/** Cores with three decimals, as millicores. */
+/**
+ * Cores as millicores with one decimal: an idle kubelet uses 5-6 m, where whole millicores
+ * would hide a difference of up to one (a 60 s window counts 10 ms clock ticks: ±0.2 m).
+ */
 export const millicores = (cores: number) =>
-  Number.isFinite(cores) ? `${(cores * 1000).toFixed(0)} m` : "n/a";
+  Number.isFinite(cores) ? `${(cores * 1000).toFixed(1)} m` : "n/a";
 
 /** CPU seconds as "1.23 s", or "n/a". */
 export const seconds = (v: number | undefined) =>

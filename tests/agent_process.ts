@@ -5,7 +5,7 @@
  */
 
 import { fileURLToPath } from "node:url";
-import { AGENT_RUN_FLAGS } from "../deploy/compile.ts";
+import { AGENT_RUN_FLAGS, AGENT_RUNTIME_FLAGS } from "../deploy/compile.ts";
 
 /** The repository root, where deno.json (and its permission set) lives. */
 export const REPO_ROOT = fileURLToPath(new URL("../", import.meta.url));
@@ -19,9 +19,8 @@ export interface AgentOptions {
 
 function command(args: readonly string[], opts: AgentOptions): Deno.Command {
   // "all" is how `deno task start` and the compiled binary run the agent.
-  const v8 = AGENT_RUN_FLAGS.filter((f) => f.startsWith("--v8-flags="));
   const perms = opts.permissions === "kubelet"
-    ? ["-P=kubelet", "--no-prompt", ...v8]
+    ? ["-P=kubelet", "--no-prompt", ...AGENT_RUNTIME_FLAGS]
     : AGENT_RUN_FLAGS;
   // For profiling a run, e.g. KUBELET_TS_AGENT_V8_FLAGS=--prof,--logfile=/tmp/agent-%p.log:
   // added to the agent's own V8 flags (a second --v8-flags would replace them).
