@@ -33,10 +33,10 @@ export const AGENT_V8_FLAGS = "--max-semi-space-size=4,--optimize-for-size";
 
 /**
  * The agent's runtime flags, whatever its permissions: {@link AGENT_V8_FLAGS}, and no V8 code
- * cache. With the cache Deno maps its cache database for as long as the agent runs and V8 loads
- * the compiled code of every function the cached run compiled, used since or not: 3.5-4 MiB more
- * resident memory at 0 pods, for no start-up CPU saved (0.55-0.59 s over the first 40 s either
- * way, standalone on the fake runtime). Measured in README, "How it compares".
+ * cache. With the cache the agent holds 3.5-4 MiB more resident memory at 0 pods (2 MiB of it
+ * the cache database Deno keeps mapped for as long as it runs), for no start-up CPU saved
+ * (0.55-0.59 s over the first 40 s either way, standalone on the fake runtime). Measured in
+ * bench/results/2026-12-05-vm-flags-ab.md.
  */
 export const AGENT_RUNTIME_FLAGS: readonly string[] = [
   "--no-code-cache",
