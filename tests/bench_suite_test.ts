@@ -51,7 +51,10 @@ Deno.test({
     // The floor again with our agent's default pacing of RunPodSandbox.
     const paced = 4 * navigator.hardwareConcurrency;
     assert.match(stdout, row(`burst of 10: CRI floor, ≤${paced} sandbox starts at once`), stdout);
-    assert.match(stdout, /^\| 0 pods\s+\|\s+[\d.]+ MiB \|\s+\d+ m \|\s+[\d.]+ MiB \|\s+\d+ m \|/m);
+    assert.match(
+      stdout,
+      /^\| 0 pods\s+\|\s+[\d.]+ MiB \|\s+\d+\.\d m \|\s+[\d.]+ MiB \|\s+\d+\.\d m \|/m,
+    );
     assert.match(stdout, /^\| 10 pods\s+\|\s+[\d.]+ MiB \|/m);
     assert.match(
       stdout,
