@@ -2,9 +2,12 @@
  * @module
  * Filesystem usage for the Summary API: the size, use and inodes of the filesystems holding
  * some paths (the node's root dir, the image filesystem, volumes), and the bytes and inodes a
- * directory tree takes (emptyDir volumes, container log dirs). Deno has no statfs(2), so the
- * first is one `df` process for all paths of a pass (GNU coreutils, in the agent's `run`
- * permission); the second walks the tree with lstat, counting allocated blocks as `du` does.
+ * directory tree takes (emptyDir volumes, container log dirs). Deno has no statfs(2): the first
+ * is libc's statvfs(3) through Deno's FFI (in the sandbox the launcher, which has `ffi`, makes
+ * the call), and one `df` process (GNU coreutils, in the agent's `run` permission) for the
+ * paths statvfs failed on, which names the reason, or for all paths where FFI is not granted or
+ * libc lacks statvfs; the second walks the tree with lstat, counting allocated blocks as `du`
+ * does.
  * Bad data never throws: each path gets its usage or an Error saying why not. Corresponds to
  * upstream `pkg/volume/util/fs` (`Info` over statfs, `DiskUsage`) and cAdvisor's `fs/fs.go`
  * (`getVfsStats`, `GetDirUsage`).
@@ -12,6 +15,7 @@
 
 import { join } from "node:path";
 import type { CommandRunner } from "./mount.ts";
+import { inSandbox, statvfsInLauncher } from "./sandbox_calls.ts";
 
 /** Size and inode counts of the filesystem holding a path (upstream's `FsInfo`). */
 export interface FsUsage {
@@ -34,10 +38,25 @@ export interface StatFilesystemsOptions {
    * any path fails while still printing the others. @default runs df with LC_ALL=C
    */
   run?: CommandRunner;
+  /**
+   * Reads statvfs(3) for the paths first; df runs only for those it answers undefined for.
+   * null: df for all. @default in the sandbox the launcher's, else libc's through FFI when
+   * `ffi` is granted and libc has it, else null
+   */
+  statvfs?: StatvfsReader | null;
   signal?: AbortSignal;
-  /** A df that hangs (a dead network mount) is stopped after this. @default 60000 */
+  /** A statvfs or df that hangs (a dead network mount) is stopped after this. @default 60000 */
   timeoutMs?: number;
 }
+
+/**
+ * statvfs(3) of each path, in order: its usage, or undefined when the call failed (errno is
+ * not readable after a call on another thread: df then names the reason).
+ */
+export type StatvfsReader = (
+  paths: readonly string[],
+  signal?: AbortSignal,
+) => Promise<(FsUsage | undefined)[]>;
 
 /** Bytes and inodes a directory tree takes (cAdvisor's `UsageInfo`). */
 export interface DiskUsage {
@@ -80,6 +99,107 @@ const LSTAT_BATCH = 64;
 // deno-lint-ignore no-control-regex
 const CONTROL_CHARS = /[\x00-\x1f\x7f]/;
 const ROW = /^\s*(\d+|-)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+) (.*)$/;
+
+/** `struct statvfs` on LP64 Linux (glibc): eleven 64-bit fields, then six ints of padding. */
+const STATVFS_WORDS = 14;
+const F_BSIZE = 0;
+const F_FRSIZE = 1;
+const F_BLOCKS = 2;
+const F_BFREE = 3;
+const F_BAVAIL = 4;
+const F_FILES = 5;
+const F_FFREE = 6;
+
+/**
+ * A filesystem's usage from a `struct statvfs` as 64-bit words, as upstream's `Info` derives it
+ * from statfs(2) and df prints it: sizes in fragment-size units, inodes free from f_ffree.
+ */
+export function usageOfStatvfs(f: BigUint64Array): FsUsage {
+  const unit = Number(f[F_FRSIZE] || f[F_BSIZE]);
+  const blocks = Number(f[F_BLOCKS]);
+  const usage: FsUsage = {
+    capacityBytes: blocks * unit,
+    usedBytes: (blocks - Number(f[F_BFREE])) * unit,
+    availableBytes: Number(f[F_BAVAIL]) * unit,
+  };
+  const inodes = Number(f[F_FILES]);
+  if (inodes > 0) {
+    usage.inodes = inodes;
+    usage.inodesFree = Number(f[F_FFREE]);
+    usage.inodesUsed = inodes - usage.inodesFree;
+  }
+  return usage;
+}
+
+/** libc's statvfs(3) opened through Deno's FFI. */
+export interface LibcStatvfs {
+  readonly read: StatvfsReader;
+  close(): void;
+}
+
+/**
+ * Opens libc's `statvfs`; throws when `ffi` is not granted, libc is not glibc's `libc.so.6`, or
+ * the architecture's `struct statvfs` is not the LP64 one. Each call runs on a blocking thread
+ * (a statvfs of a dead network mount hangs), so a hang holds a thread, never the event loop.
+ */
+export function openStatvfs(): LibcStatvfs {
+  if (Deno.build.os !== "linux" || !["x86_64", "aarch64"].includes(Deno.build.arch)) {
+    throw new FsStatsError(`statvfs through FFI is not supported on ${Deno.build.target}`);
+  }
+  const lib = Deno.dlopen("libc.so.6", {
+    statvfs: { parameters: ["buffer", "buffer"], result: "i32", nonblocking: true },
+  });
+  const encoder = new TextEncoder();
+  const one = async (path: string): Promise<FsUsage | undefined> => {
+    const buf = new BigUint64Array(STATVFS_WORDS);
+    const rc = await lib.symbols.statvfs(encoder.encode(`${path}\0`), buf);
+    return rc === 0 ? usageOfStatvfs(buf) : undefined;
+  };
+  const read: StatvfsReader = (paths, signal) => {
+    const all = Promise.all(paths.map(one));
+    if (!signal) return all;
+    signal.throwIfAborted();
+    return new Promise((resolve, reject) => {
+      const stop = () => reject(signal.reason);
+      signal.addEventListener("abort", stop, { once: true });
+      all.then(resolve, reject).finally(() => signal.removeEventListener("abort", stop));
+    });
+  };
+  return { read, close: () => lib.close() };
+}
+
+let defaultReader: StatvfsReader | null | undefined;
+
+/** Forgets the default reader ({@link statFilesystems}), for tests. */
+export function resetDefaultStatvfs(): void {
+  defaultReader = undefined;
+}
+
+/** The launcher's statvfs in the sandbox, libc's here when `ffi` is granted, else null. */
+function statvfsReader(): StatvfsReader | null {
+  if (defaultReader !== undefined) return defaultReader;
+  if (inSandbox()) {
+    defaultReader = async (paths, signal) => {
+      try {
+        return await statvfsInLauncher(paths, signal);
+      } catch (e) {
+        signal?.throwIfAborted();
+        // The launcher could not open libc's statvfs: df from now on.
+        if ((e as Error).name === "NotSupported") defaultReader = null;
+        return paths.map(() => undefined);
+      }
+    };
+  } else if (Deno.permissions.querySync({ name: "ffi" }).state === "granted") {
+    try {
+      defaultReader = openStatvfs().read;
+    } catch {
+      defaultReader = null;
+    }
+  } else {
+    defaultReader = null;
+  }
+  return defaultReader;
+}
 
 const runDf: CommandRunner = async (cmd, args, signal) => {
   const out = await new Deno.Command(cmd, {
@@ -166,8 +286,9 @@ export function parseDfOutput(
 }
 
 /**
- * Usage of the filesystem holding each path, from one `df` run; a path df cannot stat maps to
- * an Error (Deno.errors.NotFound when it does not exist). Rejects only when `signal` aborts.
+ * Usage of the filesystem holding each path, from statvfs(3) and, for the paths it fails on or
+ * where it is not available, one `df` run; a path neither can stat maps to an Error
+ * (Deno.errors.NotFound when it does not exist). Rejects only when `signal` aborts.
  */
 export async function statFilesystems(
   paths: readonly string[],
@@ -188,6 +309,27 @@ export async function statFilesystems(
   if (asked.length === 0) return result;
   const timeout = AbortSignal.timeout(opts.timeoutMs ?? DF_TIMEOUT_MS);
   const signal = opts.signal ? AbortSignal.any([timeout, opts.signal]) : timeout;
+  const statvfs = opts.statvfs === undefined ? statvfsReader() : opts.statvfs;
+  if (statvfs) {
+    let got: (FsUsage | undefined)[];
+    try {
+      got = await statvfs(asked, signal);
+    } catch (err) {
+      opts.signal?.throwIfAborted();
+      const why = timeout.aborted
+        ? "statvfs timed out"
+        : `statvfs failed: ${(err as Error).message}`;
+      for (const p of asked) result.set(p, new FsStatsError(`statfs ${p}: ${why}`, { cause: err }));
+      return result;
+    }
+    const failed = asked.filter((p, i) => {
+      const u = got[i];
+      if (u) result.set(p, u);
+      return !u;
+    });
+    if (failed.length === 0) return result;
+    asked.splice(0, asked.length, ...failed);
+  }
   let text: string;
   try {
     text = await (opts.run ?? runDf)("df", [...DF_ARGS, "--", ...asked], signal);

@@ -4,11 +4,16 @@ import {
   diskUsage,
   FsStatsError,
   type FsUsage,
+  openStatvfs,
   parseDfOutput,
+  resetDefaultStatvfs,
   statFilesystems,
+  type StatvfsReader,
+  usageOfStatvfs,
   type WalkFs,
 } from "./fs_stats.ts";
 import type { CommandRunner } from "./mount.ts";
+import { answered, type HostCall, serveHostCall, useLauncher } from "./sandbox_calls.ts";
 
 const HEADER = "   1B-blocks        Used       Avail   Inodes  IUsed    IFree File\n";
 
@@ -49,7 +54,7 @@ Deno.test("statFilesystems runs one df for all paths and maps its rows back", as
       "/usr/bin/df: /denied: Permission denied\n",
   );
   const paths = ["/var/lib/kubelet", "/gone", "/proc", "/mnt/b fs", "/denied", "/var/log/pods"];
-  const got = await statFilesystems([...paths, "/proc"], { run: df.run });
+  const got = await statFilesystems([...paths, "/proc"], { run: df.run, statvfs: null });
   assert.deepEqual(df.calls, [[
     "df",
     "-B1",
@@ -101,18 +106,22 @@ Deno.test("parseDfOutput does not trust row order alone", () => {
 
 Deno.test("statFilesystems turns a failed df into an Error per path and rejects on abort", async () => {
   const failing: CommandRunner = () => Promise.reject(new Error("spawn df ENOENT"));
-  const got = await statFilesystems(["/a", "/b", "/a\nb"], { run: failing });
+  const got = await statFilesystems(["/a", "/b", "/a\nb"], { run: failing, statvfs: null });
   assert.match((got.get("/a") as Error).message, /df failed: spawn df ENOENT/);
   assert.ok(got.get("/b") instanceof FsStatsError);
   assert.match((got.get("/a\nb") as Error).message, /not a path df can report/);
 
   const hanging: CommandRunner = (_cmd, _args, signal) =>
     new Promise((_, reject) => signal?.addEventListener("abort", () => reject(signal.reason)));
-  const timedOut = await statFilesystems(["/a"], { run: hanging, timeoutMs: 10 });
+  const timedOut = await statFilesystems(["/a"], { run: hanging, statvfs: null, timeoutMs: 10 });
   assert.match((timedOut.get("/a") as Error).message, /df timed out/);
 
   const ac = new AbortController();
-  const pending = statFilesystems(["/a"], { run: hanging, signal: ac.signal });
+  const pending = statFilesystems(["/a"], {
+    run: hanging,
+    statvfs: null,
+    signal: ac.signal,
+  });
   ac.abort(new Error("shutting down"));
   await assert.rejects(pending, /shutting down/);
 });
@@ -120,12 +129,85 @@ Deno.test("statFilesystems turns a failed df into an Error per path and rejects 
 Deno.test("statFilesystems reads this machine's root filesystem with the real df", async () => {
   const missing = "/nonexistent-fs-stats-test-path";
   const quoted = "/nonexistent fs-stats test path";
-  const got = await statFilesystems([missing, "/", quoted]);
+  const got = await statFilesystems([missing, "/", quoted], { statvfs: null });
   const root = usage(got.get("/"));
   assert.ok(root.capacityBytes > 0);
   assert.ok(root.usedBytes + root.availableBytes <= root.capacityBytes);
   assert.ok(got.get(missing) instanceof Deno.errors.NotFound, String(got.get(missing)));
   assert.ok(got.get(quoted) instanceof Deno.errors.NotFound, String(got.get(quoted)));
+});
+
+Deno.test("usageOfStatvfs reads a struct statvfs as upstream's Info reads statfs", () => {
+  // f_bsize, f_frsize, f_blocks, f_bfree, f_bavail, f_files, f_ffree, f_favail, f_fsid, ...
+  const ext4 = BigUint64Array.of(4096n, 4096n, 1000n, 300n, 250n, 64n, 40n, 40n, 7n, 0n, 255n);
+  assert.deepEqual(usageOfStatvfs(ext4), {
+    capacityBytes: 4_096_000,
+    usedBytes: 700 * 4096,
+    availableBytes: 250 * 4096,
+    inodes: 64,
+    inodesFree: 40,
+    inodesUsed: 24,
+  });
+  // No inode limit (btrfs, some tmpfs): no inode figures; f_frsize 0 falls back to f_bsize.
+  const noInodes = BigUint64Array.of(512n, 0n, 10n, 10n, 10n, 0n, 0n);
+  assert.deepEqual(usageOfStatvfs(noInodes), {
+    capacityBytes: 5120,
+    usedBytes: 0,
+    availableBytes: 5120,
+  });
+});
+
+Deno.test("statFilesystems asks statvfs first and df only for the paths statvfs failed on", async () => {
+  const fsA: FsUsage = { capacityBytes: 10, usedBytes: 4, availableBytes: 6 };
+  const asked: string[][] = [];
+  const statvfs: StatvfsReader = (paths) => {
+    asked.push([...paths]);
+    return Promise.resolve(paths.map((p) => (p === "/a" ? fsA : undefined)));
+  };
+  const df = fakeDf(HEADER + "df: /gone: No such file or directory\n");
+  const got = await statFilesystems(["/a", "/gone", "/a"], { run: df.run, statvfs });
+  assert.deepEqual(asked, [["/a", "/gone"]]);
+  assert.deepEqual(got.get("/a"), fsA);
+  assert.ok(got.get("/gone") instanceof Deno.errors.NotFound, String(got.get("/gone")));
+  assert.deepEqual(df.calls.map((c) => c.slice(3)), [["--", "/gone"]]);
+
+  // All answered: no df at all.
+  const none = fakeDf("");
+  await statFilesystems(["/a"], { run: none.run, statvfs });
+  assert.deepEqual(none.calls, []);
+
+  // A statvfs that hangs times out without a df behind it; an abort rejects.
+  const hanging: StatvfsReader = (_paths, signal) =>
+    new Promise((_, reject) => signal?.addEventListener("abort", () => reject(signal.reason)));
+  const slow = fakeDf("");
+  const timedOut = await statFilesystems(["/a"], {
+    run: slow.run,
+    statvfs: hanging,
+    timeoutMs: 10,
+  });
+  assert.match((timedOut.get("/a") as Error).message, /statfs \/a: statvfs timed out/);
+  assert.deepEqual(slow.calls, []);
+  const ac = new AbortController();
+  const pending = statFilesystems(["/a"], { statvfs: hanging, signal: ac.signal });
+  ac.abort(new Error("shutting down"));
+  await assert.rejects(pending, /shutting down/);
+});
+
+Deno.test("libc's statvfs through FFI gives what df gives for this machine's root filesystem", async () => {
+  const lib = openStatvfs();
+  try {
+    const [root, missing] = await lib.read(["/", "/nonexistent-fs-stats-test-path"]);
+    assert.equal(missing, undefined);
+    const viaDf = usage((await statFilesystems(["/"], { statvfs: null })).get("/"));
+    assert.ok(root);
+    // Sizes and inode totals are fixed; use moves with other writers on the machine.
+    assert.equal(root.capacityBytes, viaDf.capacityBytes);
+    assert.equal(root.inodes, viaDf.inodes);
+    assert.ok(Math.abs(root.usedBytes - viaDf.usedBytes) < 256 * 2 ** 20);
+    assert.ok(root.usedBytes + root.availableBytes <= root.capacityBytes);
+  } finally {
+    lib.close();
+  }
 });
 
 Deno.test("diskUsage counts allocated blocks and inodes, not apparent sizes", async () => {
@@ -213,4 +295,47 @@ Deno.test("diskUsage of a single file counts it", async () => {
     const got = await diskUsage(join(dir, "f"));
     assert.deepEqual(got, { bytes: (await Deno.stat(join(dir, "f"))).blocks! * 512, inodes: 1 });
   });
+});
+
+Deno.test("in the sandbox statFilesystems asks the launcher's statvfs, and runs df for good once the launcher has none", async () => {
+  const missing = "/nonexistent-fs-stats-test-path";
+  const calls: HostCall[] = [];
+  let serve = (call: HostCall) => serveHostCall(call, []);
+  useLauncher((call) => {
+    calls.push(call);
+    serve(call).then(answered);
+  });
+  resetDefaultStatvfs();
+  try {
+    const df = fakeDf(HEADER + `df: ${missing}: No such file or directory\n`);
+    const got = await statFilesystems(["/", missing], { run: df.run });
+    assert.ok(usage(got.get("/")).capacityBytes > 0);
+    assert.ok(got.get(missing) instanceof Deno.errors.NotFound);
+    assert.deepEqual(calls.map((c) => c.op), ["statvfs"]);
+    assert.deepEqual(df.calls.map((c) => c.slice(3)), [["--", missing]]);
+
+    // A launcher that cannot open libc's statvfs: df for all paths, and the launcher is not
+    // asked again.
+    resetDefaultStatvfs();
+    calls.length = 0;
+    serve = (call) =>
+      Promise.resolve({ call: call.call, error: { name: "NotSupported", message: "no libc" } });
+    const dfAll = fakeDf(HEADER + "100 40 60 10 4 6 /\n");
+    for (let i = 0; i < 2; i++) {
+      const all = await statFilesystems(["/"], { run: dfAll.run });
+      assert.deepEqual(usage(all.get("/")), {
+        capacityBytes: 100,
+        usedBytes: 40,
+        availableBytes: 60,
+        inodes: 10,
+        inodesUsed: 4,
+        inodesFree: 6,
+      });
+    }
+    assert.equal(calls.length, 1);
+    assert.equal(dfAll.calls.length, 2);
+  } finally {
+    useLauncher(undefined);
+    resetDefaultStatvfs();
+  }
 });

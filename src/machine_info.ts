@@ -112,7 +112,7 @@ export async function readMachineInfo(root = hostRoot()): Promise<MachineInfo> {
   };
 }
 
-/** Size in bytes of the filesystem holding `path` (`df`, see `fs_stats.ts`); undefined on error. */
+/** Size in bytes of the filesystem holding `path` (statvfs or `df`, see `fs_stats.ts`); undefined on error. */
 export async function filesystemCapacity(path: string): Promise<number | undefined> {
   const usage = (await statFilesystems([path])).get(path);
   return usage === undefined || usage instanceof Error ? undefined : usage.capacityBytes;

@@ -5,7 +5,8 @@
  * a link's target is only resolved when followed) and stat-ing a path outside the permission set
  * (whether the image filesystem shares the root dir's device), reading another process's
  * cgroup and network counters (`/proc/<pid>`, whose `root` link would lead anywhere), and
- * counting the process's open files (`/proc/self/fd`, whose links lead to whatever is open). The
+ * counting the process's open files (`/proc/self/fd`, whose links lead to whatever is open), and
+ * reading a filesystem's size (statvfs(3), which needs FFI and reveals no file). The
  * launcher makes a link only inside the directories the agent may write, after resolving the
  * link's parent directory, answers a stat with metadata only, and reads only the named /proc
  * files of a numeric pid. Outside the sandbox both are the plain Deno calls.
@@ -13,6 +14,7 @@
  */
 
 import { dirname, posix } from "node:path";
+import type { FsUsage, LibcStatvfs } from "./fs_stats.ts";
 
 /** A call from the agent to its launcher. */
 export type HostCall =
@@ -25,6 +27,7 @@ export type HostCall =
   | { readonly call: number; readonly op: "stat"; readonly path: string }
   | { readonly call: number; readonly op: "procFile"; readonly pid: number; readonly file: string }
   | { readonly call: number; readonly op: "openFds" }
+  | { readonly call: number; readonly op: "statvfs"; readonly paths: readonly string[] }
   | {
     readonly call: number;
     readonly op: "subPath";
@@ -50,6 +53,8 @@ export interface HostCallAnswer {
   readonly error?: { readonly name: string; readonly message: string };
   readonly stat?: { readonly dev: number; readonly isDirectory: boolean; readonly isFile: boolean };
   readonly text?: string;
+  /** statvfs: each path's usage, null where the call failed. */
+  readonly fs?: readonly (FsUsage | null)[];
 }
 
 /** The agent's end of the channel: a Worker scope posting calls and receiving answers. */
@@ -66,9 +71,9 @@ export function inSandbox(): boolean {
   return channel !== undefined;
 }
 
-/** Inside the sandbox: route the calls to the launcher through `post`. */
-export function useLauncher(post: (call: HostCall) => void): void {
-  channel = { post };
+/** Inside the sandbox: route the calls to the launcher through `post` (undefined: stop, for tests). */
+export function useLauncher(post: ((call: HostCall) => void) | undefined): void {
+  channel = post && { post };
 }
 
 /** Inside the sandbox: an answer from the launcher (the Worker's message handler passes it). */
@@ -137,6 +142,27 @@ async function countDir(dir: string): Promise<number> {
 }
 
 /**
+ * statvfs(3) of each path, made by the launcher (fs_stats.ts `statFilesystems` in the
+ * sandbox): undefined where it failed. Rejects with NotSupported when the launcher cannot open
+ * libc's statvfs, and when `signal` aborts (a hung call is left to the launcher's thread).
+ */
+export async function statvfsInLauncher(
+  paths: readonly string[],
+  signal?: AbortSignal,
+): Promise<(FsUsage | undefined)[]> {
+  signal?.throwIfAborted();
+  const asked = ask({ op: "statvfs", paths });
+  const a = signal
+    ? await new Promise<HostCallAnswer>((resolve, reject) => {
+      const stop = () => reject(signal.reason);
+      signal.addEventListener("abort", stop, { once: true });
+      asked.then(resolve, reject).finally(() => signal.removeEventListener("abort", stop));
+    })
+    : await asked;
+  return (a.fs ?? []).map((u) => u ?? undefined);
+}
+
+/**
  * A hostPath volume's type check (volume_host_path.ts `checkHostPathType`), run by the launcher:
  * the path may be anywhere on the host, and the `OrCreate` types make it, as upstream's kubelet
  * does for any pod the apiserver admitted. A failed check rejects with upstream's message.
@@ -173,6 +199,22 @@ function within(path: string, dir: string): boolean {
   return path === dir || path.startsWith(dir.endsWith("/") ? dir : `${dir}/`);
 }
 
+let libcStatvfs: LibcStatvfs | Error | undefined;
+
+/** The launcher's libc statvfs, opened on first use; the Error it could not be opened with. */
+async function launcherStatvfs(): Promise<LibcStatvfs | Error> {
+  if (libcStatvfs) return libcStatvfs;
+  const { openStatvfs } = await import("./fs_stats.ts");
+  try {
+    libcStatvfs = openStatvfs();
+  } catch (e) {
+    libcStatvfs = new Deno.errors.NotSupported(
+      `statvfs through FFI: ${e instanceof Error ? e.message : String(e)}`,
+    );
+  }
+  return libcStatvfs;
+}
+
 /** The launcher's end: answers `call` for an agent that may write under `writable`. */
 export async function serveHostCall(
   call: HostCall,
@@ -196,6 +238,11 @@ export async function serveHostCall(
     }
     if (call.op === "openFds") {
       return { call: call.call, text: String(await countDir("/proc/self/fd")) };
+    }
+    if (call.op === "statvfs") {
+      const lib = await launcherStatvfs();
+      if (lib instanceof Error) throw lib;
+      return { call: call.call, fs: (await lib.read(call.paths)).map((u) => u ?? null) };
     }
     if (call.op === "subPath") {
       const { SUBPATH_HERE } = await import("./kubelet_mounts.ts");

@@ -131,3 +131,15 @@ Deno.test("serveHostCall runs a subPath's steps: exists, make inside the volume,
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("serveHostCall reads filesystem sizes with statvfs, null for a path it fails on", async () => {
+  const a = await serveHostCall(
+    { call: 7, op: "statvfs", paths: ["/", "/nonexistent-sandbox-calls-test"] },
+    [],
+  );
+  assert.equal(a.error, undefined);
+  assert.equal(a.fs?.length, 2);
+  const [root, missing] = a.fs!;
+  assert.ok(root && root.capacityBytes > 0 && root.availableBytes <= root.capacityBytes);
+  assert.equal(missing, null);
+});

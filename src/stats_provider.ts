@@ -3,8 +3,8 @@
  * Builds the Summary API document (`/stats/summary`) from what the agent measures: CPU, memory,
  * processes and network from the cAdvisor equivalent's newest samples (`cadvisor.ts`), the
  * containers' writable layers from the runtime (CRI ListContainerStats, ImageFsInfo), and
- * filesystem usage of the node, the image filesystem, pod volumes and container logs (`df` and
- * `du` through `fs_stats.ts`, volumes and logs refreshed at most every volumeStatsAggPeriod).
+ * filesystem usage of the node, the image filesystem, pod volumes and container logs (statvfs or
+ * `df`, and `du`, through `fs_stats.ts`, volumes and logs refreshed at most every volumeStatsAggPeriod).
  * A pod's CPU and memory are the sum of its sandbox and containers until pods get their own
  * cgroups (the kubepods hierarchy). Corresponds to upstream `pkg/kubelet/stats` (provider.go,
  * cri_stats_provider.go, helper.go) and `pkg/kubelet/server/stats/summary.go`.

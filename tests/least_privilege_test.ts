@@ -251,7 +251,10 @@ suite.test("nothing else the agent does is refused: no permission error in its l
   );
   assert.deepEqual(refused, []);
   const node = (await getSummary(w)).node;
-  assert.ok(node.fs?.capacityBytes > 0, `node fs stats (df): ${JSON.stringify(node.fs)}`);
+  assert.ok(
+    node.fs?.capacityBytes > 0,
+    `node fs stats (the launcher's statvfs): ${JSON.stringify(node.fs)}`,
+  );
   assert.ok(node.runtime?.imageFs?.capacityBytes > 0, "image fs stats");
   // A pod's cgroup and network counters: /proc/<pid>/cgroup and net/dev through the launcher.
   const pod = await poll(
