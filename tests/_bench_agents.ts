@@ -95,15 +95,24 @@ export function sharedConfigLines(dir: string): string[] {
   ];
 }
 
-/** Starts this agent (`main.ts`) as node `nodeName`, up to its sync loop. */
+/**
+ * Starts this agent (`main.ts`) as node `nodeName`, up to its sync loop, on a copy of this
+ * process's deno binary in `dir`: a node runs the kubelet from a binary of its own, whose pages
+ * no other process maps. On the suite's own binary, the pages the suite maps too would stay
+ * resident in the agent when it pages out its start-up code (src/free_os_memory.ts), and its
+ * RSS would not be what it is on a node.
+ */
 export async function startOurAgent(opts: BenchAgentOptions): Promise<BenchAgent> {
   await Deno.mkdir(opts.dir, { recursive: true });
+  const executable = join(opts.dir, "deno");
+  await Deno.copyFile(Deno.execPath(), executable);
   const { agent } = await startNodeAgent({
     cp: opts.cp,
     dir: opts.dir,
     nodeName: opts.nodeName,
     endpoint: opts.endpoint,
     configLines: sharedConfigLines(opts.dir),
+    executable,
   });
   await waitNodeReady(opts.cp, opts.nodeName, 120_000);
   return {

@@ -15,6 +15,8 @@ export interface AgentOptions {
   /** "all" runs with the compile task's flags (--allow-all); "kubelet" with the deno.json permission set. @default "all" */
   readonly permissions?: "all" | "kubelet";
   readonly env?: Record<string, string>;
+  /** The deno binary the agent runs on. @default this process's (Deno.execPath()) */
+  readonly executable?: string;
 }
 
 function command(args: readonly string[], opts: AgentOptions): Deno.Command {
@@ -34,7 +36,7 @@ function command(args: readonly string[], opts: AgentOptions): Deno.Command {
   // For an A/B run of one of the agent's own flags, e.g.
   // KUBELET_TS_AGENT_ARGS=--max-parallel-sandbox-starts=0: appended to every agent's arguments.
   const more = (Deno.env.get("KUBELET_TS_AGENT_ARGS") ?? "").split(/\s+/).filter((a) => a !== "");
-  return new Deno.Command(Deno.execPath(), {
+  return new Deno.Command(opts.executable ?? Deno.execPath(), {
     args: ["run", "--quiet", ...flags, "main.ts", ...args, ...sandbox, ...more],
     cwd: REPO_ROOT,
     env: { NO_COLOR: "1", ...opts.env },

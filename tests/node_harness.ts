@@ -267,6 +267,8 @@ export interface NodeAgentOptions {
   readonly waitMs?: number;
   /** Environment of the agent, over the test's own. @default {} */
   readonly env?: Record<string, string>;
+  /** The deno binary the agent runs on. @default this process's */
+  readonly executable?: string;
 }
 
 /** An agent started by {@link startNodeAgent}. */
@@ -346,7 +348,7 @@ export async function startNodeAgent(opts: NodeAgentOptions): Promise<NodeAgent>
     ...["--root-dir", join(dir, "root"), "--cert-dir", join(dir, "pki")],
     ...(opts.extraArgs ?? []),
   ];
-  const agent = spawnAgent(args, { env: opts.env });
+  const agent = spawnAgent(args, { env: opts.env, executable: opts.executable });
   const waitFor = opts.waitFor === undefined ? SYNC_LOOP_STARTED : opts.waitFor;
   if (waitFor !== null) {
     try {
