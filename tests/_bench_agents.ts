@@ -100,12 +100,15 @@ export function sharedConfigLines(dir: string): string[] {
  * process's deno binary in `dir`: a node runs the kubelet from a binary of its own, whose pages
  * no other process maps. On the suite's own binary, the pages the suite maps too would stay
  * resident in the agent when it pages out its start-up code (src/free_os_memory.ts), and its
- * RSS would not be what it is on a node.
+ * RSS would not be what it is on a node. The copy is synced to disk before the agent starts, as
+ * an installed binary is: the kernel cannot page out a file's pages still waiting to be written.
  */
 export async function startOurAgent(opts: BenchAgentOptions): Promise<BenchAgent> {
   await Deno.mkdir(opts.dir, { recursive: true });
   const executable = join(opts.dir, "deno");
   await Deno.copyFile(Deno.execPath(), executable);
+  using copy = await Deno.open(executable);
+  await copy.sync();
   const { agent } = await startNodeAgent({
     cp: opts.cp,
     dir: opts.dir,
