@@ -8,8 +8,10 @@
  *   memory freed after a burst of pod starts stayed resident. `malloc_trim(0)` gives back the
  *   free pages of every arena (idle and standalone on the fake runtime, about 2 MiB of RSS). The
  *   Go kubelet has this from its runtime (the background scavenger; `debug.FreeOSMemory`).
- * - The executable's pages that only start-up used, once, {@link PAGE_OUT_AFTER_MS} after the
- *   loop starts. The binary (Deno's runtime with V8, TypeScript's and Node's layers, and for a
+ * - The executable's pages that only start-up used, at the times {@link PAGE_OUT_AFTER_MS}
+ *   gives: 10 s after the loop starts, when most start-ups are over (registered, pods synced),
+ *   and once more a minute in, for a start-up that took longer (an apiserver not yet up, TLS
+ *   bootstrap) and the periodic loops' first passes. The binary (Deno's runtime with V8, TypeScript's and Node's layers, and for a
  *   compiled kubelet the program) is mapped from its file; start-up touches ~48 MiB of it, of
  *   which the running kubelet uses ~25 MiB. `madvise(MADV_PAGEOUT)` over the executable's
  *   mappings drops the resident pages no other process maps; those the kubelet still uses
@@ -29,8 +31,8 @@ import type { Logger } from "./klog.ts";
 /** Between two trims. */
 export const FREE_OS_MEMORY_INTERVAL_MS = 10_000;
 
-/** After the loop starts, when the executable's pages are paged out (once). */
-export const PAGE_OUT_AFTER_MS = 20_000;
+/** After the loop starts, when the executable's pages are paged out. */
+export const PAGE_OUT_AFTER_MS: readonly number[] = [10_000, 60_000];
 
 /** `MADV_PAGEOUT` of Linux's `<asm-generic/mman-common.h>`. */
 const MADV_PAGEOUT = 21;
@@ -94,8 +96,8 @@ export interface FreeOSMemoryOptions {
   readonly intervalMs?: number;
   /** Opens libc. @default {@link openMallocTrim} */
   readonly open?: () => MallocTrim;
-  /** When the executable is paged out; null: never. @default PAGE_OUT_AFTER_MS */
-  readonly pageOutAfterMs?: number | null;
+  /** When the executable is paged out, after the start. @default PAGE_OUT_AFTER_MS */
+  readonly pageOutAfterMs?: readonly number[];
   /** @default this process's /proc/self files */
   readonly proc?: ProcSelf;
 }
@@ -145,7 +147,7 @@ function pageOutExecutable(libc: MallocTrim, proc: ProcSelf, logger: Logger): vo
 
 /**
  * Trims once now and then every `intervalMs` until `signal` aborts, and pages out the
- * executable once at the first wake-up `pageOutAfterMs` or more after the start. Resolves when
+ * executable at the first wake-up at or past each of `pageOutAfterMs` (after the start). Resolves when
  * the loop ends; false when libc could not be opened (logged at V(2)).
  */
 export async function startFreeOSMemory(opts: FreeOSMemoryOptions): Promise<boolean> {
@@ -159,16 +161,14 @@ export async function startFreeOSMemory(opts: FreeOSMemoryOptions): Promise<bool
     });
     return false;
   }
-  const pageOutAfterMs = opts.pageOutAfterMs === undefined
-    ? PAGE_OUT_AFTER_MS
-    : opts.pageOutAfterMs;
-  const pageOutAt = pageOutAfterMs === null ? undefined : clock.now() + pageOutAfterMs;
-  let pagedOut = false;
+  const started = clock.now();
+  const pageOutAt = [...(opts.pageOutAfterMs ?? PAGE_OUT_AFTER_MS)].sort((a, b) => a - b)
+    .map((ms) => started + ms);
   try {
     while (!signal.aborted) {
       libc.trim();
-      if (!pagedOut && pageOutAt !== undefined && clock.now() >= pageOutAt) {
-        pagedOut = true;
+      if (pageOutAt.length > 0 && clock.now() >= pageOutAt[0]!) {
+        while (pageOutAt.length > 0 && clock.now() >= pageOutAt[0]!) pageOutAt.shift();
         pageOutExecutable(libc, opts.proc ?? procSelf, logger);
       }
       await clock.sleep(opts.intervalMs ?? FREE_OS_MEMORY_INTERVAL_MS, signal).catch(() => {});

@@ -43,7 +43,7 @@
  */
 
 import { join } from "node:path";
-import { REPO_ROOT, type RunningAgent } from "./agent_process.ts";
+import { ownDenoBinary, REPO_ROOT, type RunningAgent } from "./agent_process.ts";
 import { freePort } from "./child_process.ts";
 import { ensureUpstreamKubelet, KUBERNETES_VERSION } from "./control_plane_build.ts";
 import type { ControlPlane } from "./control_plane.ts";
@@ -97,18 +97,12 @@ export function sharedConfigLines(dir: string): string[] {
 
 /**
  * Starts this agent (`main.ts`) as node `nodeName`, up to its sync loop, on a copy of this
- * process's deno binary in `dir`: a node runs the kubelet from a binary of its own, whose pages
- * no other process maps. On the suite's own binary, the pages the suite maps too would stay
- * resident in the agent when it pages out its start-up code (src/free_os_memory.ts), and its
- * RSS would not be what it is on a node. The copy is synced to disk before the agent starts, as
- * an installed binary is: the kernel cannot page out a file's pages still waiting to be written.
+ * process's deno binary in `dir` (agent_process.ts {@link ownDenoBinary}), as a node runs it
+ * from a binary of its own.
  */
 export async function startOurAgent(opts: BenchAgentOptions): Promise<BenchAgent> {
   await Deno.mkdir(opts.dir, { recursive: true });
-  const executable = join(opts.dir, "deno");
-  await Deno.copyFile(Deno.execPath(), executable);
-  using copy = await Deno.open(executable);
-  await copy.sync();
+  const executable = await ownDenoBinary(opts.dir);
   const { agent } = await startNodeAgent({
     cp: opts.cp,
     dir: opts.dir,

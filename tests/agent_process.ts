@@ -4,6 +4,7 @@
  * command line, under either `--allow-all` or the agent's own permission set `-P=kubelet`.
  */
 
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { AGENT_RUN_FLAGS, AGENT_RUNTIME_FLAGS } from "../deploy/compile.ts";
 
@@ -44,6 +45,21 @@ function command(args: readonly string[], opts: AgentOptions): Deno.Command {
     stdout: "piped",
     stderr: "piped",
   });
+}
+
+/**
+ * A copy of this process's deno binary at `<dir>/deno`, synced to disk, for an agent that must
+ * run from a binary of its own as on a node: the launcher pages out the executable's start-up
+ * pages (src/free_os_memory.ts), and pages another process maps too (this test process, on
+ * the same binary) stay resident, so the agent's RSS would not be what it is on a node. Synced,
+ * as an installed binary is: the kernel cannot page out pages still waiting to be written.
+ */
+export async function ownDenoBinary(dir: string): Promise<string> {
+  const executable = join(dir, "deno");
+  await Deno.copyFile(Deno.execPath(), executable);
+  using copy = await Deno.open(executable);
+  await copy.sync();
+  return executable;
 }
 
 /** Runs the agent to completion and returns its exit code and output. */

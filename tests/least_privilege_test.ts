@@ -1,16 +1,17 @@
 /**
  * `--least-privilege` end to end, on real containerd through the real apiserver: the agent, started
  * as it ships (--allow-all, as root, no flag), runs inside the permission set sandbox.ts computes, reads the host through its view (node status,
- * the summary API, pod network stats through the launcher), mounts tmpfs volumes with the
- * `mount` it may run, gets hostPath volumes anywhere checked and made by the launcher, and logs
- * no permission error while it works. After SIGTERM the view is gone. What the set refuses is
+ * the summary API, pod network stats and filesystem sizes through the launcher), mounts tmpfs
+ * volumes with the `mount` it may run, gets hostPath volumes anywhere checked and made by the
+ * launcher, and logs no permission error while it works; the launcher pages out the binary's
+ * start-up pages. After SIGTERM the view is gone. What the set refuses is
  * src/sandbox_test.ts's. Upstream has no counterpart.
  */
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1Node } from "@kubernetes/client-node";
-import type { RunningAgent } from "./agent_process.ts";
+import { ownDenoBinary, type RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import type { ControlPlane } from "./control_plane.ts";
 import { startControlPlane } from "./control_plane.ts";
@@ -69,7 +70,10 @@ const suite = e2eSuite<World>({
         nodeName: NODE,
         endpoint: containerd.endpoint,
         // No flag: the sandbox is the default (KUBELET_TS_LEAST_PRIVILEGE=0 turns it off for
-        // every agent, and this test fails then).
+        // every agent, and this test fails then). -v=2 for the launcher's page-out line; a
+        // binary of its own, as on a node, for the pages that page-out gives back.
+        extraArgs: ["-v=2"],
+        executable: await ownDenoBinary(dir),
       });
       stack.move();
       const view = await hostViewDir("/run/kubelet-ts", join(dir, "root"));
@@ -250,6 +254,14 @@ suite.test("nothing else the agent does is refused: no permission error in its l
     !l.includes("/etc/ssl")
   );
   assert.deepEqual(refused, []);
+  // The launcher has paged out the executable's start-up pages (10 s after it started):
+  // tens of MiB of the binary's code that start-up touched and the running kubelet does not.
+  const paged =
+    /"Paged out the executable's start-up pages".* rssBeforeBytes=(\d+) rssAfterBytes=(\d+)/
+      .exec(w.agent.stderr());
+  assert.ok(paged, "the launcher's page-out line");
+  const freed = Number(paged[1]) - Number(paged[2]);
+  assert.ok(freed > 10 * 2 ** 20, `the page-out gave back only ${freed} bytes`);
   const node = (await getSummary(w)).node;
   assert.ok(
     node.fs?.capacityBytes > 0,
