@@ -1,7 +1,8 @@
 /**
  * @module
  * Time as the agent's managers see it: a `Clock` they are given rather than the global timers,
- * so tests drive time with {@link FakeClock} instead of sleeping. Corresponds to upstream's
+ * so tests drive time with {@link FakeClock} instead of sleeping; and {@link abortable}, a wait
+ * that ends when a signal aborts. Corresponds to upstream's
  * `k8s.io/utils/clock` (`clock.Clock` and `testing.FakeClock`).
  */
 
@@ -11,6 +12,23 @@ export interface Clock {
   now(): number;
   /** Resolves after `ms`, or rejects with the signal's reason when it aborts first. */
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
+}
+
+/**
+ * `p`, or the abort reason as soon as `signal` aborts, whichever comes first (`p` is left to
+ * settle on its own). Without a signal, `p`.
+ */
+export function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  if (signal.aborted) {
+    p.catch(() => {});
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }
 
 /** The wall clock. */

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { FakeClock } from "./clock.ts";
+import { abortable, FakeClock } from "./clock.ts";
 
 Deno.test("FakeClock wakes sleeps only when stepped past them", async () => {
   const clock = new FakeClock(0);
@@ -22,4 +22,15 @@ Deno.test("FakeClock sleep rejects when its signal aborts", async () => {
   ctl.abort(new Error("stop"));
   await assert.rejects(p, /stop/);
   assert.equal(clock.waiters, 0);
+});
+
+Deno.test("abortable settles as the promise does, or with the reason once the signal aborts", async () => {
+  assert.equal(await abortable(Promise.resolve(1), undefined), 1);
+  assert.equal(await abortable(Promise.resolve(2), new AbortController().signal), 2);
+  const ac = new AbortController();
+  const never = new Promise<number>(() => {});
+  const waiting = abortable(never, ac.signal);
+  ac.abort(new Error("stopped"));
+  await assert.rejects(waiting, /stopped/);
+  await assert.rejects(abortable(Promise.reject(new Error("late")), ac.signal), /stopped/);
 });

@@ -14,6 +14,7 @@
  */
 
 import { join } from "node:path";
+import { abortable } from "./clock.ts";
 import type { CommandRunner } from "./mount.ts";
 import { inSandbox, statvfsInLauncher } from "./sandbox_calls.ts";
 
@@ -155,16 +156,7 @@ export function openStatvfs(): LibcStatvfs {
     const rc = await lib.symbols.statvfs(encoder.encode(`${path}\0`), buf);
     return rc === 0 ? usageOfStatvfs(buf) : undefined;
   };
-  const read: StatvfsReader = (paths, signal) => {
-    const all = Promise.all(paths.map(one));
-    if (!signal) return all;
-    signal.throwIfAborted();
-    return new Promise((resolve, reject) => {
-      const stop = () => reject(signal.reason);
-      signal.addEventListener("abort", stop, { once: true });
-      all.then(resolve, reject).finally(() => signal.removeEventListener("abort", stop));
-    });
-  };
+  const read: StatvfsReader = (paths, signal) => abortable(Promise.all(paths.map(one)), signal);
   return { read, close: () => lib.close() };
 }
 

@@ -10,7 +10,7 @@
  */
 
 import type { V1Container, V1LifecycleHandler, V1Pod } from "@kubernetes/client-node";
-import type { Clock } from "./clock.ts";
+import { abortable, type Clock } from "./clock.ts";
 import { CriError } from "./cri_connection.ts";
 import { kobj, type Logger } from "./klog.ts";
 import type { RuntimeService } from "./remote_runtime.ts";
@@ -84,19 +84,6 @@ export async function runInContainer(
     if (e instanceof CriError) return { output: new Uint8Array(), error: new Error(e.grpcText) };
     return { output: new Uint8Array(), error: e instanceof Error ? e : new Error(String(e)) };
   }
-}
-
-/** `p`, or the abort reason as soon as `signal` aborts, whichever comes first. */
-export function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) {
-    p.catch(() => {});
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
-  });
 }
 
 /** upstream format.Pod: `<name>_<namespace>(<uid>)`. */

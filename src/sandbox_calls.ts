@@ -14,6 +14,7 @@
  */
 
 import { dirname, posix } from "node:path";
+import { abortable } from "./clock.ts";
 import type { FsUsage, LibcStatvfs } from "./fs_stats.ts";
 
 /** A call from the agent to its launcher. */
@@ -151,14 +152,7 @@ export async function statvfsInLauncher(
   signal?: AbortSignal,
 ): Promise<(FsUsage | undefined)[]> {
   signal?.throwIfAborted();
-  const asked = ask({ op: "statvfs", paths });
-  const a = signal
-    ? await new Promise<HostCallAnswer>((resolve, reject) => {
-      const stop = () => reject(signal.reason);
-      signal.addEventListener("abort", stop, { once: true });
-      asked.then(resolve, reject).finally(() => signal.removeEventListener("abort", stop));
-    })
-    : await asked;
+  const a = await abortable(ask({ op: "statvfs", paths }), signal);
   return (a.fs ?? []).map((u) => u ?? undefined);
 }
 
