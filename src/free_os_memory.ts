@@ -11,18 +11,19 @@
  * - The executable's pages that only start-up used, at the times {@link PAGE_OUT_AFTER_MS}
  *   gives: 10 s after the loop starts, when most start-ups are over (registered, pods synced),
  *   and once more a minute in, for a start-up that took longer (an apiserver not yet up, TLS
- *   bootstrap) and the periodic loops' first passes. The binary (Deno's runtime with V8, TypeScript's and Node's layers, and for a
- *   compiled kubelet the program) is mapped from its file; start-up touches ~48 MiB of it, of
- *   which the running kubelet uses ~25 MiB. `madvise(MADV_PAGEOUT)` over the executable's
- *   mappings drops the resident pages no other process maps; those the kubelet still uses
- *   come back on their next use as page faults (read from the page cache or the disk), those
- *   it does not stay out. The kernel would do the same under memory pressure; this does it
- *   before there is any, so the node's memory is not held by code that ran once.
+ *   bootstrap) and the periodic loops' first passes. The binary (Deno's runtime with V8, its
+ *   TypeScript and Node layers, and for a compiled kubelet the program) is mapped from its
+ *   file; start-up touches ~48-55 MiB of it, of which the running kubelet uses ~26-30 MiB.
+ *   `madvise(MADV_PAGEOUT)` over the executable's mappings drops the resident pages no other
+ *   process maps; those the kubelet still uses come back on their next use as page faults
+ *   (from the page cache or the disk), those it does not stay out. The kernel would do the
+ *   same under memory pressure; this does it before there is any, so the node's memory is not
+ *   held by code that ran once.
  *
  * Needs the `ffi` permission, which the launcher has and the kubelet's sandbox does not: the
  * launcher runs it for the whole process. Where libc has no `malloc_trim` (not glibc) or ffi is
  * not granted, it says so once at V(2) and does nothing else; where the kernel refuses
- * MADV_PAGEOUT (before Linux 5.4), it says so once at V(2) and goes on trimming.
+ * MADV_PAGEOUT (before Linux 5.4), each pass says so at V(2) and the trimming goes on.
  */
 
 import type { Clock } from "./clock.ts";
@@ -147,8 +148,9 @@ function pageOutExecutable(libc: MallocTrim, proc: ProcSelf, logger: Logger): vo
 
 /**
  * Trims once now and then every `intervalMs` until `signal` aborts, and pages out the
- * executable at the first wake-up at or past each of `pageOutAfterMs` (after the start). Resolves when
- * the loop ends; false when libc could not be opened (logged at V(2)).
+ * executable at the first wake-up at or past each of `pageOutAfterMs` (after the start; one
+ * pass for the times one sleep went past). Resolves when the loop ends; false when libc could
+ * not be opened (logged at V(2)).
  */
 export async function startFreeOSMemory(opts: FreeOSMemoryOptions): Promise<boolean> {
   const { clock, logger, signal } = opts;

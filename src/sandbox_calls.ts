@@ -72,7 +72,7 @@ export function inSandbox(): boolean {
   return channel !== undefined;
 }
 
-/** Inside the sandbox: route the calls to the launcher through `post` (undefined: stop, for tests). */
+/** Inside the sandbox: route the calls to the launcher through `post` (undefined: stop; tests). */
 export function useLauncher(post: ((call: HostCall) => void) | undefined): void {
   channel = post && { post };
 }
