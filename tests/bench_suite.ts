@@ -14,9 +14,10 @@
  *   present (`imagePullPolicy: Never`), no init containers, no service account token. Cases:
  *   1 pod at a time (created, running, deleted, gone; N times) and bursts created at once;
  *   p50/p90/p99/max, and for a burst the time from the first create to the last pod running;
- * - the raw CRI floor: RunPodSandbox + CreateContainer + StartContainer straight to the same
- *   containerd, as many and the same way (one at a time, then bursts), so the kubelet's own
- *   overhead shows; each burst twice: all at once (as the upstream kubelet issues it) and with
+ * - the raw CRI floor (tests/_bench_cri_floor.ts): RunPodSandbox + PodSandboxStatus +
+ *   CreateContainer + StartContainer straight to the same containerd, with the requests a
+ *   kubelet sends for the bench pod (built by this agent's config code), as many and the same
+ *   way (one at a time, then bursts), so the kubelet's own overhead shows; each burst twice: all at once (as the upstream kubelet issues it) and with
  *   at most our agent's default --max-parallel-sandbox-starts RunPodSandbox calls in flight;
  * - CPU (cores, from /proc/<pid>/stat over a window) and resident memory (VmRSS averaged over
  *   the window, VmHWM as the peak) at 0 pods and with each burst's pods running, and the
@@ -40,12 +41,13 @@
 
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import type { V1Node, V1Pod } from "@kubernetes/client-node";
+import type { V1Node, V1Pod, V1Service } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import { CriConnection } from "../src/cri_connection.ts";
 import { unmountUnder } from "../src/host_view.ts";
 import { isStatus, type KubeClient } from "../src/kube_client.ts";
 import { DEFAULT_SANDBOX_STARTS_PER_CPU } from "../src/kuberuntime_manager.ts";
+import { RemoteImageService } from "../src/remote_image.ts";
 import { RemoteRuntimeService } from "../src/remote_runtime.ts";
 import { Semaphore } from "../src/semaphore.ts";
 import {
@@ -85,10 +87,11 @@ import {
   KUBERNETES_VERSION,
 } from "./control_plane_build.ts";
 import { type ControlPlane, dumpLogsOnFailure, startControlPlane } from "./control_plane.ts";
-import { containerConfig, type CriTarget, sandboxConfig } from "./cri_suite.ts";
+import { CriFloor } from "./_bench_cri_floor.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
 import {
   adminClient,
+  ensureDefaultServiceAccount,
   removeCgroupTree,
   removeStaleTestCgroups,
   TEST_CGROUP_PARENT,
@@ -336,64 +339,20 @@ async function clearRuntime(runtime: RemoteRuntimeService): Promise<void> {
  * RunPodSandbox + CreateContainer + StartContainer for `count` pods at once, straight to the
  * runtime; ms per pod and from the first call to the last start. The pods are removed after.
  */
-async function criStart(
-  runtime: RemoteRuntimeService,
-  logRoot: string,
-  count: number,
-  opts: { sandboxStarts?: Semaphore; containerdPid?: number } = {},
-): Promise<{ latency: number[]; lastMs: number; cpu?: StartCpu }> {
-  const { sandboxStarts, containerdPid } = opts;
-  const target = { imageName: BUSYBOX_IMAGE, logRoot } as CriTarget;
-  const configs = Array.from(
-    { length: count },
-    (_, i) => sandboxConfig(target, `${PREFIX}-cri-${i}`),
-  );
-  for (const c of configs) await Deno.mkdir(c.logDirectory, { recursive: true });
-  const ids: string[] = [];
-  const t0 = performance.now();
-  try {
-    // Each pod's latency counts from the burst's start, its wait for a sandbox slot included.
-    const starts = () =>
-      Promise.all(configs.map(async (sandbox, i) => {
-        const run = () => runtime.runPodSandbox(sandbox, "");
-        const id = sandboxStarts ? await sandboxStarts.run(run) : await run();
-        ids.push(id);
-        const container = await runtime.createContainer(
-          id,
-          containerConfig(target, `main-${i}`, COMMAND),
-          sandbox,
-        );
-        await runtime.startContainer(container);
-        return performance.now() - t0;
-      }));
-    // CPU counts up to the last start, before the pods are removed.
-    if (containerdPid === undefined) {
-      return { latency: await starts(), lastMs: performance.now() - t0 };
-    }
-    const { result: latency, cpu } = await cpuDuring({ containerd: containerdPid }, starts);
-    return { latency, lastMs: performance.now() - t0, cpu };
-  } finally {
-    for (const id of ids) {
-      await runtime.stopPodSandbox(id).catch(() => {});
-      await runtime.removePodSandbox(id).catch(() => {});
-    }
-  }
-}
-
+/** The CRI floor (tests/_bench_cri_floor.ts): the sequential pods, then each burst twice. */
 async function criFloor(
-  runtime: RemoteRuntimeService,
-  logRoot: string,
+  floor: CriFloor,
   mode: BenchMode,
   containerdPid: number,
 ): Promise<FloorResult> {
   const sequential: number[] = [];
   for (let i = 0; i < mode.sequential; i++) {
-    sequential.push(...(await criStart(runtime, logRoot, 1)).latency);
+    sequential.push(...(await floor.burst(1)).latency);
   }
   const bursts = [];
   for (const size of mode.bursts) {
-    const all = await criStart(runtime, logRoot, size, { containerdPid });
-    const paced = await criStart(runtime, logRoot, size, {
+    const all = await floor.burst(size, { containerdPid });
+    const paced = await floor.burst(size, {
       sandboxStarts: new Semaphore(SANDBOX_STARTS),
       containerdPid,
     });
@@ -406,6 +365,45 @@ async function criFloor(
     });
   }
   return { sequential, bursts };
+}
+
+/**
+ * The CRI floor on `conn`'s runtime, for the bench pod with the cluster's Services (the env
+ * both kubelets give it), in `dir`.
+ */
+async function measureFloor(
+  runtime: RemoteRuntimeService,
+  conn: CriConnection,
+  cp: ControlPlane,
+  dir: string,
+  mode: BenchMode,
+  containerdPid: number,
+): Promise<FloorResult> {
+  // The pods' admission needs it, and no controller manager runs to make it.
+  await ensureDefaultServiceAccount(cp, NS);
+  const client = await adminClient(cp, "bench-suite");
+  try {
+    const services = (await client.get<{ items: V1Service[] }>("/api/v1/services")).items;
+    const floor = await CriFloor.create({
+      runtime,
+      images: new RemoteImageService({ connection: conn }),
+      dir,
+      // The pod as a kubelet gets it: the apiserver's dry run applies the API's defaults.
+      pod: (name) =>
+        client.create(
+          `/api/v1/namespaces/${NS}/pods?dryRun=All`,
+          benchPod(`${PREFIX}-${name}`, "kts-bench-floor"),
+        ),
+      services,
+    }, BUSYBOX_IMAGE);
+    try {
+      return await criFloor(floor, mode, containerdPid);
+    } finally {
+      await floor.close();
+    }
+  } finally {
+    client.close();
+  }
 }
 
 /** Runs the workload against one kubelet, started by `start`, and stops it. */
@@ -602,6 +600,10 @@ export function report(r: SuiteResult): string {
       }, run one after the other in that order. ${r.buildNote}`,
     "",
     "### Pod start latency (client: create request sent → watch shows every container running)",
+    "",
+    "The CRI floor issues RunPodSandbox, PodSandboxStatus, CreateContainer and StartContainer " +
+      "straight to containerd, with the requests a kubelet sends for the bench pod (cgroup parent, " +
+      "RuntimeDefault seccomp for the sandbox, /etc/hosts and termination-log mounts, service env).",
     "",
   );
   const cases: {
@@ -956,7 +958,14 @@ export async function runSuite(
 
     return await dumpLogsOnFailure(cp, async () => {
       log("bench: CRI floor");
-      const floor = await criFloor(runtime, join(dir, "cri-logs"), mode, containerd.pid);
+      const floor = await measureFloor(
+        runtime,
+        conn,
+        cp,
+        join(dir, `${PREFIX}-floor`),
+        mode,
+        containerd.pid,
+      );
       const results: AgentResult[] = [];
       const agentNames: string[] = [];
       for (const label of agents) {
