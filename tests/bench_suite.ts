@@ -17,8 +17,9 @@
  * - the raw CRI floor (tests/_bench_cri_floor.ts): RunPodSandbox + PodSandboxStatus +
  *   CreateContainer + StartContainer straight to the same containerd, with the requests a
  *   kubelet sends for the bench pod (built by this agent's config code), as many and the same
- *   way (one at a time, then bursts), so the kubelet's own overhead shows; each burst twice: all at once (as the upstream kubelet issues it) and with
- *   at most our agent's default --max-parallel-sandbox-starts RunPodSandbox calls in flight;
+ *   way (one at a time, then bursts), so the kubelet's own overhead shows; each burst twice:
+ *   all at once (as the upstream kubelet issues it) and with at most our agent's default
+ *   --max-parallel-sandbox-starts RunPodSandbox calls in flight;
  * - CPU (cores, from /proc/<pid>/stat over a window) and resident memory (VmRSS averaged over
  *   the window, VmHWM as the peak) at 0 pods and with each burst's pods running, and the
  *   per-pod slope of both (least squares over those points);
@@ -335,10 +336,6 @@ async function clearRuntime(runtime: RemoteRuntimeService): Promise<void> {
   }
 }
 
-/**
- * RunPodSandbox + CreateContainer + StartContainer for `count` pods at once, straight to the
- * runtime; ms per pod and from the first call to the last start. The pods are removed after.
- */
 /** The CRI floor (tests/_bench_cri_floor.ts): the sequential pods, then each burst twice. */
 async function criFloor(
   floor: CriFloor,
