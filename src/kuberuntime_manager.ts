@@ -575,7 +575,7 @@ export function getStableKey(pod: V1Pod, container: V1Container): string {
 }
 
 /** upstream determinePodSandboxIPs: the sandbox's primary and additional IPs. */
-function sandboxIPs(status: api.PodSandboxStatus): string[] {
+export function sandboxIPs(status: api.PodSandboxStatus): string[] {
   const net = status.network;
   if (!net) return [];
   return [net.ip, ...net.additionalIps.map((a) => a.ip)].filter((ip) => ip !== "");

@@ -25,9 +25,10 @@ import { CgroupManager } from "../src/cgroup_manager.ts";
 import { realClock } from "../src/clock.ts";
 import { loggingRecorder } from "../src/dependencies.ts";
 import { DnsConfigurer } from "../src/dns.ts";
-import { createLogger } from "../src/klog.ts";
+import { createLogger, type Logger } from "../src/klog.ts";
 import { KubeletMounts } from "../src/kubelet_mounts.ts";
 import { type ContainerDeps, generateContainerConfig } from "../src/kuberuntime_container.ts";
+import { sandboxIPs } from "../src/kuberuntime_manager.ts";
 import { generatePodSandboxConfig, type SandboxConfigOptions } from "../src/kuberuntime_sandbox.ts";
 import type { RemoteImageService } from "../src/remote_image.ts";
 import type { RemoteRuntimeService } from "../src/remote_runtime.ts";
@@ -81,12 +82,12 @@ export class CriFloor {
     o: CriFloorOptions,
     cgroups: CgroupManager,
     image: api.Image,
+    logger: Logger,
   ) {
     this.#o = o;
     this.#cgroups = cgroups;
     this.#image = image;
     this.#cgroupRoot = [TEST_CGROUP_PARENT, basename(o.dir), "kubepods", "besteffort"];
-    const logger = createLogger({ write: () => {} });
     const cgroupV2 = cgroups.version === 2;
     const podLogsDirectory = join(o.dir, "pod-logs");
     // A kubelet's defaults: clusterDNS none, so ClusterFirst falls back to the host's resolver.
@@ -130,12 +131,13 @@ export class CriFloor {
   static async create(o: CriFloorOptions, imageName: string): Promise<CriFloor> {
     const status = await o.images.imageStatus(api.ImageSpec.create({ image: imageName }));
     if (!status.image) throw new Error(`CRI floor: the runtime has no image ${imageName}`);
+    const logger = createLogger({ write: () => {} });
     const cgroups = new CgroupManager({
       layout: await detectCgroupLayout(),
       driver: "cgroupfs",
-      logger: createLogger({ write: () => {} }),
+      logger,
     });
-    return new CriFloor(o, cgroups, status.image);
+    return new CriFloor(o, cgroups, status.image, logger);
   }
 
   /** The floor's cgroup below {@link TEST_CGROUP_PARENT}: its directory's basename. */
@@ -172,9 +174,8 @@ export class CriFloor {
     const run = () => runtime.runPodSandbox(p.sandbox, "");
     const id = sandboxStarts ? await sandboxStarts.run(run) : await run();
     created(id);
-    const status = await runtime.podSandboxStatus(id);
-    const net = status.status?.network;
-    const podIPs = net?.ip ? [net.ip, ...(net.additionalIps ?? []).map((a) => a.ip)] : [];
+    const { status } = await runtime.podSandboxStatus(id);
+    const podIPs = status ? sandboxIPs(status) : [];
     const container = p.pod.spec!.containers[0]!;
     const config = await generateContainerConfig(this.#deps, {
       pod: p.pod,
@@ -216,7 +217,8 @@ export class CriFloor {
         await this.#o.runtime.stopPodSandbox(id).catch(() => {});
         await this.#o.runtime.removePodSandbox(id).catch(() => {});
       }
-      for (const p of pods) await removeCgroupTree(join(...this.#podCgroup(p.pod)));
+      // A cgroup still busy is left; close() sweeps the floor's tree, the next run's sweep the rest.
+      for (const p of pods) await this.#cgroups.destroy(this.#podCgroup(p.pod)).catch(() => {});
     }
   }
 
