@@ -987,14 +987,16 @@ export class Kubelet {
           pid: e.isUnderPIDPressure(),
         };
       },
+      cachedNode: () => informer.hasSynced ? informer.node : undefined,
     });
     this.nodeStatus = status;
-    this.nodeInformer = new NodeInformer({
+    const informer = new NodeInformer({
       client: kubeClient,
       nodeName,
       clock: deps.clock,
       logger: deps.logger,
     });
+    this.nodeInformer = informer;
     const lease = new NodeLeaseController({
       client: heartbeatClient,
       nodeName,

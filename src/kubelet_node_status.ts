@@ -46,6 +46,12 @@ export interface NodeStatusOptions extends InitialNodeOptions {
   readonly pressure?: () => { memory: boolean; disk: boolean; pid: boolean } | undefined;
   /** Random number in [0, 1), for jitter. @default Math.random */
   readonly random?: () => number;
+  /**
+   * The Node as the node informer last saw it (upstream's nodeLister), or undefined before its
+   * first list or after a deletion. The first try of each update reads it instead of asking the
+   * apiserver; retries GET the Node. @default none: every try GETs the Node
+   */
+  readonly cachedNode?: () => V1Node | undefined;
 }
 
 /** Registers the node and reports its status. */
@@ -137,7 +143,7 @@ export class NodeStatusManager {
     let lastError: unknown;
     for (let i = 0; i < NODE_STATUS_UPDATE_RETRY; i++) {
       try {
-        await this.#tryUpdate(signal);
+        await this.#tryUpdate(i, signal);
         return;
       } catch (e) {
         if (signal?.aborted) throw e;
@@ -153,12 +159,20 @@ export class NodeStatusManager {
     throw lastError;
   }
 
-  async #tryUpdate(signal?: AbortSignal): Promise<void> {
+  async #tryUpdate(tryNumber: number, signal?: AbortSignal): Promise<void> {
     const o = this.#o;
-    // Read the Node first, as upstream does (from the apiserver's cache: resourceVersion=0): a
-    // Node deleted under us shows up here as NotFound even while nothing is to be reported.
-    this.#node = await o.heartbeatClient.request<V1Node>("GET", this.#path(), {
-      query: { resourceVersion: "0" },
+    // As upstream's tryUpdateNodeStatus: the first try reads the informer's copy (no request:
+    // on an idle node this GET was one of the two requests every 10 s); a retry, or a first
+    // try the informer cannot serve, GETs the Node, so a Node deleted under us shows up as
+    // NotFound even while nothing is to be reported.
+    const cached = tryNumber === 0 ? o.cachedNode?.() : undefined;
+    if (tryNumber === 0 && o.cachedNode && !cached) {
+      throw new Error(`node ${o.nodeName} is not in the node informer's cache`);
+    }
+    this.#node = cached ?? await o.heartbeatClient.request<V1Node>("GET", this.#path(), {
+      // Without an informer the first try reads the apiserver's cache, as upstream did before
+      // it had one; a retry reads etcd.
+      query: tryNumber === 0 ? { resourceVersion: "0" } : undefined,
       signal,
     });
     const now = o.clock.now();

@@ -15,7 +15,7 @@ function nodeServer() {
   let uid = 0;
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
     const url = new URL(req.url);
-    requests.push(`${req.method} ${url.pathname}`);
+    requests.push(`${req.method} ${url.pathname}${url.search}`);
     const [, , , , name, sub] = url.pathname.split("/");
     const notFound = () =>
       Response.json({ kind: "Status", reason: "NotFound", message: "nodes not found" }, {
@@ -47,7 +47,12 @@ function nodeServer() {
   return { server, nodes, requests, url: `http://127.0.0.1:${(server.addr as Deno.NetAddr).port}` };
 }
 
-function manager(url: string, clock: FakeClock, notReady: string[] = []) {
+function manager(
+  url: string,
+  clock: FakeClock,
+  notReady: string[] = [],
+  cachedNode?: () => V1Node | undefined,
+) {
   const client = new KubeClient({
     config: { server: url, insecureSkipTLSVerify: false, source: "t" },
     clock,
@@ -85,6 +90,7 @@ function manager(url: string, clock: FakeClock, notReady: string[] = []) {
     containerRuntimeVersion: () => "containerd://1.6.20",
     listImages: () => Promise.resolve([]),
     notReadyReasons: () => notReady,
+    cachedNode,
   });
   return { client, m };
 }
@@ -104,6 +110,10 @@ Deno.test("NodeStatusManager registers, skips unchanged reports until the report
     const patches = () =>
       s.requests.filter((r) => r === "PATCH /api/v1/nodes/node-a/status").length;
     assert.equal(patches(), 1);
+    assert.ok(
+      s.requests.includes("GET /api/v1/nodes/node-a?resourceVersion=0"),
+      "without an informer the first try reads the apiserver's cache",
+    );
     clock.step(10_000);
     await m.updateNodeStatus();
     assert.equal(
@@ -120,6 +130,40 @@ Deno.test("NodeStatusManager registers, skips unchanged reports until the report
     assert.equal(m.registered, false);
     assert.equal(await m.tryRegister(), true);
     assert.equal(s.nodes.get("node-a")?.metadata?.uid, "uid-2");
+  } finally {
+    client.close();
+    await s.server.shutdown();
+  }
+});
+
+Deno.test("NodeStatusManager reads the informer's Node on the first try and GETs it only on retries", async () => {
+  const s = nodeServer();
+  const clock = new FakeClock(Date.UTC(2026, 11, 2, 12, 0, 0));
+  let cached: V1Node | undefined;
+  const { client, m } = manager(s.url, clock, [], () => cached);
+  const gets = () => s.requests.filter((r) => r.startsWith("GET "));
+  try {
+    assert.equal(await m.tryRegister(), true);
+    // Before the informer's first list: the first try fails, the retry reads etcd.
+    await m.updateNodeStatus();
+    assert.deepEqual(gets(), ["GET /api/v1/nodes/node-a"]);
+    assert.equal(s.requests.at(-1), "PATCH /api/v1/nodes/node-a/status");
+
+    cached = structuredClone(s.nodes.get("node-a"));
+    for (let i = 0; i < 3; i++) {
+      clock.step(10_000);
+      await m.updateNodeStatus();
+    }
+    assert.equal(gets().length, 1, "the informer's copy served every first try");
+    assert.equal(m.node?.metadata?.uid, "uid-1");
+
+    // The Node deleted: the informer drops it, the retry's GET finds it gone.
+    s.nodes.delete("node-a");
+    cached = undefined;
+    clock.step(10_000);
+    await assert.rejects(m.updateNodeStatus(), /404/);
+    assert.equal(m.registered, false);
+    assert.equal(gets().length, 2);
   } finally {
     client.close();
     await s.server.shutdown();
