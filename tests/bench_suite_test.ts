@@ -55,6 +55,10 @@ Deno.test({
       stdout,
       /^\| 0 pods\s+\|\s+[\d.]+ MiB \|\s+\d+\.\d m \|\s+[\d.]+ MiB \|\s+\d+\.\d m \|/m,
     );
+    assert.match(
+      stdout,
+      /^\| 0 pods, first 10 s after Ready\s+\|\s+[\d.]+ MiB \|\s+\d+\.\d m \|\s+[\d.]+ MiB \|/m,
+    );
     assert.match(stdout, /^\| 10 pods\s+\|\s+[\d.]+ MiB \|/m);
     assert.match(
       stdout,
