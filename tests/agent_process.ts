@@ -37,8 +37,14 @@ function command(args: readonly string[], opts: AgentOptions): Deno.Command {
   // For an A/B run of one of the agent's own flags, e.g.
   // KUBELET_TS_AGENT_ARGS=--max-parallel-sandbox-starts=0: appended to every agent's arguments.
   const more = (Deno.env.get("KUBELET_TS_AGENT_ARGS") ?? "").split(/\s+/).filter((a) => a !== "");
+  // For a CPU profile of a run, e.g. KUBELET_TS_AGENT_DENO_FLAGS=--inspect=127.0.0.1:9229 with
+  // KUBELET_TS_LEAST_PRIVILEGE=0 (the kubelet then runs in the inspected isolate): deno's own
+  // flags, before main.ts.
+  const deno = (Deno.env.get("KUBELET_TS_AGENT_DENO_FLAGS") ?? "").split(/\s+/).filter((a) =>
+    a !== ""
+  );
   return new Deno.Command(opts.executable ?? Deno.execPath(), {
-    args: ["run", "--quiet", ...flags, "main.ts", ...args, ...sandbox, ...more],
+    args: ["run", "--quiet", ...flags, ...deno, "main.ts", ...args, ...sandbox, ...more],
     cwd: REPO_ROOT,
     env: { NO_COLOR: "1", ...opts.env },
     stdin: "null",
