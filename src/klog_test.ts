@@ -255,3 +255,38 @@ Deno.test("kobj renders an object reference", () => {
   assert.deepEqual(kobj({}).toJSON(), { name: "" });
   assert.deepEqual(kobj(POD).toJSON(), { name: "nginx", namespace: "default" });
 });
+
+Deno.test("every logger method names its own caller's line, however deep the call chain", async () => {
+  const { log, lines } = capture({ verbosity: 2 });
+  const lineOf = (l: string) => Number(/klog_test\.ts:(\d+)\]/.exec(l)?.[1]);
+  const deep = async (n: number): Promise<number[]> => {
+    if (n > 0) {
+      await Promise.resolve();
+      return deep(n - 1);
+    }
+    const sub = log.with({ pod: "p" });
+    const { info } = log;
+    const nested = {
+      toString() {
+        log.info("nested");
+        return "value";
+      },
+    };
+    const first = nextLine();
+    log.info("a");
+    log.warning("b");
+    log.error(new Error("x"), "c");
+    log.v(2).info("d");
+    sub.info("e");
+    sub.v(1).info("f");
+    info("g");
+    log.info("h", { v: nested });
+    return [first, first + 1, first + 2, first + 3, first + 4, first + 5, first + 6, first + 7];
+  };
+  const want = await deep(30);
+  // The nested line is written first, attributed to the toString that logged it.
+  assert.equal(lines.length, 9);
+  assert.match(lines[7]!, /"nested"/);
+  assert.ok(lineOf(lines[7]!) < want[0]!, lines[7]);
+  assert.deepEqual([...lines.slice(0, 7), lines[8]!].map(lineOf), want);
+});
