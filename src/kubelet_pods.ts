@@ -50,6 +50,7 @@ import {
   podConditionByKubelet,
 } from "./status_generate.ts";
 import { parseIP } from "./_pod_ips.ts";
+import { deepCopy } from "./deep_copy.ts";
 
 /** Waiting reason of containers while the pod's init containers run. */
 export const POD_INITIALIZING = "PodInitializing";
@@ -521,7 +522,7 @@ function convertStatusToAPIStatus(
 }
 
 function clone<T>(value: T): T {
-  return structuredClone(value);
+  return deepCopy(value);
 }
 
 /** The volume mounts of a container as its status shows them (RecursiveReadOnlyMounts). */

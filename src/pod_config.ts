@@ -11,6 +11,7 @@
 
 import type { V1Pod } from "@kubernetes/client-node";
 import { kobj, type Logger } from "./klog.ts";
+import { deepCopy } from "./deep_copy.ts";
 
 /** What a pod update asks of the kubelet (upstream kubetypes.PodOperation). */
 export type PodOperation = "SET" | "ADD" | "DELETE" | "REMOVE" | "UPDATE" | "RECONCILE";
@@ -198,7 +199,7 @@ export class PodConfig {
    * when `names` already holds its full name. Adds the name to `names`.
    */
   #prepare(incoming: V1Pod, source: string, names: Set<string>): V1Pod | undefined {
-    const ref = structuredClone(incoming);
+    const ref = deepCopy(incoming);
     const name = fullName(ref);
     if (names.has(name)) {
       if (this.#opts.onDuplicate) this.#opts.onDuplicate(ref, source);

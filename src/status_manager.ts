@@ -48,6 +48,7 @@ import {
 } from "./status_generate.ts";
 import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { type Json, jsonEqual, podStatusPatch, toJson } from "./_pod_status_patch.ts";
+import { deepCopy } from "./deep_copy.ts";
 
 /** Upstream syncPeriod: how often every status is reconciled. */
 const DEFAULT_SYNC_PERIOD_MS = 10_000;
@@ -221,7 +222,7 @@ export class StatusManager {
         }
       }
     }
-    return entry === undefined ? undefined : structuredClone(entry.status);
+    return entry === undefined ? undefined : deepCopy(entry.status);
   }
 
   /**
@@ -230,7 +231,7 @@ export class StatusManager {
    * always written (upstream SetPodStatus).
    */
   setPodStatus(pod: V1Pod, status: V1PodStatus): void {
-    const s = structuredClone(status);
+    const s = deepCopy(status);
     // PodObservedGenerationTracking is GA: the status says which generation it reflects.
     if (pod.metadata?.generation) s.observedGeneration = pod.metadata.generation;
     this.#updateStatusInternal(pod, s, pod.metadata?.deletionTimestamp != null, false);
@@ -246,7 +247,7 @@ export class StatusManager {
   terminatePod(pod: V1Pod): void {
     const uid = pod.metadata?.uid ?? "";
     const cached = this.#statuses.get(uid);
-    const status = structuredClone(cached?.status ?? pod.status ?? {});
+    const status = deepCopy(cached?.status ?? pod.status ?? {});
 
     if (hasPodInitialized(pod)) {
       for (const cs of status.containerStatuses ?? []) {
@@ -543,7 +544,7 @@ export class StatusManager {
   #needsReconcile(uid: string, status: V1PodStatus): boolean {
     const pod = this.#opts.getAPIPod?.(uid);
     if (pod === undefined) return false;
-    const apiStatus = normalizeStatus(pod, structuredClone(pod.status ?? {}));
+    const apiStatus = normalizeStatus(pod, deepCopy(pod.status ?? {}));
     if (isPodStatusByKubeletEqual(apiStatus, status)) return false;
     this.#logger.v(3).info(
       "Pod status is inconsistent with cached status for pod, a reconciliation should be triggered",
@@ -570,7 +571,7 @@ export class StatusManager {
     const watched = this.#opts.getAPIPod?.(uid);
     if (watched?.metadata?.uid !== statusUID) return undefined;
     const status = this.#written.get(statusUID) ?? watched.status ?? {};
-    return { ...watched, status: structuredClone(status) };
+    return { ...watched, status: deepCopy(status) };
   }
 
   /**
@@ -896,7 +897,7 @@ function mergePodStatus(
   couldHaveRunningContainers: boolean,
   now: number,
 ): V1PodStatus {
-  const merged = structuredClone(newStatus);
+  const merged = deepCopy(newStatus);
   const conditions: V1PodCondition[] = (oldPodStatus.conditions ?? []).filter((c) =>
     !podConditionByKubelet(c.type)
   );
