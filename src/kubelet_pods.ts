@@ -521,10 +521,6 @@ function convertStatusToAPIStatus(
   return s;
 }
 
-function clone<T>(value: T): T {
-  return deepCopy(value);
-}
-
 /** The volume mounts of a container as its status shows them (RecursiveReadOnlyMounts). */
 function volumeMountStatuses(container: V1Container): V1VolumeMountStatus[] | undefined {
   const mounts = container.volumeMounts ?? [];
@@ -574,10 +570,10 @@ function convertContainerStatuses(
     const old = oldStatuses.get(c.name);
     if (old !== undefined) {
       if (old.state?.terminated) {
-        status = clone(old);
+        status = deepCopy(old);
       } else {
         status.restartCount = old.restartCount;
-        status.lastState = clone(old.lastState ?? {});
+        status.lastState = deepCopy(old.lastState ?? {});
       }
     }
     statuses.set(c.name, status);
@@ -675,7 +671,7 @@ function convertContainerStatus(
     state: {},
     lastState: {},
   };
-  if (old?.volumeMounts !== undefined) status.volumeMounts = clone(old.volumeMounts);
+  if (old?.volumeMounts !== undefined) status.volumeMounts = deepCopy(old.volumeMounts);
   switch (r.state) {
     case "running":
       status.state = { running: withDefined({ startedAt: r.startedAt }) };
@@ -712,9 +708,9 @@ function convertContainerStatus(
   }
   if (spec !== undefined) {
     // InPlacePodVerticalScaling: the allocated resources; the runtime's view is not read back.
-    status.resources = clone(spec.resources ?? {});
+    status.resources = deepCopy(spec.resources ?? {});
     if (spec.resources?.requests !== undefined) {
-      status.allocatedResources = clone(spec.resources.requests);
+      status.allocatedResources = deepCopy(spec.resources.requests);
     }
   }
   if (r.user !== undefined) status.user = r.user;

@@ -736,29 +736,20 @@ export function report(r: SuiteResult): string {
   );
   const counts = [0, ...r.mode.bursts];
   const windowOf = (a: AgentResult, i: number) => i === 0 ? a.idle : a.bursts[i - 1]?.window;
-  const startupRow = [
-    `0 pods, first ${r.mode.windowMs / 1000} s after Ready`,
-    ...r.agents.flatMap((a) => [mib(a.startup.rssMiB), millicores(a.startup.cores)]),
+  const windowRow = (label: string, pick: (a: AgentResult) => WindowFigures | undefined) => [
+    label,
+    ...r.agents.flatMap((a) => [mib(pick(a)?.rssMiB ?? NaN), millicores(pick(a)?.cores ?? NaN)]),
     ...(agent && upstream
       ? [
-        ratio(agent.startup.rssMiB, upstream.startup.rssMiB),
-        ratio(agent.startup.cores, upstream.startup.cores),
+        ratio(pick(agent)?.rssMiB ?? NaN, pick(upstream)?.rssMiB ?? NaN),
+        ratio(pick(agent)?.cores ?? NaN, pick(upstream)?.cores ?? NaN),
       ]
       : []),
   ];
-  const resRows = counts.map((n, i) => [
-    `${n} pods`,
-    ...r.agents.flatMap((
-      a,
-    ) => [mib(windowOf(a, i)?.rssMiB ?? NaN), millicores(windowOf(a, i)?.cores ?? NaN)]),
-    ...(agent && upstream
-      ? [
-        ratio(windowOf(agent, i)?.rssMiB ?? NaN, windowOf(upstream, i)?.rssMiB ?? NaN),
-        ratio(windowOf(agent, i)?.cores ?? NaN, windowOf(upstream, i)?.cores ?? NaN),
-      ]
-      : []),
-  ]);
-  resRows.unshift(startupRow);
+  const resRows = [
+    windowRow(`0 pods, first ${r.mode.windowMs / 1000} s after Ready`, (a) => a.startup),
+    ...counts.map((n, i) => windowRow(`${n} pods`, (a) => windowOf(a, i))),
+  ];
   resRows.push([
     "peak (VmHWM, whole run)",
     ...r.agents.flatMap((a) => [mib(a.peakMiB), ""]),
