@@ -30,6 +30,7 @@ import { logRoutes } from "./server_logs.ts";
 import { podRoutes } from "./server_pods.ts";
 import { streamingRoutes } from "./server_streaming.ts";
 import { type KubeletStats, newKubeletStats, statsUnavailableRoutes } from "./kubelet_stats.ts";
+import { ImageCache } from "./image_cache.ts";
 import { ImageGCManager } from "./image_gc_manager.ts";
 import { ContainerGC } from "./container_gc.ts";
 import { ContainerLogManager } from "./container_log_manager.ts";
@@ -952,6 +953,13 @@ export class Kubelet {
     const kubeClient = deps.kubeClient!;
     const heartbeatClient = deps.heartbeatClient!;
     const machine = readMachineInfo();
+    const imageService = deps.imageService;
+    // The node status names the images of a list read every 30 s, as upstream's image cache.
+    const images = imageService && new ImageCache({
+      listImages: (s) => imageService.listImages(undefined, s),
+      clock: deps.clock,
+      logger: deps.logger,
+    });
     const status = new NodeStatusManager({
       client: kubeClient,
       heartbeatClient,
@@ -970,7 +978,7 @@ export class Kubelet {
       machineInfo: () => machine,
       rootfsCapacity: () => filesystemCapacity(flags.rootDirectory),
       containerRuntimeVersion: () => this.#runtimeVersion,
-      listImages: async (s) => (await deps.imageService?.listImages(undefined, s)) ?? [],
+      listImages: (s) => images?.list(s) ?? Promise.resolve([]),
       notReadyReasons: () =>
         [
           this.runtimeState.runtimeErrors(),
@@ -1005,7 +1013,9 @@ export class Kubelet {
       logger: deps.logger,
       getNode: () => status.node,
     });
-    return [status.run(signal), lease.run(signal), this.nodeInformer.run(signal)];
+    const running = [status.run(signal), lease.run(signal), this.nodeInformer.run(signal)];
+    if (images) running.push(images.run(signal));
+    return running;
   }
 
   /**

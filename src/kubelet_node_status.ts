@@ -39,7 +39,8 @@ export interface NodeStatusOptions extends InitialNodeOptions {
   readonly rootfsCapacity: () => Promise<number | undefined>;
   /** "containerd://1.6.20" once the runtime answered Version. */
   readonly containerRuntimeVersion: () => string;
-  readonly listImages: (signal?: AbortSignal) => Promise<api.Image[]>;
+  /** The node's images (the kubelet serves them from its image cache, src/image_cache.ts). */
+  readonly listImages: (signal?: AbortSignal) => Promise<readonly api.Image[]>;
   /** Why the node is not ready, from the runtime state; empty when it is. */
   readonly notReadyReasons: () => string[];
   /** Memory, disk and PID pressure (the eviction manager's). @default none */
