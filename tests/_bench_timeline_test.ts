@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { breakdownTable, stepDurations, STEPS, type TimelinePhase } from "./_bench_timeline.ts";
-import { FULL, withOverrides } from "./bench_suite.ts";
+import { FULL, parseBenchArgs, SHORT, USAGE, withOverrides } from "./bench_suite.ts";
 
 const T0 = Date.parse("2026-12-03T10:00:00.000Z");
 const at = (ms: number) => new Date(T0 + ms).toISOString();
@@ -71,4 +71,22 @@ Deno.test("withOverrides replaces the counts it is given and names a bad flag va
     /--bursts must be an integer of at least 1: current value is 'x'/,
   );
   assert.throws(() => withOverrides(FULL, { "window-s": "0" }), /--window-s .* '0'/);
+});
+
+Deno.test("parseBenchArgs: the mode, the agents, --help, and errors that name the option", () => {
+  const a = parseBenchArgs(["--short", "--agents", "agent", "--bursts", "", "--out", "/tmp/r.md"]);
+  assert.equal(a.help, false);
+  assert.deepEqual(a.mode, { ...SHORT, bursts: [] });
+  assert.deepEqual(a.agents, ["agent"]);
+  assert.equal(a.out, "/tmp/r.md");
+  assert.deepEqual(parseBenchArgs([], { short: true }).mode, SHORT, "KUBELET_TS_BENCH=short");
+  assert.deepEqual(parseBenchArgs([]).agents, ["agent", "upstream"]);
+  assert.equal(parseBenchArgs(["--help"]).help, true);
+  assert.match(USAGE, /--fake-pods A,B/);
+  assert.throws(() => parseBenchArgs(["--window", "5"]), /Unknown option '--window'/);
+  assert.throws(() => parseBenchArgs(["--out"]), /--out/);
+  assert.throws(
+    () => parseBenchArgs(["--agents", "agent,go"]),
+    /--agents must list 'agent' and\/or 'upstream': current value is 'go'/,
+  );
 });

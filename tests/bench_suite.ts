@@ -1023,21 +1023,62 @@ export async function runSuite(
   }
 }
 
-if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      short: { type: "boolean", default: false },
-      agents: { type: "string", default: "agent,upstream" },
-      out: { type: "string" },
-      note: { type: "string" },
-      sequential: { type: "string" },
-      bursts: { type: "string" },
-      "window-s": { type: "string" },
-      "fake-pods": { type: "string" },
-    },
-  });
-  const short = values.short || Deno.env.get("KUBELET_TS_BENCH") === "short";
+/** `deno task bench --help`. */
+export const USAGE = `Usage: deno task bench [options]
+
+Runs the same workload against this agent and the upstream kubelet (and the raw CRI floor) on
+one containerd and one kube-apiserver, and prints the comparison. Needs root, containerd, runc
+and Go. See tests/bench_suite.ts for what each figure means.
+
+Options:
+  --short            CI's mode: 5 sequential pods, a burst of 10, 10 s windows
+                     (also KUBELET_TS_BENCH=short); the default is the full mode
+  --agents LIST      agent, upstream or agent,upstream (default)
+  --sequential N     pods started one at a time
+  --bursts A,B       burst sizes ("" for none)
+  --window-s S       CPU and memory windows, seconds
+  --fake-pods A,B    fake-CRI scale runs of our agent ("" for none)
+  --out FILE         also write the report as Markdown, with the date and the machine
+  --note TEXT        a line under the header of --out's file
+  --help             this text
+`;
+
+/** What the command line asks for; {@link parseBenchArgs}. */
+export interface BenchArgs {
+  readonly help: boolean;
+  readonly mode: BenchMode;
+  readonly agents: ("agent" | "upstream")[];
+  readonly out?: string;
+  readonly note?: string;
+}
+
+/**
+ * The bench's command line; throws an error naming the option and value for an unknown option,
+ * a missing value or a bad count or agent.
+ */
+export function parseBenchArgs(args: string[], env: { short?: boolean } = {}): BenchArgs {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args,
+      options: {
+        help: { type: "boolean", default: false },
+        short: { type: "boolean", default: false },
+        agents: { type: "string", default: "agent,upstream" },
+        out: { type: "string" },
+        note: { type: "string" },
+        sequential: { type: "string" },
+        bursts: { type: "string" },
+        "window-s": { type: "string" },
+        "fake-pods": { type: "string" },
+      },
+    }));
+  } catch (e) {
+    // node:util's own words ("Unknown option '--x'...", "Option '--out <value>' argument
+    // missing") name the option already.
+    throw new Error(e instanceof Error ? e.message : String(e));
+  }
+  const short = values.short || env.short === true;
   const mode = withOverrides(short ? SHORT : FULL, values);
   const agents = values.agents.split(",").map((a) => a.trim());
   for (const a of agents) {
@@ -1045,30 +1086,54 @@ if (import.meta.main) {
       throw new Error(`--agents must list 'agent' and/or 'upstream': current value is '${a}'`);
     }
   }
+  return {
+    help: values.help,
+    mode,
+    agents: agents as ("agent" | "upstream")[],
+    out: values.out,
+    note: values.note,
+  };
+}
+
+if (import.meta.main) {
+  let parsed: BenchArgs;
+  try {
+    parsed = parseBenchArgs(Deno.args, {
+      short: Deno.env.get("KUBELET_TS_BENCH") === "short",
+    });
+  } catch (e) {
+    console.error(`bench: ${e instanceof Error ? e.message : e}\n\n${USAGE}`);
+    Deno.exit(2);
+  }
+  if (parsed.help) {
+    console.log(USAGE);
+    Deno.exit(0);
+  }
+  const { mode, agents, out, note } = parsed;
   const why = await whyNotRunnable(["containerd", "ctr", "runc", "openssl", "go"]);
   if (why) {
     console.warn(`bench_suite: SKIPPED, nothing measured: ${why}`);
   } else {
     const started = new Date();
     const loadBefore = Deno.loadavg().map((v) => v.toFixed(2)).join(" ");
-    const result = await runSuite(mode, agents as ("agent" | "upstream")[]);
+    const result = await runSuite(mode, agents);
     const text = report(result);
     console.log(`\n${text}`);
-    if (values.out) {
+    if (out) {
       await Deno.writeTextFile(
-        values.out,
+        out,
         [
           `# Benchmark suite run (${mode.name} mode): kubelet-ts vs the upstream kubelet ${KUBERNETES_VERSION}`,
           "",
           await machineHeader(started, loadBefore),
-          ...(values.note ? ["", values.note] : []),
+          ...(note ? ["", note] : []),
           "",
           `Command: \`deno task bench${Deno.args.length ? " " + Deno.args.join(" ") : ""}\`.`,
           "",
           text,
         ].join("\n"),
       );
-      console.error(`bench: report written to ${values.out}`);
+      console.error(`bench: report written to ${out}`);
     }
   }
 }
