@@ -1,9 +1,13 @@
 /**
  * @module
- * The cAdvisor equivalent: one housekeeping loop (every 10 s, as the kubelet runs cAdvisor)
- * samples the node's root cgroup and network, and the cgroup of every running container and
- * pod sandbox, straight from /sys/fs/cgroup and /proc; it keeps the newest sample of each and
- * the CPU rate between the last two (usageNanoCores). A container's cgroup is found once, from
+ * The cAdvisor equivalent: one housekeeping loop samples the node's root cgroup and network
+ * every 10 s, and the cgroup of every running container and pod sandbox, straight from
+ * /sys/fs/cgroup and /proc; it keeps the newest sample of each and the CPU rate between the
+ * last two (usageNanoCores). Each container is sampled on its own schedule, as cAdvisor's
+ * dynamic housekeeping does for the kubelet: every 10 s while its figures change, every 15 s
+ * once two samples in a row are equal, each interval stretched by a random 0-100 % (cAdvisor's
+ * jitter), so an idle node's containers are read about every 22 s instead of every 10 s. The
+ * loop wakes every second to sample what is due (and new containers at once). A container's cgroup is found once, from
  * its process (`/proc/<pid>/cgroup`, the pid from the runtime's verbose status), and then costs
  * a few small file reads per pass. Samples of containers that are gone are dropped, so memory
  * is bounded by what runs. Odd kernel data never throws out of a pass: the value is omitted and
@@ -29,6 +33,12 @@ import { readProcFile } from "./sandbox_calls.ts";
 
 /** cAdvisor's housekeeping interval as the kubelet sets it (`--housekeeping-interval`). */
 export const HOUSEKEEPING_INTERVAL_MS = 10_000;
+
+/** The longest a container's interval grows to while it is idle (kubelet's cAdvisor setting). */
+export const MAX_HOUSEKEEPING_INTERVAL_MS = 15_000;
+
+/** How often the loop looks for containers due for a sample. */
+export const HOUSEKEEPING_TICK_MS = 1_000;
 
 /** A container or sandbox to sample, as the pod cache knows it. */
 export interface SampleTarget {
@@ -70,6 +80,12 @@ export interface CadvisorOptions {
   readonly root?: string;
   /** @default {@link HOUSEKEEPING_INTERVAL_MS} */
   readonly intervalMs?: number;
+  /** Containers idle for a sample grow their interval up to this. @default {@link MAX_HOUSEKEEPING_INTERVAL_MS} */
+  readonly maxIntervalMs?: number;
+  /** @default {@link HOUSEKEEPING_TICK_MS} */
+  readonly tickMs?: number;
+  /** A number in [0, 1) for the jitter. @default Math.random */
+  readonly random?: () => number;
   /** Targets sampled at once. @default 16 */
   readonly concurrency?: number;
 }
@@ -79,6 +95,10 @@ interface Tracked {
   cgroupPath?: string;
   pid?: number;
   last?: Sample;
+  /** The current housekeeping interval (dynamic: base, or grown while idle). */
+  interval?: number;
+  /** When the next sample is due; undefined: at the next look. */
+  due?: number;
   /** Reasons already logged for this target. */
   readonly logged: Set<string>;
 }
@@ -88,6 +108,7 @@ export class Cadvisor {
   readonly #o: CadvisorOptions;
   readonly #tracked = new Map<string, Tracked>();
   #node: Sample | undefined;
+  #nodeDue = -Infinity;
   readonly #nodeLogged = new Set<string>();
   #pass: Promise<void> | undefined;
 
@@ -95,27 +116,37 @@ export class Cadvisor {
     this.#o = opts;
   }
 
-  /** Samples every housekeeping interval until `signal` aborts; the first pass at once. */
+  /**
+   * Samples until `signal` aborts: the node and every container at once, then, every tick,
+   * whatever is due (see the module documentation).
+   */
   async run(signal: AbortSignal): Promise<void> {
-    const interval = this.#o.intervalMs ?? HOUSEKEEPING_INTERVAL_MS;
+    const tick = this.#o.tickMs ?? HOUSEKEEPING_TICK_MS;
     while (!signal.aborted) {
       try {
-        await this.housekeep(signal);
+        await this.#share(false, signal);
       } catch (e) {
         if (signal.aborted) return;
         this.#o.logger.error(e, "Failed to sample container statistics");
       }
       try {
-        await this.#o.clock.sleep(interval, signal);
+        await this.#o.clock.sleep(tick, signal);
       } catch {
         return;
       }
     }
   }
 
-  /** One pass over the node and every target; concurrent callers share the running pass. */
+  /**
+   * One pass over the node and every target, due or not; concurrent callers share the
+   * running pass.
+   */
   housekeep(signal?: AbortSignal): Promise<void> {
-    this.#pass ??= this.#housekeep(signal).finally(() => this.#pass = undefined);
+    return this.#share(true, signal);
+  }
+
+  #share(all: boolean, signal?: AbortSignal): Promise<void> {
+    this.#pass ??= this.#housekeep(all, signal).finally(() => this.#pass = undefined);
     return this.#pass;
   }
 
@@ -134,22 +165,29 @@ export class Cadvisor {
     return this.#tracked.size;
   }
 
-  async #housekeep(signal?: AbortSignal): Promise<void> {
-    const { layout, root } = this.#o;
-    const targets = this.#o.targets();
-    const live = new Set(targets.map((t) => t.id));
+  async #housekeep(all: boolean, signal?: AbortSignal): Promise<void> {
+    const { layout, root, clock } = this.#o;
+    const now = clock.now();
+    const everything = this.#o.targets();
+    const live = new Set(everything.map((t) => t.id));
     for (const id of this.#tracked.keys()) if (!live.has(id)) this.#tracked.delete(id);
-
-    const nodeTime = this.#o.clock.now();
-    const nodeCgroup = readNodeSample(layout, { root });
-    const nodeNet = await readNodeNetworkStats({ root });
-    this.#logMissing(this.#nodeLogged, "/", nodeCgroup.missing);
-    this.#node = withRate(this.#node, {
-      time: nodeTime,
-      cgroup: nodeCgroup,
-      network: nodeNet,
-      cgroupPath: "/",
+    const targets = all ? everything : everything.filter((t) => {
+      const due = this.#tracked.get(t.id)?.due;
+      return due === undefined || due <= now;
     });
+
+    if (all || this.#nodeDue <= now) {
+      this.#nodeDue = now + (this.#o.intervalMs ?? HOUSEKEEPING_INTERVAL_MS);
+      const nodeCgroup = readNodeSample(layout, { root });
+      const nodeNet = await readNodeNetworkStats({ root });
+      this.#logMissing(this.#nodeLogged, "/", nodeCgroup.missing);
+      this.#node = withRate(this.#node, {
+        time: now,
+        cgroup: nodeCgroup,
+        network: nodeNet,
+        cgroupPath: "/",
+      });
+    }
 
     const limit = Math.max(1, this.#o.concurrency ?? 16);
     let next = 0;
@@ -183,12 +221,34 @@ export class Cadvisor {
     // The cgroup went away (the container stopped, or was restarted under a new one): look
     // it up again next pass rather than read a dead path forever.
     if (cgroup.cpu === undefined && cgroup.memory === undefined) tracked.paths = undefined;
-    tracked.last = withRate(tracked.last, {
+    const prev = tracked.last;
+    tracked.last = withRate(prev, {
       time,
       cgroup,
       network,
       cgroupPath: tracked.cgroupPath,
     });
+    this.#schedule(tracked, prev, tracked.last);
+  }
+
+  /**
+   * The next sample's time, as cAdvisor's nextHousekeepingInterval: the interval doubles (up
+   * to the maximum) after two equal samples and goes back to the base after a change; the
+   * wait is the interval plus a random share of it of up to 100 %.
+   */
+  #schedule(tracked: Tracked, prev: Sample | undefined, last: Sample): void {
+    const base = this.#o.intervalMs ?? HOUSEKEEPING_INTERVAL_MS;
+    const max = this.#o.maxIntervalMs ?? MAX_HOUSEKEEPING_INTERVAL_MS;
+    let interval = tracked.interval ?? base;
+    if (prev !== undefined) {
+      if (sameFigures(prev, last)) {
+        if (interval < max) interval = Math.min(interval * 2, max);
+      } else {
+        interval = base;
+      }
+    }
+    tracked.interval = interval;
+    tracked.due = last.time + interval + (this.#o.random ?? Math.random)() * interval;
   }
 
   async #findCgroup(
@@ -245,6 +305,23 @@ function withRate(prev: Sample | undefined, sample: Sample): Sample {
   // A counter that went backwards belongs to a new cgroup: no rate until the next sample.
   if (elapsedNs <= 0n || now < before) return sample;
   return { ...sample, usageNanoCores: Number(((now - before) * 1_000_000_000n) / elapsedNs) };
+}
+
+/** Whether two samples hold the same figures (cAdvisor's StatsEq: CPU, memory, pids, network). */
+function sameFigures(a: Sample, b: Sample): boolean {
+  return sameValue(a.cgroup.cpu, b.cgroup.cpu) && sameValue(a.cgroup.memory, b.cgroup.memory) &&
+    sameValue(a.cgroup.pids, b.cgroup.pids) && sameValue(a.network, b.network);
+}
+
+/** Deep equality of plain objects, arrays and primitives (bigints by value). */
+function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  if (ka.length !== Object.keys(b).length) return false;
+  const ra = a as Record<string, unknown>, rb = b as Record<string, unknown>;
+  return ka.every((k) => Object.hasOwn(rb, k) && sameValue(ra[k], rb[k]));
 }
 
 function errorText(e: unknown): string {

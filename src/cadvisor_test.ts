@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { buildCgroupFixture, type FixtureCgroup } from "./_cgroup_fixtures.ts";
-import { Cadvisor, type SampleTarget } from "./cadvisor.ts";
+import { Cadvisor, type CadvisorOptions, type SampleTarget } from "./cadvisor.ts";
 import { detectCgroupLayout } from "./cgroup_layout.ts";
 import { FakeClock } from "./clock.ts";
 import { createLogger } from "./klog.ts";
@@ -13,7 +13,10 @@ function cgroup(path: string, cpuNs: bigint, memUsage = 64 * 2 ** 20): FixtureCg
   return { path, cpuNs, memUsage, inactiveFile: 16 * 2 ** 20, rss: 32 * 2 ** 20, pids: 3 };
 }
 
-async function world(mode: "v1" | "v2" | "hybrid" = "hybrid") {
+async function world(
+  mode: "v1" | "v2" | "hybrid" = "hybrid",
+  extra: Partial<CadvisorOptions> = {},
+) {
   const root = await Deno.makeTempDir({ prefix: "cadvisor_test_" });
   const fixture = await buildCgroupFixture(root, mode, [cgroup(A, 1_000_000_000n), cgroup(B, 0n)]);
   const layout = await detectCgroupLayout({ root });
@@ -36,6 +39,7 @@ async function world(mode: "v1" | "v2" | "hybrid" = "hybrid") {
       if (t.id === "gone") return Promise.reject(new Error("container not found"));
       return Promise.resolve(fixture.pids.get(t.id === "a" ? A : B));
     },
+    ...extra,
   });
   return {
     root,
@@ -147,4 +151,58 @@ Deno.test("Cadvisor samples a target with a known cgroup path without asking for
   assert.deepEqual(w.pidCalls, []);
   assert.equal(w.cadvisor.latest("system:misc")?.cgroup.cpu?.usageCoreNanoSeconds, 1_000_000_000n);
   assert.equal(w.cadvisor.latest("system:misc")?.cgroupPath, A);
+});
+
+Deno.test("Cadvisor.run samples an idle container every 15 s and a changing one every 10 s, plus jitter", async () => {
+  const random = { value: 0 };
+  await using w = await world("hybrid", { random: () => random.value });
+  const ctrl = new AbortController();
+  const done = w.cadvisor.run(ctrl.signal);
+  const settle = async () => {
+    for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 0));
+  };
+  const t0 = w.clock.now();
+  /** Moves the clock a second at a time (the loop's tick) to t0 + `s` seconds. */
+  const at = async (s: number) => {
+    while (w.clock.now() < t0 + s * 1000) {
+      w.clock.step(1000);
+      await settle();
+    }
+  };
+  const sampledAt = (id: string) => (w.cadvisor.latest(id)!.time - t0) / 1000;
+  try {
+    await settle();
+    assert.equal(sampledAt("a"), 0, "new containers at once");
+    await at(9);
+    assert.equal(sampledAt("a"), 0);
+    await at(10);
+    assert.equal(sampledAt("a"), 10, "the second sample after the base interval");
+    assert.equal(sampledAt("b"), 10);
+    // Both samples were equal: the interval grows to the 15 s maximum.
+    await at(24);
+    assert.equal(sampledAt("a"), 10);
+    await at(25);
+    assert.equal(sampledAt("a"), 25);
+    // a's CPU moves; b stays idle. From here each wait gets half its interval on top.
+    await w.rebuild([cgroup(A, 6_000_000_000n), cgroup(B, 0n)]);
+    random.value = 0.5;
+    await at(40);
+    assert.equal(sampledAt("a"), 40);
+    assert.equal(sampledAt("b"), 40);
+    // a changed: back to 10 s, + 5 s of jitter.
+    await at(54);
+    assert.equal(sampledAt("a"), 40);
+    await at(55);
+    assert.equal(sampledAt("a"), 55);
+    // b is still idle: 15 s + 7.5 s, sampled at the first tick after.
+    await at(62);
+    assert.equal(sampledAt("b"), 40);
+    await at(63);
+    assert.equal(sampledAt("b"), 63);
+    // The node keeps its 10 s.
+    assert.equal((w.cadvisor.node()!.time - t0) / 1000, 60);
+  } finally {
+    ctrl.abort();
+    await done;
+  }
 });
