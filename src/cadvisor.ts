@@ -7,7 +7,8 @@
  * dynamic housekeeping does for the kubelet: every 10 s while its figures change, every 15 s
  * once two samples in a row are equal, each interval stretched by a random 0-100 % (cAdvisor's
  * jitter), so an idle node's containers are read about every 22 s instead of every 10 s. The
- * loop wakes every second to sample what is due (and new containers at once). A container's cgroup is found once, from
+ * loop wakes when the next sample is due, at most once a second, and samples everything due
+ * then; containers it has not seen yet are sampled at the next wake (10 s at most). A container's cgroup is found once, from
  * its process (`/proc/<pid>/cgroup`, the pid from the runtime's verbose status), and then costs
  * a few small file reads per pass. Samples of containers that are gone are dropped, so memory
  * is bounded by what runs. Odd kernel data never throws out of a pass: the value is omitted and
@@ -37,7 +38,7 @@ export const HOUSEKEEPING_INTERVAL_MS = 10_000;
 /** The longest a container's interval grows to while it is idle (kubelet's cAdvisor setting). */
 export const MAX_HOUSEKEEPING_INTERVAL_MS = 15_000;
 
-/** How often the loop looks for containers due for a sample. */
+/** The loop wakes at most this often; samples due within it are taken together. */
 export const HOUSEKEEPING_TICK_MS = 1_000;
 
 /** A container or sandbox to sample, as the pod cache knows it. */
@@ -130,7 +131,8 @@ export class Cadvisor {
         this.#o.logger.error(e, "Failed to sample container statistics");
       }
       try {
-        await this.#o.clock.sleep(tick, signal);
+        const wait = Math.max(tick, this.#nextDue() - this.#o.clock.now());
+        await this.#o.clock.sleep(wait, signal);
       } catch {
         return;
       }
@@ -143,6 +145,13 @@ export class Cadvisor {
    */
   housekeep(signal?: AbortSignal): Promise<void> {
     return this.#share(true, signal);
+  }
+
+  /** The earliest time a sample is due: the node's or a container's. */
+  #nextDue(): number {
+    let next = this.#nodeDue;
+    for (const t of this.#tracked.values()) next = Math.min(next, t.due ?? -Infinity);
+    return next;
   }
 
   #share(all: boolean, signal?: AbortSignal): Promise<void> {
@@ -209,7 +218,11 @@ export class Cadvisor {
     }
     if (!tracked.paths) {
       const found = await this.#findCgroup(target, signal);
-      if (!found) return;
+      if (!found) {
+        // Asked again after the base interval, not at every look.
+        tracked.due = this.#o.clock.now() + (this.#o.intervalMs ?? HOUSEKEEPING_INTERVAL_MS);
+        return;
+      }
       Object.assign(tracked, found);
     }
     const time = this.#o.clock.now();

@@ -9,6 +9,11 @@ import { createLogger } from "./klog.ts";
 const A = "/k8s.io/aaaa";
 const B = "/k8s.io/bbbb";
 
+/** Lets the loop's timers and file reads run. */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 0));
+}
+
 function cgroup(path: string, cpuNs: bigint, memUsage = 64 * 2 ** 20): FixtureCgroup {
   return { path, cpuNs, memUsage, inactiveFile: 16 * 2 ** 20, rss: 32 * 2 ** 20, pids: 3 };
 }
@@ -131,9 +136,6 @@ Deno.test("Cadvisor.run samples every housekeeping interval until aborted", asyn
     intervalMs: 10_000,
   });
   const done = running.run(ctrl.signal);
-  const settle = async () => {
-    for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 0));
-  };
   await settle();
   const t1 = running.node()?.time;
   assert.equal(t1, w.clock.now());
@@ -158,9 +160,6 @@ Deno.test("Cadvisor.run samples an idle container every 15 s and a changing one 
   await using w = await world("hybrid", { random: () => random.value });
   const ctrl = new AbortController();
   const done = w.cadvisor.run(ctrl.signal);
-  const settle = async () => {
-    for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 0));
-  };
   const t0 = w.clock.now();
   /** Moves the clock a second at a time (the loop's tick) to t0 + `s` seconds. */
   const at = async (s: number) => {
@@ -201,6 +200,28 @@ Deno.test("Cadvisor.run samples an idle container every 15 s and a changing one 
     assert.equal(sampledAt("b"), 63);
     // The node keeps its 10 s.
     assert.equal((w.cadvisor.node()!.time - t0) / 1000, 60);
+  } finally {
+    ctrl.abort();
+    await done;
+  }
+});
+
+Deno.test("Cadvisor.run asks again for a container's pid after the base interval, not at every wake", async () => {
+  await using w = await world();
+  w.setTargets([{ id: "gone", kind: "container", podUid: "p1" }]);
+  const ctrl = new AbortController();
+  const done = w.cadvisor.run(ctrl.signal);
+  try {
+    await settle();
+    assert.deepEqual(w.pidCalls, ["gone"]);
+    for (let s = 1; s < 10; s++) {
+      w.clock.step(1000);
+      await settle();
+    }
+    assert.deepEqual(w.pidCalls, ["gone"]);
+    w.clock.step(1000);
+    await settle();
+    assert.deepEqual(w.pidCalls, ["gone", "gone"]);
   } finally {
     ctrl.abort();
     await done;
