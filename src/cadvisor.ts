@@ -8,14 +8,14 @@
  * once two samples in a row are equal, each interval stretched by a random 0-100 % (cAdvisor's
  * jitter), so an idle node's containers are read about every 22 s instead of every 10 s. The
  * loop wakes when the next sample is due, at most once a second, and samples everything due
- * then; containers it has not seen yet are sampled at the next wake (10 s at most). A container's cgroup is found once, from
- * its process (`/proc/<pid>/cgroup`, the pid from the runtime's verbose status), and then costs
- * a few small file reads per pass. Samples of containers that are gone are dropped, so memory
- * is bounded by what runs. Odd kernel data never throws out of a pass: the value is omitted and
- * the reason logged once per container. Reads cgroups through `cgroup_stats.ts`, networks
- * through `net_stats.ts`. Corresponds to cAdvisor's manager and containerData housekeeping
- * (`manager/manager.go`, `manager/container.go`) as the kubelet embeds it
- * (`pkg/kubelet/cadvisor`).
+ * then; containers it has not seen yet are sampled at the next wake (10 s at most). A
+ * container's cgroup is found once, from its process (`/proc/<pid>/cgroup`, the pid from the
+ * runtime's verbose status), and then costs a few small file reads per pass. Samples of
+ * containers that are gone are dropped, so memory is bounded by what runs. Odd kernel data never
+ * throws out of a pass: the value is omitted and the reason logged once per container. Reads
+ * cgroups through `cgroup_stats.ts`, networks through `net_stats.ts`. Corresponds to cAdvisor's
+ * manager and containerData housekeeping (`manager/manager.go`, `manager/container.go`) as the
+ * kubelet embeds it (`pkg/kubelet/cadvisor`).
  */
 
 import type { Clock } from "./clock.ts";
@@ -81,7 +81,10 @@ export interface CadvisorOptions {
   readonly root?: string;
   /** @default {@link HOUSEKEEPING_INTERVAL_MS} */
   readonly intervalMs?: number;
-  /** Containers idle for a sample grow their interval up to this. @default {@link MAX_HOUSEKEEPING_INTERVAL_MS} */
+  /**
+   * A container whose last two samples were equal has its interval doubled up to this.
+   * @default {@link MAX_HOUSEKEEPING_INTERVAL_MS}
+   */
   readonly maxIntervalMs?: number;
   /** @default {@link HOUSEKEEPING_TICK_MS} */
   readonly tickMs?: number;
@@ -118,8 +121,9 @@ export class Cadvisor {
   }
 
   /**
-   * Samples until `signal` aborts: the node and every container at once, then, every tick,
-   * whatever is due (see the module documentation).
+   * Samples until `signal` aborts: the node and every container at once, then whatever is due,
+   * waking when the next sample is due but no more often than once a tick (see the module
+   * documentation).
    */
   async run(signal: AbortSignal): Promise<void> {
     const tick = this.#o.tickMs ?? HOUSEKEEPING_TICK_MS;
