@@ -45,12 +45,15 @@ export interface EventRecorder {
   event(object: ObjectRef, type: "Normal" | "Warning", reason: string, message: string): void;
 }
 
+/** The recorders {@link loggingRecorder} made. */
+const LOGGING_ONLY = new WeakSet<EventRecorder>();
+
 /**
  * The recorder of standalone mode: with no apiserver to post to, upstream's broadcaster only
  * logs events, at verbosity 3; so does this one.
  */
 export function loggingRecorder(logger: Logger): EventRecorder {
-  return {
+  const recorder: EventRecorder = {
     event(object, type, reason, message) {
       logger.v(3).info("Event occurred", {
         object: object.namespace ? `${object.namespace}/${object.name}` : object.name,
@@ -61,6 +64,8 @@ export function loggingRecorder(logger: Logger): EventRecorder {
       });
     },
   };
+  LOGGING_ONLY.add(recorder);
+  return recorder;
 }
 
 /** Everything the kubelet is given rather than builds. */
@@ -81,6 +86,21 @@ export interface Dependencies {
   readonly reloader?: ConfigReloader;
   /** Where the kubelet's own metrics are recorded (/metrics); the Kubelet makes one when unset. */
   readonly metrics?: KubeletMetrics;
+}
+
+/**
+ * The recorder of API server mode: events go to `api`, which writes them to the apiserver and
+ * logs each at v3 as upstream's broadcaster does, and to `given` (the dependencies' recorder,
+ * e.g. a test's) unless that is a {@link loggingRecorder}, whose line would repeat api's.
+ */
+export function withApiserverRecorder(given: EventRecorder, api: EventRecorder): EventRecorder {
+  if (LOGGING_ONLY.has(given)) return api;
+  return {
+    event(object, type, reason, message) {
+      given.event(object, type, reason, message);
+      api.event(object, type, reason, message);
+    },
+  };
 }
 
 /** Builds the default dependencies (upstream's UnsecuredDependencies: nothing is dialled yet). */

@@ -6,7 +6,7 @@
  */
 
 import { isIP } from "node:net";
-import type { Dependencies } from "./dependencies.ts";
+import { type Dependencies, withApiserverRecorder } from "./dependencies.ts";
 import { Kubelet } from "./kubelet.ts";
 import type { KubeletConfiguration } from "./kubelet_config_types.ts";
 import type { KubeletFlags } from "./kubelet_flags.ts";
@@ -258,16 +258,7 @@ export async function runKubelet(
       clock: deps.clock,
       logger: deps.logger,
     });
-    const logged = deps.recorder;
-    deps = {
-      ...deps,
-      recorder: {
-        event(ref, type, reason, message) {
-          logged.event(ref, type, reason, message);
-          apiRecorder.event(ref, type, reason, message);
-        },
-      },
-    };
+    deps = { ...deps, recorder: withApiserverRecorder(deps.recorder, apiRecorder) };
     events = apiRecorder.run(AbortSignal.any([signal, stopEvents.signal]));
     deps.reloader?.onChange(
       ["eventRecordQPS", "eventBurst"],
