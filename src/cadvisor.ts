@@ -18,6 +18,7 @@
  * kubelet embeds it (`pkg/kubelet/cadvisor`).
  */
 
+import { isDeepStrictEqual } from "node:util";
 import type { Clock } from "./clock.ts";
 import type { Logger } from "./klog.ts";
 import {
@@ -116,8 +117,12 @@ export class Cadvisor {
   readonly #nodeLogged = new Set<string>();
   #pass: Promise<void> | undefined;
 
+  /** The base housekeeping interval. */
+  readonly #interval: number;
+
   constructor(opts: CadvisorOptions) {
     this.#o = opts;
+    this.#interval = opts.intervalMs ?? HOUSEKEEPING_INTERVAL_MS;
   }
 
   /**
@@ -190,7 +195,7 @@ export class Cadvisor {
     });
 
     if (all || this.#nodeDue <= now) {
-      this.#nodeDue = now + (this.#o.intervalMs ?? HOUSEKEEPING_INTERVAL_MS);
+      this.#nodeDue = now + this.#interval;
       const nodeCgroup = readNodeSample(layout, { root });
       const nodeNet = await readNodeNetworkStats({ root });
       this.#logMissing(this.#nodeLogged, "/", nodeCgroup.missing);
@@ -224,7 +229,7 @@ export class Cadvisor {
       const found = await this.#findCgroup(target, signal);
       if (!found) {
         // Asked again after the base interval, not at every look.
-        tracked.due = this.#o.clock.now() + (this.#o.intervalMs ?? HOUSEKEEPING_INTERVAL_MS);
+        tracked.due = this.#o.clock.now() + this.#interval;
         return;
       }
       Object.assign(tracked, found);
@@ -254,7 +259,7 @@ export class Cadvisor {
    * wait is the interval plus a random share of it of up to 100 %.
    */
   #schedule(tracked: Tracked, prev: Sample | undefined, last: Sample): void {
-    const base = this.#o.intervalMs ?? HOUSEKEEPING_INTERVAL_MS;
+    const base = this.#interval;
     const max = this.#o.maxIntervalMs ?? MAX_HOUSEKEEPING_INTERVAL_MS;
     let interval = tracked.interval ?? base;
     if (prev !== undefined) {
@@ -326,19 +331,9 @@ function withRate(prev: Sample | undefined, sample: Sample): Sample {
 
 /** Whether two samples hold the same figures (cAdvisor's StatsEq: CPU, memory, pids, network). */
 function sameFigures(a: Sample, b: Sample): boolean {
-  return sameValue(a.cgroup.cpu, b.cgroup.cpu) && sameValue(a.cgroup.memory, b.cgroup.memory) &&
-    sameValue(a.cgroup.pids, b.cgroup.pids) && sameValue(a.network, b.network);
-}
-
-/** Deep equality of plain objects, arrays and primitives (bigints by value). */
-function sameValue(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
-  const ka = Object.keys(a);
-  if (ka.length !== Object.keys(b).length) return false;
-  const ra = a as Record<string, unknown>, rb = b as Record<string, unknown>;
-  return ka.every((k) => Object.hasOwn(rb, k) && sameValue(ra[k], rb[k]));
+  return isDeepStrictEqual(a.cgroup.cpu, b.cgroup.cpu) &&
+    isDeepStrictEqual(a.cgroup.memory, b.cgroup.memory) &&
+    isDeepStrictEqual(a.cgroup.pids, b.cgroup.pids) && isDeepStrictEqual(a.network, b.network);
 }
 
 function errorText(e: unknown): string {

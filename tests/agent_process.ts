@@ -20,6 +20,11 @@ export interface AgentOptions {
   readonly executable?: string;
 }
 
+/** The whitespace-separated words of environment variable `name` (none when unset). */
+function envWords(name: string): string[] {
+  return (Deno.env.get(name) ?? "").split(/\s+/).filter((a) => a !== "");
+}
+
 function command(args: readonly string[], opts: AgentOptions): Deno.Command {
   // "all" is how `deno task start` and the compiled binary run the agent.
   const perms = opts.permissions === "kubelet"
@@ -36,13 +41,11 @@ function command(args: readonly string[], opts: AgentOptions): Deno.Command {
     : [];
   // For an A/B run of one of the agent's own flags, e.g.
   // KUBELET_TS_AGENT_ARGS=--max-parallel-sandbox-starts=0: appended to every agent's arguments.
-  const more = (Deno.env.get("KUBELET_TS_AGENT_ARGS") ?? "").split(/\s+/).filter((a) => a !== "");
+  const more = envWords("KUBELET_TS_AGENT_ARGS");
   // For a CPU profile of a run, e.g. KUBELET_TS_AGENT_DENO_FLAGS=--inspect=127.0.0.1:9229 with
   // KUBELET_TS_LEAST_PRIVILEGE=0 (the kubelet then runs in the inspected isolate): deno's own
   // flags, before main.ts.
-  const deno = (Deno.env.get("KUBELET_TS_AGENT_DENO_FLAGS") ?? "").split(/\s+/).filter((a) =>
-    a !== ""
-  );
+  const deno = envWords("KUBELET_TS_AGENT_DENO_FLAGS");
   return new Deno.Command(opts.executable ?? Deno.execPath(), {
     args: ["run", "--quiet", ...flags, ...deno, "main.ts", ...args, ...sandbox, ...more],
     cwd: REPO_ROOT,

@@ -1057,27 +1057,22 @@ export interface BenchArgs {
  * a missing value or a bad count or agent.
  */
 export function parseBenchArgs(args: string[], env: { short?: boolean } = {}): BenchArgs {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      options: {
-        help: { type: "boolean", default: false },
-        short: { type: "boolean", default: false },
-        agents: { type: "string", default: "agent,upstream" },
-        out: { type: "string" },
-        note: { type: "string" },
-        sequential: { type: "string" },
-        bursts: { type: "string" },
-        "window-s": { type: "string" },
-        "fake-pods": { type: "string" },
-      },
-    }));
-  } catch (e) {
-    // node:util's own words ("Unknown option '--x'...", "Option '--out <value>' argument
-    // missing") name the option already.
-    throw new Error(e instanceof Error ? e.message : String(e));
-  }
+  // node:util's own errors ("Unknown option '--x'", "Option '--out <value>' argument missing")
+  // name the option already.
+  const { values } = parseArgs({
+    args,
+    options: {
+      help: { type: "boolean", default: false },
+      short: { type: "boolean", default: false },
+      agents: { type: "string", default: "agent,upstream" },
+      out: { type: "string" },
+      note: { type: "string" },
+      sequential: { type: "string" },
+      bursts: { type: "string" },
+      "window-s": { type: "string" },
+      "fake-pods": { type: "string" },
+    },
+  });
   const short = values.short || env.short === true;
   const mode = withOverrides(short ? SHORT : FULL, values);
   const agents = values.agents.split(",").map((a) => a.trim());
