@@ -169,8 +169,12 @@ interface RelistedPod {
 }
 
 interface PodRecord {
+  /** The pod as last reported: events were sent for every change up to it. */
   old: RelistedPod | undefined;
+  /** The pod as the relist under way saw it. */
   current: RelistedPod | undefined;
+  /** The list `old` came from (a relist's or an inspection's), numbered in the order issued. */
+  oldList: number;
 }
 
 /** Upstream's convertState: "created" is not used by the kubelet yet, so it reads as unknown. */
@@ -223,6 +227,23 @@ export function generateEvents(
   }
 }
 
+/** The events of every container and sandbox of pod `podId` whose state changed from `old`. */
+function podEvents(
+  podId: string,
+  old: RelistedPod | undefined,
+  current: RelistedPod | undefined,
+): PodLifecycleEvent[] {
+  const cids = new Set<string>();
+  for (const p of [old, current]) {
+    if (!p) continue;
+    for (const cid of p.containers.keys()) cids.add(cid);
+    for (const cid of p.sandboxes.keys()) cids.add(cid);
+  }
+  return [...cids].flatMap((cid) =>
+    generateEvents(podId, cid, stateIn(old, cid), stateIn(current, cid))
+  );
+}
+
 /** The relisting PLEG; see the module documentation. */
 export class GenericPLEG implements PodLifecycleEventGenerator {
   readonly #runtime: PlegRuntime;
@@ -234,6 +255,8 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
   readonly #capacity: number;
   readonly #concurrency: number;
   readonly #records = new Map<string, PodRecord>();
+  /** Lists issued, relists' and inspections' alike; numbers them. */
+  #lists = 0;
   /** Pods whose cache refresh failed; retried on the next relist, as upstream. */
   #toReinspect = new Map<string, RelistedPod | undefined>();
   #relistTime: number | undefined;
@@ -340,15 +363,20 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
 
   /**
    * Reads pod `uid` alone (its sandboxes and containers by their pod UID label, then their
-   * statuses) into the cache and sends a ContainerStarted event for its newest running
-   * container. In a burst of pod starts a relist of every pod takes seconds while the runtime
-   * is busy creating sandboxes, and each started pod waited for one before its status turned
-   * Running. The relist records are left alone: the next relist still sees the start and sends
-   * its own event, which finds the cache up to date.
+   * statuses) into the cache and sends the events of what changed since the pod was last
+   * reported, as a relist of that one pod would. In a burst of pod starts a relist of every pod
+   * takes seconds while the runtime is busy creating sandboxes, and each started pod waited for
+   * one before its status turned Running. The pod's relist record moves on to what the
+   * inspection saw, so the next relist neither reads the pod again nor sends the same events
+   * (each would sync the pod once more). When a relist listed the pod after this inspection
+   * did, that relist's record stands and reports the changes; the inspection then only sends a
+   * ContainerStarted for the pod's newest running container, so the pod syncs with the status
+   * it read.
    */
   async inspectPod(uid: string, opts: InspectPodOptions = {}): Promise<boolean> {
     const { signal } = opts;
     const selector = { labelSelector: { [KUBERNETES_POD_UID_LABEL]: uid } };
+    const list = ++this.#lists;
     let pod: RelistedPod | undefined;
     try {
       const [sandboxes, containers] = await Promise.all([
@@ -364,10 +392,20 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
     }
     const stamp = Math.max(this.#clock.now(), (opts.after ?? -Infinity) + 1);
     if (!pod || !await this.#updateCache(pod, uid, (fn) => fn(), signal, stamp)) return false;
-    const running = [...pod.containers.values()]
-      .filter((c) => c.state === api.ContainerState.CONTAINER_RUNNING)
-      .sort(newestFirst)[0];
-    this.send({ id: uid, type: "ContainerStarted", data: running?.id ?? "" });
+    const record = this.#records.get(uid);
+    if (record && record.oldList > list) {
+      const running = [...pod.containers.values()]
+        .filter((c) => c.state === api.ContainerState.CONTAINER_RUNNING)
+        .sort(newestFirst)[0];
+      this.send({ id: uid, type: "ContainerStarted", data: running?.id ?? "" });
+      return true;
+    }
+    const events = podEvents(uid, record?.old, pod);
+    if (record) {
+      record.old = pod;
+      record.oldList = list;
+    } else this.#records.set(uid, { old: pod, current: undefined, oldList: list });
+    this.#sendAll(events);
     return true;
   }
 
@@ -453,6 +491,7 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
   }
 
   async #relistFrom(timestamp: number, signal: AbortSignal | undefined): Promise<void> {
+    const list = ++this.#lists;
     let pods: Map<string, RelistedPod>;
     try {
       pods = await this.#getPods(signal);
@@ -467,24 +506,16 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
     for (const [id, pod] of pods) {
       const r = this.#records.get(id);
       if (r) r.current = pod;
-      else this.#records.set(id, { old: undefined, current: pod });
+      else this.#records.set(id, { old: undefined, current: pod, oldList: 0 });
     }
 
     const eventsByPod = new Map<string, PodLifecycleEvent[]>();
     for (const [id, r] of this.#records) {
-      const cids = new Set<string>();
-      for (const p of [r.old, r.current]) {
-        if (!p) continue;
-        for (const cid of p.containers.keys()) cids.add(cid);
-        for (const cid of p.sandboxes.keys()) cids.add(cid);
-      }
-      for (const cid of cids) {
-        const events = generateEvents(id, cid, stateIn(r.old, cid), stateIn(r.current, cid));
-        if (events.length === 0) continue;
-        const list = eventsByPod.get(id);
-        if (list) list.push(...events);
-        else eventsByPod.set(id, events);
-      }
+      // An inspection listed the pod after this relist did: compared with it, this list is
+      // behind (a pod started since would look removed). The next relist compares.
+      if (r.oldList > list) continue;
+      const events = podEvents(id, r.old, r.current);
+      if (events.length > 0) eventsByPod.set(id, events);
     }
 
     // Refresh the cache of changed pods (and of pods that failed last time) before any event
@@ -515,20 +546,29 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
         needsReinspection.set(id, r?.current);
         return;
       }
-      if (r?.current) {
-        r.old = r.current;
-        r.current = undefined;
-      } else this.#records.delete(id);
-      for (const e of events) {
-        // Not reliable, and nothing consumes it yet.
-        if (e.type === "ContainerChanged") continue;
-        this.send(e);
-        if (e.type === "ContainerDied") this.#logExit(e);
+      // An inspection meanwhile moved the record past this list; it stands.
+      if (r && r.oldList <= list) {
+        if (r.current) {
+          r.old = r.current;
+          r.oldList = list;
+          r.current = undefined;
+        } else this.#records.delete(id);
       }
+      this.#sendAll(events);
     });
 
     this.#cache.updateTime(timestamp);
     this.#toReinspect = needsReinspection;
+  }
+
+  /** Sends a pod's events, but ContainerChanged, and logs container exits. */
+  #sendAll(events: readonly PodLifecycleEvent[]): void {
+    for (const e of events) {
+      // Not reliable, and nothing consumes it yet.
+      if (e.type === "ContainerChanged") continue;
+      this.send(e);
+      if (e.type === "ContainerDied") this.#logExit(e);
+    }
   }
 
   /** Lists sandboxes and containers and groups them by the pod UID in their labels. */

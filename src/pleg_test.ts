@@ -54,29 +54,36 @@ const podLabels = {
   "io.kubernetes.pod.uid": UID,
 };
 
-/** Runs a sandbox with kubelet labels and one started container per name. */
-async function runPod(h: Harness, containers: string[] = ["main"], uid = UID) {
+function sandboxConfig(uid: string) {
   const labels = { ...podLabels, "io.kubernetes.pod.uid": uid };
-  const config = api.PodSandboxConfig.create({
+  return api.PodSandboxConfig.create({
     metadata: { name: "web", namespace: "default", uid, attempt: 0 },
     labels,
   });
-  const sandbox = await h.runtime.runPodSandbox(config, "");
+}
+
+/** Creates and starts container `name` in the sandbox of pod `uid`; resolves to its id. */
+async function startContainer(h: Harness, sandbox: string, name: string, uid = UID) {
+  const config = sandboxConfig(uid);
+  const id = await h.runtime.createContainer(
+    sandbox,
+    api.ContainerConfig.create({
+      metadata: { name, attempt: 0 },
+      image: { image: IMAGE },
+      command: ["sleep", "3600"],
+      labels: { ...config.labels, "io.kubernetes.container.name": name },
+    }),
+    config,
+  );
+  await h.runtime.startContainer(id);
+  return id;
+}
+
+/** Runs a sandbox with kubelet labels and one started container per name. */
+async function runPod(h: Harness, containers: string[] = ["main"], uid = UID) {
+  const sandbox = await h.runtime.runPodSandbox(sandboxConfig(uid), "");
   const ids: string[] = [];
-  for (const name of containers) {
-    const id = await h.runtime.createContainer(
-      sandbox,
-      api.ContainerConfig.create({
-        metadata: { name, attempt: 0 },
-        image: { image: IMAGE },
-        command: ["sleep", "3600"],
-        labels: { ...labels, "io.kubernetes.container.name": name },
-      }),
-      config,
-    );
-    await h.runtime.startContainer(id);
-    ids.push(id);
-  }
+  for (const name of containers) ids.push(await startContainer(h, sandbox, name, uid));
   return { sandbox, ids };
 }
 
@@ -328,24 +335,175 @@ Deno.test("GenericPLEG relist records its duration and interval and the running 
   assert.equal(metrics.plegLastSeen.get(), Math.floor(h.clock.now() / 1000));
 });
 
-Deno.test("GenericPLEG.inspectPod reads one pod into the cache and sends it ContainerStarted", async () => {
+Deno.test("GenericPLEG.inspectPod reads one pod into the cache and sends its events", async () => {
   await using h = await harness();
-  const { ids } = await runPod(h);
+  const { sandbox, ids } = await runPod(h);
   await runPod(h, ["other"], "uid-other");
   h.clock.step(10);
   const lists = h.fake.callCount("ListContainers");
   assert.equal(await h.pleg.inspectPod(UID, { after: h.clock.now() }), true);
   assert.equal(h.fake.callCount("ListContainers"), lists + 1, "one filtered list, no relist");
-  assert.deepEqual(await drain(h.pleg), [{ id: UID, type: "ContainerStarted", data: ids[0] }]);
+  assert.deepEqual(
+    (await drain(h.pleg)).map((e) => [e.id, e.type, e.data]).sort(),
+    [
+      [UID, "ContainerStarted", ids[0]],
+      [UID, "ContainerStarted", sandbox],
+    ].sort(),
+  );
   // Stamped after `after` although fake time stood still: the pod's next sync takes it.
   const { status } = await h.cache.getNewerThan(UID, h.clock.now());
   assert.equal(status.containerStatuses[0]?.id, ids[0]);
   assert.equal(status.containerStatuses[0]?.state, api.ContainerState.CONTAINER_RUNNING);
   assert.equal(status.ips.length, 1);
   assert.deepEqual(h.cache.uids(), [UID], "the other pod is left to the relist");
-  // The relist still sees the start itself; its event finds the cache as it is.
+});
+
+Deno.test("GenericPLEG.inspectPod sends what changed since the last relist, which then does not repeat it", async () => {
+  await using h = await harness();
+  const { sandbox } = await runPod(h, []);
   await h.pleg.relist();
-  assert.ok((await drain(h.pleg)).some((e) => e.id === UID && e.type === "ContainerStarted"));
+  assert.deepEqual(await drain(h.pleg), [{ id: UID, type: "ContainerStarted", data: sandbox }]);
+  const main = await startContainer(h, sandbox, "main");
+  await runPod(h, ["other"], "uid-other");
+  h.clock.step(10);
+  assert.equal(await h.pleg.inspectPod(UID, { after: h.clock.now() }), true);
+  assert.deepEqual(await drain(h.pleg), [
+    { id: UID, type: "ContainerStarted", data: main },
+  ], "the sandbox the relist reported is not reported again");
+  const statuses = h.fake.callCount("ContainerStatus") + h.fake.callCount("PodSandboxStatus");
+  await h.pleg.relist();
+  const events = await drain(h.pleg);
+  assert.deepEqual(events.filter((e) => e.id === UID), [], "the inspection reported the pod");
+  assert.ok(events.some((e) => e.id === "uid-other"), "the other pod is new to the relist");
+  assert.equal(
+    h.fake.callCount("ContainerStatus") + h.fake.callCount("PodSandboxStatus"),
+    statuses + 2,
+    "only the other pod's sandbox and container are read",
+  );
+});
+
+/**
+ * A PLEG over `h`'s runtime whose list answers are held while `hold.list` is set: the list is
+ * taken when called and answered once the hold is released. `filtered` picks the inspections'
+ * lists (a label selector) or the relists' (none).
+ */
+function heldLists(h: Harness, filtered: boolean) {
+  const state: { hold?: PromiseWithResolvers<void>; reached?: PromiseWithResolvers<void> } = {};
+  const runtime = h.runtime;
+  const held = async <T>(filter: { labelSelector?: object } | undefined, answer: Promise<T>) => {
+    const result = await answer;
+    const hold = state.hold;
+    if (hold && (filter?.labelSelector !== undefined) === filtered) {
+      state.reached?.resolve();
+      await hold.promise;
+    }
+    return result;
+  };
+  const pleg = new GenericPLEG({
+    runtime: {
+      listPodSandbox: (f, s) => held(f, runtime.listPodSandbox(f, s)),
+      listContainers: (f, s) => held(f, runtime.listContainers(f, s)),
+      containerStatus: (...a) => runtime.containerStatus(...a),
+      podSandboxStatus: (...a) => runtime.podSandboxStatus(...a),
+    },
+    cache: h.cache,
+    clock: h.clock,
+  });
+  return {
+    pleg,
+    /** Holds the next lists; resolves once one is answered and held. */
+    hold(): { reached: Promise<void>; release: () => void } {
+      const hold = state.hold = Promise.withResolvers<void>();
+      const reached = state.reached = Promise.withResolvers<void>();
+      return {
+        reached: reached.promise,
+        release: () => {
+          state.hold = undefined;
+          hold.resolve();
+        },
+      };
+    },
+  };
+}
+
+Deno.test("GenericPLEG relist whose list predates an inspection reports nothing for the inspected pod", async () => {
+  await using h = await harness();
+  const { pleg, hold } = heldLists(h, false);
+  const lists = hold();
+  const relist = pleg.relist();
+  await lists.reached;
+  // Started after the relist listed: against the inspection, its list shows the pod removed.
+  const { sandbox, ids } = await runPod(h);
+  assert.equal(await pleg.inspectPod(UID), true);
+  assert.deepEqual(
+    (await drain(pleg)).map((e) => [e.type, e.data]).sort(),
+    [
+      ["ContainerStarted", ids[0]],
+      ["ContainerStarted", sandbox],
+    ].sort(),
+  );
+  lists.release();
+  await relist;
+  assert.deepEqual(await drain(pleg), [], "no ContainerDied or ContainerRemoved");
+  await pleg.relist();
+  assert.deepEqual(await drain(pleg), []);
+  assert.deepEqual(pleg.podIds(), [UID]);
+});
+
+Deno.test("GenericPLEG relist keeps the record of an inspection that listed after it", async () => {
+  let hold: PromiseWithResolvers<void> | undefined;
+  const reached = Promise.withResolvers<void>();
+  await using h = await harness();
+  const runtime = h.runtime;
+  const pleg = new GenericPLEG({
+    runtime: {
+      listPodSandbox: (...a) => runtime.listPodSandbox(...a),
+      listContainers: (...a) => runtime.listContainers(...a),
+      containerStatus: (...a) => runtime.containerStatus(...a),
+      podSandboxStatus: async (...a) => {
+        const held = hold;
+        hold = undefined;
+        if (held) {
+          reached.resolve();
+          await held.promise;
+        }
+        return await runtime.podSandboxStatus(...a);
+      },
+    },
+    cache: h.cache,
+    clock: h.clock,
+  });
+  const [main] = (await runPod(h)).ids as [string];
+  // The relist lists the container running, then waits on the pod's status.
+  const held = hold = Promise.withResolvers<void>();
+  const relist = pleg.relist();
+  await reached.promise;
+  await h.runtime.stopContainer(main, 0);
+  h.clock.step(10);
+  assert.equal(await pleg.inspectPod(UID), true);
+  assert.ok((await drain(pleg)).some((e) => e.type === "ContainerDied" && e.data === main));
+  held.resolve();
+  await relist;
+  await drain(pleg);
+  // The record is the inspection's (exited), not the relist's (running): no second death.
+  await pleg.relist();
+  assert.deepEqual(await drain(pleg), []);
+});
+
+Deno.test("GenericPLEG.inspectPod whose list predates a relist's leaves the record to it", async () => {
+  await using h = await harness();
+  const { pleg, hold } = heldLists(h, true);
+  const { ids } = await runPod(h);
+  const lists = hold();
+  const inspection = pleg.inspectPod(UID);
+  await lists.reached;
+  await pleg.relist();
+  assert.equal((await drain(pleg)).length, 2, "the relist reports sandbox and container");
+  lists.release();
+  assert.equal(await inspection, true);
+  assert.deepEqual(await drain(pleg), [{ id: UID, type: "ContainerStarted", data: ids[0] }]);
+  await pleg.relist();
+  assert.deepEqual(await drain(pleg), []);
 });
 
 Deno.test("GenericPLEG.inspectPod of a pod the runtime does not have changes nothing", async () => {
