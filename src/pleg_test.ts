@@ -382,53 +382,56 @@ Deno.test("GenericPLEG.inspectPod sends what changed since the last relist, whic
   );
 });
 
+/** Calls a {@link heldPleg} can hold. */
+type HeldCall = "relist lists" | "inspection lists" | "sandbox status";
+
 /**
- * A PLEG over `h`'s runtime whose list answers are held while `hold.list` is set: the list is
- * taken when called and answered once the hold is released. `filtered` picks the inspections'
- * lists (a label selector) or the relists' (none).
+ * A PLEG over `h`'s runtime that holds the answer of the first call of kind `at` made after
+ * `hold()`: the call is made at once, its answer given once `release()` is called.
  */
-function heldLists(h: Harness, filtered: boolean) {
-  const state: { hold?: PromiseWithResolvers<void>; reached?: PromiseWithResolvers<void> } = {};
-  const runtime = h.runtime;
-  const held = async <T>(filter: { labelSelector?: object } | undefined, answer: Promise<T>) => {
-    const result = await answer;
-    const hold = state.hold;
-    if (hold && (filter?.labelSelector !== undefined) === filtered) {
-      state.reached?.resolve();
-      await hold.promise;
+function heldPleg(h: Harness, at: HeldCall) {
+  let held:
+    | { reached: PromiseWithResolvers<void>; release: PromiseWithResolvers<void> }
+    | undefined;
+  const answer = async <T>(kind: HeldCall, call: Promise<T>): Promise<T> => {
+    const result = await call;
+    const mine = kind === at ? held : undefined;
+    if (mine) {
+      held = undefined;
+      mine.reached.resolve();
+      await mine.release.promise;
     }
     return result;
   };
+  const list = (filter: unknown): HeldCall =>
+    filter === undefined ? "relist lists" : "inspection lists";
+  const runtime = h.runtime;
   const pleg = new GenericPLEG({
     runtime: {
-      listPodSandbox: (f, s) => held(f, runtime.listPodSandbox(f, s)),
-      listContainers: (f, s) => held(f, runtime.listContainers(f, s)),
+      listPodSandbox: (f, s) => answer(list(f), runtime.listPodSandbox(f, s)),
+      listContainers: (f, s) => answer(list(f), runtime.listContainers(f, s)),
       containerStatus: (...a) => runtime.containerStatus(...a),
-      podSandboxStatus: (...a) => runtime.podSandboxStatus(...a),
+      podSandboxStatus: (...a) => answer("sandbox status", runtime.podSandboxStatus(...a)),
     },
     cache: h.cache,
     clock: h.clock,
   });
   return {
     pleg,
-    /** Holds the next lists; resolves once one is answered and held. */
+    /** Holds the next call; `reached` resolves once it is answered and held. */
     hold(): { reached: Promise<void>; release: () => void } {
-      const hold = state.hold = Promise.withResolvers<void>();
-      const reached = state.reached = Promise.withResolvers<void>();
-      return {
-        reached: reached.promise,
-        release: () => {
-          state.hold = undefined;
-          hold.resolve();
-        },
+      const mine = held = {
+        reached: Promise.withResolvers<void>(),
+        release: Promise.withResolvers<void>(),
       };
+      return { reached: mine.reached.promise, release: () => mine.release.resolve() };
     },
   };
 }
 
 Deno.test("GenericPLEG relist whose list predates an inspection reports nothing for the inspected pod", async () => {
   await using h = await harness();
-  const { pleg, hold } = heldLists(h, false);
+  const { pleg, hold } = heldPleg(h, "relist lists");
   const lists = hold();
   const relist = pleg.relist();
   await lists.reached;
@@ -451,38 +454,18 @@ Deno.test("GenericPLEG relist whose list predates an inspection reports nothing 
 });
 
 Deno.test("GenericPLEG relist keeps the record of an inspection that listed after it", async () => {
-  let hold: PromiseWithResolvers<void> | undefined;
-  const reached = Promise.withResolvers<void>();
   await using h = await harness();
-  const runtime = h.runtime;
-  const pleg = new GenericPLEG({
-    runtime: {
-      listPodSandbox: (...a) => runtime.listPodSandbox(...a),
-      listContainers: (...a) => runtime.listContainers(...a),
-      containerStatus: (...a) => runtime.containerStatus(...a),
-      podSandboxStatus: async (...a) => {
-        const held = hold;
-        hold = undefined;
-        if (held) {
-          reached.resolve();
-          await held.promise;
-        }
-        return await runtime.podSandboxStatus(...a);
-      },
-    },
-    cache: h.cache,
-    clock: h.clock,
-  });
+  const { pleg, hold } = heldPleg(h, "sandbox status");
   const [main] = (await runPod(h)).ids as [string];
   // The relist lists the container running, then waits on the pod's status.
-  const held = hold = Promise.withResolvers<void>();
+  const status = hold();
   const relist = pleg.relist();
-  await reached.promise;
+  await status.reached;
   await h.runtime.stopContainer(main, 0);
   h.clock.step(10);
   assert.equal(await pleg.inspectPod(UID), true);
   assert.ok((await drain(pleg)).some((e) => e.type === "ContainerDied" && e.data === main));
-  held.resolve();
+  status.release();
   await relist;
   await drain(pleg);
   // The record is the inspection's (exited), not the relist's (running): no second death.
@@ -492,7 +475,7 @@ Deno.test("GenericPLEG relist keeps the record of an inspection that listed afte
 
 Deno.test("GenericPLEG.inspectPod whose list predates a relist's leaves the record to it", async () => {
   await using h = await harness();
-  const { pleg, hold } = heldLists(h, true);
+  const { pleg, hold } = heldPleg(h, "inspection lists");
   const { ids } = await runPod(h);
   const lists = hold();
   const inspection = pleg.inspectPod(UID);
@@ -514,37 +497,17 @@ Deno.test("GenericPLEG.inspectPod of a pod the runtime does not have changes not
 });
 
 Deno.test("GenericPLEG relist keeps a status an inspection read after the relist began", async () => {
-  let hold: PromiseWithResolvers<void> | undefined;
-  const reached = Promise.withResolvers<void>();
   await using h = await harness();
-  const runtime = h.runtime;
-  const pleg = new GenericPLEG({
-    runtime: {
-      listPodSandbox: (...a) => runtime.listPodSandbox(...a),
-      listContainers: (...a) => runtime.listContainers(...a),
-      containerStatus: (...a) => runtime.containerStatus(...a),
-      podSandboxStatus: async (...a) => {
-        const held = hold;
-        hold = undefined;
-        if (held) {
-          reached.resolve();
-          await held.promise;
-        }
-        return await runtime.podSandboxStatus(...a);
-      },
-    },
-    cache: h.cache,
-    clock: h.clock,
-  });
+  const { pleg, hold } = heldPleg(h, "sandbox status");
   await runPod(h);
   h.clock.step(10);
-  const held = hold = Promise.withResolvers<void>();
+  const status = hold();
   const relist = pleg.relist();
-  await reached.promise;
+  await status.reached;
   h.clock.step(10);
   assert.equal(await pleg.inspectPod(UID), true);
   const inspectedAt = h.clock.now();
-  held.resolve();
+  status.release();
   await relist;
   const newer = await Promise.race([
     h.cache.getNewerThan(UID, inspectedAt - 1).then(() => "inspected status kept"),
