@@ -148,6 +148,10 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
     return this.#generic.next(signal);
   }
 
+  takeQueued(): PodLifecycleEvent[] {
+    return this.#generic.takeQueued();
+  }
+
   watch(signal?: AbortSignal): AsyncGenerator<PodLifecycleEvent> {
     return this.#generic.watch(signal);
   }

@@ -295,14 +295,20 @@ export class PodSyncer implements SyncHandler {
     }
   }
 
-  handlePlegEvent(e: PodLifecycleEvent): void {
-    // Removal of a container is not worth a sync (upstream isSyncPodWorthy).
-    if (e.type === "ContainerRemoved") return;
-    const pod = this.#o.podManager.getPodByUID(e.id);
-    if (pod) this.handlePodSyncs([pod]);
-    else {this.#o.logger.v(4).info("SyncLoop (PLEG): pod does not exist, ignore irrelevant event", {
-        event: e,
-      });}
+  handlePlegEvents(events: readonly PodLifecycleEvent[]): void {
+    const pods = new Map<string, V1Pod>();
+    for (const e of events) {
+      // Removal of a container is not worth a sync (upstream isSyncPodWorthy).
+      if (e.type === "ContainerRemoved" || pods.has(e.id)) continue;
+      const pod = this.#o.podManager.getPodByUID(e.id);
+      if (pod) pods.set(e.id, pod);
+      else {
+        this.#o.logger.v(4).info("SyncLoop (PLEG): pod does not exist, ignore irrelevant event", {
+          event: e,
+        });
+      }
+    }
+    if (pods.size > 0) this.handlePodSyncs([...pods.values()]);
   }
 
   handleProbeUpdate(podUID: string): void {

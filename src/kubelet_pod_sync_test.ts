@@ -257,6 +257,26 @@ Deno.test("PodSyncer reports a started pod Running from the PLEG's read of it, b
   assert.equal(h.pokes.count, 0);
 });
 
+Deno.test("PodSyncer syncs each pod of a PLEG batch once: not for a removal alone or a pod it lacks", async () => {
+  await using h = await harness();
+  const web = pod("web"), db = pod("db");
+  h.add(web, db);
+  await h.until("Running", () => h.status("web")?.phase === "Running");
+  const synced: string[][] = [];
+  const handle = h.syncer.handlePodSyncs.bind(h.syncer);
+  h.syncer.handlePodSyncs = (pods) => {
+    synced.push(pods.map((p) => p.metadata!.name!));
+    handle(pods);
+  };
+  h.syncer.handlePlegEvents([
+    { id: web.metadata!.uid!, type: "ContainerStarted", data: "sandbox" },
+    { id: db.metadata!.uid!, type: "ContainerRemoved", data: "old" },
+    { id: web.metadata!.uid!, type: "ContainerStarted", data: "main" },
+    { id: "uid-gone", type: "ContainerDied", data: "c" },
+  ]);
+  assert.deepEqual(synced, [["web"]]);
+});
+
 Deno.test("PodSyncer asks for a relist when the PLEG could not read the started pod", async () => {
   await using h = await harness();
   h.pleg.inspectPod = () => Promise.resolve(false);

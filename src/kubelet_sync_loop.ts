@@ -19,7 +19,7 @@ import type { V1Pod } from "@kubernetes/client-node";
 import type { Clock } from "./clock.ts";
 import { formatDuration } from "./duration.ts";
 import type { Logger } from "./klog.ts";
-import type { PodLifecycleEvent } from "./pleg.ts";
+import type { PodLifecycleEvent, PodLifecycleEventGenerator } from "./pleg.ts";
 import type { PodUpdate } from "./pod_config.ts";
 
 /** What the loop dispatches to (upstream SyncHandler, plus the PLEG and tick steps). */
@@ -29,8 +29,11 @@ export interface SyncHandler {
   handlePodRemoves(pods: readonly V1Pod[]): void;
   handlePodReconcile(pods: readonly V1Pod[]): void;
   handlePodSyncs(pods: readonly V1Pod[]): void;
-  /** A PLEG event: syncs the pod it is about, if the kubelet still has it. */
-  handlePlegEvent(event: PodLifecycleEvent): void;
+  /**
+   * PLEG events that came together (a relist's batch): syncs each pod they are about once, if
+   * the kubelet still has it.
+   */
+  handlePlegEvents(events: readonly PodLifecycleEvent[]): void;
   /** A probe result changed for the pod (upstream's liveness/readiness/startup channels). */
   handleProbeUpdate(podUID: string): void;
   /** The pods whose resync time has come (upstream getPodsToSync). */
@@ -43,7 +46,7 @@ export interface SyncHandler {
 export interface SyncLoopOptions {
   readonly handler: SyncHandler;
   /** The PLEG's event stream. */
-  readonly pleg: { next(signal?: AbortSignal): Promise<PodLifecycleEvent> };
+  readonly pleg: Pick<PodLifecycleEventGenerator, "next" | "takeQueued">;
   /** The runtime's current errors, undefined when it is healthy (upstream runtimeState.runtimeErrors). */
   readonly runtimeErrors: () => string | undefined;
   /** Every pod source has sent its first set (upstream sourcesReady.AllReady). */
@@ -152,7 +155,10 @@ export class SyncLoop {
       const wake = await this.#next(due, signal);
       if (wake === undefined) break;
       try {
-        if (wake.kind === "pleg") this.#opts.handler.handlePlegEvent(wake.event);
+        if (wake.kind === "pleg") {
+          // The rest of the batch comes along: a pod it names twice is synced once.
+          this.#opts.handler.handlePlegEvents([wake.event, ...this.#opts.pleg.takeQueued()]);
+        }
         this.#drainConfig();
         for (const uid of this.#probed) {
           this.#probed.delete(uid);

@@ -14,6 +14,8 @@ function pod(name: string): V1Pod {
 /** A handler that records what it is called with, as "<step>:<pod names>". */
 class RecordingHandler implements SyncHandler {
   calls: string[] = [];
+  /** The PLEG batches, each as its events joined. */
+  batches: string[] = [];
   due: V1Pod[] = [];
   cleanupError: Error | undefined;
   #rec(step: string, pods: readonly V1Pod[]) {
@@ -34,8 +36,9 @@ class RecordingHandler implements SyncHandler {
   handlePodSyncs(pods: readonly V1Pod[]) {
     this.#rec("sync", pods);
   }
-  handlePlegEvent(e: PodLifecycleEvent) {
-    this.calls.push(`pleg:${e.id}:${e.type}`);
+  handlePlegEvents(events: readonly PodLifecycleEvent[]) {
+    for (const e of events) this.calls.push(`pleg:${e.id}:${e.type}`);
+    this.batches.push(events.map((e) => `${e.id}:${e.type}`).join(","));
   }
   handleProbeUpdate(uid: string) {
     this.calls.push(`probe:${uid}`);
@@ -69,6 +72,9 @@ class FakePleg {
       this.#waiter = resolve;
       signal?.addEventListener("abort", () => reject(signal.reason), { once: true });
     });
+  }
+  takeQueued(): PodLifecycleEvent[] {
+    return this.#queue.splice(0);
   }
 }
 
@@ -139,6 +145,20 @@ Deno.test("SyncLoop hands PLEG events to the handler without losing one", async 
     "pleg:u2:ContainerStarted",
   ]);
   assert.ok(t.handler.calls.includes("add:a"));
+  await t.stop();
+});
+
+Deno.test("SyncLoop hands the handler a batch of PLEG events sent together as one", async () => {
+  const t = setup();
+  await settle();
+  // The first goes to the waiting loop, the others queue behind it.
+  t.pleg.send({ id: "u1", type: "ContainerStarted", data: "s1" });
+  t.pleg.send({ id: "u1", type: "ContainerStarted", data: "c1" });
+  t.pleg.send({ id: "u2", type: "ContainerDied", data: "c2" });
+  await settle();
+  assert.deepEqual(t.handler.batches, [
+    "u1:ContainerStarted,u1:ContainerStarted,u2:ContainerDied",
+  ]);
   await t.stop();
 });
 

@@ -59,8 +59,8 @@ export interface PodLifecycleEventGenerator {
   poke(): void;
   /**
    * The kubelet has just started containers of pod `uid`: that pod's status is read into the
-   * cache now and a ContainerStarted event for it sent, rather than waiting for a relist of every
-   * pod. Resolves with whether it was (false: the relist will see the change, as before).
+   * cache now and its events sent, rather than waiting for a relist of every pod. Resolves with
+   * whether it was (false: the relist will see the change, as before).
    */
   inspectPod(uid: string, opts?: InspectPodOptions): Promise<boolean>;
   healthy(): PlegHealth;
@@ -68,6 +68,11 @@ export interface PodLifecycleEventGenerator {
   podIds(): string[];
   /** The next event; rejects with the signal's reason when it aborts first. */
   next(signal?: AbortSignal): Promise<PodLifecycleEvent>;
+  /**
+   * The events queued now, in order, taken without waiting: after {@link next} gave the first
+   * event of a relist's batch, the rest of it.
+   */
+  takeQueued(): PodLifecycleEvent[];
   /** Every event, in order, until `signal` aborts. */
   watch(signal?: AbortSignal): AsyncGenerator<PodLifecycleEvent>;
 }
@@ -453,6 +458,11 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
       this.#consumers.push(consumer);
       signal?.addEventListener("abort", onAbort, { once: true });
     });
+  }
+
+  takeQueued(): PodLifecycleEvent[] {
+    this.#queuedSyncs.clear();
+    return this.#queue.splice(0);
   }
 
   /** Every event, in order, until `signal` aborts. */

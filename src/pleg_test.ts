@@ -223,6 +223,23 @@ Deno.test("GenericPLEG folds events of a pod already queued when full, so a burs
   assert.equal(h.pleg.droppedEvents, 0);
 });
 
+Deno.test("GenericPLEG.takeQueued takes the queue in order, after which pods fold afresh", async () => {
+  await using h = await harness({ capacity: 3 });
+  for (const uid of ["p1", "p2", "p3"]) await runPod(h, ["a"], uid);
+  await h.pleg.relist();
+  const taken = h.pleg.takeQueued();
+  assert.deepEqual(new Set(taken.map((e) => e.id)), new Set(["p1", "p2", "p3"]));
+  assert.equal(h.pleg.pending, 0);
+  assert.deepEqual(h.pleg.takeQueued(), []);
+  // Taken pods no longer count as queued: with the queue full, p1's next event takes the place
+  // of one of x1's two rather than being folded into an event no longer there.
+  h.pleg.send({ id: "x1", type: "ContainerStarted", data: "s" });
+  h.pleg.send({ id: "x1", type: "ContainerStarted", data: "c" });
+  h.pleg.send({ id: "x2", type: "ContainerStarted", data: "s" });
+  h.pleg.send({ id: "p1", type: "ContainerDied", data: "a" });
+  assert.deepEqual(h.pleg.takeQueued().map((e) => e.id), ["x1", "x2", "p1"]);
+});
+
 Deno.test("GenericPLEG watch yields events as relists produce them", async () => {
   await using h = await harness();
   const ac = new AbortController();
