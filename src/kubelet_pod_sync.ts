@@ -571,14 +571,14 @@ export class PodSyncer implements SyncHandler {
     }
     const pullSecrets = await this.#pullSecrets(pod, signal);
     const result = await runtime.syncPod(signal, pod, status, pullSecrets);
-    const backOffs = result.results.filter((r) =>
+    const intoBackOff = result.results.some((r) =>
       (r.error === "CrashLoopBackOff" || r.error === "ImagePullBackOff") &&
       reasonCache.get(uid, r.target)?.reason !== r.error
     );
     reasonCache.update(uid, result);
     // A container that went into back-off in this sync shows it as its waiting reason in the
     // status the next sync generates: that sync runs now rather than when the back-off ends.
-    if (backOffs.length > 0) this.workers.requeueAfter(uid, 0);
+    if (intoBackOff) this.workers.requeueAfter(uid, 0);
     // Building the sandbox config changes nothing; every other step that succeeded did.
     const done = result.results.filter((r) => r.error === undefined);
     if (this.#o.containersStarted && done.some((r) => r.action === "StartContainer")) {

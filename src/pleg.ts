@@ -460,6 +460,7 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
     });
   }
 
+  /** The queued events, taken at once; none of their pods counts as queued any more. */
   takeQueued(): PodLifecycleEvent[] {
     this.#queuedSyncs.clear();
     return this.#queue.splice(0);
