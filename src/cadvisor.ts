@@ -262,13 +262,7 @@ export class Cadvisor {
     const base = this.#interval;
     const max = this.#o.maxIntervalMs ?? MAX_HOUSEKEEPING_INTERVAL_MS;
     let interval = tracked.interval ?? base;
-    if (prev !== undefined) {
-      if (sameFigures(prev, last)) {
-        if (interval < max) interval = Math.min(interval * 2, max);
-      } else {
-        interval = base;
-      }
-    }
+    if (prev !== undefined) interval = sameFigures(prev, last) ? Math.min(interval * 2, max) : base;
     tracked.interval = interval;
     tracked.due = last.time + interval + (this.#o.random ?? Math.random)() * interval;
   }
