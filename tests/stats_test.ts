@@ -236,11 +236,15 @@ e2e("bytes sent to a pod over the CNI bridge show in its network counters", asyn
 e2e("/metrics/resource and /metrics/cadvisor carry the samples", async (w, api) => {
   await create(w, pod("metered", "sleep 3600"));
   await running(api, "metered");
+  // The sandbox can be sampled a housekeeping wake before its container is.
   const text = await poll(
-    "the pod in /metrics/resource",
+    "the pod and its container in /metrics/resource",
     async () => {
       const t = await raw(w, "/metrics/resource");
-      return t.includes('pod_memory_working_set_bytes{namespace="default",pod="metered"}')
+      return t.includes('pod_memory_working_set_bytes{namespace="default",pod="metered"}') &&
+          t.includes(
+            'container_memory_working_set_bytes{container="main",namespace="default",pod="metered"}',
+          )
         ? t
         : undefined;
     },
