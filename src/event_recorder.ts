@@ -10,6 +10,12 @@
  * repeated ones and retries transport failures. Each event is also logged at V(3), as the
  * kubelet's broadcaster does.
  *
+ * This agent's own addition: given {@link ApiserverRecorderOptions.yieldTo} (the CRI calls that
+ * start pods), the writer holds each event while such calls are in flight, at most
+ * {@link ApiserverRecorderOptions.maxYieldMs} from when the event was recorded. A node starting
+ * many pods at once has every CPU busy, and the events' requests (the kubelet's, the
+ * apiserver's and etcd's work) would otherwise come out of the pods' start time.
+ *
  * Corresponds to client-go `tools/record/event.go` (recorderImpl.makeEvent, recordToSink,
  * recordEvent) and `events_cache.go`, as cmd/kubelet/app/server.go `makeEventRecorder` sets
  * them up.
@@ -17,6 +23,7 @@
 
 import type { Clock } from "./clock.ts";
 import type { EventRecorder, ObjectRef } from "./dependencies.ts";
+import type { Activity } from "./in_flight.ts";
 import { KObj, type Logger } from "./klog.ts";
 import { isStatus, KubeApiError, type KubeClient } from "./kube_client.ts";
 import { TokenBucket } from "./rate_limiter.ts";
@@ -34,6 +41,8 @@ export const MAX_TRIES_PER_EVENT = 12;
 export const RETRY_SLEEP_MS = 10_000;
 /** Upstream maxQueuedEvents. */
 export const MAX_QUEUED_EVENTS = 1000;
+/** How long an event waits at most for pod start calls to end, in ms (this agent's own). */
+export const MAX_YIELD_MS = 5_000;
 
 /** Options of {@link ApiserverEventRecorder}. */
 export interface ApiserverRecorderOptions {
@@ -58,6 +67,16 @@ export interface ApiserverRecorderOptions {
   readonly retrySleepMs?: number;
   /** Jitter of the first retry, in [0, 1). @default Math.random */
   readonly random?: () => number;
+  /** Work events wait for (the CRI calls that start pods); none: events are written at once. */
+  readonly yieldTo?: Activity;
+  /** The longest an event waits for {@link yieldTo}, from when it was recorded. @default 5000 */
+  readonly maxYieldMs?: number;
+}
+
+/** A queued event and when it was recorded (ms since the epoch, by the clock). */
+interface Queued {
+  readonly event: WireEvent;
+  readonly at: number;
 }
 
 /** A misuse of the recorder, such as running two writers. */
@@ -69,7 +88,7 @@ export class EventRecorderError extends Error {
 export class ApiserverEventRecorder implements EventRecorder {
   readonly #o: ApiserverRecorderOptions;
   readonly #queueSize: number;
-  readonly #queue: WireEvent[] = [];
+  readonly #queue: Queued[] = [];
   readonly #namer = new EventNamer();
   readonly #correlator: EventCorrelator;
   readonly #bucket: TokenBucket;
@@ -137,7 +156,7 @@ export class ApiserverEventRecorder implements EventRecorder {
       );
       return;
     }
-    this.#queue.push(e);
+    this.#queue.push({ event: e, at: this.#o.clock.now() });
     this.#wake?.();
   }
 
@@ -149,17 +168,22 @@ export class ApiserverEventRecorder implements EventRecorder {
     this.#running = true;
     try {
       while (!signal.aborted) {
-        const next = this.#queue.shift();
+        const next = this.#queue[0];
         if (next === undefined) {
           await this.#idle(signal);
           continue;
         }
+        await this.#yield(next.at, signal);
+        if (signal.aborted) break;
+        this.#queue.shift();
         try {
-          await this.#recordToSink(next, signal);
+          await this.#recordToSink(next.event, signal);
         } catch (err) {
           // One event gone wrong must not stop the writer.
           if (!signal.aborted) {
-            quietly(() => this.#o.logger.error(err, "Unable to write event", { event: next }));
+            quietly(() =>
+              this.#o.logger.error(err, "Unable to write event", { event: next.event })
+            );
           }
         }
       }
@@ -201,6 +225,18 @@ export class ApiserverEventRecorder implements EventRecorder {
       reportingComponent: this.#o.component,
       reportingInstance: this.#o.host,
     };
+  }
+
+  /** Waits while {@link ApiserverRecorderOptions.yieldTo} is busy, until `at` + maxYieldMs. */
+  async #yield(at: number, signal: AbortSignal): Promise<void> {
+    const { yieldTo, clock } = this.#o;
+    if (!yieldTo?.busy) return;
+    const left = at + (this.#o.maxYieldMs ?? MAX_YIELD_MS) - clock.now();
+    if (left <= 0) return;
+    const done = new AbortController();
+    const stop = AbortSignal.any([signal, done.signal]);
+    await Promise.race([yieldTo.idle(stop), clock.sleep(left, stop).catch(() => {})]);
+    done.abort();
   }
 
   #idle(signal: AbortSignal): Promise<void> {

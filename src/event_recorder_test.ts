@@ -6,6 +6,7 @@ import {
   type ApiserverRecorderOptions,
   EventRecorderError,
 } from "./event_recorder.ts";
+import { InFlight } from "./in_flight.ts";
 import { createLogger } from "./klog.ts";
 import { KubeClient } from "./kube_client.ts";
 import { metaTime, type WireEvent } from "./_events_cache.ts";
@@ -284,6 +285,77 @@ Deno.test("ApiserverEventRecorder paces its writes at qps and burst", async () =
   } finally {
     await t.close();
   }
+});
+
+Deno.test("ApiserverEventRecorder holds events while pod start calls are in flight", async () => {
+  const starts = new InFlight();
+  const t = setup({ yieldTo: starts });
+  const call = Promise.withResolvers<void>();
+  const running = starts.track(() => call.promise);
+  t.start();
+  try {
+    t.recorder.event(container, "Normal", "Created", "Container created");
+    t.recorder.event(container, "Normal", "Started", "Container started");
+    await until(() => t.clock.waiters === 1, "the writer waits");
+    await new Promise((r) => setTimeout(r, 5));
+    assert.equal(t.s.state.seen.length, 0, "nothing written while a start call is in flight");
+    assert.equal(t.recorder.pending, 2, "a held event still counts as queued");
+    call.resolve();
+    await running;
+    await until(() => t.s.state.seen.length === 2, "both events are written");
+    assert.deepEqual(t.s.state.seen.map((x) => x.body.reason), ["Created", "Started"]);
+  } finally {
+    await t.close();
+  }
+});
+
+Deno.test("ApiserverEventRecorder holds an event at most maxYieldMs from when it was recorded", async () => {
+  const starts = new InFlight();
+  const t = setup({ yieldTo: starts, maxYieldMs: 5_000 });
+  const call = Promise.withResolvers<void>();
+  const running = starts.track(() => call.promise);
+  t.start();
+  try {
+    t.recorder.event({ ...pod, name: "a" }, "Normal", "Scheduled", "ok");
+    await until(() => t.clock.waiters === 1, "the first event waits");
+    t.clock.step(3_000);
+    t.recorder.event({ ...pod, name: "b" }, "Normal", "Scheduled", "ok");
+    t.clock.step(1_999);
+    await new Promise((r) => setTimeout(r, 5));
+    assert.equal(t.s.state.seen.length, 0, "4.999 s after the first event");
+    t.clock.step(1);
+    await until(() => t.s.state.seen.length === 1 && t.clock.waiters === 1, "the first event");
+    t.clock.step(2_999);
+    await new Promise((r) => setTimeout(r, 5));
+    assert.equal(t.s.state.seen.length, 1, "the second waits 5 s from its own recording");
+    t.clock.step(1);
+    await until(() => t.s.state.seen.length === 2, "the second event");
+  } finally {
+    call.resolve();
+    await running;
+    await t.close();
+  }
+});
+
+Deno.test("ApiserverEventRecorder stops on abort while holding an event, leaving it queued", async () => {
+  const starts = new InFlight();
+  const t = setup({ yieldTo: starts });
+  const call = Promise.withResolvers<void>();
+  const running = starts.track(() => call.promise);
+  t.start();
+  t.recorder.event(pod, "Normal", "Started", "Started container app");
+  await until(() => t.clock.waiters === 1, "the writer waits");
+  t.ctl.abort();
+  await t.running();
+  assert.equal(t.recorder.pending, 1);
+  assert.equal(t.s.state.seen.length, 0);
+  assert.equal(
+    t.lines.filter((l) => l.includes("Event recorder stopped with events unsent")).length,
+    1,
+  );
+  call.resolve();
+  await running;
+  await t.close();
 });
 
 Deno.test("ApiserverEventRecorder drops events beyond its queue and says so", async () => {

@@ -5,13 +5,16 @@
  * `create_container`, `list_images`, ...), and for RunPodSandbox its own duration and errors
  * by runtime handler. The wrappers change nothing else: same results, same errors. The
  * kubelet wraps its services once, so the pod lifecycle, PLEG, statistics and probes are all
- * counted. Corresponds to upstream `pkg/kubelet/kuberuntime/instrumented_services.go`.
+ * counted. Corresponds to upstream `pkg/kubelet/kuberuntime/instrumented_services.go`; this
+ * agent also counts the calls that start pods while they are in flight ({@link START_CALLS}),
+ * for the event writer to yield to.
  */
 
 import type { KubeletMetrics } from "./metrics.ts";
 import type { ImageManagerService } from "./remote_image.ts";
 import type { RuntimeService } from "./remote_runtime.ts";
 import type { Clock } from "./clock.ts";
+import type { InFlight } from "./in_flight.ts";
 
 /** The metrics the wrappers record into. */
 export type RuntimeOperationMetrics = Pick<
@@ -68,12 +71,23 @@ export const IMAGE_OPERATIONS: Readonly<Record<keyof ImageManagerService, string
 
 type AnyFn = (...args: unknown[]) => unknown;
 
-/** Wraps each listed method of `service` with the recording of its operation. */
+/** The RuntimeService methods that start pods, counted in flight by {@link instrumentRuntimeService}. */
+export const START_CALLS: ReadonlySet<keyof RuntimeService> = new Set([
+  "runPodSandbox",
+  "createContainer",
+  "startContainer",
+]);
+
+/**
+ * Wraps each listed method of `service` with the recording of its operation; the methods in
+ * `tracked` are also counted in `inFlight` while they run.
+ */
 function instrument<T extends object>(
   service: T,
   operations: Readonly<Record<string, string>>,
   metrics: RuntimeOperationMetrics,
   clock: Pick<Clock, "now">,
+  inFlight?: { readonly counter: InFlight; readonly methods: ReadonlySet<string> },
 ): T {
   const record = (operation: string, startMs: number, failed: boolean) => {
     const labels = { operation_type: operation };
@@ -84,7 +98,11 @@ function instrument<T extends object>(
   const out: Record<string, unknown> = {};
   for (const [method, operation] of Object.entries(operations)) {
     // Looked up at call time, so a service that lacks a method fails only when it is called.
-    const fn = (...args: unknown[]) => (service as Record<string, AnyFn>)[method]!(...args);
+    const call = (...args: unknown[]) => (service as Record<string, AnyFn>)[method]!(...args);
+    const counter = inFlight?.methods.has(method) ? inFlight.counter : undefined;
+    const fn = counter
+      ? (...args: unknown[]) => counter.track(async () => await call(...args))
+      : call;
     if (method === "getContainerEvents") {
       // A stream: the operation lasts until it ends, as upstream's blocking call does.
       out[method] = async function* (...args: unknown[]) {
@@ -122,13 +140,19 @@ function instrument<T extends object>(
   return out as T;
 }
 
-/** The runtime service, counted (upstream newInstrumentedRuntimeService). */
+/**
+ * The runtime service, counted (upstream newInstrumentedRuntimeService); with `startCalls`, the
+ * {@link START_CALLS} in flight are counted there too.
+ */
 export function instrumentRuntimeService(
   service: RuntimeService,
   metrics: RuntimeOperationMetrics,
   clock: Pick<Clock, "now">,
+  startCalls?: InFlight,
 ): RuntimeService {
-  return instrument(service, RUNTIME_OPERATIONS, metrics, clock);
+  const inFlight = startCalls &&
+    { counter: startCalls, methods: START_CALLS as ReadonlySet<string> };
+  return instrument(service, RUNTIME_OPERATIONS, metrics, clock, inFlight);
 }
 
 /** The image service, counted (upstream newInstrumentedImageManagerService). */

@@ -6,6 +6,7 @@ import {
   instrumentRuntimeService,
   RUNTIME_OPERATIONS,
 } from "./instrumented_services.ts";
+import { InFlight } from "./in_flight.ts";
 import { KubeletMetrics } from "./metrics.ts";
 import { RemoteImageService } from "./remote_image.ts";
 import { RemoteRuntimeService, type RuntimeService } from "./remote_runtime.ts";
@@ -59,6 +60,38 @@ Deno.test("instrumentRuntimeService counts each call, its duration and its error
     text,
     /^kubelet_runtime_operations_duration_seconds_bucket\{operation_type="run_podsandbox",le="3\.0517578125"\} 1$/m,
   );
+});
+
+Deno.test("instrumentRuntimeService counts the calls that start pods in flight, and only those", async () => {
+  const clock = new FakeClock();
+  const metrics = new KubeletMetrics({ process: false });
+  const calls = new Map<string, PromiseWithResolvers<unknown>>();
+  const hold = (method: string) => () => {
+    const p = Promise.withResolvers<unknown>();
+    calls.set(method, p);
+    return p.promise;
+  };
+  const methods = ["runPodSandbox", "createContainer", "startContainer", "listContainers"];
+  const fake = Object.fromEntries(methods.map((m) => [m, hold(m)])) as unknown as RuntimeService;
+  const starts = new InFlight();
+  const wrapped = instrumentRuntimeService(fake, metrics, clock, starts) as unknown as Record<
+    string,
+    () => Promise<unknown>
+  >;
+  const pending = methods.map((m) => wrapped[m]!());
+  assert.equal(starts.count, 3, "RunPodSandbox, CreateContainer and StartContainer");
+  calls.get("listContainers")!.resolve([]);
+  await pending[3];
+  assert.equal(starts.count, 3);
+  calls.get("runPodSandbox")!.reject(new Error("no"));
+  await assert.rejects(pending[0]!);
+  calls.get("createContainer")!.resolve("c1");
+  assert.equal(await pending[1], "c1");
+  assert.equal(starts.count, 1);
+  calls.get("startContainer")!.resolve(undefined);
+  await pending[2];
+  assert.equal(starts.busy, false);
+  assert.equal(metrics.runtimeOperations.get({ operation_type: "start_container" }), 1);
 });
 
 Deno.test("instrumentImageService records under upstream's image operation names", async () => {

@@ -58,6 +58,7 @@ import { StaticPodURLSource } from "./config_http.ts";
 import { newSourceApiserver } from "./config_apiserver.ts";
 import { type KubeletMetrics, newKubeletMetrics } from "./metrics.ts";
 import { instrumentImageService, instrumentRuntimeService } from "./instrumented_services.ts";
+import type { InFlight } from "./in_flight.ts";
 import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import {
   LOCAL_STORAGE_STATE_FILE,
@@ -104,6 +105,8 @@ export interface KubeletOptions {
   readonly nodeName: string;
   readonly hostname: string;
   readonly nodeIPs: readonly string[];
+  /** Counts the CRI calls that start pods while in flight (for the event writer to yield to). */
+  readonly startCalls?: InFlight;
 }
 
 /** The node agent. */
@@ -155,7 +158,7 @@ export class Kubelet {
         ...deps,
         metrics,
         runtimeService: deps.runtimeService &&
-          instrumentRuntimeService(deps.runtimeService, metrics, deps.clock),
+          instrumentRuntimeService(deps.runtimeService, metrics, deps.clock, opts.startCalls),
         imageService: deps.imageService &&
           instrumentImageService(deps.imageService, metrics, deps.clock),
       },

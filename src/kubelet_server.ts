@@ -14,6 +14,7 @@ import { checkPermissions, pathNeeds } from "./permissions.ts";
 import { preInitRuntimeService, type RuntimeServices } from "./runtime_service.ts";
 import { KubeClient } from "./kube_client.ts";
 import { ApiserverEventRecorder } from "./event_recorder.ts";
+import { InFlight } from "./in_flight.ts";
 import { loadKubeconfig, type RestConfig } from "./kubeconfig.ts";
 import type { CertificateManager } from "./certificate_manager.ts";
 import type { TLSCertificate } from "./certificate_store.ts";
@@ -247,6 +248,8 @@ export async function runKubelet(
   }
   let events: Promise<void> | undefined;
   const stopEvents = new AbortController();
+  // Events wait for the CRI calls that start pods (a bounded time): see event_recorder.ts.
+  const startCalls = new InFlight();
   if (deps.kubeClient) {
     // Upstream makeEventRecorder: events go to the apiserver, and to the log at v3.
     const apiRecorder = new ApiserverEventRecorder({
@@ -257,6 +260,7 @@ export async function runKubelet(
       burst: s.config.eventBurst,
       clock: deps.clock,
       logger: deps.logger,
+      yieldTo: startCalls,
     });
     deps = { ...deps, recorder: withApiserverRecorder(deps.recorder, apiRecorder) };
     events = apiRecorder.run(AbortSignal.any([signal, stopEvents.signal]));
@@ -265,7 +269,14 @@ export async function runKubelet(
       (c) => apiRecorder.setRateLimit(c.eventRecordQPS, c.eventBurst),
     );
   }
-  const kubelet = new Kubelet({ server: s, deps, nodeName: hostname, hostname, nodeIPs });
+  const kubelet = new Kubelet({
+    server: s,
+    deps,
+    nodeName: hostname,
+    hostname,
+    nodeIPs,
+    startCalls,
+  });
   try {
     await kubelet.setupDataDirs();
     if (s.flags.runOnce) {
