@@ -79,15 +79,15 @@ export const START_CALLS: ReadonlySet<keyof RuntimeService> = new Set([
 ]);
 
 /**
- * Wraps each listed method of `service` with the recording of its operation; the methods in
- * `tracked` are also counted in `inFlight` while they run.
+ * Wraps each listed method of `service` with the recording of its operation; the
+ * {@link START_CALLS} are also counted in `startCalls` while they run.
  */
 function instrument<T extends object>(
   service: T,
   operations: Readonly<Record<string, string>>,
   metrics: RuntimeOperationMetrics,
   clock: Pick<Clock, "now">,
-  inFlight?: { readonly counter: InFlight; readonly methods: ReadonlySet<string> },
+  startCalls?: InFlight,
 ): T {
   const record = (operation: string, startMs: number, failed: boolean) => {
     const labels = { operation_type: operation };
@@ -99,7 +99,7 @@ function instrument<T extends object>(
   for (const [method, operation] of Object.entries(operations)) {
     // Looked up at call time, so a service that lacks a method fails only when it is called.
     const call = (...args: unknown[]) => (service as Record<string, AnyFn>)[method]!(...args);
-    const counter = inFlight?.methods.has(method) ? inFlight.counter : undefined;
+    const counter = START_CALLS.has(method as keyof RuntimeService) ? startCalls : undefined;
     const fn = counter
       ? (...args: unknown[]) => counter.track(async () => await call(...args))
       : call;
@@ -150,9 +150,7 @@ export function instrumentRuntimeService(
   clock: Pick<Clock, "now">,
   startCalls?: InFlight,
 ): RuntimeService {
-  const inFlight = startCalls &&
-    { counter: startCalls, methods: START_CALLS as ReadonlySet<string> };
-  return instrument(service, RUNTIME_OPERATIONS, metrics, clock, inFlight);
+  return instrument(service, RUNTIME_OPERATIONS, metrics, clock, startCalls);
 }
 
 /** The image service, counted (upstream newInstrumentedImageManagerService). */
