@@ -117,6 +117,18 @@ const pod: ObjectRef = { kind: "Pod", name: "web", namespace: "default", uid: "u
 const container: ObjectRef = { ...pod, fieldPath: "spec.containers{app}" };
 const node: ObjectRef = { kind: "Node", name: "node-a", uid: "node-a" };
 
+/** {@link setup} with a recorder that yields to one pod start call in flight until `endCall`. */
+function setupYielding(opts: Partial<ApiserverRecorderOptions> = {}) {
+  const starts = new InFlight();
+  const call = Promise.withResolvers<void>();
+  const running = starts.track(() => call.promise);
+  const endCall = async () => {
+    call.resolve();
+    await running;
+  };
+  return { ...setup({ yieldTo: starts, ...opts }), endCall };
+}
+
 Deno.test("ApiserverEventRecorder posts a new event, then patches its count when it repeats", async () => {
   const t = setup();
   t.start();
@@ -288,10 +300,7 @@ Deno.test("ApiserverEventRecorder paces its writes at qps and burst", async () =
 });
 
 Deno.test("ApiserverEventRecorder holds events while pod start calls are in flight", async () => {
-  const starts = new InFlight();
-  const t = setup({ yieldTo: starts });
-  const call = Promise.withResolvers<void>();
-  const running = starts.track(() => call.promise);
+  const t = setupYielding();
   t.start();
   try {
     t.recorder.event(container, "Normal", "Created", "Container created");
@@ -300,8 +309,7 @@ Deno.test("ApiserverEventRecorder holds events while pod start calls are in flig
     await new Promise((r) => setTimeout(r, 5));
     assert.equal(t.s.state.seen.length, 0, "nothing written while a start call is in flight");
     assert.equal(t.recorder.pending, 2, "a held event still counts as queued");
-    call.resolve();
-    await running;
+    await t.endCall();
     await until(() => t.s.state.seen.length === 2, "both events are written");
     assert.deepEqual(t.s.state.seen.map((x) => x.body.reason), ["Created", "Started"]);
   } finally {
@@ -310,10 +318,7 @@ Deno.test("ApiserverEventRecorder holds events while pod start calls are in flig
 });
 
 Deno.test("ApiserverEventRecorder holds an event at most maxYieldMs from when it was recorded", async () => {
-  const starts = new InFlight();
-  const t = setup({ yieldTo: starts, maxYieldMs: 5_000 });
-  const call = Promise.withResolvers<void>();
-  const running = starts.track(() => call.promise);
+  const t = setupYielding({ maxYieldMs: 5_000 });
   t.start();
   try {
     t.recorder.event({ ...pod, name: "a" }, "Normal", "Scheduled", "ok");
@@ -331,17 +336,13 @@ Deno.test("ApiserverEventRecorder holds an event at most maxYieldMs from when it
     t.clock.step(1);
     await until(() => t.s.state.seen.length === 2, "the second event");
   } finally {
-    call.resolve();
-    await running;
+    await t.endCall();
     await t.close();
   }
 });
 
 Deno.test("ApiserverEventRecorder stops on abort while holding an event, leaving it queued", async () => {
-  const starts = new InFlight();
-  const t = setup({ yieldTo: starts });
-  const call = Promise.withResolvers<void>();
-  const running = starts.track(() => call.promise);
+  const t = setupYielding();
   t.start();
   t.recorder.event(pod, "Normal", "Started", "Started container app");
   await until(() => t.clock.waiters === 1, "the writer waits");
@@ -353,8 +354,7 @@ Deno.test("ApiserverEventRecorder stops on abort while holding an event, leaving
     t.lines.filter((l) => l.includes("Event recorder stopped with events unsent")).length,
     1,
   );
-  call.resolve();
-  await running;
+  await t.endCall();
   await t.close();
 });
 
