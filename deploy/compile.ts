@@ -45,8 +45,8 @@ export const AGENT_RUNTIME_FLAGS: readonly string[] = [
 
 /**
  * The agent's run flags: {@link AGENT_RUNTIME_FLAGS} and its permissions; deno.json's start
- * task spells them out. `--allow-all` is the launcher's (src/sandbox_launcher.ts), which hands
- * the kubelet's Worker its own narrower set (src/sandbox.ts); `--unstable-worker-options` lets
+ * task spells them out. `--allow-all` is the launcher's (src/privilege/launcher.ts), which hands
+ * the kubelet's Worker its own narrower set (src/privilege/permission_set.ts); `--unstable-worker-options` lets
  * it do so.
  */
 export const AGENT_RUN_FLAGS: readonly string[] = [

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { parse as parseYaml } from "yaml";
-import { loadKubeletConfiguration } from "../src/kubelet_config.ts";
-import { kubeletConfigurationFields } from "../src/kubelet_config_types.ts";
-import { parseCommandLine } from "../src/kubelet_flags.ts";
+import { loadKubeletConfiguration } from "../src/app/kubelet_config.ts";
+import { kubeletConfigurationFields } from "../src/apis/config_types.ts";
+import { parseCommandLine } from "../src/apis/flags.ts";
 import { INSTALL_DIR, INSTALLER_IMAGE } from "./installer_image.ts";
 
 const DEPLOY = new URL(".", import.meta.url).pathname;

@@ -3,7 +3,7 @@
  * (`deno task docs`).
  */
 
-import { updateReadme } from "../src/config_reference.ts";
+import { updateReadme } from "../src/apis/config_reference.ts";
 
 const readme = new URL("../README.md", import.meta.url);
 await Deno.writeTextFile(readme, updateReadme(await Deno.readTextFile(readme)));

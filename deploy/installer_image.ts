@@ -13,7 +13,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { AGENT_VERSION } from "../src/version.ts";
+import { AGENT_VERSION } from "../src/util/version.ts";
 import { buildOciImage, type OciImage, sha256Hex, type TarEntry } from "./oci_layout.ts";
 
 /** The image reference the DaemonSet manifest uses. */

@@ -23,7 +23,7 @@ import {
   VersionRequest,
 } from "./runtime/v1/api.ts";
 import { startContainerd } from "../tests/containerd_harness.ts";
-import { CriConnection, criMethods, GrpcCode, isCriCode } from "../src/cri_connection.ts";
+import { CriConnection, criMethods, GrpcCode, isCriCode } from "../src/cri/connection.ts";
 import { requireRoot } from "../tests/requirements.ts";
 
 const gate = await requireRoot("CRI client tests against containerd", [

@@ -27,7 +27,7 @@ const PINNED_DEPENDENCIES: Readonly<Record<string, string>> = {
  * ts-proto options. Why these:
  * - `outputServices=generic-definitions`: `RuntimeServiceDefinition`/`ImageServiceDefinition`,
  *   plain objects naming each method and its message codecs, with no gRPC library imported: the
- *   kubelet's client (src/cri_connection.ts) speaks gRPC over fetch, and the fake runtime serves
+ *   kubelet's client (src/cri/connection.ts) speaks gRPC over fetch, and the fake runtime serves
  *   them through grpc-js in tests.
  * - `importSuffix=.ts`, `esModuleInterop=true`: imports Deno resolves.
  * - `forceLong=bigint`: CRI timestamps are int64 nanoseconds, past Number.MAX_SAFE_INTEGER.

@@ -7,13 +7,13 @@
  * client, the mounter) join it as they are built, each behind an interface like these.
  */
 
-import type { ConfigReloader } from "./kubelet_config_reload.ts";
-import { type Clock, realClock } from "./clock.ts";
-import type { Logger } from "./klog.ts";
-import type { KubeClient } from "./kube_client.ts";
-import type { KubeletMetrics } from "./metrics.ts";
-import type { ImageManagerService } from "./remote_image.ts";
-import type { RuntimeService } from "./remote_runtime.ts";
+import type { ConfigReloader } from "./app/kubelet_config_reload.ts";
+import { type Clock, realClock } from "./util/clock.ts";
+import type { Logger } from "./klog/klog.ts";
+import type { KubeClient } from "./client/kube_client.ts";
+import type { KubeletMetrics } from "./metrics/metrics.ts";
+import type { ImageManagerService } from "./cri/remote_image.ts";
+import type { RuntimeService } from "./cri/remote_runtime.ts";
 
 /** What the kubelet asks of the host's OS (upstream `kubecontainer.OSInterface`). */
 export interface OSInterface {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { type EventRecorder, loggingRecorder, withApiserverRecorder } from "./dependencies.ts";
-import { createLogger } from "./klog.ts";
+import { createLogger } from "./klog/klog.ts";
 
 const POD = { kind: "Pod", namespace: "default", name: "web", uid: "u1" };
 

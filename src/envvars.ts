@@ -4,13 +4,13 @@
  * style `<NAME>_SERVICE_HOST`, `<NAME>_SERVICE_PORT[_<PORTNAME>]`, `<NAME>_PORT` and
  * `<NAME>_PORT_<port>_<PROTO>[_PROTO|_PORT|_ADDR]`. Which Services: those of the pod's namespace
  * when `enableServiceLinks` is on, and always the master `kubernetes` Service. Reads a
- * {@link ServiceSource} (`service_lister.ts`); called by `kubelet_env.ts`, which gives these
+ * {@link ServiceSource} (`client/service_lister.ts`); called by `kubelet_env.ts`, which gives these
  * variables the lowest precedence. Corresponds to upstream `pkg/kubelet/envvars` (FromServices),
  * `kubelet_pods.go` (getServiceEnvVarMap) and `v1helper.IsServiceIPSet`.
  */
 
 import type { V1Service } from "@kubernetes/client-node";
-import type { EnvVar } from "./_kuberuntime_env.ts";
+import type { EnvVar } from "./kuberuntime/expansion.ts";
 
 /** Where Services come from (upstream's serviceLister and serviceHasSynced). */
 export interface ServiceSource {

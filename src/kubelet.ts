@@ -9,63 +9,66 @@
 
 import { join } from "node:path";
 import type { Dependencies } from "./dependencies.ts";
-import { serveHealthz } from "./healthz.ts";
-import type { KubeletServer } from "./kubelet_server.ts";
+import { serveHealthz } from "./server/healthz.ts";
+import type { KubeletServer } from "./app/kubelet_server.ts";
 import type { V1Node, V1Pod, V1Taint } from "@kubernetes/client-node";
 import { NodeStatusManager } from "./kubelet_node_status.ts";
-import { newKubeletServerCertificateManager } from "./kubelet_certificate.ts";
-import { filesystemCapacity, readMachineInfo } from "./machine_info.ts";
-import { NodeLeaseController } from "./node_lease.ts";
-import { NodeInformer } from "./node_informer.ts";
-import { KUBELET_VERSION } from "./version.ts";
-import { GrpcCode, isCriCode } from "./cri_connection.ts";
+import { newKubeletServerCertificateManager } from "./certificate/kubelet.ts";
+import { filesystemCapacity, readMachineInfo } from "./stats/machine_info.ts";
+import { NodeLeaseController } from "./nodestatus/node_lease.ts";
+import { NodeInformer } from "./client/node_informer.ts";
+import { KUBELET_VERSION } from "./util/version.ts";
+import { GrpcCode, isCriCode } from "./cri/connection.ts";
 import { RuntimeState } from "./runtime_state.ts";
-import { waitForRuntime } from "./runtime_service.ts";
-import { kobj } from "./klog.ts";
-import { formatDuration } from "./duration.ts";
-import { hostIsCgroup2UnifiedMode } from "./cgroup_mode.ts";
-import { serveKubeletAPI } from "./server.ts";
-import { buildAuth } from "./server_auth.ts";
-import { logRoutes } from "./server_logs.ts";
-import { podRoutes } from "./server_pods.ts";
-import { streamingRoutes } from "./server_streaming.ts";
+import { waitForRuntime } from "./cri/runtime_service.ts";
+import { kobj } from "./klog/klog.ts";
+import { formatDuration } from "./util/duration.ts";
+import { hostIsCgroup2UnifiedMode } from "./cm/cgroup_mode.ts";
+import { serveKubeletAPI } from "./server/server.ts";
+import { buildAuth } from "./server/auth.ts";
+import { logRoutes } from "./server/logs.ts";
+import { podRoutes } from "./server/pods.ts";
+import { streamingRoutes } from "./server/streaming.ts";
 import { type KubeletStats, newKubeletStats, statsUnavailableRoutes } from "./kubelet_stats.ts";
-import { ImageCache } from "./image_cache.ts";
-import { ImageGCManager } from "./image_gc_manager.ts";
-import { ContainerGC } from "./container_gc.ts";
-import { ContainerLogManager } from "./container_log_manager.ts";
-import { evictionConfigFrom, EvictionManager } from "./eviction_manager.ts";
-import { parseQuantity } from "./quantity.ts";
-import { hugePageResourceName } from "./node_status.ts";
-import { type CgroupLayout, detectCgroupLayout } from "./cgroup_layout.ts";
-import { type ContainerManager, newContainerManager } from "./container_manager.ts";
-import { readRlimit } from "./process_stats.ts";
-import { loadOrGenerateServingCert, tlsSettings } from "./server_tls.ts";
+import { ImageCache } from "./images/image_cache.ts";
+import { ImageGCManager } from "./images/image_gc_manager.ts";
+import { ContainerGC } from "./kuberuntime/container_gc.ts";
+import { ContainerLogManager } from "./logs/container_log_manager.ts";
+import { evictionConfigFrom, EvictionManager } from "./eviction/eviction_manager.ts";
+import { parseQuantity } from "./util/quantity.ts";
+import { hugePageResourceName } from "./nodestatus/node_status.ts";
+import { type CgroupLayout, detectCgroupLayout } from "./cm/cgroup_layout.ts";
+import { type ContainerManager, newContainerManager } from "./cm/container_manager.ts";
+import { readRlimit } from "./stats/process_stats.ts";
+import { loadOrGenerateServingCert, tlsSettings } from "./server/tls.ts";
 import * as api from "../proto/runtime/v1/api.ts";
-import type { MachineInfo } from "./machine_info.ts";
-import { initialNode, nodeStatus } from "./node_status.ts";
-import type { PodCache } from "./pod_cache.ts";
-import type { PodLifecycleEventGenerator } from "./pleg.ts";
-import type { PodManager } from "./pod_manager.ts";
+import type { MachineInfo } from "./stats/machine_info.ts";
+import { initialNode, nodeStatus } from "./nodestatus/node_status.ts";
+import type { PodCache } from "./container/pod_cache.ts";
+import type { PodLifecycleEventGenerator } from "./pleg/generic.ts";
+import type { PodManager } from "./pod/pod_manager.ts";
 import type { PodSyncer } from "./kubelet_pod_sync.ts";
 import { newPodLifecycle, type PodLifecycle } from "./kubelet_pod_lifecycle.ts";
-import { DEFAULT_SANDBOX_STARTS_PER_CPU } from "./kuberuntime_manager.ts";
-import type { ProberManager } from "./prober_manager.ts";
-import { API_SOURCE, FILE_SOURCE, HTTP_SOURCE, PodConfig } from "./pod_config.ts";
+import { DEFAULT_SANDBOX_STARTS_PER_CPU } from "./kuberuntime/kuberuntime_manager.ts";
+import type { ProberManager } from "./prober/prober_manager.ts";
+import { API_SOURCE, FILE_SOURCE, HTTP_SOURCE, PodConfig } from "./config/pod_config.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
-import { StaticPodFileSource } from "./config_file.ts";
-import { StaticPodURLSource } from "./config_http.ts";
-import { newSourceApiserver } from "./config_apiserver.ts";
-import { type KubeletMetrics, newKubeletMetrics } from "./metrics.ts";
-import { instrumentImageService, instrumentRuntimeService } from "./instrumented_services.ts";
-import type { InFlight } from "./in_flight.ts";
+import { StaticPodFileSource } from "./config/file.ts";
+import { StaticPodURLSource } from "./config/http.ts";
+import { newSourceApiserver } from "./config/apiserver.ts";
+import { type KubeletMetrics, newKubeletMetrics } from "./metrics/metrics.ts";
+import {
+  instrumentImageService,
+  instrumentRuntimeService,
+} from "./kuberuntime/instrumented_services.ts";
+import type { InFlight } from "./util/in_flight.ts";
 import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import {
   LOCAL_STORAGE_STATE_FILE,
   NodeShutdownManager,
   shutdownGroups,
-} from "./nodeshutdown_manager.ts";
-import { statPath } from "./sandbox_calls.ts";
+} from "./nodeshutdown/nodeshutdown_manager.ts";
+import { statPath } from "./privilege/launcher_calls.ts";
 
 /** How often updateRuntimeUp asks the runtime for its Status (upstream: 5 s). */
 export const RUNTIME_UP_PERIOD_MS = 5_000;
@@ -528,7 +531,7 @@ export class Kubelet {
       shutdownGracePeriodCriticalPods: config.shutdownGracePeriodCriticalPods ?? 0,
       shutdownGracePeriodByPodPriority: groups,
     });
-    const { connectLogind } = await import("./_nodeshutdown_logind.ts");
+    const { connectLogind } = await import("./nodeshutdown/logind.ts");
     const manager = new NodeShutdownManager({
       groups,
       connect: (s) => connectLogind({ logger }, s),
@@ -851,7 +854,7 @@ export class Kubelet {
         ? statsUnavailableRoutes(stats?.message ?? "the pod lifecycle is not running")
         : stats.routes),
       ...ownRoutes,
-      ...(await import("./server_debug.ts")).debugPodRoutes({
+      ...(await import("./server/debug.ts")).debugPodRoutes({
         timeline: (namespace, name) => this.#startupTracker?.timeline(namespace, name),
         enabled: config.enableDebuggingHandlers,
       }),

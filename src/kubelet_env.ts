@@ -7,9 +7,9 @@
  * `resourceFieldRef` with node allocatable standing in for missing limits), a ConfigMap/Secret
  * key or a key of a `.env` file in a pod volume (`fileKeyRef`); last, the service link variables
  * (`envvars.ts`) that nothing else defined. Talks to an {@link EnvSource} (the apiserver through
- * `kube_client.ts`, or nothing for a standalone kubelet), a Service cache
- * (`service_lister.ts`), the pod's mounted volumes and the event recorder; called by
- * `kuberuntime_container.ts` when it builds a container config. Corresponds to upstream
+ * `client/kube_client.ts`, or nothing for a standalone kubelet), a Service cache
+ * (`client/service_lister.ts`), the pod's mounted volumes and the event recorder; called by
+ * `kuberuntime/kuberuntime_container.ts` when it builds a container config. Corresponds to upstream
  * `pkg/kubelet/kubelet_pods.go` (makeEnvironmentVariables, podFieldSelectorRuntimeValue,
  * containerResourceRuntimeValue, sortPodIPs), `kubelet_resources.go`
  * (defaultPodLimitsForDownwardAPI), `pkg/fieldpath`, `pkg/api/v1/resource`
@@ -28,19 +28,19 @@ import type {
   V1Secret,
 } from "@kubernetes/client-node";
 import type { EventRecorder } from "./dependencies.ts";
-import { kobj, type Logger } from "./klog.ts";
-import { goQuote } from "./_klog_encode.ts";
+import { kobj, type Logger } from "./klog/klog.ts";
+import { goQuote } from "./klog/encode.ts";
 import {
   DownwardApiError,
   extractContainerResourceValue,
   extractFieldPathAsString,
   mergeContainerResourceLimits,
   splitMaybeSubscriptedPath,
-} from "./_downward_api.ts";
-import { expand, mappingFuncFor } from "./_kuberuntime_env.ts";
+} from "./volume/fieldpath.ts";
+import { expand, mappingFuncFor } from "./kuberuntime/expansion.ts";
 import { serviceEnvVarMap, type ServiceSource } from "./envvars.ts";
-import { isStaticPod } from "./pod_config.ts";
-import type { PodVolumesFunc } from "./volume_plugin.ts";
+import { isStaticPod } from "./config/pod_config.ts";
+import type { PodVolumesFunc } from "./volume/plugin.ts";
 
 /** Where ConfigMaps and Secrets come from (upstream configMapManager / secretManager). */
 export interface EnvSource {

@@ -9,7 +9,7 @@ import type {
   V1Service,
 } from "@kubernetes/client-node";
 import type { ObjectRef } from "./dependencies.ts";
-import { createLogger } from "./klog.ts";
+import { createLogger } from "./klog/klog.ts";
 import {
   EnvError,
   EnvFileError,
@@ -19,7 +19,7 @@ import {
   parseEnvFile,
   secureJoin,
 } from "./kubelet_env.ts";
-import type { MountedVolume } from "./volume_plugin.ts";
+import type { MountedVolume } from "./volume/plugin.ts";
 
 const b64 = (s: string) => btoa(String.fromCharCode(...new TextEncoder().encode(s)));
 

@@ -6,7 +6,7 @@
  * a symlink leads out of it), and the kubelet-managed `/etc/hosts` written to
  * `<pods>/<uid>/etc-hosts` and mounted over the container's. Reads the pod's volumes from the
  * volume manager (a {@link PodVolumesFunc}) and the node's hosts file for host-network pods;
- * `kuberuntime_container.ts` calls it while building a container config and appends the
+ * `kuberuntime/kuberuntime_container.ts` calls it while building a container config and appends the
  * termination-log mount after these. Corresponds to upstream `pkg/kubelet/kubelet_pods.go`
  * (makeMounts, shouldMountHostsFile, translateMountPropagation, resolveRecursiveReadOnly,
  * makeHostsMount, ensureHostsFile, nodeHostsFileContent, managedHostsFileContent,
@@ -19,10 +19,10 @@ import * as fs from "node:fs";
 import { isAbsolute, join, normalize } from "node:path";
 import type { V1Container, V1HostAlias, V1Pod, V1VolumeMount } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
-import { kobj, type Logger } from "./klog.ts";
-import type { PodVolumesFunc } from "./volume_plugin.ts";
-import { inSandbox, subPathInLauncher } from "./sandbox_calls.ts";
-import { type EnvVar, expand } from "./_kuberuntime_env.ts";
+import { kobj, type Logger } from "./klog/klog.ts";
+import type { PodVolumesFunc } from "./volume/plugin.ts";
+import { inSandbox, subPathInLauncher } from "./privilege/launcher_calls.ts";
+import { type EnvVar, expand } from "./kuberuntime/expansion.ts";
 
 /** Where containers see the managed hosts file (upstream etcHostsPath). */
 export const ETC_HOSTS_PATH = "/etc/hosts";
@@ -450,7 +450,7 @@ class VolumeModeError extends Error {
 /**
  * The host steps of a subPath: whether it exists, making it inside the volume with the volume's
  * mode, and resolving it inside the volume. Done here, or in the sandbox by the launcher
- * (sandbox_calls.ts), since a hostPath volume may be anywhere on the host.
+ * (privilege/launcher_calls.ts), since a hostPath volume may be anywhere on the host.
  */
 export interface SubPathSteps {
   exists(hostPath: string): Promise<boolean>;

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1Container, V1Pod, V1PodSpec } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
-import { createLogger } from "./klog.ts";
+import { createLogger } from "./klog/klog.ts";
 import {
   etcHostsPath,
   KubeletMounts,
@@ -14,7 +14,7 @@ import {
   safeMakeDir,
   shouldMountHostsFile,
 } from "./kubelet_mounts.ts";
-import type { MountedVolume } from "./volume_plugin.ts";
+import type { MountedVolume } from "./volume/plugin.ts";
 
 const UID = "uid-1";
 const quiet = createLogger({ write: () => {} });

@@ -10,17 +10,17 @@
 
 import type { V1Node, V1NodeAddress, V1NodeStatus } from "@kubernetes/client-node";
 import type * as api from "../proto/runtime/v1/api.ts";
-import type { Clock } from "./clock.ts";
-import type { Logger } from "./klog.ts";
-import { isStatus, type KubeClient } from "./kube_client.ts";
-import type { KubeletConfiguration } from "./kubelet_config_types.ts";
-import type { MachineInfo } from "./machine_info.ts";
+import type { Clock } from "./util/clock.ts";
+import type { Logger } from "./klog/klog.ts";
+import { isStatus, type KubeClient } from "./client/kube_client.ts";
+import type { KubeletConfiguration } from "./apis/config_types.ts";
+import type { MachineInfo } from "./stats/machine_info.ts";
 import {
   initialNode,
   type InitialNodeOptions,
   nodeStatus,
   nodeStatusHasChanged,
-} from "./node_status.ts";
+} from "./nodestatus/node_status.ts";
 
 /** Upstream's nodeStatusUpdateRetry. */
 export const NODE_STATUS_UPDATE_RETRY = 5;
@@ -39,7 +39,7 @@ export interface NodeStatusOptions extends InitialNodeOptions {
   readonly rootfsCapacity: () => Promise<number | undefined>;
   /** "containerd://1.6.20" once the runtime answered Version. */
   readonly containerRuntimeVersion: () => string;
-  /** The node's images (the kubelet serves them from its image cache, src/image_cache.ts). */
+  /** The node's images (the kubelet serves them from its image cache, src/images/image_cache.ts). */
   readonly listImages: (signal?: AbortSignal) => Promise<readonly api.Image[]>;
   /** Why the node is not ready, from the runtime state; empty when it is. */
   readonly notReadyReasons: () => string[];

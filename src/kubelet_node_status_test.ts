@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import type { V1Node } from "@kubernetes/client-node";
-import { FakeClock } from "./clock.ts";
-import { applyDefaults } from "./config_schema.ts";
-import { createLogger } from "./klog.ts";
-import { KubeClient } from "./kube_client.ts";
-import { applyDependentDefaults, kubeletConfigurationFields } from "./kubelet_config_types.ts";
+import { FakeClock } from "./util/clock.ts";
+import { applyDefaults } from "./apis/config_schema.ts";
+import { createLogger } from "./klog/klog.ts";
+import { KubeClient } from "./client/kube_client.ts";
+import { applyDependentDefaults, kubeletConfigurationFields } from "./apis/config_types.ts";
 import { NodeStatusManager, reconcileExisting } from "./kubelet_node_status.ts";
-import { initialNode } from "./node_status.ts";
+import { initialNode } from "./nodestatus/node_status.ts";
 
 /** A loopback stand-in for the apiserver's node endpoints. */
 function nodeServer() {

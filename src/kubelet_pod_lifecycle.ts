@@ -8,41 +8,41 @@
  * the pod parts of upstream `pkg/kubelet/kubelet.go` NewMainKubelet.
  */
 
-import type { KubeletMetrics } from "./metrics.ts";
+import type { KubeletMetrics } from "./metrics/metrics.ts";
 import { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
 import type { V1ConfigMap, V1Node, V1Secret } from "@kubernetes/client-node";
-import type { Clock } from "./clock.ts";
+import type { Clock } from "./util/clock.ts";
 import type { EventRecorder } from "./dependencies.ts";
-import { DnsConfigurer } from "./dns.ts";
-import { type CredentialVerificationPolicy, ImageManager } from "./image_manager.ts";
-import type { Logger } from "./klog.ts";
-import type { KubeClient } from "./kube_client.ts";
-import type { KubeletConfiguration } from "./kubelet_config_types.ts";
+import { DnsConfigurer } from "./network/dns.ts";
+import { type CredentialVerificationPolicy, ImageManager } from "./images/image_manager.ts";
+import type { Logger } from "./klog/klog.ts";
+import type { KubeClient } from "./client/kube_client.ts";
+import type { KubeletConfiguration } from "./apis/config_types.ts";
 import { type PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
-import type { PodCgroups } from "./container_manager.ts";
+import type { PodCgroups } from "./cm/container_manager.ts";
 import { KubeletMounts } from "./kubelet_mounts.ts";
-import { Mounter } from "./mount.ts";
-import { envSourceOf, ObjectManager } from "./object_manager.ts";
-import { Prober } from "./prober.ts";
-import { ProberManager } from "./prober_manager.ts";
+import { Mounter } from "./util/mount.ts";
+import { envSourceOf, ObjectManager } from "./client/object_manager.ts";
+import { Prober } from "./prober/prober.ts";
+import { ProberManager } from "./prober/prober_manager.ts";
 import { SyncLoop } from "./kubelet_sync_loop.ts";
-import { KubeRuntimeManager } from "./kuberuntime_manager.ts";
-import { MirrorClient } from "./mirror_client.ts";
-import { EventedPLEG } from "./evented_pleg.ts";
-import { GenericPLEG, type PodLifecycleEventGenerator } from "./pleg.ts";
-import { PodCache } from "./pod_cache.ts";
-import { isStaticPod } from "./pod_config.ts";
-import { PodManager } from "./pod_manager.ts";
+import { KubeRuntimeManager } from "./kuberuntime/kuberuntime_manager.ts";
+import { MirrorClient } from "./pod/mirror_client.ts";
+import { EventedPLEG } from "./pleg/evented.ts";
+import { GenericPLEG, type PodLifecycleEventGenerator } from "./pleg/generic.ts";
+import { PodCache } from "./container/pod_cache.ts";
+import { isStaticPod } from "./config/pod_config.ts";
+import { PodManager } from "./pod/pod_manager.ts";
 import { ReasonCache } from "./reason_cache.ts";
-import type { ImageManagerService } from "./remote_image.ts";
-import type { RuntimeService } from "./remote_runtime.ts";
-import { ServiceLister } from "./service_lister.ts";
-import { StatusManager, type StatusManagerOptions } from "./status_manager.ts";
-import { TOKEN_GC_PERIOD_MS, TokenManager } from "./token_manager.ts";
-import { VolumeManager, type VolumeManagerOptions } from "./volume_manager.ts";
-import type { VolumePlugin } from "./volume_plugin.ts";
-import { probeVolumePlugins } from "./volume_plugins.ts";
+import type { ImageManagerService } from "./cri/remote_image.ts";
+import type { RuntimeService } from "./cri/remote_runtime.ts";
+import { ServiceLister } from "./client/service_lister.ts";
+import { StatusManager, type StatusManagerOptions } from "./status/status_manager.ts";
+import { TOKEN_GC_PERIOD_MS, TokenManager } from "./token/token_manager.ts";
+import { VolumeManager, type VolumeManagerOptions } from "./volume/volume_manager.ts";
+import type { VolumePlugin } from "./volume/plugin.ts";
+import { probeVolumePlugins } from "./volume/plugins.ts";
 
 /** The configuration fields the pod lifecycle reads. */
 export type PodLifecycleConfig =

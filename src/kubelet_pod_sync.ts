@@ -13,28 +13,28 @@
  * `kubelet_pods.go` (HandlePodCleanups, makePodDataDirs, getPullSecretsForPod).
  */
 
-import type { KubeletMetrics } from "./metrics.ts";
+import type { KubeletMetrics } from "./metrics/metrics.ts";
 import { hasPodStarted, type PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
 import type { V1Node, V1Pod, V1PodCondition, V1PodStatus, V1Secret } from "@kubernetes/client-node";
-import type { Clock } from "./clock.ts";
+import type { Clock } from "./util/clock.ts";
 import type { EventRecorder, ObjectRef } from "./dependencies.ts";
-import { kobj, type Logger } from "./klog.ts";
-import type { KubeClient } from "./kube_client.ts";
+import { kobj, type Logger } from "./klog/klog.ts";
+import type { KubeClient } from "./client/kube_client.ts";
 import { generateAPIPodStatus, podIsTerminalPhase } from "./kubelet_pods.ts";
-import { readTerminationMessage } from "./kuberuntime_manager.ts";
-import { admitPod } from "./lifecycle_predicate.ts";
-import type { PodCgroups } from "./container_manager.ts";
-import { isMirrorPod, isMirrorPodOf, isStaticPod, type MirrorClient } from "./mirror_client.ts";
-import { CONFIG_FIRST_SEEN_ANNOTATION } from "./pod_config.ts";
-import type { PodLifecycleEvent } from "./pleg.ts";
-import type { PodCache, PodStatus } from "./pod_cache.ts";
-import type { PodManager } from "./pod_manager.ts";
+import { readTerminationMessage } from "./kuberuntime/kuberuntime_manager.ts";
+import { admitPod } from "./lifecycle/predicate.ts";
+import type { PodCgroups } from "./cm/container_manager.ts";
+import { isMirrorPod, isMirrorPodOf, isStaticPod, type MirrorClient } from "./pod/mirror_client.ts";
+import { CONFIG_FIRST_SEEN_ANNOTATION } from "./config/pod_config.ts";
+import type { PodLifecycleEvent } from "./pleg/generic.ts";
+import type { PodCache, PodStatus } from "./container/pod_cache.ts";
+import type { PodManager } from "./pod/pod_manager.ts";
 import { PodWorkers, type SyncPodType } from "./pod_workers.ts";
 import type { ReasonCache } from "./reason_cache.ts";
-import type { StatusManager } from "./status_manager.ts";
-import type { PodSyncResult } from "./sync_result.ts";
-import type { VolumeManager } from "./volume_manager.ts";
+import type { StatusManager } from "./status/status_manager.ts";
+import type { PodSyncResult } from "./container/sync_result.ts";
+import type { VolumeManager } from "./volume/volume_manager.ts";
 import type { SyncHandler } from "./kubelet_sync_loop.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 

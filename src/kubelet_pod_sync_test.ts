@@ -2,29 +2,29 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1Pod, V1PodStatus, V1Volume } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
-import { FakeClock } from "./clock.ts";
-import { CriConnection } from "./cri_connection.ts";
+import { FakeClock } from "./util/clock.ts";
+import { CriConnection } from "./cri/connection.ts";
 import type { EventRecorder } from "./dependencies.ts";
-import type { ContainerBehaviour } from "./fake_runtime_service.ts";
-import { type FakeRemoteRuntime, startFakeRuntime } from "./fake_remote_runtime.ts";
-import { createLogger } from "./klog.ts";
-import { RemoteImageService } from "./remote_image.ts";
-import { RemoteRuntimeService } from "./remote_runtime.ts";
-import { initialNode } from "./node_status.ts";
+import type { ContainerBehaviour } from "./testing/fake_runtime_service.ts";
+import { type FakeRemoteRuntime, startFakeRuntime } from "./testing/fake_remote_runtime.ts";
+import { createLogger } from "./klog/klog.ts";
+import { RemoteImageService } from "./cri/remote_image.ts";
+import { RemoteRuntimeService } from "./cri/remote_runtime.ts";
+import { initialNode } from "./nodestatus/node_status.ts";
 import { newPodLifecycle } from "./kubelet_pod_lifecycle.ts";
 import type { PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
-import type { PodCgroups } from "./container_manager.ts";
+import type { PodCgroups } from "./cm/container_manager.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
-import { EventedPLEG } from "./evented_pleg.ts";
-import type { PodLifecycleEventGenerator } from "./pleg.ts";
-import type { StatusManager } from "./status_manager.ts";
-import { VolumeManager } from "./volume_manager.ts";
+import { EventedPLEG } from "./pleg/evented.ts";
+import type { PodLifecycleEventGenerator } from "./pleg/generic.ts";
+import type { StatusManager } from "./status/status_manager.ts";
+import { VolumeManager } from "./volume/volume_manager.ts";
 import type {
   MountedVolume,
   VolumePlugin,
   VolumeSetUpContext,
   VolumeTearDownContext,
-} from "./volume_plugin.ts";
+} from "./volume/plugin.ts";
 
 const IMAGE = "docker.io/library/busybox:1.36";
 const NODE = "node-1";

@@ -27,15 +27,15 @@ import type {
   V1VolumeMountStatus,
 } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
-import { kobj, type Logger } from "./klog.ts";
+import { kobj, type Logger } from "./klog/klog.ts";
 import {
   CONTAINER_RESTART_COUNT_LABEL,
   getContainerInfoFromAnnotations,
   getContainerInfoFromLabels,
-} from "./labels.ts";
-import { rfc3339 } from "./node_status.ts";
-import type { PodStatus } from "./pod_cache.ts";
-import { getPodQOS, isStaticPod } from "./qos.ts";
+} from "./kuberuntime/labels.ts";
+import { rfc3339 } from "./nodestatus/node_status.ts";
+import type { PodStatus } from "./container/pod_cache.ts";
+import { getPodQOS, isStaticPod } from "./qos/qos.ts";
 import type { ReasonCache } from "./reason_cache.ts";
 import {
   DISRUPTION_TARGET,
@@ -48,9 +48,9 @@ import {
   isRestartableInitContainer,
   POD_SCHEDULED,
   podConditionByKubelet,
-} from "./status_generate.ts";
+} from "./status/generate.ts";
 import { parseIP } from "./_pod_ips.ts";
-import { deepCopy } from "./deep_copy.ts";
+import { deepCopy } from "./util/deep_copy.ts";
 
 /** Waiting reason of containers while the pod's init containers run. */
 export const POD_INITIALIZING = "PodInitializing";

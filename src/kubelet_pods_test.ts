@@ -9,10 +9,13 @@ import {
   podIsTerminalPhase,
   sortPodIPs,
 } from "./kubelet_pods.ts";
-import { CONTAINER_RESTART_COUNT_LABEL, KUBERNETES_CONTAINER_NAME_LABEL } from "./labels.ts";
-import type { PodStatus } from "./pod_cache.ts";
+import {
+  CONTAINER_RESTART_COUNT_LABEL,
+  KUBERNETES_CONTAINER_NAME_LABEL,
+} from "./kuberuntime/labels.ts";
+import type { PodStatus } from "./container/pod_cache.ts";
 import { ReasonCache } from "./reason_cache.ts";
-import { fail, PodSyncResult, type SyncErrorReason } from "./sync_result.ts";
+import { fail, PodSyncResult, type SyncErrorReason } from "./container/sync_result.ts";
 
 // --- getPhase ---
 

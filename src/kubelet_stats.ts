@@ -9,29 +9,29 @@
 
 import { join } from "node:path";
 import * as api from "../proto/runtime/v1/api.ts";
-import { Cadvisor, type Sample, type SampleTarget } from "./cadvisor.ts";
+import { Cadvisor, type Sample, type SampleTarget } from "./stats/cadvisor.ts";
 import {
   cgroupfsName,
   type CgroupLayout,
   detectCgroupLayout,
   systemdName,
-} from "./cgroup_layout.ts";
-import type { Clock } from "./clock.ts";
-import type { Logger } from "./klog.ts";
-import type { MachineInfo } from "./machine_info.ts";
-import type { CadvisorEntry } from "./metrics_cadvisor.ts";
-import type { PodStatus } from "./pod_cache.ts";
-import type { ImageManagerService } from "./remote_image.ts";
-import type { RuntimeService } from "./remote_runtime.ts";
-import { httpError, type Route } from "./server.ts";
-import { statsRoutes } from "./server_stats.ts";
-import { type StatsPod, StatsProvider } from "./stats_provider.ts";
+} from "./cm/cgroup_layout.ts";
+import type { Clock } from "./util/clock.ts";
+import type { Logger } from "./klog/klog.ts";
+import type { MachineInfo } from "./stats/machine_info.ts";
+import type { CadvisorEntry } from "./metrics/cadvisor_metrics.ts";
+import type { PodStatus } from "./container/pod_cache.ts";
+import type { ImageManagerService } from "./cri/remote_image.ts";
+import type { RuntimeService } from "./cri/remote_runtime.ts";
+import { httpError, type Route } from "./server/server.ts";
+import { statsRoutes } from "./server/stats.ts";
+import { type StatsPod, StatsProvider } from "./stats/provider.ts";
 import {
   SYSTEM_CONTAINER_KUBELET,
   SYSTEM_CONTAINER_MISC,
   SYSTEM_CONTAINER_PODS,
-} from "./stats_types.ts";
-import { getPodQOS } from "./qos.ts";
+} from "./apis/stats_types.ts";
+import { getPodQOS } from "./qos/qos.ts";
 
 /** The sampler id of the kubepods cgroup (the "pods" system container). */
 const POD_CGROUPS_ID = "system:pods";
@@ -105,7 +105,7 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     startTime: o.clock.now() - performance.now(),
   }];
   // Pod cgroups (kubepods/<qos>/pod<uid>) are sampled once the hierarchy exists; until then
-  // a pod's figures are its sandbox and containers added up (stats_provider.ts).
+  // a pod's figures are its sandbox and containers added up (stats/provider.ts).
   const rootParts = (o.cgroupRoot ?? "/").split("/").filter((p) => p !== "");
   const nameOf = (parts: string[]) =>
     o.cgroupDriver === "systemd" ? systemdName([...rootParts, ...parts]) : cgroupfsName([

@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import type { V1Pod } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
-import { buildCgroupFixture, type FixtureCgroup } from "./_cgroup_fixtures.ts";
-import { FakeClock } from "./clock.ts";
-import { createLogger } from "./klog.ts";
+import { buildCgroupFixture, type FixtureCgroup } from "./testing/cgroup_fixtures.ts";
+import { FakeClock } from "./util/clock.ts";
+import { createLogger } from "./klog/klog.ts";
 import { newKubeletStats } from "./kubelet_stats.ts";
-import type { PodStatus } from "./pod_cache.ts";
+import type { PodStatus } from "./container/pod_cache.ts";
 
 const UID = "0a1b2c3d-0000-4000-8000-000000000001";
 const BURSTABLE_POD = `/kubepods/burstable/pod${UID}`;

@@ -16,11 +16,11 @@
  */
 
 import type { V1Pod } from "@kubernetes/client-node";
-import type { Clock } from "./clock.ts";
-import { formatDuration } from "./duration.ts";
-import type { Logger } from "./klog.ts";
-import type { PodLifecycleEvent, PodLifecycleEventGenerator } from "./pleg.ts";
-import type { PodUpdate } from "./pod_config.ts";
+import type { Clock } from "./util/clock.ts";
+import { formatDuration } from "./util/duration.ts";
+import type { Logger } from "./klog/klog.ts";
+import type { PodLifecycleEvent, PodLifecycleEventGenerator } from "./pleg/generic.ts";
+import type { PodUpdate } from "./config/pod_config.ts";
 
 /** What the loop dispatches to (upstream SyncHandler, plus the PLEG and tick steps). */
 export interface SyncHandler {

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import type { V1Pod } from "@kubernetes/client-node";
-import { FakeClock } from "./clock.ts";
-import { createLogger } from "./klog.ts";
+import { FakeClock } from "./util/clock.ts";
+import { createLogger } from "./klog/klog.ts";
 import { type SyncHandler, SyncLoop, type SyncLoopOptions } from "./kubelet_sync_loop.ts";
-import type { PodLifecycleEvent } from "./pleg.ts";
+import type { PodLifecycleEvent } from "./pleg/generic.ts";
 
 const logger = createLogger({ write: () => {}, pid: 1 });
 

@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
-import { FakeClock } from "./clock.ts";
+import { FakeClock } from "./util/clock.ts";
 import type { Dependencies } from "./dependencies.ts";
-import { startFakeRuntime } from "./fake_remote_runtime.ts";
-import { createLogger } from "./klog.ts";
+import { startFakeRuntime } from "./testing/fake_remote_runtime.ts";
+import { createLogger } from "./klog/klog.ts";
 import { Kubelet, nodeForAdmission, RUNTIME_UP_PERIOD_MS } from "./kubelet.ts";
-import { loadKubeletConfiguration } from "./kubelet_config.ts";
-import { newKubeletFlags } from "./kubelet_flags.ts";
-import { preInitRuntimeService } from "./runtime_service.ts";
+import { loadKubeletConfiguration } from "./app/kubelet_config.ts";
+import { newKubeletFlags } from "./apis/flags.ts";
+import { preInitRuntimeService } from "./cri/runtime_service.ts";
 
 async function until(what: string, cond: () => boolean): Promise<void> {
   const end = Date.now() + 5_000;

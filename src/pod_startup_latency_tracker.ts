@@ -21,11 +21,11 @@
  */
 
 import type { V1Pod } from "@kubernetes/client-node";
-import type { Clock } from "./clock.ts";
-import { formatDuration } from "./duration.ts";
-import { kobj, type Logger } from "./klog.ts";
-import type { KubeletMetrics } from "./metrics.ts";
-import { CONFIG_FIRST_SEEN_ANNOTATION } from "./pod_config.ts";
+import type { Clock } from "./util/clock.ts";
+import { formatDuration } from "./util/duration.ts";
+import { kobj, type Logger } from "./klog/klog.ts";
+import type { KubeletMetrics } from "./metrics/metrics.ts";
+import { CONFIG_FIRST_SEEN_ANNOTATION } from "./config/pod_config.ts";
 
 /** The steps of a pod's start, in the order they normally happen. */
 export type StartupPhase =

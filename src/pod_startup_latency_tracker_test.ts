@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import type { V1Pod } from "@kubernetes/client-node";
-import { FakeClock } from "./clock.ts";
-import { createLogger } from "./klog.ts";
-import { KubeletMetrics } from "./metrics.ts";
+import { FakeClock } from "./util/clock.ts";
+import { createLogger } from "./klog/klog.ts";
+import { KubeletMetrics } from "./metrics/metrics.ts";
 import {
   imagePullingTimeMs,
   PodStartupLatencyTracker,

@@ -15,10 +15,10 @@
  * of `pkg/kubelet/util/queue`.
  */
 
-import type { KubeletMetrics } from "./metrics.ts";
+import type { KubeletMetrics } from "./metrics/metrics.ts";
 import type { V1Pod } from "@kubernetes/client-node";
-import { type Clock, realClock } from "./clock.ts";
-import { createLogger, kobj, type Logger } from "./klog.ts";
+import { type Clock, realClock } from "./util/clock.ts";
+import { createLogger, kobj, type Logger } from "./klog/klog.ts";
 
 /** What an update asks of a pod worker (upstream kubetypes.SyncPodType). */
 export type SyncPodType = "create" | "update" | "sync" | "kill";

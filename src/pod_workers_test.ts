@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import type { V1Pod } from "@kubernetes/client-node";
-import { FakeClock } from "./clock.ts";
-import { createLogger } from "./klog.ts";
+import { FakeClock } from "./util/clock.ts";
+import { createLogger } from "./klog/klog.ts";
 import {
   effectiveGracePeriod,
   PodWorkers,

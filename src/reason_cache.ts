@@ -8,7 +8,7 @@
  * upstream `pkg/kubelet/reason_cache.go`.
  */
 
-import type { PodSyncResult } from "./sync_result.ts";
+import type { PodSyncResult } from "./container/sync_result.ts";
 
 /** The failure cached for one container. */
 export interface ContainerFailure {

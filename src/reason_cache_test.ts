@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { ReasonCache, ReasonCacheError } from "./reason_cache.ts";
-import { fail, PodSyncResult } from "./sync_result.ts";
+import { fail, PodSyncResult } from "./container/sync_result.ts";
 
 function result(
   steps: [

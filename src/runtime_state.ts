@@ -6,7 +6,7 @@
  * handling of `Kubelet.updateRuntimeUp`.
  */
 
-import type { Clock } from "./clock.ts";
+import type { Clock } from "./util/clock.ts";
 
 /** How long the runtime may go without a good Status before it counts as down (upstream 30 s). */
 export const MAX_WAIT_FOR_CONTAINER_RUNTIME_MS = 30_000;

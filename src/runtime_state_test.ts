@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { FakeClock } from "./clock.ts";
+import { FakeClock } from "./util/clock.ts";
 import { aggregate, formatCondition, RuntimeState } from "./runtime_state.ts";
 
 const ready = (type: string) => ({ type, status: true, reason: "", message: "" });

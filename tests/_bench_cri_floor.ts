@@ -20,19 +20,25 @@
 import { basename, join } from "node:path";
 import type { V1Pod, V1Service } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
-import { detectCgroupLayout } from "../src/cgroup_layout.ts";
-import { CgroupManager } from "../src/cgroup_manager.ts";
-import { realClock } from "../src/clock.ts";
+import { detectCgroupLayout } from "../src/cm/cgroup_layout.ts";
+import { CgroupManager } from "../src/cm/cgroup_manager.ts";
+import { realClock } from "../src/util/clock.ts";
 import { loggingRecorder } from "../src/dependencies.ts";
-import { DnsConfigurer } from "../src/dns.ts";
-import { createLogger, type Logger } from "../src/klog.ts";
+import { DnsConfigurer } from "../src/network/dns.ts";
+import { createLogger, type Logger } from "../src/klog/klog.ts";
 import { KubeletMounts } from "../src/kubelet_mounts.ts";
-import { type ContainerDeps, generateContainerConfig } from "../src/kuberuntime_container.ts";
-import { sandboxIPs } from "../src/kuberuntime_manager.ts";
-import { generatePodSandboxConfig, type SandboxConfigOptions } from "../src/kuberuntime_sandbox.ts";
-import type { RemoteImageService } from "../src/remote_image.ts";
-import type { RemoteRuntimeService } from "../src/remote_runtime.ts";
-import type { Semaphore } from "../src/semaphore.ts";
+import {
+  type ContainerDeps,
+  generateContainerConfig,
+} from "../src/kuberuntime/kuberuntime_container.ts";
+import { sandboxIPs } from "../src/kuberuntime/kuberuntime_manager.ts";
+import {
+  generatePodSandboxConfig,
+  type SandboxConfigOptions,
+} from "../src/kuberuntime/kuberuntime_sandbox.ts";
+import type { RemoteImageService } from "../src/cri/remote_image.ts";
+import type { RemoteRuntimeService } from "../src/cri/remote_runtime.ts";
+import type { Semaphore } from "../src/util/semaphore.ts";
 import { cpuDuring, type StartCpu } from "./_bench_measure.ts";
 import { removeCgroupTree, TEST_CGROUP_PARENT } from "./node_harness.ts";
 

@@ -7,7 +7,7 @@
  * node proxy. It separates time spent inside the runtime from the kubelet's own.
  */
 
-import type { KubeClient } from "../src/kube_client.ts";
+import type { KubeClient } from "../src/client/kube_client.ts";
 import { table } from "./_bench_measure.ts";
 
 /** Sum (seconds) and count of one operation type. */

@@ -4,12 +4,12 @@
  * pod name, when the watch first showed every container of the pod running (on the
  * `performance.now()` clock of this process, and as wall-clock time next to the pod's
  * `creationTimestamp`, for upstream's pod startup SLI) and when it showed the pod deleted, and
- * lets the bench wait for either. It talks to the apiserver through `src/kube_client.ts` (list for the resource
+ * lets the bench wait for either. It talks to the apiserver through `src/client/kube_client.ts` (list for the resource
  * version, then watch from it, resumed when the server ends the watch).
  */
 
 import type { V1Pod, V1PodList } from "@kubernetes/client-node";
-import type { KubeClient } from "../src/kube_client.ts";
+import type { KubeClient } from "../src/client/kube_client.ts";
 
 /** Options of {@link PodWatch.start}. */
 export interface PodWatchOptions {

@@ -7,7 +7,7 @@
  * has no such endpoint, so only our agent gets this table.
  */
 
-import type { KubeClient } from "../src/kube_client.ts";
+import type { KubeClient } from "../src/client/kube_client.ts";
 import { ms, percentile, table } from "./_bench_measure.ts";
 
 /** One phase of `/debug/pods` JSON, as far as the breakdown reads it. */

@@ -59,7 +59,7 @@ function command(args: readonly string[], opts: AgentOptions): Deno.Command {
 /**
  * A copy of this process's deno binary at `<dir>/deno`, synced to disk, for an agent that must
  * run from a binary of its own as on a node: the launcher pages out the executable's start-up
- * pages (src/free_os_memory.ts), and pages another process maps too (this test process, on
+ * pages (src/util/free_os_memory.ts), and pages another process maps too (this test process, on
  * the same binary) stay resident, so the agent's RSS would not be what it is on a node. Synced,
  * as an installed binary is: the kernel cannot page out pages still waiting to be written.
  */

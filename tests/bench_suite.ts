@@ -26,7 +26,7 @@
  *   the first after the node is Ready (start-up still costs CPU there: ours 6.7-8 m in its
  *   first 30 s against 3-4.3 m later), the second the steady figure;
  * - the fake-CRI scale test, our agent only (the upstream kubelet cannot run on our fake
- *   runtime): src/_pod_density.ts with many pods, in its own process.
+ *   runtime): src/testing/pod_density.ts with many pods, in its own process.
  *
  * Modes: full (default: 20 sequential, bursts of 30 and 110, 2-minute windows, fake CRI at 110
  * and 1000 pods) and `--short` (or KUBELET_TS_BENCH=short: 5 sequential, a burst of 10,
@@ -46,13 +46,13 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type { V1Node, V1Pod, V1Service } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
-import { CriConnection } from "../src/cri_connection.ts";
-import { unmountUnder } from "../src/host_view.ts";
-import { isStatus, type KubeClient } from "../src/kube_client.ts";
-import { DEFAULT_SANDBOX_STARTS_PER_CPU } from "../src/kuberuntime_manager.ts";
-import { RemoteImageService } from "../src/remote_image.ts";
-import { RemoteRuntimeService } from "../src/remote_runtime.ts";
-import { Semaphore } from "../src/semaphore.ts";
+import { CriConnection } from "../src/cri/connection.ts";
+import { unmountUnder } from "../src/privilege/host_view.ts";
+import { isStatus, type KubeClient } from "../src/client/kube_client.ts";
+import { DEFAULT_SANDBOX_STARTS_PER_CPU } from "../src/kuberuntime/kuberuntime_manager.ts";
+import { RemoteImageService } from "../src/cri/remote_image.ts";
+import { RemoteRuntimeService } from "../src/cri/remote_runtime.ts";
+import { Semaphore } from "../src/util/semaphore.ts";
 import {
   type BenchAgent,
   type BenchAgentOptions,
@@ -240,7 +240,7 @@ interface FloorResult {
 /** Our agent's default --max-parallel-sandbox-starts on this machine. */
 const SANDBOX_STARTS = DEFAULT_SANDBOX_STARTS_PER_CPU * navigator.hardwareConcurrency;
 
-/** What src/_pod_density.ts prints as JSON. */
+/** What src/testing/pod_density.ts prints as JSON. */
 interface DensityResult {
   pods: number;
   allRunningMs: number;
@@ -537,12 +537,12 @@ async function burstSteps(
   });
 }
 
-/** Runs src/_pod_density.ts with `pods` pods in a process of its own; its JSON result. */
+/** Runs src/testing/pod_density.ts with `pods` pods in a process of its own; its JSON result. */
 async function fakeCriDensity(pods: number): Promise<DensityResult> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
       ...["run", "--quiet", "--allow-all", `--v8-flags=--expose-gc,${AGENT_V8_FLAGS}`],
-      ...["src/_pod_density.ts", "--pods", String(pods), "--json"],
+      ...["src/testing/pod_density.ts", "--pods", String(pods), "--json"],
     ],
     cwd: REPO_ROOT,
     stdin: "null",
@@ -553,7 +553,7 @@ async function fakeCriDensity(pods: number): Promise<DensityResult> {
   const stdout = dec.decode(out.stdout).trim();
   if (!out.success) {
     throw new Error(
-      `src/_pod_density.ts --pods ${pods} exited ${out.code}:\n${dec.decode(out.stderr)}`,
+      `src/testing/pod_density.ts --pods ${pods} exited ${out.code}:\n${dec.decode(out.stderr)}`,
     );
   }
   return JSON.parse(stdout.split("\n").at(-1)!) as DensityResult;

@@ -1,14 +1,14 @@
 /**
- * The systemd cgroup driver's D-Bus calls (src/_cm_systemd.ts) against a fake systemd manager
+ * The systemd cgroup driver's D-Bus calls (src/cm/cgroup_systemd.ts) against a fake systemd manager
  * on a private dbus-daemon (tests/dbus_harness.ts): the transient slice with upstream's
  * properties, the wait for its job, an existing unit taken as it is, a failed job named, and
  * stopping. This machine runs no systemd, so the slices' cgroups themselves are shown on
- * fixture trees (src/cgroup_manager_test.ts).
+ * fixture trees (src/cm/cgroup_manager_test.ts).
  */
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { connectSystemd, resourceProperties } from "../src/_cm_systemd.ts";
+import { connectSystemd, resourceProperties } from "../src/cm/cgroup_systemd.ts";
 import { startFakeSystemd, startPrivateBus } from "./dbus_harness.ts";
 import { requireRoot } from "./requirements.ts";
 

@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { hostIsCgroup2UnifiedMode } from "../src/cgroup_mode.ts";
+import { hostIsCgroup2UnifiedMode } from "../src/cm/cgroup_mode.ts";
 import { runAgent } from "./agent_process.ts";
 import { startContainerd } from "./containerd_harness.ts";
 import { startControlPlane } from "./control_plane.ts";

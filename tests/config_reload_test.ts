@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1Node } from "@kubernetes/client-node";
-import type { KubeClient } from "../src/kube_client.ts";
+import type { KubeClient } from "../src/client/kube_client.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import type { ControlPlane } from "./control_plane.ts";

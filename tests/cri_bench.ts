@@ -6,9 +6,9 @@
 
 import { join } from "node:path";
 import * as api from "../proto/runtime/v1/api.ts";
-import { CriConnection } from "../src/cri_connection.ts";
-import { startFakeRuntime } from "../src/fake_remote_runtime.ts";
-import { RemoteRuntimeService } from "../src/remote_runtime.ts";
+import { CriConnection } from "../src/cri/connection.ts";
+import { startFakeRuntime } from "../src/testing/fake_remote_runtime.ts";
+import { RemoteRuntimeService } from "../src/cri/remote_runtime.ts";
 import { startContainerd } from "./containerd_harness.ts";
 import { containerConfig, type CriTarget, sandboxConfig } from "./cri_suite.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";

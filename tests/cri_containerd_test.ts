@@ -9,9 +9,9 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import * as api from "../proto/runtime/v1/api.ts";
-import { CriConnection } from "../src/cri_connection.ts";
-import { RemoteImageService } from "../src/remote_image.ts";
-import { RemoteRuntimeService } from "../src/remote_runtime.ts";
+import { CriConnection } from "../src/cri/connection.ts";
+import { RemoteImageService } from "../src/cri/remote_image.ts";
+import { RemoteRuntimeService } from "../src/cri/remote_runtime.ts";
 import { type ContainerdHandle, POD_SUBNET, startContainerd } from "./containerd_harness.ts";
 import { containerConfig, type CriTarget, registerCriSuite, sandboxConfig } from "./cri_suite.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";

@@ -4,10 +4,10 @@
  */
 
 import { join } from "node:path";
-import { CriConnection } from "../src/cri_connection.ts";
-import { startFakeRuntime } from "../src/fake_remote_runtime.ts";
-import { RemoteImageService } from "../src/remote_image.ts";
-import { RemoteRuntimeService } from "../src/remote_runtime.ts";
+import { CriConnection } from "../src/cri/connection.ts";
+import { startFakeRuntime } from "../src/testing/fake_remote_runtime.ts";
+import { RemoteImageService } from "../src/cri/remote_image.ts";
+import { RemoteRuntimeService } from "../src/cri/remote_runtime.ts";
 import { registerCriSuite } from "./cri_suite.ts";
 
 const IMAGE = "docker.io/library/busybox:1.36";

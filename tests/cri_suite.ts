@@ -9,9 +9,9 @@
 import assert from "node:assert/strict";
 import * as grpc from "@grpc/grpc-js";
 import * as api from "../proto/runtime/v1/api.ts";
-import { CriError } from "../src/cri_connection.ts";
-import type { ImageManagerService } from "../src/remote_image.ts";
-import type { RuntimeService } from "../src/remote_runtime.ts";
+import { CriError } from "../src/cri/connection.ts";
+import type { ImageManagerService } from "../src/cri/remote_image.ts";
+import type { RuntimeService } from "../src/cri/remote_runtime.ts";
 
 /** A runtime under test, reached through the real client. */
 export interface CriTarget {

@@ -22,7 +22,7 @@
 import type { V1CertificateSigningRequest } from "@kubernetes/client-node";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import type { KubeClient } from "../src/kube_client.ts";
+import type { KubeClient } from "../src/client/kube_client.ts";
 import type { ControlPlane } from "./control_plane.ts";
 
 const CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests";

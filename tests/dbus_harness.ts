@@ -2,7 +2,7 @@
  * @module
  * A private D-Bus bus (Debian's `dbus-daemon` with a config of our own, listening on a socket in
  * a test directory) and a fake systemd-logind on it, built with the agent's own D-Bus client
- * (`src/dbus.ts`): it owns `org.freedesktop.login1`, answers the InhibitDelayMaxUSec property
+ * (`src/util/dbus.ts`): it owns `org.freedesktop.login1`, answers the InhibitDelayMaxUSec property
  * and systemd's KillUnit, records the calls, and emits PrepareForShutdown when a test asks.
  * Also a stand-in `systemd-inhibit` for the agent's PATH: logind hands its inhibitor lock out as
  * a file descriptor, which a service written in Deno cannot send, so the stand-in records how it
@@ -11,7 +11,7 @@
  */
 
 import { join } from "node:path";
-import { DBusConnection, DBusError } from "../src/dbus.ts";
+import { DBusConnection, DBusError } from "../src/util/dbus.ts";
 import { aptInstallMissing } from "./apt.ts";
 
 /** Installs Debian's dbus-daemon when it is missing (tests/setup.ts, as root). */

@@ -13,9 +13,9 @@
 
 import assert from "node:assert/strict";
 import { basename, join } from "node:path";
-import { detectCgroupLayout } from "../src/cgroup_layout.ts";
+import { detectCgroupLayout } from "../src/cm/cgroup_layout.ts";
 import type { CoreV1EventList, V1Node, V1Pod } from "@kubernetes/client-node";
-import type { KubeClient } from "../src/kube_client.ts";
+import type { KubeClient } from "../src/client/kube_client.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";

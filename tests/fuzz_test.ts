@@ -1,5 +1,5 @@
 /**
- * Fuzzing the agent's inputs (src/_fuzz.ts): KubeletConfiguration files, static pod manifests,
+ * Fuzzing the agent's inputs (src/testing/fuzz.ts): KubeletConfiguration files, static pod manifests,
  * odd but schema-valid API pods through admission, QoS, actions and status generation, CRI
  * replies with missing fields, unknown enums and huge strings, and requests to the kubelet API.
  * Every case must be accepted or rejected with a clear error (a config or manifest error names
@@ -15,24 +15,31 @@ import { join } from "node:path";
 import type { V1Node, V1Pod } from "@kubernetes/client-node";
 import { parse, stringify } from "yaml";
 import * as api from "../proto/runtime/v1/api.ts";
-import { damageText, type FuzzReport, mutate, oddString, Rng, runFuzz } from "../src/_fuzz.ts";
-import { computePodActions } from "../src/_kuberuntime_pod_actions.ts";
-import { staticPodFromManifest, StaticPodManifestError } from "../src/_static_pod_decode.ts";
-import { ConfigError } from "../src/config_schema.ts";
-import { createLogger } from "../src/klog.ts";
-import { loadKubeletConfiguration } from "../src/kubelet_config.ts";
+import {
+  damageText,
+  type FuzzReport,
+  mutate,
+  oddString,
+  Rng,
+  runFuzz,
+} from "../src/testing/fuzz.ts";
+import { computePodActions } from "../src/kuberuntime/pod_actions.ts";
+import { staticPodFromManifest, StaticPodManifestError } from "../src/config/static_pod_decode.ts";
+import { ConfigError } from "../src/apis/config_schema.ts";
+import { createLogger } from "../src/klog/klog.ts";
+import { loadKubeletConfiguration } from "../src/app/kubelet_config.ts";
 import { generateAPIPodStatus } from "../src/kubelet_pods.ts";
-import { newContainerLabels } from "../src/labels.ts";
-import { admitPod } from "../src/lifecycle_predicate.ts";
-import type { PodStatus } from "../src/pod_cache.ts";
-import { computePodQOS } from "../src/qos.ts";
-import { serveKubeletAPI } from "../src/server.ts";
-import { CriConnection } from "../src/cri_connection.ts";
-import { startFakeRuntime } from "../src/fake_remote_runtime.ts";
-import { PodCache } from "../src/pod_cache.ts";
-import { GenericPLEG } from "../src/pleg.ts";
-import { RemoteRuntimeService } from "../src/remote_runtime.ts";
-import { FakeClock } from "../src/clock.ts";
+import { newContainerLabels } from "../src/kuberuntime/labels.ts";
+import { admitPod } from "../src/lifecycle/predicate.ts";
+import type { PodStatus } from "../src/container/pod_cache.ts";
+import { computePodQOS } from "../src/qos/qos.ts";
+import { serveKubeletAPI } from "../src/server/server.ts";
+import { CriConnection } from "../src/cri/connection.ts";
+import { startFakeRuntime } from "../src/testing/fake_remote_runtime.ts";
+import { PodCache } from "../src/container/pod_cache.ts";
+import { GenericPLEG } from "../src/pleg/generic.ts";
+import { RemoteRuntimeService } from "../src/cri/remote_runtime.ts";
+import { FakeClock } from "../src/util/clock.ts";
 import { REPO_ROOT } from "./agent_process.ts";
 
 const FULL = Deno.env.get("FUZZ_FULL") === "1";

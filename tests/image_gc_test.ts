@@ -11,7 +11,7 @@
  * no more than needed), never the image in use; with only images in use the collection fails
  * with upstream's FreeDiskSpaceFailed event and error log. Not shown here: the order among
  * unused images (every image is first seen at the same pass and never used, so all tie; the
- * order by last use is unit-tested on a fake clock in src/image_gc_manager_test.ts), and
+ * order by last use is unit-tested on a fake clock in src/images/image_gc_manager_test.ts), and
  * ImageGCFailed, which upstream records only on the second failure in a row, 5 minutes later
  * (unit-tested likewise). containerd 1.6 does not pin its sandbox image (CRI `pinned` is false;
  * containerd 1.7 added pinning): upstream then treats it as any unused image, and so do these
@@ -23,7 +23,7 @@
 import assert from "node:assert/strict";
 import { basename, join } from "node:path";
 import type { CoreV1EventList, V1Pod } from "@kubernetes/client-node";
-import type { KubeClient } from "../src/kube_client.ts";
+import type { KubeClient } from "../src/client/kube_client.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, dumpLogsOnFailure, startControlPlane } from "./control_plane.ts";

@@ -13,7 +13,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1ContainerStatus, V1Pod } from "@kubernetes/client-node";
-import type { KubeClient } from "../src/kube_client.ts";
+import type { KubeClient } from "../src/client/kube_client.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";

@@ -1,11 +1,11 @@
 /**
  * `--least-privilege` end to end, on real containerd through the real apiserver: the agent, started
- * as it ships (--allow-all, as root, no flag), runs inside the permission set sandbox.ts computes, reads the host through its view (node status,
+ * as it ships (--allow-all, as root, no flag), runs inside the permission set src/privilege/permission_set.ts computes, reads the host through its view (node status,
  * the summary API, pod network stats and filesystem sizes through the launcher), mounts tmpfs
  * volumes with the `mount` it may run, gets hostPath volumes anywhere checked and made by the
  * launcher, and logs no permission error while it works; the launcher pages out the binary's
  * start-up pages. After SIGTERM the view is gone. What the set refuses is
- * src/sandbox_test.ts's. Upstream has no counterpart.
+ * src/privilege/permission_set_test.ts's. Upstream has no counterpart.
  */
 
 import assert from "node:assert/strict";
@@ -24,8 +24,8 @@ import {
   waitPod,
 } from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
-import { hostViewDir } from "../src/sandbox.ts";
-import { mountsUnder } from "../src/host_view.ts";
+import { hostViewDir } from "../src/privilege/permission_set.ts";
+import { mountsUnder } from "../src/privilege/host_view.ts";
 
 const gate = await requireRoot("least-privilege e2e tests", [
   "containerd",

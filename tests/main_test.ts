@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { startFakeRuntime } from "../src/fake_remote_runtime.ts";
+import { startFakeRuntime } from "../src/testing/fake_remote_runtime.ts";
 import { request } from "node:https";
 import { runAgent, spawnAgent } from "./agent_process.ts";
 import { freePort } from "./child_process.ts";

@@ -13,7 +13,11 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { type ParsedFamily, type ParsedSample, parseExposition } from "../src/_prometheus.ts";
+import {
+  type ParsedFamily,
+  type ParsedSample,
+  parseExposition,
+} from "../src/metrics/prometheus.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";

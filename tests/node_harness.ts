@@ -7,20 +7,20 @@
  * suite's tests over one lazily started world with its teardown.
  *
  * It talks to the control plane of tests/control_plane.ts (kubectl and kubeconfigs), starts
- * the agent through tests/agent_process.ts and reads the API with src/kube_client.ts.
+ * the agent through tests/agent_process.ts and reads the API with src/client/kube_client.ts.
  * Upstream's counterpart is the node e2e framework (`test/e2e_node/`, `test/e2e/framework/`).
  */
 
 import assert from "node:assert/strict";
 import { basename, dirname, join } from "node:path";
 import type { V1Pod } from "@kubernetes/client-node";
-import { FakeClock } from "../src/clock.ts";
-import { detectCgroupLayout } from "../src/cgroup_layout.ts";
-import { CgroupManager } from "../src/cgroup_manager.ts";
-import { unmountUnder } from "../src/host_view.ts";
-import { createLogger } from "../src/klog.ts";
-import { isStatus, KubeClient } from "../src/kube_client.ts";
-import { loadKubeconfig } from "../src/kubeconfig.ts";
+import { FakeClock } from "../src/util/clock.ts";
+import { detectCgroupLayout } from "../src/cm/cgroup_layout.ts";
+import { CgroupManager } from "../src/cm/cgroup_manager.ts";
+import { unmountUnder } from "../src/privilege/host_view.ts";
+import { createLogger } from "../src/klog/klog.ts";
+import { isStatus, KubeClient } from "../src/client/kube_client.ts";
+import { loadKubeconfig } from "../src/client/kubeconfig.ts";
 import { type RunningAgent, spawnAgent } from "./agent_process.ts";
 import { freePort } from "./child_process.ts";
 import { type ControlPlane, dumpLogsOnFailure } from "./control_plane.ts";

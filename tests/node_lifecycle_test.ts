@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1Lease, V1Node } from "@kubernetes/client-node";
-import { KUBELET_VERSION } from "../src/version.ts";
+import { KUBELET_VERSION } from "../src/util/version.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";

@@ -2,8 +2,8 @@
  * Graceful node shutdown, on real containerd through the real apiserver, with systemd-logind
  * played by a fake service on a private D-Bus bus (tests/dbus_harness.ts) and a stand-in
  * systemd-inhibit on the agent's PATH (logind's lock is a file descriptor, which a Deno service
- * cannot hand out). The agent's D-Bus client (src/dbus.ts) and logind adapter
- * (src/_nodeshutdown_logind.ts) are also tested on their own against the same bus. Upstream's
+ * cannot hand out). The agent's D-Bus client (src/util/dbus.ts) and logind adapter
+ * (src/nodeshutdown/logind.ts) are also tested on their own against the same bus. Upstream's
  * counterpart is `test/e2e_node/node_shutdown_linux_test.go`, which emits PrepareForShutdown
  * through dbus-send the same way.
  */
@@ -11,8 +11,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { CoreV1EventList, V1Node, V1Pod } from "@kubernetes/client-node";
-import { connectLogind } from "../src/_nodeshutdown_logind.ts";
-import { createLogger } from "../src/klog.ts";
+import { connectLogind } from "../src/nodeshutdown/logind.ts";
+import { createLogger } from "../src/klog/klog.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";

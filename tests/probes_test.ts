@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { serveRawUnary } from "../src/_grpc_raw_server.ts";
+import { serveRawUnary } from "../src/testing/grpc_raw_server.ts";
 import type { V1Pod } from "@kubernetes/client-node";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";

@@ -12,8 +12,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1Node, V1Pod } from "@kubernetes/client-node";
-import type { KubeClient } from "../src/kube_client.ts";
-import { decodeSummary, type PodStats, type Summary } from "../src/stats_types.ts";
+import type { KubeClient } from "../src/client/kube_client.ts";
+import { decodeSummary, type PodStats, type Summary } from "../src/apis/stats_types.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";

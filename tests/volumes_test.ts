@@ -18,8 +18,8 @@ import type {
   V1Pod,
   V1TokenReview,
 } from "@kubernetes/client-node";
-import { Mounter } from "../src/mount.ts";
-import type { KubeClient } from "../src/kube_client.ts";
+import { Mounter } from "../src/util/mount.ts";
+import type { KubeClient } from "../src/client/kube_client.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";

@@ -1,0 +1,131 @@
+import assert from "node:assert/strict";
+import { FakeClock } from "../util/clock.ts";
+import type { Dependencies, OSInterface } from "../dependencies.ts";
+import { createLogger } from "../klog/klog.ts";
+import { loadKubeletConfiguration } from "./kubelet_config.ts";
+import { newKubeletFlags } from "../apis/flags.ts";
+import {
+  type KubeletServer,
+  nodeHostname,
+  parseNodeIPs,
+  pathNeeds,
+  run,
+  StartError,
+} from "./kubelet_server.ts";
+import { startFakeRuntime } from "../testing/fake_remote_runtime.ts";
+
+async function server(
+  flags: Partial<ReturnType<typeof newKubeletFlags>> = {},
+  endpoint = "unix:///run/test/cri.sock",
+): Promise<KubeletServer> {
+  const { config } = await loadKubeletConfiguration({
+    configFile: "",
+    dropinDir: "",
+    flags: [],
+    cgroupV1: false,
+  });
+  config.healthzPort = 0;
+  // The kubelet API has tests of its own; standalone, its default webhook auth cannot start.
+  config.enableServer = false;
+  config.containerRuntimeEndpoint = endpoint;
+  return { flags: { ...newKubeletFlags(), rootDirectory: "/srv/kubelet", ...flags }, config };
+}
+
+function fakeDeps(lines: string[], os: Partial<OSInterface> = {}): Dependencies {
+  return {
+    logger: createLogger({ write: (l) => lines.push(l), now: () => new Date(0), pid: 1 }),
+    clock: new FakeClock(0),
+    recorder: { event() {} },
+    os: {
+      hostname: () => "Node-A.Example",
+      mkdirAll: () => Promise.resolve(),
+      ...os,
+    },
+  };
+}
+
+Deno.test("nodeHostname lower-cases the override or the hostname", () => {
+  assert.equal(nodeHostname("", () => "Node-A"), "node-a");
+  assert.equal(nodeHostname(" Other ", () => "Node-A"), "other");
+  assert.throws(() => nodeHostname("", () => ""), StartError);
+});
+
+Deno.test("parseNodeIPs accepts one IP or a dual-stack pair", () => {
+  assert.deepEqual(parseNodeIPs(""), []);
+  assert.deepEqual(parseNodeIPs("10.0.0.5"), ["10.0.0.5"]);
+  assert.deepEqual(parseNodeIPs("10.0.0.5,fd00::5"), ["10.0.0.5", "fd00::5"]);
+  assert.throws(() => parseNodeIPs("10.0.0.5,10.0.0.6"), /dual-stack pair/);
+  assert.throws(() => parseNodeIPs("node-a"), /'node-a' is not an IP address/);
+});
+
+Deno.test("pathNeeds lists the runtime socket for read and write", async () => {
+  const needs = pathNeeds(await server());
+  assert.ok(needs.some((n) => n.permission === "write" && n.path === "/run/test/cri.sock"));
+  assert.ok(
+    needs.some((n) =>
+      n.permission === "write" && n.path === "/srv/kubelet" && n.source === "--root-dir"
+    ),
+  );
+});
+
+Deno.test("run uses the injected OS and negotiates CRI v1 with the runtime", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kubelet-server-" });
+  await using fake = await startFakeRuntime({ socket: `${dir}/cri.sock` });
+  const lines: string[] = [];
+  const made: string[] = [];
+  const deps = fakeDeps(lines, { mkdirAll: (p) => Promise.resolve(void made.push(p)) });
+  const ctl = new AbortController();
+  const done = run(await server({}, fake.endpoint), deps, ctl.signal);
+  while (!lines.some((l) => l.includes("Started kubelet"))) {
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  ctl.abort();
+  await done;
+  await Deno.remove(dir, { recursive: true });
+  assert.deepEqual(made, [
+    "/srv/kubelet",
+    "/srv/kubelet/pods",
+    "/srv/kubelet/plugins",
+    "/srv/kubelet/plugins_registry",
+    "/srv/kubelet/pod-resources",
+    "/srv/kubelet/checkpoints",
+    // The log directories, once the runtime is up (upstream initializeModules).
+    "/var/log/containers",
+    "/var/log/pods",
+  ]);
+  assert.ok(
+    lines.some((l) =>
+      l.includes('"Container runtime initialized" containerRuntime="fake-runtime"') &&
+      l.includes('apiVersion="v1"')
+    ),
+    lines.join("\n"),
+  );
+  assert.ok(
+    lines.some((l) => l.includes('"Started kubelet" nodeName="node-a.example" mode="standalone"')),
+    lines.join("\n"),
+  );
+});
+
+Deno.test("run refuses what is not supported or cannot be read, loudly", async () => {
+  const deps = fakeDeps([]);
+  const signal = new AbortController().signal;
+  await assert.rejects(
+    run(
+      await server({
+        kubeConfig: "/nonexistent/kubelet.conf",
+        bootstrapKubeconfig: "/nonexistent/bootstrap-kubelet.conf",
+      }),
+      deps,
+      signal,
+    ),
+    /unable to load bootstrap kubeconfig: .*\/nonexistent\/bootstrap-kubelet\.conf: cannot read kubeconfig/,
+  );
+  await assert.rejects(
+    run(await server({ kubeConfig: "/nonexistent/kubelet.conf" }), deps, signal),
+    /\/nonexistent\/kubelet\.conf: cannot read kubeconfig/,
+  );
+  await assert.rejects(
+    run(await server({ cloudProvider: "aws" }), deps, signal),
+    /--cloud-provider=aws is not supported/,
+  );
+});

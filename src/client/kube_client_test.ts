@@ -1,0 +1,155 @@
+import assert from "node:assert/strict";
+import { concat } from "../certificate/asn1.ts";
+import { testCA, testServerCert } from "../testing/cert_fixtures.ts";
+import { FakeClock } from "../util/clock.ts";
+import { BODY_PIECE_BYTES, KubeClient, requestBody } from "./kube_client.ts";
+
+async function bytesOf(body: Uint8Array | ReadableStream<Uint8Array>): Promise<Uint8Array[]> {
+  if (body instanceof Uint8Array) return [body];
+  return await Array.fromAsync(body);
+}
+
+Deno.test("requestBody sends a body of one piece whole", async () => {
+  const text = JSON.stringify({ status: { message: "é".padEnd(BODY_PIECE_BYTES - 40, "x") } });
+  const pieces = await bytesOf(requestBody(text));
+  assert.equal(pieces.length, 1);
+  assert.equal(new TextDecoder().decode(pieces[0]), text);
+});
+
+Deno.test("requestBody cuts a longer body into pieces the h2 crate copies", async () => {
+  const text = JSON.stringify({ status: { message: "ü".padEnd(3 * BODY_PIECE_BYTES, "y") } });
+  const pieces = await bytesOf(requestBody(text));
+  assert.equal(pieces.length, 4);
+  for (const p of pieces) assert.ok(p.length <= BODY_PIECE_BYTES && p.length < 1024, `${p.length}`);
+  assert.equal(new TextDecoder().decode(concat(pieces)), text);
+});
+
+/** One HTTP/2 frame as the fake server read it. */
+interface Frame {
+  readonly type: number;
+  readonly flags: number;
+  readonly stream: number;
+  readonly payload: Uint8Array;
+}
+
+const DATA = 0x0;
+const HEADERS = 0x1;
+const SETTINGS = 0x4;
+const PING = 0x6;
+const END_STREAM = 0x1;
+const ACK = 0x1;
+const END_HEADERS = 0x4;
+
+function frame(type: number, flags: number, stream: number, payload: Uint8Array): Uint8Array {
+  const out = new Uint8Array(9 + payload.length);
+  const v = new DataView(out.buffer);
+  v.setUint32(0, payload.length << 8);
+  out[3] = type;
+  out[4] = flags;
+  v.setUint32(5, stream);
+  out.set(payload, 9);
+  return out;
+}
+
+/**
+ * A TLS server that speaks just enough HTTP/2 (RFC 9113) to answer each request `{}` with status
+ * 200 (HPACK static index 8), and records every frame the client sent.
+ */
+function fakeH2Server(cert: { certPem: string; keyPem: string }) {
+  const listener = Deno.listenTls({
+    hostname: "127.0.0.1",
+    port: 0,
+    cert: cert.certPem,
+    key: cert.keyPem,
+    alpnProtocols: ["h2"],
+  });
+  const frames: Frame[] = [];
+  const serve = async (conn: Deno.TlsConn) => {
+    await conn.handshake();
+    await conn.write(frame(SETTINGS, 0, 0, new Uint8Array()));
+    let buf: Uint8Array = new Uint8Array();
+    let prefaceLeft = 24;
+    const chunk = new Uint8Array(65536);
+    for (;;) {
+      const n = await conn.read(chunk);
+      if (n === null) return;
+      buf = concat([buf, chunk.subarray(0, n)]);
+      if (prefaceLeft > 0) {
+        const skip = Math.min(prefaceLeft, buf.length);
+        buf = buf.subarray(skip);
+        prefaceLeft -= skip;
+      }
+      while (buf.length >= 9) {
+        const v = new DataView(buf.buffer, buf.byteOffset);
+        const length = v.getUint32(0) >>> 8;
+        if (buf.length < 9 + length) break;
+        const f = {
+          type: buf[3]!,
+          flags: buf[4]!,
+          stream: v.getUint32(5) & 0x7fffffff,
+          payload: buf.slice(9, 9 + length),
+        };
+        buf = buf.subarray(9 + length);
+        frames.push(f);
+        if (f.type === SETTINGS && !(f.flags & ACK)) {
+          await conn.write(frame(SETTINGS, ACK, 0, new Uint8Array()));
+        } else if (f.type === PING && !(f.flags & ACK)) {
+          await conn.write(frame(PING, ACK, 0, f.payload));
+        } else if ((f.type === HEADERS || f.type === DATA) && f.flags & END_STREAM) {
+          await conn.write(frame(HEADERS, END_HEADERS, f.stream, new Uint8Array([0x88])));
+          await conn.write(frame(DATA, END_STREAM, f.stream, new TextEncoder().encode("{}")));
+        }
+      }
+    }
+  };
+  const conns: Promise<void>[] = [];
+  const accepting = (async () => {
+    for await (const conn of listener) {
+      conns.push(serve(conn).catch(() => {}).finally(() => conn.close()));
+    }
+  })();
+  return {
+    port: (listener.addr as Deno.NetAddr).port,
+    frames,
+    async close() {
+      listener.close();
+      await accepting.catch(() => {});
+      await Promise.all(conns);
+    },
+  };
+}
+
+Deno.test("KubeClient sends a long body over HTTP/2 in DATA frames under 1024 bytes", async () => {
+  const ca = await testCA();
+  const server = fakeH2Server(await testServerCert(ca));
+  const client = new KubeClient({
+    config: {
+      server: `https://127.0.0.1:${server.port}`,
+      caPem: ca.certPem,
+      insecureSkipTLSVerify: false,
+      source: "test",
+    },
+    clock: new FakeClock(Date.now()),
+    qps: -1,
+    userAgent: "test",
+  });
+  try {
+    const status = { status: { message: "m".padEnd(5000, "z") } };
+    await client.patch("/api/v1/namespaces/ns/pods/p/status", status, "strategic");
+    const small = { status: { message: "short" } };
+    await client.patch("/api/v1/namespaces/ns/pods/p/status", small, "strategic");
+    const byStream = Map.groupBy(server.frames.filter((f) => f.type === DATA), (f) => f.stream);
+    const bodies = [...byStream.values()];
+    assert.equal(bodies.length, 2);
+    const [long, short] = bodies as [Frame[], Frame[]];
+    for (const f of long) assert.ok(f.payload.length < 1024, `DATA frame of ${f.payload.length}`);
+    const text = (fs: Frame[]) => new TextDecoder().decode(concat(fs.map((f) => f.payload)));
+    assert.deepEqual(JSON.parse(text(long)), status);
+    assert.equal(long.filter((f) => f.payload.length > 0).length, 6);
+    assert.deepEqual(JSON.parse(text(short)), small);
+  } finally {
+    client.close();
+    await server.close();
+    await ca.remove();
+  }
+});

@@ -1,0 +1,202 @@
+/**
+ * @module
+ * The container manager as the pod lifecycle uses it: with cgroupsPerQOS (upstream's default)
+ * it checks the cgroup root and the cgroup driver (the runtime's, when it says), creates the
+ * node allocatable cgroup `<cgroupRoot>/kubepods` sized to capacity minus kube and system
+ * reserved, the QoS cgroups `burstable` and `besteffort` under it (their CPU shares kept in
+ * line with the pods every minute and on admission), and each pod's cgroup before its sandbox
+ * starts (the sandbox's cgroup parent), removing the cgroups of pods that are gone at
+ * housekeeping. Without cgroupsPerQOS pods run in the runtime's default cgroups. Built from
+ * `cgroup_manager.ts`, `node_container_manager.ts`, `qos_container_manager.ts` and
+ * `pod_container_manager.ts`. Corresponds to upstream `pkg/kubelet/cm/container_manager_linux.go`
+ * (NewContainerManager, Start, NewPodContainerManager, UpdateQOSCgroups).
+ */
+
+import type { V1Pod } from "@kubernetes/client-node";
+import type * as api from "../../proto/runtime/v1/api.ts";
+import { type CgroupDriver, CgroupManager } from "./cgroup_manager.ts";
+import type { CgroupLayout } from "./cgroup_layout.ts";
+import type { CgroupFs } from "./cgroupfs.ts";
+import type { Clock } from "../util/clock.ts";
+import type { EventRecorder } from "../dependencies.ts";
+import type { Logger } from "../klog/klog.ts";
+import type { KubeletConfiguration } from "../apis/config_types.ts";
+import {
+  checkCgroupDriver,
+  NodeContainerManager,
+  validateSystemRequirements,
+} from "./node_container_manager.ts";
+import { PodContainerManager } from "./pod_container_manager.ts";
+import { QOSContainerManager } from "./qos_container_manager.ts";
+
+/** How often the QoS cgroups follow the pods (upstream periodicQOSCgroupUpdateInterval). */
+export const QOS_UPDATE_INTERVAL_MS = 60_000;
+
+/** The longest an orphan scan is skipped while the kept pods stay the same. */
+export const ORPHAN_RESCAN_MS = 60_000;
+
+/** What the pod lifecycle needs of pod cgroups. */
+export interface PodCgroups {
+  /** The sandbox's cgroup parent as the runtime takes it; "" without pod cgroups. */
+  cgroupParent(pod: V1Pod): string;
+  /** Creates the pod's cgroup (and refreshes the QoS cgroups) when it does not exist. */
+  ensureExists(pod: V1Pod): Promise<void>;
+  /** Removes the cgroups of pods not in `keep` (upstream cleanupOrphanedPodCgroups). */
+  cleanupOrphans(keep: ReadonlySet<string>, signal?: AbortSignal): Promise<void>;
+}
+
+/** What {@link newContainerManager} needs. */
+export interface ContainerManagerOptions {
+  /** The configuration fields it reads; unset ones take upstream's defaults. */
+  readonly config: Partial<
+    Pick<
+      KubeletConfiguration,
+      | "cgroupsPerQOS"
+      | "cgroupDriver"
+      | "cgroupRoot"
+      | "enforceNodeAllocatable"
+      | "systemReserved"
+      | "kubeReserved"
+      | "systemReservedCgroup"
+      | "kubeReservedCgroup"
+      | "cpuCFSQuota"
+      | "cpuCFSQuotaPeriod"
+      | "podPidsLimit"
+      | "qosReserved"
+    >
+  >;
+  readonly layout: CgroupLayout;
+  readonly runtime: { runtimeConfig(signal?: AbortSignal): Promise<api.RuntimeConfigResponse> };
+  /** Node capacity as quantities: cpu, memory, hugepages-*, and "pid". */
+  readonly capacity: Readonly<Record<string, string>>;
+  /** The pods the kubelet runs and that are not terminal. */
+  readonly activePods: () => readonly V1Pod[];
+  readonly nodeName: string;
+  readonly recorder: EventRecorder;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly signal?: AbortSignal;
+  /** The cgroup filesystem, for tests. @default the host's */
+  readonly cgroupFs?: CgroupFs;
+  /** Where hugepage sizes are listed, for tests. @default /sys/kernel/mm/hugepages */
+  readonly hugePagesDir?: string;
+}
+
+/** The built container manager. */
+export interface ContainerManager {
+  /** Pod cgroups; undefined without cgroupsPerQOS. */
+  readonly podCgroups?: PodCgroups;
+  /** Keeps the QoS cgroups in line with the pods every minute until `signal` aborts. */
+  run(signal: AbortSignal): Promise<void>;
+}
+
+/** Checks and builds the cgroup tree; rejects with a start-up error naming what is wrong. */
+export async function newContainerManager(o: ContainerManagerOptions): Promise<ContainerManager> {
+  const { config, logger } = o;
+  const perQOS = config.cgroupsPerQOS ?? true;
+  if (!perQOS) return { run: () => Promise.resolve() };
+  validateSystemRequirements(o.layout, { cgroupsPerQOS: perQOS });
+  const driver = await checkCgroupDriver(
+    (config.cgroupDriver || "cgroupfs") as CgroupDriver,
+    o.runtime,
+    { logger, clock: o.clock, signal: o.signal },
+  );
+  const cgroupManager = new CgroupManager({
+    layout: o.layout,
+    driver,
+    logger,
+    clock: o.clock,
+    fs: o.cgroupFs,
+    hugePagesDir: o.hugePagesDir,
+  });
+  const node = new NodeContainerManager({
+    cgroupManager,
+    cgroupRoot: config.cgroupRoot ?? "/",
+    cgroupsPerQOS: perQOS,
+    enforceNodeAllocatable: config.enforceNodeAllocatable,
+    systemReserved: config.systemReserved,
+    kubeReserved: config.kubeReserved,
+    systemReservedCgroup: config.systemReservedCgroup,
+    kubeReservedCgroup: config.kubeReservedCgroup,
+    capacity: o.capacity,
+    nodeName: o.nodeName,
+    recorder: o.recorder,
+    clock: o.clock,
+    logger,
+  });
+  await node.validateCgroupRoot();
+  await node.createNodeAllocatableCgroup();
+  const qos = new QOSContainerManager({
+    cgroupManager,
+    rootName: node.rootName,
+    qosReserved: config.qosReserved,
+    allocatableMemory: () => node.allocatableMemory(),
+    logger,
+  });
+  await qos.start();
+  await qos.updateCgroups(o.activePods);
+  await node.enforceNodeAllocatable(o.signal);
+  const pods = new PodContainerManager({
+    cgroupManager,
+    qosContainers: qos.containersInfo(),
+    enforceCPULimits: config.cpuCFSQuota ?? true,
+    cpuPeriodUs: BigInt(config.cpuCFSQuotaPeriod ?? 100) * 1000n,
+    podPidsLimit: config.podPidsLimit ?? -1,
+    logger,
+  });
+  /** The kept set and time of the last orphan scan that left no orphan. */
+  let clean: { readonly keep: ReadonlySet<string>; readonly at: number } | undefined;
+  const podCgroups: PodCgroups = {
+    cgroupParent: (pod) => pods.cgroupParent(pod),
+    async ensureExists(pod) {
+      if (await pods.exists(pod)) return;
+      // A new pod changes the QoS class's shares first, as upstream's SyncPod does; the pod's
+      // cgroup was just seen missing, so it is created without asking again.
+      await qos.updateCgroups(o.activePods);
+      await pods.create(pod);
+    },
+    async cleanupOrphans(keep, signal) {
+      // Only the kubelet makes pod cgroups, for pods it keeps: after a scan that left none
+      // behind, the tree changes when the kept set does. The scan (three QoS directories in
+      // every mounted hierarchy, every housekeeping) is skipped until then, or for at most
+      // ORPHAN_RESCAN_MS, which bounds how long a cgroup made by someone else stays.
+      const now = o.clock.now();
+      if (clean && now - clean.at < ORPHAN_RESCAN_MS && sameMembers(clean.keep, keep)) return;
+      let left = false;
+      for (const uid of pods.podsFromCgroups().keys()) {
+        if (keep.has(uid)) continue;
+        try {
+          await pods.destroy(uid, signal);
+        } catch (e) {
+          if (signal?.aborted) throw e;
+          left = true;
+          logger.error(e, "Failed to delete orphaned pod cgroup", { podUID: uid });
+        }
+      }
+      clean = left ? undefined : { keep: new Set(keep), at: now };
+    },
+  };
+  return {
+    podCgroups,
+    async run(signal) {
+      while (!signal.aborted) {
+        try {
+          await o.clock.sleep(QOS_UPDATE_INTERVAL_MS, signal);
+        } catch {
+          return;
+        }
+        try {
+          await qos.updateCgroups(o.activePods);
+        } catch (e) {
+          logger.error(e, "Failed to update QoS cgroup configuration");
+        }
+      }
+    },
+  };
+}
+
+function sameMembers(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
+  if (a.size !== b.size) return false;
+  for (const x of a) if (!b.has(x)) return false;
+  return true;
+}

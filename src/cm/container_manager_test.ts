@@ -1,0 +1,108 @@
+import assert from "node:assert/strict";
+import type { V1Pod } from "@kubernetes/client-node";
+import type * as api from "../../proto/runtime/v1/api.ts";
+import { FakeClock } from "../util/clock.ts";
+import { CriError } from "../cri/connection.ts";
+import { newContainerManager, ORPHAN_RESCAN_MS } from "./container_manager.ts";
+import { captureLogger, makeCmHost } from "../testing/cm_fixtures.ts";
+
+// containerd 1.6 does not serve RuntimeConfig: the configured driver stays.
+const UNIMPLEMENTED = new CriError("RuntimeService/RuntimeConfig", 12, "unknown method");
+
+function pod(uid: string, resources?: V1Pod["spec"]): V1Pod {
+  return {
+    metadata: { uid, name: uid, namespace: "ns" },
+    spec: resources ?? { containers: [{ name: "c" }] },
+  };
+}
+
+Deno.test("newContainerManager builds kubepods, QoS and pod cgroups and removes orphans", async () => {
+  const host = await makeCmHost("hybrid");
+  try {
+    const { logger } = captureLogger();
+    const guaranteed = pod("g-1", {
+      containers: [{
+        name: "c",
+        resources: {
+          requests: { cpu: "250m", memory: "64Mi" },
+          limits: { cpu: "250m", memory: "64Mi" },
+        },
+      }],
+    });
+    const bestEffort = pod("b-1");
+    const active = [guaranteed, bestEffort];
+    const clock = new FakeClock();
+    const cm = await newContainerManager({
+      config: { cgroupsPerQOS: true, cgroupDriver: "cgroupfs", cgroupRoot: "/" },
+      layout: host.layout,
+      runtime: {
+        runtimeConfig: () => Promise.reject(UNIMPLEMENTED) as Promise<api.RuntimeConfigResponse>,
+      },
+      capacity: { cpu: "2", memory: String(4 * 2 ** 30), pid: "4096" },
+      activePods: () => active,
+      nodeName: "node-1",
+      recorder: { event: () => {} },
+      clock,
+      logger,
+      cgroupFs: host.fs,
+      hugePagesDir: host.hugePagesDir,
+    });
+    const pods = cm.podCgroups!;
+    assert.equal(pods.cgroupParent(guaranteed), "/kubepods/podg-1");
+    assert.equal(pods.cgroupParent(bestEffort), "/kubepods/besteffort/podb-1");
+    await pods.ensureExists(guaranteed);
+    await pods.ensureExists(bestEffort);
+    // Values read back as the kernel holds them.
+    assert.equal(await host.read("cpu", "/kubepods/podg-1", "cpu.shares"), "256");
+    assert.equal(await host.read("cpu", "/kubepods/podg-1", "cpu.cfs_quota_us"), "25000");
+    assert.equal(
+      await host.read("memory", "/kubepods/podg-1", "memory.limit_in_bytes"),
+      String(64 * 2 ** 20),
+    );
+    assert.equal(await host.read("cpu", "/kubepods/besteffort/podb-1", "cpu.shares"), "2");
+    assert.equal(await host.read("cpu", "/kubepods/besteffort", "cpu.shares"), "2");
+    // kubepods is sized to the node: capacity with nothing reserved.
+    assert.equal(
+      await host.read("memory", "/kubepods", "memory.limit_in_bytes"),
+      String(4 * 2 ** 30),
+    );
+
+    // The best-effort pod is gone: its cgroup goes at housekeeping, the other stays.
+    await pods.cleanupOrphans(new Set(["g-1"]));
+    await assert.rejects(Deno.stat(host.dir("cpu", "/kubepods/besteffort/podb-1")));
+    assert.ok((await Deno.stat(host.dir("cpu", "/kubepods/podg-1"))).isDirectory);
+
+    // That scan left nothing behind: while the kept pods are the same, the next housekeepings
+    // do not list the tree again, so a pod cgroup made by someone else stays until
+    // ORPHAN_RESCAN_MS has passed, or until the kept set changes.
+    const stray = host.dir("cpu", "/kubepods/besteffort/podx-1");
+    await Deno.mkdir(stray);
+    clock.step(ORPHAN_RESCAN_MS - 1);
+    await pods.cleanupOrphans(new Set(["g-1"]));
+    assert.ok((await Deno.stat(stray)).isDirectory, "scan skipped");
+    clock.step(1);
+    await pods.cleanupOrphans(new Set(["g-1"]));
+    await assert.rejects(Deno.stat(stray), Deno.errors.NotFound);
+    await Deno.mkdir(stray);
+    await pods.cleanupOrphans(new Set(["g-1", "n-1"]));
+    await assert.rejects(Deno.stat(stray), Deno.errors.NotFound);
+  } finally {
+    await host.cleanup();
+  }
+});
+
+Deno.test("newContainerManager without cgroupsPerQOS leaves pods to the runtime's cgroups", async () => {
+  const { logger } = captureLogger();
+  const cm = await newContainerManager({
+    config: { cgroupsPerQOS: false },
+    layout: { mode: "v2", root: "/nonexistent", v1: new Map() },
+    runtime: { runtimeConfig: () => Promise.reject(new Error("not called")) },
+    capacity: {},
+    activePods: () => [],
+    nodeName: "node-1",
+    recorder: { event: () => {} },
+    clock: new FakeClock(),
+    logger,
+  });
+  assert.equal(cm.podCgroups, undefined);
+});

@@ -1,0 +1,582 @@
+/**
+ * @module
+ * KubeRuntimeManager: carries out one SyncPod against the CRI runtime (kill what must go, make
+ * the sandbox, start init containers, sidecars and regular containers with crash-loop back-off)
+ * and KillPod (stop every container in termination order, then the sandboxes). Owns the
+ * crash-loop back-off. Talks to the CRI runtime service, the ImageManager (through
+ * `kuberuntime_container.ts`), `kuberuntime_sandbox.ts` for sandbox configs and the event
+ * recorder; called by the pod workers through the pod syncer. Corresponds to upstream
+ * `pkg/kubelet/kuberuntime/kuberuntime_manager.go` (SyncPod, KillPod, killPodWithSyncResult,
+ * doBackOff, createPodSandbox of kuberuntime_sandbox.go), without in-place resize.
+ */
+
+import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts";
+import type { KubeletMetrics } from "../metrics/metrics.ts";
+import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
+import * as api from "../../proto/runtime/v1/api.ts";
+import type { Clock } from "../util/clock.ts";
+import { GrpcCode, isCriCode } from "../cri/connection.ts";
+import type { EventRecorder } from "../dependencies.ts";
+import { formatDuration } from "../util/duration.ts";
+import type { ImageManager } from "../images/image_manager.ts";
+import type { EnvSource } from "../kubelet_env.ts";
+import { kobj, type Logger } from "../klog/klog.ts";
+import {
+  type ContainerDeps,
+  containerRef,
+  errorText,
+  findContainerStatus,
+  formatPod,
+  isRestartableInitContainer,
+  killContainer,
+  killContainersWithSyncResult,
+  type KubeContainerStatus,
+  type LinuxConfigOptions,
+  podRef,
+  pruneInitContainersBeforeStart,
+  purgeInitContainers,
+  removeContainer,
+  startContainer,
+  toKubeContainerStatuses,
+} from "./kuberuntime_container.ts";
+import { generatePodSandboxConfig, type SandboxConfigOptions } from "./kuberuntime_sandbox.ts";
+import { hashContainer } from "./labels.ts";
+import type { PodStatus } from "../container/pod_cache.ts";
+import type { ImageManagerService } from "../cri/remote_image.ts";
+import type { RuntimeService } from "../cri/remote_runtime.ts";
+import { fail, PodSyncResult } from "../container/sync_result.ts";
+import { EventBackOff } from "./_backoff.ts";
+import { computePodActions, type ProbeResults } from "./pod_actions.ts";
+import type { ServiceSource } from "../envvars.ts";
+import type { ContainerMounter } from "../kubelet_mounts.ts";
+import type { PodVolumesFunc } from "../volume/plugin.ts";
+import { Semaphore } from "../util/semaphore.ts";
+
+export {
+  computePodActions,
+  type ComputePodActionsOptions,
+  type ContainerToKill,
+  type PodActions,
+  podSandboxChanged,
+  type ProbeResult,
+  type ProbeResults,
+} from "./pod_actions.ts";
+export { readTerminationMessage } from "./_termination_message.ts";
+
+/** The CRI calls the manager and its container functions make. */
+export type KubeRuntimeService = Pick<
+  RuntimeService,
+  | "runPodSandbox"
+  | "podSandboxStatus"
+  | "stopPodSandbox"
+  | "removePodSandbox"
+  | "createContainer"
+  | "startContainer"
+  | "stopContainer"
+  | "removeContainer"
+  | "containerStatus"
+>;
+
+/**
+ * RunPodSandbox calls in flight per CPU unless `--max-parallel-sandbox-starts` says otherwise.
+ * containerd creates a burst of sandboxes sooner in total when a few at a time contend for the
+ * CPUs than when all do: `deno task bench` measures the CRI floor both ways (the "at most N
+ * sandbox starts at once" rows).
+ */
+export const DEFAULT_SANDBOX_STARTS_PER_CPU = 4;
+
+/** Options of {@link KubeRuntimeManager}. */
+export interface KubeRuntimeManagerOptions
+  extends Pick<LinuxConfigOptions, "seccompDefault" | "seccompProfileRoot"> {
+  readonly runtime: KubeRuntimeService;
+  readonly imageManager: Pick<ImageManager, "ensureImageExists">;
+  /** For the image's default user (runAsUser, runAsNonRoot); optional, see ContainerDeps. */
+  readonly imageService?: Pick<ImageManagerService, "imageStatus">;
+  readonly recorder: EventRecorder;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly sandbox: SandboxConfigOptions;
+  /** `<rootDirectory>/pods`, where termination-log files live: `<uid>/containers/<name>/<random>`. */
+  readonly podsDirectory: string;
+  /** The node's memory capacity, for oom_score_adj. */
+  readonly memoryCapacityBytes: number;
+  /** First crash-loop delay in ms; doubles per restart. @default 10000 */
+  readonly backOffInitialMs?: number;
+  /** Longest crash-loop delay in ms (upstream MaxContainerBackOff). @default 300000 */
+  readonly backOffMaxMs?: number;
+  /** Where the legacy per-container log symlinks go. @default "/var/log/containers" */
+  readonly legacyContainerLogsDirectory?: string;
+  /** Liveness and startup results; without a prober none has run. @default none */
+  readonly probeResults?: ProbeResults;
+  /**
+   * ConfigMaps and Secrets for container env/envFrom (envSourceOf over the object managers).
+   * @default none: such references fail as upstream's "no kubeClient defined" (standalone)
+   */
+  readonly envSource?: EnvSource;
+  /** The node's IPs, primary first, for the status.hostIP(s) downward API. @default [] */
+  readonly hostIPs?: readonly string[];
+  /**
+   * The node's current allocatable resources (node status), the default of a missing limit
+   * in a resourceFieldRef. @default none (a resourceFieldRef fails)
+   */
+  readonly nodeAllocatable?: () => Record<string, string> | undefined;
+  /**
+   * Volume mounts and the managed /etc/hosts of containers (a KubeletMounts).
+   * @default none: a pod with volumes fails as not supported yet
+   */
+  readonly kubeletMounts?: ContainerMounter;
+  /** The cluster's Services, for service link env. @default none: no service variables */
+  readonly services?: ServiceSource;
+  /** The pod's mounted volumes, for env `fileKeyRef`. @default none: such a ref fails */
+  readonly podVolumes?: PodVolumesFunc;
+  /** The pod's start-up timeline and init container times (the SLI). @default none */
+  readonly startupTracker?: Pick<
+    PodStartupLatencyTracker,
+    "recordPhase" | "recordInitContainerStarted" | "recordInitContainerFinished"
+  >;
+  /** kubelet_started_pods_total and its errors. @default none */
+  readonly metrics?: Pick<KubeletMetrics, "startedPodsTotal" | "startedPodsErrorsTotal">;
+  /**
+   * RunPodSandbox calls in flight at once (`--max-parallel-sandbox-starts`); the other pods
+   * wait in arrival order. 0 = no limit, as upstream. @default 0
+   */
+  readonly maxParallelSandboxStarts?: number;
+}
+
+/** Runs SyncPod and KillPod against the CRI runtime; see the module documentation. */
+export class KubeRuntimeManager {
+  readonly #runtime: KubeRuntimeService;
+  readonly #deps: ContainerDeps;
+  readonly #sandbox: SandboxConfigOptions;
+  readonly #recorder: EventRecorder;
+  readonly #log: Logger;
+  readonly #backOff: EventBackOff;
+  readonly #sandboxStarts: Semaphore | undefined;
+  readonly #probes: ProbeResults | undefined;
+  readonly #clock: Clock;
+  readonly #tracker: KubeRuntimeManagerOptions["startupTracker"];
+  readonly #metrics: KubeRuntimeManagerOptions["metrics"];
+
+  constructor(opts: KubeRuntimeManagerOptions) {
+    this.#runtime = opts.runtime;
+    this.#clock = opts.clock;
+    this.#tracker = opts.startupTracker;
+    this.#metrics = opts.metrics;
+    this.#sandbox = opts.sandbox;
+    this.#recorder = opts.recorder;
+    this.#log = opts.logger;
+    this.#probes = opts.probeResults;
+    const maxSandboxStarts = opts.maxParallelSandboxStarts ?? 0;
+    this.#sandboxStarts = maxSandboxStarts > 0 ? new Semaphore(maxSandboxStarts) : undefined;
+    this.#backOff = new EventBackOff(
+      opts.clock,
+      opts.backOffInitialMs ?? 10_000,
+      opts.backOffMaxMs ?? 300_000,
+    );
+    this.#deps = {
+      runtime: opts.runtime,
+      startupTracker: opts.startupTracker,
+      imageService: opts.imageService,
+      imageManager: opts.imageManager,
+      recorder: opts.recorder,
+      logger: opts.logger,
+      clock: opts.clock,
+      podsDirectory: opts.podsDirectory,
+      podLogsDirectory: opts.sandbox.podLogsDirectory,
+      legacyContainerLogsDirectory: opts.legacyContainerLogsDirectory,
+      envSource: opts.envSource,
+      hostIPs: opts.hostIPs,
+      nodeAllocatable: opts.nodeAllocatable,
+      kubeletMounts: opts.kubeletMounts,
+      clusterDomain: opts.sandbox.clusterDomain,
+      services: opts.services,
+      podVolumes: opts.podVolumes,
+      linux: {
+        memoryCapacityBytes: opts.memoryCapacityBytes,
+        // One source for the cgroup settings the sandbox and its containers share.
+        cpuCFSQuota: opts.sandbox.cpuCFSQuota,
+        cgroupV2: opts.sandbox.cgroupV2,
+        singleProcessOOMKill: opts.sandbox.singleProcessOOMKill,
+        seccompDefault: opts.seccompDefault,
+        seccompProfileRoot: opts.seccompProfileRoot,
+      },
+    };
+  }
+
+  /**
+   * One SyncPod attempt (upstream SyncPod): computes the actions and carries them out. A failure
+   * about this pod is reported in the result, never thrown; only an aborted `signal` throws.
+   */
+  async syncPod(
+    signal: AbortSignal,
+    pod: V1Pod,
+    podStatus: PodStatus,
+    pullSecrets: readonly V1Secret[],
+  ): Promise<PodSyncResult> {
+    const result = new PodSyncResult();
+    const log = this.#log.with({ pod: kobj(pod) });
+    const changes = computePodActions(pod, podStatus, { probeResults: this.#probes });
+    log.v(3).info("computePodActions got for pod", {
+      podActions: {
+        killPod: changes.killPod,
+        createSandbox: changes.createSandbox,
+        attempt: changes.attempt,
+        initContainersToStart: changes.initContainersToStart,
+        containersToStart: changes.containersToStart,
+        containersToKill: [...changes.containersToKill.keys()],
+      },
+    });
+    if (changes.createSandbox && changes.sandboxID !== "") {
+      this.#recorder.event(
+        podRef(pod),
+        "Normal",
+        "SandboxChanged",
+        "Pod sandbox changed, it will be killed and re-created.",
+      );
+    }
+
+    if (changes.killPod) {
+      const killed = await this.#killPodWithSyncResult(signal, pod, podStatus, undefined);
+      result.addPodSyncResult(killed);
+      if (killed.error()) {
+        log.error(killed.error(), "killPodWithSyncResult failed");
+        return result;
+      }
+      if (changes.createSandbox) await purgeInitContainers(this.#deps, signal, pod, podStatus);
+    } else {
+      for (const [containerId, info] of changes.containersToKill) {
+        log.v(3).info("Killing unwanted container for pod", {
+          containerName: info.name,
+          containerID: containerId,
+        });
+        const r = result.add("KillContainer", info.name);
+        try {
+          await killContainer(this.#deps, signal, {
+            pod,
+            containerId,
+            containerName: info.name,
+            message: info.message,
+            reason: info.reason,
+            podIPs: podStatus.ips,
+          });
+        } catch (e) {
+          signal.throwIfAborted();
+          fail(r, "KillContainerError", errorText(e));
+          log.error(e, "killContainer for pod failed", { containerName: info.name });
+          return result;
+        }
+      }
+    }
+
+    await pruneInitContainersBeforeStart(this.#deps, signal, pod, podStatus);
+
+    let sandboxId = changes.sandboxID;
+    let sandboxConfig: api.PodSandboxConfig | undefined;
+    let podIPs: readonly string[] = podStatus.ips;
+    if (changes.createSandbox) {
+      const r = result.add("CreatePodSandbox", formatPod(pod));
+      this.#metrics?.startedPodsTotal.inc();
+      const created = await this.#createPodSandbox(signal, pod, changes.attempt);
+      if ("message" in created) {
+        this.#metrics?.startedPodsErrorsTotal.inc();
+        fail(r, "CreatePodSandboxError", created.message);
+        log.error(created.error, "CreatePodSandbox for pod failed");
+        this.#recorder.event(
+          podRef(pod),
+          "Warning",
+          "FailedCreatePodSandBox",
+          `Failed to create pod sandbox: ${errorText(created.error)}`,
+        );
+        return result;
+      }
+      ({ id: sandboxId, config: sandboxConfig } = created);
+      this.#tracker?.recordPhase(pod, "sandboxCreated");
+      try {
+        const res = await this.#runtime.podSandboxStatus(sandboxId, false, signal);
+        if (!res.status) throw new Error("pod sandbox status is nil");
+        // As upstream SyncPod: the new sandbox's IPs, for the containers' env.
+        if (!pod.spec?.hostNetwork) podIPs = sandboxIPs(res.status);
+      } catch (e) {
+        signal.throwIfAborted();
+        this.#recorder.event(
+          podRef(pod),
+          "Warning",
+          "FailedPodSandBoxStatus",
+          `Unable to get pod sandbox status: ${errorText(e)}`,
+        );
+        log.error(e, "Failed to get pod sandbox status; Skipping pod");
+        result.syncError = e instanceof Error ? e : new Error(String(e));
+        return result;
+      }
+    }
+
+    const configResult = result.add("ConfigPodSandbox", sandboxId);
+    if (!sandboxConfig) {
+      try {
+        sandboxConfig = await generatePodSandboxConfig(pod, changes.attempt, this.#sandbox, signal);
+      } catch (e) {
+        signal.throwIfAborted();
+        const message = `GeneratePodSandboxConfig for pod ${
+          JSON.stringify(formatPod(pod))
+        } failed: ${errorText(e)}`;
+        fail(configResult, "ConfigPodSandboxError", message);
+        log.error(e, "GeneratePodSandboxConfig for pod failed");
+        return result;
+      }
+    }
+
+    const statuses = toKubeContainerStatuses(podStatus);
+    for (const ec of pod.spec?.ephemeralContainers ?? []) {
+      if (findContainerStatus(statuses, ec.name)) continue;
+      const r = result.add("StartContainer", ec.name);
+      fail(r, "CreateContainerConfigError", "ephemeral containers are not supported yet");
+    }
+
+    const config = sandboxConfig;
+    const start = async (container: V1Container, typeName: string): Promise<boolean> => {
+      const r = result.add("StartContainer", container.name);
+      const backOff = this.#doBackOff(pod, container, statuses);
+      if (backOff !== undefined) {
+        fail(r, "CrashLoopBackOff", backOff.message);
+        r.retryAfterMs = backOff.retryAfterMs;
+        log.v(4).info("Backing Off restarting container in pod", {
+          containerType: typeName,
+          container: container.name,
+        });
+        return false;
+      }
+      log.v(4).info("Creating container in pod", {
+        containerType: typeName,
+        container: container.name,
+      });
+      const failure = await startContainer(this.#deps, signal, {
+        sandboxId,
+        sandboxConfig: config,
+        pod,
+        container,
+        podStatus,
+        pullSecrets,
+        podIPs,
+      });
+      if (failure) {
+        fail(r, failure.reason, failure.message);
+        const line = `${typeName} ${container.name} start failed in pod ${
+          formatPod(pod)
+        }: ${failure.reason}: ${failure.message}`;
+        if (failure.reason === "ImagePullBackOff") log.v(3).info(line);
+        else log.error(new Error(line), "Unhandled Error");
+        return false;
+      }
+      // Init containers' run time is left out of the start-up SLI; sidecars keep running.
+      if (typeName === "init container" && !isRestartableInitContainer(container)) {
+        this.#tracker?.recordInitContainerStarted(pod.metadata?.uid ?? "", this.#clock.now());
+      }
+      return true;
+    };
+
+    const inits = pod.spec?.initContainers ?? [];
+    for (const idx of changes.initContainersToStart) {
+      const container = inits[idx];
+      if (!container) continue;
+      if (await start(container, "init container")) continue;
+      // A sidecar that failed to start is retried next sync; a plain init container blocks.
+      if (isRestartableInitContainer(container)) continue;
+      return result;
+    }
+    if (this.#tracker) {
+      const plainInits = new Set(
+        inits.filter((c) => !isRestartableInitContainer(c)).map((c) => c.name),
+      );
+      for (const cs of statuses) {
+        if (plainInits.has(cs.name) && cs.state === "exited" && cs.finishedAt > 0) {
+          this.#tracker.recordInitContainerFinished(pod.metadata?.uid ?? "", cs.finishedAt);
+        }
+      }
+    }
+    const containers = pod.spec?.containers ?? [];
+    for (const idx of changes.containersToStart) {
+      const container = containers[idx];
+      if (container) await start(container, "container");
+    }
+    return result;
+  }
+
+  /**
+   * Stops every running container (gracePeriodOverride seconds, else each container's grace
+   * period as upstream killContainer computes it, never under 2 s), sidecars last, then stops
+   * every sandbox (upstream KillPod). `pod` is undefined for an orphan: the grace periods then
+   * come from the containers' annotations.
+   */
+  killPod(
+    signal: AbortSignal,
+    pod: V1Pod | undefined,
+    podStatus: PodStatus,
+    gracePeriodOverride?: number,
+  ): Promise<PodSyncResult> {
+    return this.#killPodWithSyncResult(signal, pod, podStatus, gracePeriodOverride);
+  }
+
+  /**
+   * Removes the pod's exited containers (with their logs) and its sandboxes, for a pod that is
+   * gone for good. Throws, removing nothing, while a container or sandbox still runs.
+   */
+  async removePod(signal: AbortSignal, podStatus: PodStatus): Promise<void> {
+    const statuses = toKubeContainerStatuses(podStatus);
+    const READY = api.PodSandboxState.SANDBOX_READY;
+    if (
+      statuses.some((s) => s.state === "running") ||
+      podStatus.sandboxStatuses.some((s) => s.state === READY)
+    ) {
+      throw new Error(
+        `Cannot remove pod ${podStatus.namespace}/${podStatus.name}: it still runs: kill it first`,
+      );
+    }
+    const errors: string[] = [];
+    for (const s of statuses) {
+      try {
+        await removeContainer(this.#deps, s.id, signal);
+      } catch (e) {
+        signal.throwIfAborted();
+        if (!isCriCode(e, GrpcCode.NOT_FOUND)) errors.push(errorText(e));
+      }
+    }
+    for (const s of podStatus.sandboxStatuses) {
+      try {
+        await this.#runtime.removePodSandbox(s.id, signal);
+      } catch (e) {
+        signal.throwIfAborted();
+        errors.push(errorText(e));
+      }
+    }
+    if (errors.length > 0) {
+      throw new Error(
+        errors.length === 1 ? errors[0] : `[${errors.join(", ")}]`,
+      );
+    }
+  }
+
+  /** Forgets crash-loop back-offs idle for 2×max (upstream's backOff.GC in housekeeping). */
+  gcBackOff(): void {
+    this.#backOff.gc();
+  }
+
+  async #killPodWithSyncResult(
+    signal: AbortSignal,
+    pod: V1Pod | undefined,
+    podStatus: PodStatus,
+    gracePeriodOverride: number | undefined,
+  ): Promise<PodSyncResult> {
+    const result = new PodSyncResult();
+    const running = toKubeContainerStatuses(podStatus).filter((s) => s.state === "running");
+    result.results.push(
+      ...await killContainersWithSyncResult(
+        this.#deps,
+        signal,
+        pod,
+        running,
+        gracePeriodOverride,
+        podStatus.ips,
+      ),
+    );
+    const r = result.add("KillPodSandbox", podStatus.id);
+    for (const s of podStatus.sandboxStatuses) {
+      try {
+        await this.#runtime.stopPodSandbox(s.id, signal);
+      } catch (e) {
+        if (isCriCode(e, GrpcCode.NOT_FOUND)) continue;
+        signal.throwIfAborted();
+        fail(r, "KillPodSandboxError", errorText(e));
+        this.#log.error(undefined, "Failed to stop sandbox", { podSandboxID: s.id });
+      }
+    }
+    return result;
+  }
+
+  /** upstream createPodSandbox: config, log directory, RunPodSandbox. */
+  async #createPodSandbox(
+    signal: AbortSignal,
+    pod: V1Pod,
+    attempt: number,
+  ): Promise<{ id: string; config: api.PodSandboxConfig } | { message: string; error: unknown }> {
+    const name = JSON.stringify(formatPod(pod));
+    let config: api.PodSandboxConfig;
+    try {
+      config = await generatePodSandboxConfig(pod, attempt, this.#sandbox, signal);
+    } catch (e) {
+      signal.throwIfAborted();
+      return {
+        error: e,
+        message: `Failed to generate sandbox config for pod ${name}: ${errorText(e)}`,
+      };
+    }
+    if (config.logDirectory !== "") {
+      try {
+        await Deno.mkdir(config.logDirectory, { recursive: true, mode: 0o755 });
+      } catch (e) {
+        return {
+          error: e,
+          message: `Failed to create log directory for pod ${name}: ${errorText(e)}`,
+        };
+      }
+    }
+    const runtimeClass = pod.spec?.runtimeClassName;
+    if (runtimeClass) {
+      const e = new Error(`RuntimeClass ${JSON.stringify(runtimeClass)} is not supported yet`);
+      return { error: e, message: `Failed to create sandbox for pod ${name}: ${e.message}` };
+    }
+    try {
+      const run = () => this.#runtime.runPodSandbox(config, "", signal);
+      const id = this.#sandboxStarts ? await this.#sandboxStarts.run(run, signal) : await run();
+      return { id, config };
+    } catch (e) {
+      signal.throwIfAborted();
+      return { error: e, message: `Failed to create sandbox for pod ${name}: ${errorText(e)}` };
+    }
+  }
+
+  /**
+   * upstream doBackOff: while the last exit of the container is within its back-off, a
+   * CrashLoopBackOff message (and a BackOff event); otherwise records this restart.
+   */
+  #doBackOff(
+    pod: V1Pod,
+    container: V1Container,
+    statuses: readonly KubeContainerStatus[],
+  ): { message: string; retryAfterMs: number } | undefined {
+    const exited = statuses.find((s) => s.name === container.name && s.state === "exited");
+    if (!exited) return undefined;
+    const key = getStableKey(pod, container);
+    if (this.#backOff.isInBackOffSince(key, exited.finishedAt)) {
+      this.#recorder.event(
+        containerRef(pod, container.name),
+        "Warning",
+        "BackOff",
+        `Back-off restarting failed container ${container.name} in pod ${formatPod(pod)}`,
+      );
+      const delay = this.#backOff.get(key);
+      return {
+        message: `back-off ${
+          formatDuration(delay)
+        } restarting failed container=${container.name} pod=${formatPod(pod)}`,
+        retryAfterMs: Math.max(0, exited.finishedAt + delay - this.#backOff.clock.now()),
+      };
+    }
+    this.#backOff.next(key, exited.finishedAt);
+    return undefined;
+  }
+}
+
+/** upstream GetStableKey: the back-off key of a container, `<pod>_<ns>_<uid>_<name>_<hash>`. */
+export function getStableKey(pod: V1Pod, container: V1Container): string {
+  const m = pod.metadata ?? {};
+  return `${m.name ?? ""}_${m.namespace ?? ""}_${m.uid ?? ""}_${container.name}_${
+    hashContainer(container).toString(16)
+  }`;
+}
+
+/** upstream determinePodSandboxIPs: the sandbox's primary and additional IPs. */
+export function sandboxIPs(status: api.PodSandboxStatus): string[] {
+  const net = status.network;
+  if (!net) return [];
+  return [net.ip, ...net.additionalIps.map((a) => a.ip)].filter((ip) => ip !== "");
+}

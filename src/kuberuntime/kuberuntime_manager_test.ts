@@ -1,0 +1,859 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import type { V1Container, V1Pod, V1PodSpec } from "@kubernetes/client-node";
+import * as api from "../../proto/runtime/v1/api.ts";
+import { FakeClock } from "../util/clock.ts";
+import { CriConnection } from "../cri/connection.ts";
+import type { ObjectRef } from "../dependencies.ts";
+import { DnsConfigurer } from "../network/dns.ts";
+import { type FakeRemoteRuntime, startFakeRuntime } from "../testing/fake_remote_runtime.ts";
+import type { ContainerBehaviour } from "../testing/fake_runtime_service.ts";
+import { ImageManager } from "../images/image_manager.ts";
+import { createLogger } from "../klog/klog.ts";
+import {
+  computePodActions,
+  getStableKey,
+  KubeRuntimeManager,
+  type KubeRuntimeManagerOptions,
+  type KubeRuntimeService,
+  type PodActions,
+  type ProbeResults,
+} from "./kuberuntime_manager.ts";
+import { newContainerAnnotations, newContainerLabels } from "./labels.ts";
+import type { PodStatus } from "../container/pod_cache.ts";
+import { RemoteImageService } from "../cri/remote_image.ts";
+import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
+import type { PodSyncResult } from "../container/sync_result.ts";
+
+const IMAGE = "busybox:1.36";
+const UID = "uid-web";
+
+// ---- computePodActions, on statuses built by hand ----
+
+function pod(spec: Partial<V1PodSpec> = {}, uid = UID): V1Pod {
+  return {
+    metadata: { name: "web", namespace: "default", uid },
+    spec: {
+      containers: [{ name: "main", image: IMAGE }],
+      restartPolicy: "Always",
+      dnsPolicy: "ClusterFirst",
+      terminationGracePeriodSeconds: 30,
+      ...spec,
+    },
+  };
+}
+
+type State = "created" | "running" | "exited" | "unknown";
+const CRI_STATE: Record<State, api.ContainerState> = {
+  created: api.ContainerState.CONTAINER_CREATED,
+  running: api.ContainerState.CONTAINER_RUNNING,
+  exited: api.ContainerState.CONTAINER_EXITED,
+  unknown: api.ContainerState.CONTAINER_UNKNOWN,
+};
+
+/** A container status as the runtime reports it, for `c` of pod `p`. */
+function cs(
+  p: V1Pod,
+  c: V1Container,
+  state: State,
+  exitCode = 0,
+  opts: { id?: string; reason?: string } = {},
+): api.ContainerStatus {
+  return api.ContainerStatus.create({
+    id: opts.id ?? `id-${c.name}`,
+    state: CRI_STATE[state],
+    exitCode,
+    reason: opts.reason ?? "",
+    labels: newContainerLabels(c, p),
+    annotations: newContainerAnnotations(c, p, 0),
+  });
+}
+
+function sandbox(state: "ready" | "notready" = "ready", attempt = 0): api.PodSandboxStatus {
+  return api.PodSandboxStatus.create({
+    id: `sandbox-${attempt}`,
+    state: state === "ready"
+      ? api.PodSandboxState.SANDBOX_READY
+      : api.PodSandboxState.SANDBOX_NOTREADY,
+    metadata: { name: "web", namespace: "default", uid: UID, attempt },
+    network: { ip: "10.244.0.2" },
+    linux: { namespaces: { options: { network: api.NamespaceMode.POD } } },
+  });
+}
+
+function status(
+  sandboxes: api.PodSandboxStatus[],
+  containers: api.ContainerStatus[] = [],
+): PodStatus {
+  return {
+    id: UID,
+    name: "web",
+    namespace: "default",
+    ips: [],
+    sandboxStatuses: sandboxes,
+    containerStatuses: containers,
+    timestamp: 0,
+  };
+}
+
+/** The parts of PodActions a table row checks. */
+function summary(a: PodActions) {
+  return {
+    killPod: a.killPod,
+    createSandbox: a.createSandbox,
+    attempt: a.attempt,
+    init: a.initContainersToStart,
+    start: a.containersToStart,
+    kill: [...a.containersToKill.values()].map((k) => k.message),
+  };
+}
+
+const NOTHING = { killPod: false, createSandbox: false, attempt: 0, init: [], start: [], kill: [] };
+
+Deno.test("computePodActions starts a fresh pod in a new sandbox", () => {
+  const p = pod({ containers: [{ name: "a", image: IMAGE }, { name: "b", image: IMAGE }] });
+  const a = computePodActions(p, status([]));
+  assert.deepEqual(summary(a), { ...NOTHING, killPod: true, createSandbox: true, start: [0, 1] });
+  assert.equal(a.sandboxID, "");
+});
+
+Deno.test("computePodActions leaves a running pod alone", () => {
+  const p = pod();
+  const main = p.spec!.containers[0]!;
+  const a = computePodActions(p, status([sandbox()], [cs(p, main, "running")]));
+  assert.deepEqual(summary(a), NOTHING);
+  assert.equal(a.sandboxID, "sandbox-0");
+});
+
+Deno.test("computePodActions applies the restart policy to exited containers", () => {
+  const rows: Array<[string, number, ReturnType<typeof summary>]> = [
+    ["Always", 0, { ...NOTHING, start: [0] }],
+    ["Always", 1, { ...NOTHING, start: [0] }],
+    ["OnFailure", 0, { ...NOTHING, killPod: true }],
+    ["OnFailure", 1, { ...NOTHING, start: [0] }],
+    ["Never", 0, { ...NOTHING, killPod: true }],
+    ["Never", 1, { ...NOTHING, killPod: true }],
+  ];
+  for (const [restartPolicy, exitCode, want] of rows) {
+    const p = pod({ restartPolicy });
+    const main = p.spec!.containers[0]!;
+    const got = computePodActions(p, status([sandbox()], [cs(p, main, "exited", exitCode)]));
+    assert.deepEqual(summary(got), want, `${restartPolicy} exit ${exitCode}`);
+  }
+});
+
+Deno.test("computePodActions restarts a container whose definition changed", () => {
+  const p = pod({ restartPolicy: "Never" });
+  const old = pod({ containers: [{ name: "main", image: "busybox:1.35" }] });
+  const running = cs(old, old.spec!.containers[0]!, "running", 0, { id: "c-old" });
+  const a = computePodActions(p, status([sandbox()], [running]));
+  assert.deepEqual(summary(a), {
+    ...NOTHING,
+    start: [0],
+    kill: ["Container main definition changed, will be restarted"],
+  });
+  assert.equal(a.containersToKill.get("c-old")?.name, "main");
+});
+
+Deno.test("computePodActions kills containers that fail their liveness probe", () => {
+  const p = pod();
+  const main = p.spec!.containers[0]!;
+  const probeResults: ProbeResults = {
+    liveness: (id) => id === "id-main" ? "Failure" : undefined,
+    startup: () => undefined,
+  };
+  const a = computePodActions(p, status([sandbox()], [cs(p, main, "running")]), { probeResults });
+  assert.deepEqual(summary(a), {
+    ...NOTHING,
+    start: [0],
+    kill: ["Container main failed liveness probe, will be restarted"],
+  });
+  assert.equal(a.containersToKill.get("id-main")?.reason, "LivenessProbe");
+});
+
+Deno.test("computePodActions kills a container in an unknown state before restarting it", () => {
+  const p = pod();
+  const main = p.spec!.containers[0]!;
+  const a = computePodActions(p, status([sandbox()], [cs(p, main, "unknown")]));
+  assert.deepEqual(summary(a), {
+    ...NOTHING,
+    start: [0],
+    kill: [`Container is in "unknown" state, try killing it before restart`],
+  });
+});
+
+Deno.test("computePodActions replaces a dead sandbox unless the pod is done", () => {
+  const p = pod();
+  const main = p.spec!.containers[0]!;
+  const dead = [sandbox("notready", 0)];
+  const a = computePodActions(p, status(dead, [cs(p, main, "exited", 137)]));
+  assert.deepEqual(summary(a), {
+    ...NOTHING,
+    killPod: true,
+    createSandbox: true,
+    attempt: 1,
+    start: [0],
+  });
+  assert.equal(a.sandboxID, "sandbox-0");
+
+  const never = pod({ restartPolicy: "Never" });
+  const done = computePodActions(never, status(dead, [cs(never, main, "exited", 0)]));
+  assert.deepEqual(summary(done), { ...NOTHING, killPod: true, attempt: 1 });
+
+  const onFailure = pod({ restartPolicy: "OnFailure" });
+  const ok = computePodActions(onFailure, status(dead, [cs(onFailure, main, "exited", 0)]));
+  assert.deepEqual(summary(ok), { ...NOTHING, killPod: true, attempt: 1 });
+
+  const two = computePodActions(p, status([sandbox("ready", 1), sandbox("ready", 0)]));
+  assert.equal(two.createSandbox, true, "two ready sandboxes are reconciled");
+  assert.equal(two.attempt, 2);
+});
+
+Deno.test("computePodActions runs init containers one at a time, in order", () => {
+  const init = [{ name: "i0", image: IMAGE }, { name: "i1", image: IMAGE }];
+  const p = pod({ initContainers: init });
+  const [i0, i1] = init;
+  const main = p.spec!.containers[0]!;
+  const fresh = computePodActions(p, status([]));
+  assert.deepEqual(summary(fresh), { ...NOTHING, killPod: true, createSandbox: true, init: [0] });
+
+  const rows: Array<[api.ContainerStatus[], ReturnType<typeof summary>]> = [
+    [[], { ...NOTHING, init: [0] }],
+    [[cs(p, i0!, "running")], NOTHING],
+    [[cs(p, i0!, "exited", 0)], { ...NOTHING, init: [1] }],
+    [[cs(p, i1!, "exited", 0), cs(p, i0!, "exited", 0)], { ...NOTHING, start: [0] }],
+    [[cs(p, main, "running"), cs(p, i1!, "exited", 0)], NOTHING],
+  ];
+  for (const [containers, want] of rows) {
+    assert.deepEqual(summary(computePodActions(p, status([sandbox()], containers))), want);
+  }
+});
+
+Deno.test("computePodActions retries a failed init container unless restartPolicy is Never", () => {
+  for (
+    const [restartPolicy, want] of [
+      ["Always", { ...NOTHING, init: [0] }],
+      ["OnFailure", { ...NOTHING, init: [0] }],
+      ["Never", { ...NOTHING, killPod: true }],
+    ] as const
+  ) {
+    const init = { name: "setup", image: IMAGE };
+    const p = pod({ restartPolicy, initContainers: [init] });
+    const got = computePodActions(p, status([sandbox()], [cs(p, init, "exited", 1)]));
+    assert.deepEqual(summary(got), want, restartPolicy);
+  }
+  const init = { name: "setup", image: IMAGE };
+  const p = pod({ initContainers: [init] });
+  const oom = cs(p, init, "exited", 0, { reason: "OOMKilled" });
+  assert.deepEqual(summary(computePodActions(p, status([sandbox()], [oom]))).init, [0]);
+});
+
+Deno.test("computePodActions starts sidecars in order, keeps and restarts them", () => {
+  const proxy = { name: "proxy", image: IMAGE, restartPolicy: "Always" };
+  const setup = { name: "setup", image: IMAGE };
+  const p = pod({ initContainers: [proxy, setup] });
+  const main = p.spec!.containers[0]!;
+  const rows: Array<[string, api.ContainerStatus[], ReturnType<typeof summary>]> = [
+    ["nothing yet", [], { ...NOTHING, init: [0] }],
+    ["sidecar created only", [cs(p, proxy, "created")], { ...NOTHING, init: [0] }],
+    ["sidecar started: next init", [cs(p, proxy, "running")], { ...NOTHING, init: [1] }],
+    ["init running", [cs(p, setup, "running"), cs(p, proxy, "running")], NOTHING],
+    ["initialized: main starts", [cs(p, setup, "exited", 0), cs(p, proxy, "running")], {
+      ...NOTHING,
+      start: [0],
+    }],
+    [
+      "all running",
+      [cs(p, main, "running"), cs(p, setup, "exited"), cs(p, proxy, "running")],
+      NOTHING,
+    ],
+    ["sidecar exited: restarted", [
+      cs(p, main, "running"),
+      cs(p, setup, "exited"),
+      cs(p, proxy, "exited", 1),
+    ], { ...NOTHING, init: [0] }],
+    ["sidecar gone: restarted", [cs(p, main, "running")], { ...NOTHING, init: [0] }],
+    ["main exited: restarted", [
+      cs(p, main, "exited", 0),
+      cs(p, setup, "exited", 0),
+      cs(p, proxy, "running"),
+    ], { ...NOTHING, start: [0] }],
+    // Exited regular containers do not prove initialization (a node reboot leaves all exited).
+    ["init gone, main exited: init again", [cs(p, main, "exited", 0), cs(p, proxy, "running")], {
+      ...NOTHING,
+      init: [1],
+    }],
+  ];
+  for (const [what, containers, want] of rows) {
+    assert.deepEqual(summary(computePodActions(p, status([sandbox()], containers))), want, what);
+  }
+  const never = pod({ restartPolicy: "Never", initContainers: [proxy] });
+  const done = computePodActions(
+    never,
+    status([sandbox()], [cs(never, main, "exited", 0), cs(never, proxy, "running")]),
+  );
+  // The only init container is a running sidecar, so the pod counts as initialized.
+  assert.deepEqual(
+    summary(done),
+    { ...NOTHING, killPod: true },
+    "sidecars do not keep a pod alive",
+  );
+});
+
+// ---- SyncPod and KillPod against the fake runtime ----
+
+interface Recorded {
+  readonly ref: ObjectRef;
+  readonly type: string;
+  readonly reason: string;
+  readonly message: string;
+}
+
+interface Harness extends AsyncDisposable {
+  readonly dir: string;
+  readonly fake: FakeRemoteRuntime;
+  readonly runtime: RemoteRuntimeService;
+  readonly clock: FakeClock;
+  readonly events: Recorded[];
+  /** StopContainer calls: [container name, timeout seconds]. */
+  readonly stops: Array<[string, number]>;
+  readonly manager: KubeRuntimeManager;
+  /** The pod's status as the PLEG would read it. */
+  status(uid?: string): Promise<PodStatus>;
+  /** One SyncPod on a fresh status. */
+  sync(p: V1Pod): Promise<PodSyncResult>;
+  /** Containers the fake created, oldest first: [name, attempt, state]. */
+  created(): Array<[string, number, api.ContainerState]>;
+}
+
+async function harness(
+  behaviour: (name: string) => ContainerBehaviour | undefined = () => undefined,
+  opts:
+    | Partial<KubeRuntimeManagerOptions>
+    | ((spy: KubeRuntimeService) => Partial<KubeRuntimeManagerOptions>) = {},
+): Promise<Harness> {
+  const dir = await Deno.makeTempDir({ prefix: "kuberuntime-manager-" });
+  const clock = new FakeClock();
+  const fake = await startFakeRuntime({
+    preloadImages: [IMAGE],
+    socket: join(dir, "cri.sock"),
+    clock,
+    onCreate: (config) => behaviour(config.metadata?.name ?? ""),
+  });
+  const connection = new CriConnection({ endpoint: fake.endpoint });
+  const runtime = new RemoteRuntimeService({ connection, timeoutMs: 10_000 });
+  const images = new RemoteImageService({ connection, timeoutMs: 10_000 });
+  const events: Recorded[] = [];
+  const recorder = {
+    event: (ref: ObjectRef, type: string, reason: string, message: string) =>
+      events.push({ ref, type, reason, message }),
+  };
+  const logger = createLogger({ write: () => {} });
+  const stops: Array<[string, number]> = [];
+  const spy: KubeRuntimeService = {
+    runPodSandbox: (...a) => runtime.runPodSandbox(...a),
+    podSandboxStatus: (...a) => runtime.podSandboxStatus(...a),
+    stopPodSandbox: (...a) => runtime.stopPodSandbox(...a),
+    removePodSandbox: (...a) => runtime.removePodSandbox(...a),
+    createContainer: (...a) => runtime.createContainer(...a),
+    startContainer: (...a) => runtime.startContainer(...a),
+    removeContainer: (...a) => runtime.removeContainer(...a),
+    containerStatus: (...a) => runtime.containerStatus(...a),
+    stopContainer: (id, timeout, signal) => {
+      stops.push([fake.service.containers.get(id)?.config.metadata?.name ?? id, timeout]);
+      return runtime.stopContainer(id, timeout, signal);
+    },
+  };
+  const manager = new KubeRuntimeManager({
+    runtime: spy,
+    imageService: images,
+    imageManager: new ImageManager({ imageService: images, recorder, clock }),
+    recorder,
+    clock,
+    logger,
+    sandbox: {
+      dns: new DnsConfigurer({
+        clusterDNS: ["10.96.0.10"],
+        clusterDomain: "cluster.local",
+        resolvConf: "",
+        logger,
+      }),
+      podLogsDirectory: join(dir, "logs"),
+      nodeHostname: "node-1",
+      clusterDomain: "cluster.local",
+      logger,
+    },
+    podsDirectory: join(dir, "pods"),
+    memoryCapacityBytes: 8 * 2 ** 30,
+    legacyContainerLogsDirectory: join(dir, "containers"),
+    ...(typeof opts === "function" ? opts(spy) : opts),
+  });
+  const h: Harness = {
+    dir,
+    fake,
+    runtime,
+    clock,
+    events,
+    stops,
+    manager,
+    async status(uid = UID) {
+      const selector = { "io.kubernetes.pod.uid": uid };
+      const byNewest = (a: { createdAt: bigint }, b: { createdAt: bigint }) =>
+        a.createdAt > b.createdAt ? -1 : a.createdAt < b.createdAt ? 1 : 0;
+      const sandboxes = await runtime.listPodSandbox(
+        api.PodSandboxFilter.create({ labelSelector: selector }),
+      );
+      const sandboxStatuses = (await Promise.all(
+        sandboxes.map(async (s) => (await runtime.podSandboxStatus(s.id)).status!),
+      )).sort(byNewest);
+      const containers = await runtime.listContainers(
+        api.ContainerFilter.create({ labelSelector: selector }),
+      );
+      const containerStatuses = (await Promise.all(
+        containers.map(async (c) => (await runtime.containerStatus(c.id)).status!),
+      )).sort(byNewest);
+      const latest = sandboxStatuses[0];
+      const ready = latest?.state === api.PodSandboxState.SANDBOX_READY;
+      return {
+        id: uid,
+        name: "web",
+        namespace: "default",
+        ips: ready && latest.network?.ip ? [latest.network.ip] : [],
+        sandboxStatuses,
+        containerStatuses,
+        timestamp: clock.now(),
+      };
+    },
+    async sync(p) {
+      return await manager.syncPod(AbortSignal.timeout(10_000), p, await h.status(), []);
+    },
+    created() {
+      return [...fake.service.containers.values()]
+        .sort((a, b) => Number(a.createdAt - b.createdAt))
+        .map((c) => [c.config.metadata?.name ?? "", c.config.metadata?.attempt ?? -1, c.state]);
+    },
+    async [Symbol.asyncDispose]() {
+      connection.close();
+      await fake.stop();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+  return h;
+}
+
+function steps(r: PodSyncResult): string[] {
+  return r.results.map((s) =>
+    `${s.action} ${s.target}${s.error ? ` ${s.error}: ${s.message}` : ""}`
+  );
+}
+
+const RUNNING = api.ContainerState.CONTAINER_RUNNING;
+const EXITED = api.ContainerState.CONTAINER_EXITED;
+
+Deno.test("KubeRuntimeManager.syncPod creates the sandbox and the containers as upstream", async () => {
+  await using h = await harness();
+  const app: V1Container = {
+    name: "app",
+    image: IMAGE,
+    command: ["/bin/app"],
+    args: ["--listen=$(PORT)", "--name=$(POD)"],
+    env: [{ name: "PORT", value: "8080" }, { name: "ADDR", value: ":$(PORT)" }],
+  };
+  const p = pod({ containers: [app, { name: "side", image: IMAGE }] });
+  const result = await h.sync(p);
+  assert.equal(result.error(), undefined);
+  assert.deepEqual(steps(result), [
+    "KillPodSandbox uid-web",
+    "CreatePodSandbox web_default(uid-web)",
+    `ConfigPodSandbox ${[...h.fake.service.sandboxes.keys()][0]}`,
+    "StartContainer app",
+    "StartContainer side",
+  ]);
+  const [sb] = [...h.fake.service.sandboxes.values()];
+  assert.equal(sb?.config.logDirectory, join(h.dir, "logs", `default_web_${UID}`));
+  assert.deepEqual(sb?.config.labels, {
+    "io.kubernetes.pod.name": "web",
+    "io.kubernetes.pod.namespace": "default",
+    "io.kubernetes.pod.uid": UID,
+  });
+  assert.deepEqual(sb?.config.dnsConfig?.servers, ["10.96.0.10"]);
+
+  const containers = [...h.fake.service.containers.values()];
+  assert.deepEqual(containers.map((c) => c.state), [RUNNING, RUNNING]);
+  const c = containers.find((c) => c.config.metadata?.name === "app")!;
+  assert.deepEqual(c.config.command, ["/bin/app"]);
+  assert.deepEqual(c.config.args, ["--listen=8080", "--name=$(POD)"]);
+  assert.deepEqual(
+    c.config.envs.map((e) => [e.key, new TextDecoder().decode(e.value)]),
+    [["PORT", "8080"], ["ADDR", ":8080"]],
+  );
+  assert.deepEqual(c.config.labels, newContainerLabels(app, p));
+  assert.equal(c.config.annotations["io.kubernetes.container.restartCount"], "0");
+  assert.equal(c.config.annotations["io.kubernetes.pod.terminationGracePeriod"], "30");
+  assert.equal(c.logPath, join(h.dir, "logs", `default_web_${UID}`, "app", "0.log"));
+
+  const again = await h.sync(p);
+  assert.deepEqual(steps(again), [`ConfigPodSandbox ${sb?.id}`], "a running pod is left alone");
+});
+
+Deno.test("KubeRuntimeManager.syncPod backs off crash loops 10s, 20s, 40s... up to 5m", async () => {
+  await using h = await harness((name) =>
+    name === "crash" ? { exitAfterStart: true, exitCode: 1 } : undefined
+  );
+  const p = pod({ containers: [{ name: "crash", image: IMAGE }] });
+  const message = (d: string) =>
+    `back-off ${d} restarting failed container=crash pod=web_default(${UID})`;
+  const started = (r: PodSyncResult) =>
+    r.results.some((s) => s.action === "StartContainer" && !s.error);
+
+  assert.ok(started(await h.sync(p)), "first start");
+  assert.ok(started(await h.sync(p)), "the first restart is immediate");
+  const delays: Array<[number, string]> = [
+    [10_000, "10s"],
+    [20_000, "20s"],
+    [40_000, "40s"],
+    [80_000, "1m20s"],
+    [160_000, "2m40s"],
+    [300_000, "5m0s"],
+    [300_000, "5m0s"],
+  ];
+  for (const [ms, text] of delays) {
+    const waiting = await h.sync(p);
+    const step = waiting.results.find((s) => s.action === "StartContainer");
+    assert.equal(step?.error, "CrashLoopBackOff", text);
+    assert.equal(step?.message, message(text));
+    h.clock.step(ms - 1);
+    assert.equal((await h.sync(p)).results.at(-1)?.message, message(text), `still ${text}`);
+    h.clock.step(1);
+    assert.ok(started(await h.sync(p)), `restarted after ${text}`);
+  }
+  const backOff = h.events.filter((e) => e.reason === "BackOff");
+  assert.equal(backOff.length, 14);
+  assert.deepEqual(backOff[0], {
+    ref: {
+      kind: "Pod",
+      apiVersion: "v1",
+      name: "web",
+      namespace: "default",
+      uid: UID,
+      resourceVersion: undefined,
+      fieldPath: "spec.containers{crash}",
+    },
+    type: "Warning",
+    reason: "BackOff",
+    message: `Back-off restarting failed container crash in pod web_default(${UID})`,
+  });
+  assert.equal(h.created().at(-1)?.[1], 8, "attempt = restart count");
+});
+
+Deno.test("KubeRuntimeManager.syncPod forgets the back-off after 2x max of stable running", async () => {
+  let crash = true;
+  await using h = await harness((name) =>
+    name === "app" && crash ? { exitAfterStart: true, exitCode: 1 } : undefined
+  );
+  const p = pod({ containers: [{ name: "app", image: IMAGE }] });
+  await h.sync(p);
+  await h.sync(p); // immediate restart: back-off now 10s
+  h.clock.step(10_000);
+  crash = false;
+  await h.sync(p); // restarted, back-off now 20s; this one keeps running
+  assert.equal(h.created().at(-1)?.[2], RUNNING);
+  h.clock.step(600_001);
+  const running = [...h.fake.service.containers.values()].find((c) => c.state === RUNNING)!;
+  h.fake.service.exitContainer(running.id, 1);
+  const r = await h.sync(p);
+  assert.equal(r.error(), undefined, "no back-off after 10m of running");
+  assert.equal(h.created().at(-1)?.[2], RUNNING);
+  assert.equal(getStableKey(p, p.spec!.containers[0]!).startsWith(`web_default_${UID}_app_`), true);
+});
+
+Deno.test("KubeRuntimeManager.syncPod runs init containers in order before the containers", async () => {
+  await using h = await harness((name) =>
+    name.startsWith("init") ? { exitAfterStart: true, exitCode: 0 } : undefined
+  );
+  const p = pod({
+    initContainers: [{ name: "init-a", image: IMAGE }, { name: "init-b", image: IMAGE }],
+  });
+  await h.sync(p);
+  assert.deepEqual(h.created().map(([n]) => n), ["init-a"]);
+  await h.sync(p);
+  assert.deepEqual(h.created().map(([n]) => n), ["init-a", "init-b"]);
+  await h.sync(p);
+  assert.deepEqual(h.created(), [["init-a", 0, EXITED], ["init-b", 0, EXITED], [
+    "main",
+    0,
+    RUNNING,
+  ]]);
+});
+
+Deno.test("KubeRuntimeManager.syncPod kills a pod whose init container failed under Never", async () => {
+  await using h = await harness((name) =>
+    name === "setup" ? { exitAfterStart: true, exitCode: 3 } : undefined
+  );
+  const p = pod({ restartPolicy: "Never", initContainers: [{ name: "setup", image: IMAGE }] });
+  await h.sync(p);
+  const r = await h.sync(p);
+  assert.deepEqual(steps(r).slice(0, 1), ["KillPodSandbox uid-web"]);
+  const [sb] = [...h.fake.service.sandboxes.values()];
+  assert.equal(sb?.state, api.PodSandboxState.SANDBOX_NOTREADY);
+  assert.deepEqual(h.created().map(([n]) => n), ["setup"], "main never starts");
+});
+
+Deno.test("KubeRuntimeManager.syncPod starts sidecars first and restarts them", async () => {
+  let proxyCrashes = false;
+  await using h = await harness((name) =>
+    name === "setup"
+      ? { exitAfterStart: true, exitCode: 0 }
+      : name === "proxy" && proxyCrashes
+      ? { exitAfterStart: true, exitCode: 1 }
+      : undefined
+  );
+  const p = pod({
+    initContainers: [
+      { name: "proxy", image: IMAGE, restartPolicy: "Always" },
+      { name: "setup", image: IMAGE },
+    ],
+  });
+  await h.sync(p);
+  assert.deepEqual(h.created().map(([n]) => n), ["proxy"]);
+  await h.sync(p);
+  assert.deepEqual(h.created().map(([n]) => n), ["proxy", "setup"]);
+  await h.sync(p);
+  assert.deepEqual(h.created(), [["proxy", 0, RUNNING], ["setup", 0, EXITED], [
+    "main",
+    0,
+    RUNNING,
+  ]]);
+
+  const proxy = [...h.fake.service.containers.values()].find((c) =>
+    c.config.metadata?.name === "proxy"
+  )!;
+  h.fake.service.exitContainer(proxy.id, 1);
+  proxyCrashes = true;
+  const r = await h.sync(p);
+  assert.deepEqual(steps(r).slice(1), ["StartContainer proxy"]);
+  assert.deepEqual(h.created().at(-1), ["proxy", 1, EXITED]);
+  const waiting = await h.sync(p);
+  assert.equal(waiting.results.at(-1)?.error, "CrashLoopBackOff", "sidecars back off too");
+  assert.equal(h.created().filter(([n]) => n === "main").length, 1, "main keeps running");
+});
+
+Deno.test("KubeRuntimeManager.syncPod replaces a dead sandbox with attempt+1", async () => {
+  await using h = await harness();
+  const p = pod();
+  await h.sync(p);
+  const [old] = [...h.fake.service.sandboxes.values()];
+  await h.runtime.stopPodSandbox(old!.id);
+  const r = await h.sync(p);
+  assert.equal(r.error(), undefined);
+  assert.ok(h.events.some((e) => e.reason === "SandboxChanged"));
+  const attempts = [...h.fake.service.sandboxes.values()].map((s) => s.config.metadata?.attempt);
+  assert.deepEqual(attempts, [0, 1]);
+  assert.deepEqual(h.created().map(([n, a, s]) => [n, a, s]), [["main", 0, EXITED], [
+    "main",
+    1,
+    RUNNING,
+  ]]);
+});
+
+Deno.test("KubeRuntimeManager.syncPod reports failures in the result, never throws", async () => {
+  await using h = await harness();
+  const rc = pod({ runtimeClassName: "gvisor" });
+  const r = await h.sync(rc);
+  assert.deepEqual(steps(r), [
+    "KillPodSandbox uid-web",
+    `CreatePodSandbox web_default(uid-web) CreatePodSandboxError: Failed to create sandbox for pod "web_default(uid-web)": RuntimeClass "gvisor" is not supported yet`,
+  ]);
+  assert.equal(h.events.at(-1)?.reason, "FailedCreatePodSandBox");
+  assert.equal(
+    h.events.at(-1)?.message,
+    `Failed to create pod sandbox: RuntimeClass "gvisor" is not supported yet`,
+  );
+
+  const vol = pod({
+    containers: [{ name: "main", image: IMAGE, volumeMounts: [{ name: "v", mountPath: "/v" }] }],
+    volumes: [{ name: "v", emptyDir: {} }],
+  });
+  const r2 = await h.sync(vol);
+  assert.match(
+    r2.error()?.message ?? "",
+    /CreateContainerConfigError: "volumes are not supported yet"/,
+  );
+});
+
+Deno.test("KubeRuntimeManager.killPod stops containers with the grace period, then the sandbox", async () => {
+  await using h = await harness();
+  const p = pod({
+    terminationGracePeriodSeconds: 20,
+    containers: [{ name: "a", image: IMAGE }, { name: "b", image: IMAGE }],
+  });
+  await h.sync(p);
+  const signal = AbortSignal.timeout(10_000);
+  const r = await h.manager.killPod(signal, p, await h.status());
+  assert.equal(r.error(), undefined);
+  assert.deepEqual(steps(r).sort(), [
+    "KillContainer a",
+    "KillContainer b",
+    "KillPodSandbox uid-web",
+  ]);
+  assert.deepEqual(h.stops.sort(), [["a", 20], ["b", 20]]);
+  assert.deepEqual(h.created().map(([, , s]) => s), [EXITED, EXITED]);
+  assert.equal(
+    [...h.fake.service.sandboxes.values()][0]?.state,
+    api.PodSandboxState.SANDBOX_NOTREADY,
+  );
+
+  await h.sync(pod({ containers: [{ name: "c", image: IMAGE }] }, "uid-2"));
+  h.stops.length = 0;
+  await h.manager.killPod(signal, undefined, await h.status("uid-2"), 1);
+  assert.deepEqual(h.stops, [["c", 2]], "an orphan with an override of 1 s gets the 2 s minimum");
+
+  await h.manager.removePod(signal, await h.status());
+  assert.equal((await h.status()).containerStatuses.length, 0);
+  assert.equal((await h.status()).sandboxStatuses.length, 0);
+});
+
+Deno.test("KubeRuntimeManager.syncPod keeps only the newest exited instance of an init container", async () => {
+  await using h = await harness((name) =>
+    name === "setup" ? { exitAfterStart: true, exitCode: 1 } : undefined
+  );
+  const p = pod({ initContainers: [{ name: "setup", image: IMAGE }] });
+  await h.sync(p);
+  await h.sync(p); // the first restart is immediate
+  assert.deepEqual(h.created().map(([n, a]) => [n, a]), [["setup", 0], ["setup", 1]]);
+  const r = await h.sync(p);
+  assert.equal(r.results.at(-1)?.error, "CrashLoopBackOff");
+  assert.deepEqual(h.created().map(([n, a]) => [n, a]), [["setup", 1]], "attempt 0 pruned");
+});
+
+Deno.test("KubeRuntimeManager.syncPod resolves env from its options and the new sandbox's IP", async () => {
+  await using h = await harness(undefined, {
+    hostIPs: ["192.0.2.7"],
+    nodeAllocatable: () => ({ cpu: "2", memory: "4Gi" }),
+    envSource: {
+      getConfigMap: (_ns, name) =>
+        Promise.resolve(name === "cfg" ? { data: { MODE: "fast" } } : undefined),
+      getSecret: () => Promise.resolve(undefined),
+    },
+  });
+  const app: V1Container = {
+    name: "app",
+    image: IMAGE,
+    envFrom: [{ configMapRef: { name: "cfg" } }],
+    env: [
+      { name: "IP", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
+      { name: "HOST", valueFrom: { fieldRef: { fieldPath: "status.hostIP" } } },
+      { name: "CPU", valueFrom: { resourceFieldRef: { resource: "limits.cpu", divisor: "1m" } } },
+    ],
+  };
+  const bad: V1Container = {
+    name: "bad",
+    image: IMAGE,
+    env: [{ name: "S", valueFrom: { secretKeyRef: { name: "creds", key: "k" } } }],
+  };
+  const result = await h.sync(pod({ containers: [app, bad] }));
+  assert.deepEqual(steps(result).slice(-2), [
+    "StartContainer app",
+    'StartContainer bad CreateContainerConfigError: secret "creds" not found',
+  ]);
+  const [sb] = [...h.fake.service.sandboxes.values()];
+  const [c] = [...h.fake.service.containers.values()];
+  const decoder = new TextDecoder();
+  assert.deepEqual(c?.config.envs.map((e) => [e.key, decoder.decode(e.value)]), [
+    ["MODE", "fast"],
+    ["IP", sb?.ip ?? "?"],
+    ["HOST", "192.0.2.7"],
+    ["CPU", "2000"],
+  ]);
+  assert.notEqual(sb?.ip, undefined);
+});
+
+Deno.test("computePodActions kills an older container of one name that runs beside the newest", () => {
+  const p = pod();
+  const main = p.spec!.containers[0]!;
+  // Newest first, as the PLEG sorts them: a StartContainer in flight when the kubelet died
+  // started attempt 0 after the restarted kubelet had started attempt 1.
+  const a = computePodActions(
+    p,
+    status([sandbox()], [
+      cs(p, main, "running", 0, { id: "c-new0000000000" }),
+      cs(p, main, "running", 0, { id: "c-old" }),
+    ]),
+  );
+  assert.deepEqual(summary(a), {
+    ...NOTHING,
+    kill: [
+      "Container main has a newer instance (c-new0000000); the older one is killed so that " +
+      "two never run at once",
+    ],
+  });
+  assert.ok(a.containersToKill.has("c-old"));
+  // The newest exited and restarts: the old one still must not run beside the next.
+  const b = computePodActions(
+    p,
+    status([sandbox()], [
+      cs(p, main, "exited", 1, { id: "c-new" }),
+      cs(p, main, "running", 0, { id: "c-old" }),
+    ]),
+  );
+  assert.deepEqual(summary(b).start, [0]);
+  assert.deepEqual([...b.containersToKill.keys()], ["c-old"]);
+});
+
+/** Sandbox starts of `pods` pods synced at once, each held until the test lets it go. */
+async function sandboxStartsInFlight(maxParallelSandboxStarts: number | undefined, pods: number) {
+  const held: Array<() => void> = [];
+  let inFlight = 0;
+  let most = 0;
+  await using h = await harness(undefined, (spy) => ({
+    ...(maxParallelSandboxStarts === undefined ? {} : { maxParallelSandboxStarts }),
+    runtime: {
+      ...spy,
+      runPodSandbox: async (...a) => {
+        inFlight++;
+        most = Math.max(most, inFlight);
+        await new Promise<void>((resolve) => held.push(resolve));
+        inFlight--;
+        return await spy.runPodSandbox(...a);
+      },
+    },
+  }));
+  const uids = Array.from({ length: pods }, (_, i) => `uid-${i}`);
+  const synced = Promise.all(uids.map(async (uid) => {
+    const p = pod({}, uid);
+    return await h.manager.syncPod(AbortSignal.timeout(10_000), p, await h.status(uid), []);
+  }));
+  let released = 0;
+  while (released < pods) {
+    // Let every sync that can reach RunPodSandbox get there before the next one is let go.
+    for (let i = 0; i < 50 && held.length === 0; i++) await new Promise((r) => setTimeout(r, 0));
+    for (let i = 0; i < 50; i++) await new Promise((r) => setTimeout(r, 0));
+    const next = held.shift();
+    assert.ok(next, `${released} of ${pods} sandbox starts released, none waiting`);
+    next();
+    released++;
+  }
+  const results = await synced;
+  for (const r of results) assert.equal(r.error(), undefined);
+  return { most, sandboxes: h.fake.service.sandboxes.size };
+}
+
+Deno.test("KubeRuntimeManager keeps at most maxParallelSandboxStarts RunPodSandbox calls in flight", async () => {
+  assert.deepEqual(await sandboxStartsInFlight(2, 5), { most: 2, sandboxes: 5 });
+  assert.deepEqual(await sandboxStartsInFlight(1, 3), { most: 1, sandboxes: 3 });
+});
+
+Deno.test("KubeRuntimeManager starts every sandbox at once without a limit (0 or unset), as upstream", async () => {
+  assert.deepEqual(await sandboxStartsInFlight(0, 5), { most: 5, sandboxes: 5 });
+  assert.deepEqual(await sandboxStartsInFlight(undefined, 4), { most: 4, sandboxes: 4 });
+});
+
+Deno.test("KubeRuntimeManager.syncPod asks ImageStatus once per container whose image is present", async () => {
+  await using h = await harness();
+  const p = pod({ containers: [{ name: "a", image: IMAGE }, { name: "b", image: IMAGE }] });
+  const before = h.fake.callCount("ImageStatus");
+  const result = await h.sync(p);
+  assert.equal(result.error(), undefined);
+  // The ImageManager's read also gives the image's default user (upstream asks twice).
+  assert.equal(h.fake.callCount("ImageStatus") - before, 2);
+});

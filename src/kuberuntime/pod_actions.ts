@@ -1,0 +1,367 @@
+/**
+ * @module
+ * computePodActions: what one SyncPod must do to bring the runtime's view of a pod to its spec
+ * (kill it, make a new sandbox, which init containers and sidecars and which regular containers
+ * to start, which containers to kill and why). Pure: it reads the pod, the runtime status and
+ * the probe results only. Private to `kuberuntime_manager.ts`, which re-exports it. Corresponds
+ * to upstream `computePodActions` (kuberuntime_manager.go), `computeInitContainerActions` and
+ * `hasAnyRegularContainerCreated` (kuberuntime_container.go), `PodSandboxChanged`
+ * (kuberuntime/util) and `ShouldContainerBeRestarted` (container/helpers.go), with
+ * SidecarContainers GA and LegacySidecarContainers off as in v1.36.
+ */
+
+import type { V1Container, V1Pod } from "@kubernetes/client-node";
+import * as api from "../../proto/runtime/v1/api.ts";
+import { hashContainer } from "./labels.ts";
+import type { PodStatus } from "../container/pod_cache.ts";
+import {
+  type ContainerKillReason,
+  findContainerStatus,
+  isRestartableInitContainer,
+  type KubeContainerStatus,
+  toKubeContainerStatuses,
+} from "./kuberuntime_container.ts";
+
+/** A container to kill, and why (upstream containerToKillInfo). */
+export interface ContainerToKill {
+  readonly name: string;
+  readonly container?: V1Container;
+  readonly message: string;
+  readonly reason: ContainerKillReason;
+}
+
+/** What one SyncPod must do (upstream podActions). */
+export interface PodActions {
+  /** Stop every container and the sandbox. */
+  killPod: boolean;
+  /** Make a new sandbox (after killing the old one, purging init containers). */
+  createSandbox: boolean;
+  /** The current sandbox, to start containers in; "" when there is none. */
+  sandboxID: string;
+  /** The attempt number of the sandbox to create. */
+  attempt: number;
+  /** Unused since v1.33 (LegacySidecarContainers off): always undefined; kept for parity. */
+  nextInitContainerToStart?: V1Container;
+  /** Indexes into spec.initContainers, in start order. */
+  initContainersToStart: number[];
+  /** Indexes into spec.containers, in start order. */
+  containersToStart: number[];
+  /** By container id. */
+  containersToKill: Map<string, ContainerToKill>;
+}
+
+/** A probe's last result (upstream proberesults.Result). */
+export type ProbeResult = "Success" | "Failure" | "Unknown";
+
+/** The prober's results by container id; undefined when the probe has not run yet. */
+export interface ProbeResults {
+  liveness(containerId: string): ProbeResult | undefined;
+  startup(containerId: string): ProbeResult | undefined;
+}
+
+/** Options of {@link computePodActions}. */
+export interface ComputePodActionsOptions {
+  /** Probe results; without them no probe has run, as right after a kubelet start. */
+  readonly probeResults?: ProbeResults;
+}
+
+const NO_PROBES: ProbeResults = { liveness: () => undefined, startup: () => undefined };
+
+/** upstream PodSandboxChanged: whether a new sandbox is needed, its attempt, the current id. */
+export function podSandboxChanged(
+  pod: V1Pod,
+  podStatus: PodStatus,
+): { changed: boolean; attempt: number; sandboxID: string } {
+  const sandboxes = podStatus.sandboxStatuses;
+  const latest = sandboxes[0];
+  if (!latest) return { changed: true, attempt: 0, sandboxID: "" };
+  const READY = api.PodSandboxState.SANDBOX_READY;
+  const ready = sandboxes.filter((s) => s.state === READY).length;
+  const maxAttempt = Math.max(0, ...sandboxes.map((s) => s.metadata?.attempt ?? 0));
+  if (ready > 1 || latest.state !== READY) {
+    return { changed: true, attempt: maxAttempt + 1, sandboxID: latest.id };
+  }
+  const hostNetwork = pod.spec?.hostNetwork === true;
+  const want = hostNetwork ? api.NamespaceMode.NODE : api.NamespaceMode.POD;
+  if ((latest.linux?.namespaces?.options?.network ?? api.NamespaceMode.POD) !== want) {
+    return { changed: true, attempt: maxAttempt + 1, sandboxID: "" };
+  }
+  if (!hostNetwork && latest.network !== undefined && latest.network.ip === "") {
+    return { changed: true, attempt: maxAttempt + 1, sandboxID: latest.id };
+  }
+  return { changed: false, attempt: maxAttempt, sandboxID: latest.id };
+}
+
+function shouldRestartOnFailure(pod: V1Pod): boolean {
+  return pod.spec?.restartPolicy !== "Never";
+}
+
+/** upstream ShouldContainerBeRestarted. */
+export function shouldContainerBeRestarted(
+  pod: V1Pod,
+  status: KubeContainerStatus | undefined,
+): boolean {
+  if (pod.metadata?.deletionTimestamp != null) return false;
+  if (!status) return true;
+  if (status.state === "running") return false;
+  if (status.state === "unknown" || status.state === "created") return true;
+  const policy = pod.spec?.restartPolicy;
+  if (policy === "Never") return false;
+  if (policy === "OnFailure" && status.exitCode === 0) return false;
+  return true;
+}
+
+/** upstream isInitContainerFailed. */
+function isInitContainerFailed(s: KubeContainerStatus): boolean {
+  return s.reason === "OOMKilled" || (s.state === "exited" && s.exitCode !== 0) ||
+    s.state === "unknown";
+}
+
+function hasAnyRegularContainerCreated(
+  pod: V1Pod,
+  statuses: readonly KubeContainerStatus[],
+): boolean {
+  return (pod.spec?.containers ?? []).some((c) => {
+    const s = findContainerStatus(statuses, c.name);
+    return s !== undefined && s.state !== "unknown";
+  });
+}
+
+/** Computes the actions of one SyncPod; see the module documentation. */
+export function computePodActions(
+  pod: V1Pod,
+  podStatus: PodStatus,
+  opts: ComputePodActionsOptions = {},
+): PodActions {
+  const statuses = toKubeContainerStatuses(podStatus);
+  const probes = opts.probeResults ?? NO_PROBES;
+  const sandbox = podSandboxChanged(pod, podStatus);
+  const changes: PodActions = {
+    killPod: sandbox.changed,
+    createSandbox: sandbox.changed,
+    sandboxID: sandbox.sandboxID,
+    attempt: sandbox.attempt,
+    initContainersToStart: [],
+    containersToStart: [],
+    containersToKill: new Map(),
+  };
+  const containers = pod.spec?.containers ?? [];
+
+  if (sandbox.changed) {
+    // A pod that must not restart, whose containers have run, is only killed.
+    if (!shouldRestartOnFailure(pod) && sandbox.attempt !== 0 && statuses.length !== 0) {
+      changes.createSandbox = false;
+      return changes;
+    }
+    const toStart = containers.flatMap((c, i) => {
+      const s = findContainerStatus(statuses, c.name);
+      const succeeded = s?.state === "exited" && s.exitCode === 0;
+      return pod.spec?.restartPolicy === "OnFailure" && succeeded ? [] : [i];
+    });
+    if (toStart.length === 0 && hasAnyRegularContainerCreated(pod, statuses)) {
+      changes.createSandbox = false;
+      return changes;
+    }
+    if ((pod.spec?.initContainers?.length ?? 0) !== 0) {
+      changes.initContainersToStart = [0];
+      return changes;
+    }
+    changes.containersToStart = toStart;
+    return changes;
+  }
+
+  const initialized = computeInitContainerActions(pod, statuses, changes, probes);
+  if (changes.killPod || !initialized) return changes;
+
+  let keepCount = 0;
+  containers.forEach((container, idx) => {
+    const status = findContainerStatus(statuses, container.name);
+    killOlderRunning(statuses, container, status, changes);
+    if (!status || status.state !== "running") {
+      if (shouldContainerBeRestarted(pod, status)) {
+        changes.containersToStart.push(idx);
+        if (status?.state === "unknown") {
+          // It may still run: kill it first so that two never run at once.
+          changes.containersToKill.set(status.id, {
+            name: status.name,
+            container,
+            message: `Container is in "unknown" state, try killing it before restart`,
+            reason: "Unknown",
+          });
+        }
+      }
+      return;
+    }
+    let message: string;
+    let reason: ContainerKillReason = "";
+    let restart = shouldRestartOnFailure(pod);
+    if (hashContainer(container) !== status.hash) {
+      message = `Container ${container.name} definition changed`;
+      // A changed spec restarts whatever the restart policy.
+      restart = true;
+    } else if (probes.liveness(status.id) === "Failure") {
+      message = `Container ${container.name} failed liveness probe`;
+      reason = "LivenessProbe";
+    } else if (probes.startup(status.id) === "Failure") {
+      message = `Container ${container.name} failed startup probe`;
+      reason = "StartupProbe";
+    } else {
+      keepCount++;
+      return;
+    }
+    if (restart) {
+      message = `${message}, will be restarted`;
+      changes.containersToStart.push(idx);
+    }
+    changes.containersToKill.set(status.id, { name: status.name, container, message, reason });
+  });
+
+  if (keepCount === 0 && changes.containersToStart.length === 0) {
+    changes.killPod = true;
+    // Sidecars alone must not keep the pod alive.
+    changes.initContainersToStart = [];
+  }
+  return changes;
+}
+
+/**
+ * Not upstream's: an older container of the same name that still runs beside the newest (a
+ * StartContainer that was in flight when the kubelet died, and that the runtime finished after
+ * the restarted kubelet had started the next attempt) is killed, so that two never run at once.
+ */
+function killOlderRunning(
+  statuses: readonly KubeContainerStatus[],
+  container: V1Container,
+  newest: KubeContainerStatus | undefined,
+  changes: PodActions,
+): void {
+  for (const s of statuses) {
+    if (s.name !== container.name || s === newest || s.state !== "running") continue;
+    const newer = newest ? ` (${newest.id.slice(0, 12)})` : "";
+    changes.containersToKill.set(s.id, {
+      name: s.name,
+      container,
+      message: `Container ${s.name} has a newer instance${newer}; the older one is killed ` +
+        "so that two never run at once",
+      reason: "",
+    });
+  }
+}
+
+/**
+ * upstream computeInitContainerActions: starts the first init container not yet started, the
+ * next one once its predecessor completed (or, for a sidecar, started), keeps sidecars running
+ * and restarts them; returns whether the pod is initialized. A failed init container under
+ * restartPolicy Never kills the pod.
+ */
+function computeInitContainerActions(
+  pod: V1Pod,
+  statuses: readonly KubeContainerStatus[],
+  changes: PodActions,
+  probes: ProbeResults,
+): boolean {
+  const inits = pod.spec?.initContainers ?? [];
+  if (inits.length === 0) return true;
+
+  // A regular container created or running means initialization finished in the past, even if
+  // the init containers have since been removed. Exited ones do not count: after a node reboot
+  // every container is exited and the new sandbox starts from scratch.
+  let podHasInitialized = (pod.spec?.containers ?? []).some((c) => {
+    const s = findContainerStatus(statuses, c.name);
+    return s?.state === "created" || s?.state === "running";
+  });
+  let isPreviouslyInitialized = podHasInitialized;
+  const restartOnFailure = shouldRestartOnFailure(pod);
+  const toStart: number[] = [];
+  const kill = (s: KubeContainerStatus, c: V1Container, message: string, r: ContainerKillReason) =>
+    changes.containersToKill.set(s.id, { name: c.name, container: c, message, reason: r });
+
+  // Backwards: completed init containers may have been removed, so the last one seen decides.
+  for (let i = inits.length - 1; i >= 0; i--) {
+    const container = inits[i]!;
+    const sidecar = isRestartableInitContainer(container);
+    const status = findContainerStatus(statuses, container.name);
+    if (!status) {
+      if (isPreviouslyInitialized && sidecar) toStart.push(i);
+      continue;
+    }
+    if (isPreviouslyInitialized && !sidecar) continue;
+
+    switch (status.state) {
+      case "created":
+        // Created but never started: the start most likely failed; try again.
+        toStart.push(i);
+        break;
+      case "running": {
+        if (!sidecar) break;
+        if (container.startupProbe) {
+          const startup = probes.startup(status.id);
+          if (startup === undefined) break;
+          if (startup !== "Success") {
+            if (startup === "Failure") {
+              kill(
+                status,
+                container,
+                `Init container ${container.name} failed startup probe`,
+                "StartupProbe",
+              );
+              toStart.push(i);
+            }
+            break;
+          }
+        }
+        if (i === inits.length - 1) podHasInitialized = true;
+        else if (!isPreviouslyInitialized) toStart.push(i + 1);
+        if (hashContainer(container) !== status.hash) {
+          kill(status, container, `Init container ${container.name} definition changed`, "");
+          toStart.push(i);
+          break;
+        }
+        if (container.livenessProbe) {
+          const liveness = probes.liveness(status.id);
+          if (liveness === undefined) break;
+          if (liveness === "Failure") {
+            kill(
+              status,
+              container,
+              `Init container ${container.name} failed liveness probe`,
+              "LivenessProbe",
+            );
+            toStart.push(i);
+          }
+        }
+        break;
+      }
+      case "exited":
+        if (sidecar) {
+          toStart.push(i);
+        } else if (isInitContainerFailed(status)) {
+          if (!restartOnFailure) {
+            changes.killPod = true;
+            changes.initContainersToStart = [];
+            return false;
+          }
+          toStart.push(i);
+        } else if (i === inits.length - 1) {
+          podHasInitialized = true;
+        } else {
+          toStart.push(i + 1);
+        }
+        break;
+      default: {
+        const message = `Init container is in "unknown" state, try killing it before restart`;
+        if (!sidecar && !restartOnFailure) {
+          changes.killPod = true;
+          changes.initContainersToStart = [];
+          return false;
+        }
+        kill(status, container, message, "Unknown");
+        toStart.push(i);
+      }
+    }
+    isPreviouslyInitialized = true;
+  }
+  if (!isPreviouslyInitialized) toStart.push(0);
+  changes.initContainersToStart = toStart.reverse();
+  return podHasInitialized;
+}

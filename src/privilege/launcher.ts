@@ -1,0 +1,190 @@
+/**
+ * @module
+ * The launcher: what main.ts runs. With every permission (the compile task's --allow-all) it
+ * asks the planner Worker (plan_worker.ts) what to do with the command line, then
+ * mounts the host view (host_view.ts) and runs the kubelet in a Worker under the planned
+ * permission set (agent_worker.ts), answering the calls Deno cannot grant by path
+ * (launcher_calls.ts) until it ends; otherwise, or when the plan says so, it runs the kubelet
+ * command (app/kubelet_command.ts) in its own isolate. This module and what it imports stay small:
+ * their isolate lives as long as the kubelet, beside the kubelet's own.
+ *
+ * Has no upstream counterpart: the Go kubelet runs with all of root's rights.
+ */
+
+import { hostIsCgroup2UnifiedMode } from "../cm/cgroup_mode.ts";
+import { realClock } from "../util/clock.ts";
+import { startFreeOSMemory } from "../util/free_os_memory.ts";
+import { openHostView } from "./host_view.ts";
+import { createLogger, type Logger } from "../klog/klog.ts";
+import type {
+  SandboxExit,
+  SandboxPlan,
+  SandboxPlanRequest,
+  SandboxStart,
+} from "./permission_set.ts";
+import { type HostCall, serveHostCall } from "./launcher_calls.ts";
+import type { SandboxPlanAnswer } from "./plan_worker.ts";
+
+/** Options of {@link launch}. */
+export interface LaunchOptions {
+  /** Runs the kubelet command in this isolate. @default app/kubelet_command.ts main */
+  readonly inProcess?: (args: readonly string[]) => Promise<number>;
+  /** The planner's module. @default plan_worker.ts */
+  readonly planner?: URL;
+  /** The module the kubelet's Worker runs. @default agent_worker.ts */
+  readonly worker?: URL;
+  /** Where host views live. @default permission_set.ts SANDBOX_RUN_DIR */
+  readonly runDir?: string;
+  /** Where the launcher's own lines go. @default stderr */
+  readonly write?: (line: string) => void;
+}
+
+const ALL = ["read", "write", "run", "net", "env", "sys", "ffi", "import"] as const;
+
+/** The permissions this process lacks of those handing out a narrower set needs: all of them. */
+export function missingPermissions(): string[] {
+  return ALL.filter((name) => Deno.permissions.querySync({ name }).state !== "granted");
+}
+
+async function runKubeletCommand(args: readonly string[]): Promise<number> {
+  const { main } = await import("../app/kubelet_command.ts");
+  return await main(args);
+}
+
+/**
+ * Runs the kubelet with `args` as the plan for them says; resolves to the process exit code.
+ * A process without every permission runs the kubelet in its own set (`-P=kubelet`).
+ */
+export async function launch(args: readonly string[], opts: LaunchOptions = {}): Promise<number> {
+  const inProcess = opts.inProcess ?? runKubeletCommand;
+  if (missingPermissions().length > 0) return await inProcess(args);
+  const request: SandboxPlanRequest = {
+    args: [...args],
+    cgroupV1: !(await hostIsCgroup2UnifiedMode()),
+    root: Deno.uid() === 0,
+    ...(opts.runDir ? { runDir: opts.runDir } : {}),
+  };
+  // The launcher's own lines: plain text until the plan gives the configuration's logging.
+  const log = (logging: { format: "text" | "json"; verbosity?: number } = { format: "text" }) =>
+    createLogger({ ...logging, ...(opts.write ? { write: opts.write } : {}) });
+  let plan: SandboxPlan;
+  try {
+    plan = await makePlan(request, opts.planner);
+  } catch (e) {
+    log().error(e, "Failed to plan the kubelet's sandbox");
+    return 1;
+  }
+  if (plan.kind === "in-process") {
+    if (plan.warning) log().warning(plan.warning);
+    return await inProcess(args);
+  }
+  const logger = log(plan.logging);
+  try {
+    return await runInSandbox({
+      args,
+      plan,
+      logger,
+      ...(opts.worker ? { worker: opts.worker } : {}),
+    });
+  } catch (e) {
+    logger.error(
+      e,
+      "Failed to start the kubelet in its permission set; --least-privilege=false runs it without",
+      { hostView: plan.viewDir },
+    );
+    return 1;
+  }
+}
+
+/** Asks a planner Worker, terminated after it answers, for the plan. */
+async function makePlan(request: SandboxPlanRequest, module?: URL): Promise<SandboxPlan> {
+  const planner = new Worker(module ?? new URL("./plan_worker.ts", import.meta.url), {
+    type: "module",
+    name: "kubelet-planner",
+    deno: {
+      permissions: {
+        read: true,
+        env: true,
+        sys: true,
+        import: true,
+        write: false,
+        net: false,
+        run: false,
+        ffi: false,
+      },
+    },
+  } as WorkerOptions);
+  try {
+    const answer = await new Promise<SandboxPlanAnswer>((resolve, reject) => {
+      planner.onmessage = (e: MessageEvent<SandboxPlanAnswer>) => resolve(e.data);
+      planner.onerror = (e) => {
+        e.preventDefault();
+        reject(e.error ?? new Error(e.message));
+      };
+      planner.postMessage(request);
+    });
+    if ("error" in answer) throw new Error(answer.error);
+    return answer.plan;
+  } finally {
+    planner.terminate();
+  }
+}
+
+/** Options of {@link runInSandbox}. */
+export interface RunInSandboxOptions {
+  /** The command line, handed to the agent unchanged. */
+  readonly args: readonly string[];
+  readonly plan: Extract<SandboxPlan, { kind: "sandbox" }>;
+  readonly logger: Logger;
+  /** The module the Worker runs. @default agent_worker.ts */
+  readonly worker?: URL;
+}
+
+/**
+ * Mounts the host view, runs the agent in a Worker under the plan's permissions and resolves
+ * with its exit code once it ends (an uncaught error in it is exit 1); the view is removed after.
+ */
+export async function runInSandbox(opts: RunInSandboxOptions): Promise<number> {
+  const { logger, plan } = opts;
+  const { permissions } = plan;
+  const view = await openHostView({ dir: plan.viewDir });
+  // Freed heap memory goes back to the kernel from here, for the whole process: the sandbox
+  // has no ffi to do it itself.
+  const stop = new AbortController();
+  const freeing = startFreeOSMemory({ clock: realClock, logger, signal: stop.signal });
+  try {
+    if (plan.mkdir) await Deno.mkdir(plan.mkdir, { recursive: true, mode: 0o755 });
+    logger.info("Running the kubelet in its permission set", {
+      hostView: view.root,
+      programs: permissions.run.join(","),
+    });
+    logger.v(2).info("Permission set", {
+      read: permissions.read.join(","),
+      write: permissions.write.join(","),
+    });
+    const worker = new Worker(opts.worker ?? new URL("./agent_worker.ts", import.meta.url), {
+      type: "module",
+      name: "kubelet",
+      deno: { permissions },
+    } as WorkerOptions);
+    const ended = Promise.withResolvers<number>();
+    worker.onmessage = (e: MessageEvent<SandboxExit | HostCall>) => {
+      const m = e.data;
+      if ("exit" in m) return ended.resolve(m.exit);
+      void serveHostCall(m, permissions.write).then((a) => worker.postMessage(a));
+    };
+    worker.onerror = (e) => {
+      e.preventDefault();
+      logger.error(e.error ?? e.message, "The kubelet failed with an uncaught error");
+      ended.resolve(1);
+    };
+    worker.postMessage({ args: [...opts.args], hostRoot: view.root } satisfies SandboxStart);
+    const code = await ended.promise;
+    worker.terminate();
+    return code;
+  } finally {
+    stop.abort();
+    await freeing;
+    await view.remove().catch((e) => logger.error(e, "Failed to remove the host view"));
+  }
+}

@@ -1,0 +1,175 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { openHostView } from "./host_view.ts";
+import { loadKubeletConfiguration } from "../app/kubelet_config.ts";
+import { newKubeletFlags } from "../apis/flags.ts";
+import type { KubeletServer } from "../app/kubelet_server.ts";
+import { type SandboxPermissions, sandboxPermissions } from "./permission_set.ts";
+import type { ProbeAnswer, ProbeOp } from "../testing/permission_probe.ts";
+
+/** True when the test may mount; else skips loudly, or throws under CI=true. */
+function canMount(what: string): boolean {
+  if (Deno.build.os === "linux" && Deno.uid() === 0) return true;
+  const reason = `${what} needs root on Linux (uid is ${Deno.uid()}, os is ${Deno.build.os})`;
+  if (Deno.env.get("CI") === "true") throw new Error(`CI=true but ${reason}`);
+  console.warn(`SKIPPING ${reason}`);
+  return false;
+}
+
+async function server(dir: string): Promise<KubeletServer> {
+  const { config } = await loadKubeletConfiguration({
+    configFile: "",
+    dropinDir: "",
+    flags: [],
+    cgroupV1: false,
+  });
+  config.podLogsDir = join(dir, "pod-logs");
+  config.staticPodPath = join(dir, "manifests");
+  config.containerRuntimeEndpoint = `unix://${join(dir, "cri.sock")}`;
+  const flags = {
+    ...newKubeletFlags(),
+    rootDirectory: join(dir, "root"),
+    certDirectory: join(dir, "root", "pki"),
+    kubeConfig: join(dir, "kubeconfig"),
+    kubeletConfigFile: join(dir, "kubelet.yaml"),
+  };
+  return { flags, config };
+}
+
+/** Runs `ops` in a Worker under `perms` and answers what each did. */
+async function probe(perms: SandboxPermissions, ops: ProbeOp[]): Promise<ProbeAnswer[]> {
+  const worker = new Worker(new URL("../testing/permission_probe.ts", import.meta.url), {
+    type: "module",
+    deno: { permissions: perms },
+  } as WorkerOptions);
+  try {
+    const answer = Promise.withResolvers<ProbeAnswer[]>();
+    worker.onmessage = (e) => answer.resolve(e.data);
+    worker.onerror = (e) => {
+      e.preventDefault();
+      answer.reject(new Error(e.message));
+    };
+    worker.postMessage(ops);
+    return await answer.promise;
+  } finally {
+    worker.terminate();
+  }
+}
+
+Deno.test("sandboxPermissions lists the configured paths, the host view and the programs", async () => {
+  const s = await server("/srv/t");
+  const perms = sandboxPermissions({
+    server: s,
+    view: {
+      root: "/run/kubelet-ts/view",
+      mounted: [
+        { path: "/proc", kind: "dir", writable: false, recursive: false },
+        { path: "/sys/fs/cgroup", kind: "dir", writable: true, recursive: true },
+      ],
+    },
+    codeDir: "/opt/kubelet",
+  });
+  for (const p of ["/srv/t/root", "/srv/t/pod-logs", "/srv/t/cri.sock", "/var/log/containers"]) {
+    assert.ok(perms.write.includes(p), `write ${p}`);
+    assert.ok(perms.read.includes(p), `read ${p}`);
+  }
+  for (const p of ["/srv/t/kubelet.yaml", "/srv/t/manifests", "/srv/t/kubeconfig", "/var/log"]) {
+    assert.ok(perms.read.includes(p), `read ${p}`);
+    assert.ok(!perms.write.includes(p), `no write ${p}`);
+  }
+  assert.ok(perms.read.includes("/run/kubelet-ts/view"));
+  assert.ok(!perms.write.includes("/run/kubelet-ts/view/proc"), "/proc is read-only");
+  assert.ok(perms.write.includes("/run/kubelet-ts/view/sys/fs/cgroup"));
+  assert.ok(perms.read.includes("/opt/kubelet"));
+  assert.ok(!perms.read.some((p) => p === "/" || p === "/etc" || p.startsWith("/proc")));
+  assert.deepEqual(perms.run, ["mount", "umount", "df", "systemd-inhibit"]);
+  assert.equal(perms.ffi, false);
+  // Node shutdown adds logind's bus socket and drop-in directory, and only then.
+  assert.ok(!perms.write.includes("/run/dbus/system_bus_socket"));
+  s.config.shutdownGracePeriod = 30_000;
+  const withShutdown = sandboxPermissions({ server: s, view: { root: "/v", mounted: [] } });
+  assert.ok(withShutdown.write.includes("/run/dbus/system_bus_socket"));
+  assert.ok(withShutdown.write.includes("/etc/systemd/logind.conf.d"));
+  // The bus address from the environment; the systemd cgroup driver needs the bus too.
+  s.config.shutdownGracePeriod = 0;
+  s.config.cgroupDriver = "systemd";
+  const systemd = sandboxPermissions({
+    server: s,
+    view: { root: "/v", mounted: [] },
+    busAddress: "unix:path=/tmp/bus/socket,guid=1",
+  });
+  assert.ok(systemd.read.includes("/tmp/bus/socket") && systemd.write.includes("/tmp/bus/socket"));
+  assert.ok(!systemd.write.includes("/etc/systemd/logind.conf.d"));
+});
+
+Deno.test("an agent under its permission set reads its view and writes its dirs, and nothing else", async () => {
+  if (!canMount("the sandbox probe")) return;
+  const dir = await Deno.makeTempDir({ prefix: "sandbox-test-" });
+  const viewDir = `/run/kubelet-ts-test/view-${crypto.randomUUID().slice(0, 8)}`;
+  const view = await openHostView({ dir: viewDir });
+  try {
+    const s = await server(dir);
+    for (const d of ["root", "pod-logs", "manifests"]) await Deno.mkdir(join(dir, d));
+    await Deno.writeTextFile(join(dir, "kubelet.yaml"), "kind: KubeletConfiguration\n");
+    await Deno.writeTextFile(join(dir, "outside"), "not for the agent\n");
+    const perms = sandboxPermissions({
+      server: s,
+      view,
+      containerLogsDir: join(dir, "containers"),
+      nodeLogDir: join(dir, "varlog"),
+    });
+    const cgroupFile = (await Array.fromAsync(Deno.readDir(join(viewDir, "sys/fs/cgroup"))))
+      .map((e) => e.name).sort()[0]!;
+    const ops: ProbeOp[] = [
+      // What the agent needs.
+      { op: "read", path: join(viewDir, "proc/meminfo") },
+      { op: "read", path: join(viewDir, "proc/self/mountinfo") },
+      { op: "read", path: join(viewDir, "sys/fs/cgroup", cgroupFile) },
+      { op: "read", path: join(dir, "kubelet.yaml") },
+      { op: "write", path: join(dir, "root", "state") },
+      { op: "write", path: join(dir, "pod-logs", "x.log") },
+      { op: "run", program: "mount", args: ["--version"] },
+      // What it must not do.
+      { op: "read", path: "/etc/shadow" },
+      // Through the view: /proc/<pid>/root would be the whole filesystem, so it is not there.
+      { op: "read", path: join(viewDir, "proc/self/root/etc/shadow") },
+      { op: "read", path: join(viewDir, "proc/1/root/etc/shadow") },
+      { op: "read", path: join(viewDir, `proc/${Deno.pid}/root/etc/shadow`) },
+      { op: "read", path: "/proc/meminfo" },
+      { op: "read", path: "/sys/fs/cgroup" },
+      { op: "read", path: join(dir, "outside") },
+      { op: "write", path: join(dir, "outside") },
+      { op: "write", path: "/etc/kubelet-ts-sandbox-probe" },
+      { op: "write", path: join(viewDir, "proc/sys/vm/drop_caches") },
+      { op: "run", program: "sh", args: ["-c", "true"] },
+      { op: "run", program: "cat", args: ["/etc/shadow"] },
+    ];
+    const answers = await probe(perms, ops);
+    const allowed = answers.slice(0, 7);
+    const denied = answers.slice(7);
+    allowed.forEach((a, i) => assert.ok(a.ok, `${JSON.stringify(ops[i])}: ${a.error}`));
+    denied.forEach((a, i) => {
+      const op = ops[i + 7];
+      assert.ok(!a.ok, `${JSON.stringify(op)} must fail`);
+      // A read-only mount refuses the write itself, and what the view lacks is not found; every
+      // other denial is Deno's permission.
+      if (op?.op === "write" && op.path.startsWith(viewDir)) {
+        assert.match(a.error!, /NotCapable|Read-only file system/);
+      } else if (op?.op === "read" && op.path.startsWith(viewDir)) {
+        assert.match(a.error!, /^NotFound/, a.error);
+      } else {
+        assert.match(a.error!, /^NotCapable: Requires (read|write|run|all) access/, a.error);
+      }
+    });
+    assert.equal(await Deno.readTextFile(join(dir, "outside")), "not for the agent\n");
+  } finally {
+    await view.remove();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("the sandbox's logind drop-in directory is the node shutdown manager's", async () => {
+  const { LOGIND_CONFIG_DIRECTORY } = await import("../nodeshutdown/logind.ts");
+  const { LOGIND_DROPIN_DIRECTORY } = await import("./permission_set.ts");
+  assert.equal(LOGIND_DROPIN_DIRECTORY, LOGIND_CONFIG_DIRECTORY);
+});

@@ -1,0 +1,131 @@
+/**
+ * @module
+ * The kubelet API's own endpoints: `/healthz` (with `/healthz/ping`, `/healthz/log`,
+ * `/healthz/syncloop`), `/pods` (the pods the kubelet runs, as a v1 PodList), `/runningpods/`
+ * (what the runtime runs, as minimal pods), `/configz` (the configuration in effect), `/metrics`
+ * (the kubelet's own metrics) and `/metrics/probes`, and the paths whose owners are not built
+ * yet (`/metrics/slis`, `/spec/`, `/checkpoint/`), which answer 501 saying so. Corresponds to the handlers of upstream `pkg/kubelet/server/server.go`
+ * (InstallDefaultHandlers, InstallDebuggingHandlers' configz) and `healthz`.
+ */
+
+import type { V1Pod } from "@kubernetes/client-node";
+import { encodeObject } from "../apis/config_schema.ts";
+import type { KubeletConfiguration } from "../apis/config_types.ts";
+import { kubeletConfigurationFields } from "../apis/config_types.ts";
+import type { PodStatus } from "../container/pod_cache.ts";
+import { httpError, type Route, writeJson } from "./server.ts";
+import { EXPOSITION_CONTENT_TYPE } from "../metrics/prometheus.ts";
+
+/** What {@link podRoutes} needs. */
+export interface PodRoutesOptions {
+  /** The pods the kubelet runs (pod manager), mirror pods excluded. */
+  readonly getPods: () => V1Pod[];
+  /** The runtime's pods as the PLEG last saw them. */
+  readonly getRunningPods: () => PodStatus[];
+  readonly config: KubeletConfiguration;
+  /** Named health checks: undefined when healthy, else why not (syncloop, ...). */
+  readonly checks: Readonly<Record<string, () => string | undefined>>;
+  /** The prober's metrics in Prometheus text, for /metrics/probes. */
+  readonly probeMetrics?: () => string;
+  /** The kubelet's metrics in Prometheus text, for /metrics. */
+  readonly metrics?: () => Promise<string>;
+}
+
+/** The not-yet-built endpoints, and the issue area that builds them. */
+const NOT_YET: readonly { pattern: string; what: string }[] = [
+  { pattern: "/metrics", what: "metrics (/metrics)" },
+  { pattern: "/metrics/slis", what: "metrics (/metrics/slis)" },
+  { pattern: "/spec/*rest", what: "machine info (/spec)" },
+  { pattern: "/checkpoint/*rest", what: "container checkpoints (/checkpoint)" },
+];
+
+function podList(items: V1Pod[]): unknown {
+  return { kind: "PodList", apiVersion: "v1", metadata: {}, items };
+}
+
+/** A runtime pod as upstream's /runningpods/ shows it: name, namespace, UID, containers. */
+function runningPod(s: PodStatus): V1Pod {
+  const names = new Map<string, string>();
+  for (const c of s.containerStatuses) {
+    const name = c.metadata?.name ?? "";
+    if (!names.has(name)) names.set(name, c.image?.image ?? "");
+  }
+  return {
+    metadata: { name: s.name, namespace: s.namespace, uid: s.id },
+    spec: { containers: [...names].map(([name, image]) => ({ name, image })) },
+  };
+}
+
+/** The routes; see the module documentation. */
+export function podRoutes(opts: PodRoutesOptions): Route[] {
+  const healthz = (names: readonly string[]): Route["handler"] => (_r, res) => {
+    const failed = names.flatMap((n) => {
+      const why = opts.checks[n]?.();
+      return why === undefined ? [] : [`[-]${n} failed: ${why}`];
+    });
+    if (failed.length > 0) return httpError(res, 500, `${failed.join("\n")}\nhealthz check failed`);
+    res.writeHead(200, { "content-type": "text/plain; charset=utf-8" });
+    res.end("ok");
+  };
+  const all = ["ping", "log", ...Object.keys(opts.checks)];
+  const routes: Route[] = [
+    { pattern: "/healthz", methods: ["GET", "HEAD"], handler: healthz(all) },
+    ...all.map((n) => ({
+      pattern: `/healthz/${n}`,
+      methods: ["GET", "HEAD"],
+      handler: healthz(n === "ping" || n === "log" ? [] : [n]),
+    })),
+    {
+      pattern: "/pods",
+      methods: ["GET"],
+      handler: (_r, res) => writeJson(res, 200, podList(opts.getPods())),
+    },
+    {
+      pattern: "/runningpods",
+      methods: ["GET"],
+      handler: (_r, res) => writeJson(res, 200, podList(opts.getRunningPods().map(runningPod))),
+    },
+    {
+      pattern: "/configz",
+      methods: ["GET"],
+      handler: (_r, res) =>
+        writeJson(res, 200, {
+          kubeletconfig: encodeObject(
+            kubeletConfigurationFields,
+            opts.config as unknown as Record<string, unknown>,
+          ),
+        }),
+    },
+  ];
+  const metrics = opts.metrics;
+  if (metrics) {
+    routes.push({
+      pattern: "/metrics",
+      methods: ["GET"],
+      handler: async (_r, res) => {
+        const text = await metrics();
+        res.writeHead(200, { "content-type": EXPOSITION_CONTENT_TYPE });
+        res.end(text);
+      },
+    });
+  }
+  const probeMetrics = opts.probeMetrics;
+  if (probeMetrics) {
+    routes.push({
+      pattern: "/metrics/probes",
+      methods: ["GET"],
+      handler: (_r, res) => {
+        res.writeHead(200, { "content-type": EXPOSITION_CONTENT_TYPE });
+        res.end(probeMetrics());
+      },
+    });
+  }
+  for (const { pattern, what } of NOT_YET) {
+    if (pattern === "/metrics" && metrics) continue;
+    routes.push({
+      pattern,
+      handler: (_r, res) => httpError(res, 501, `${what} is not supported yet by this kubelet`),
+    });
+  }
+  return routes;
+}

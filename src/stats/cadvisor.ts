@@ -1,0 +1,335 @@
+/**
+ * @module
+ * The cAdvisor equivalent: one housekeeping loop samples the node's root cgroup and network
+ * every 10 s, and the cgroup of every running container and pod sandbox, straight from
+ * /sys/fs/cgroup and /proc; it keeps the newest sample of each and the CPU rate between the
+ * last two (usageNanoCores). Each container is sampled on its own schedule, as cAdvisor's
+ * dynamic housekeeping does for the kubelet: every 10 s while its figures change, every 15 s
+ * once two samples in a row are equal, each interval stretched by a random 0-100 % (cAdvisor's
+ * jitter), so an idle node's containers are read about every 22 s instead of every 10 s. The
+ * loop wakes when the next sample is due, at most once a second, and samples everything due
+ * then; containers it has not seen yet are sampled at the next wake (10 s at most). A
+ * container's cgroup is found once, from its process (`/proc/<pid>/cgroup`, the pid from the
+ * runtime's verbose status), and then costs a few small file reads per pass. Samples of
+ * containers that are gone are dropped, so memory is bounded by what runs. Odd kernel data never
+ * throws out of a pass: the value is omitted and the reason logged once per container. Reads
+ * cgroups through `cgroup_stats.ts`, networks through `net_stats.ts`. Corresponds to cAdvisor's
+ * manager and containerData housekeeping (`manager/manager.go`, `manager/container.go`) as the
+ * kubelet embeds it (`pkg/kubelet/cadvisor`).
+ */
+
+import { isDeepStrictEqual } from "node:util";
+import type { Clock } from "../util/clock.ts";
+import type { Logger } from "../klog/klog.ts";
+import {
+  type CgroupLayout,
+  type CgroupPaths,
+  cgroupPathsOf,
+  containerCgroupPaths,
+  parseProcCgroup,
+} from "../cm/cgroup_layout.ts";
+import { type CgroupSample, readCgroupSample, readNodeSample } from "./cgroup_stats.ts";
+import { type InterfaceStats, readNetworkStats, readNodeNetworkStats } from "./net_stats.ts";
+import { hostRoot } from "../privilege/host_root.ts";
+import { readProcFile } from "../privilege/launcher_calls.ts";
+
+/** cAdvisor's housekeeping interval as the kubelet sets it (`--housekeeping-interval`). */
+export const HOUSEKEEPING_INTERVAL_MS = 10_000;
+
+/** The longest a container's interval grows to while it is idle (kubelet's cAdvisor setting). */
+export const MAX_HOUSEKEEPING_INTERVAL_MS = 15_000;
+
+/** The loop wakes at most this often; samples due within it are taken together. */
+export const HOUSEKEEPING_TICK_MS = 1_000;
+
+/** A container or sandbox to sample, as the pod cache knows it. */
+export interface SampleTarget {
+  /** The runtime's container or sandbox id. */
+  readonly id: string;
+  readonly kind: "container" | "sandbox";
+  readonly podUid: string;
+  /**
+   * A known cgroup path, relative to the hierarchy (system containers such as the kubelet's
+   * own): used instead of looking the cgroup up from a pid.
+   */
+  readonly cgroupPath?: string;
+}
+
+/** One sampling of a cgroup, with the CPU rate over the previous one. */
+export interface Sample {
+  /** When it was read, ms since the epoch. */
+  readonly time: number;
+  readonly cgroup: CgroupSample;
+  /** CPU core-nanoseconds per second since the previous sample; undefined on the first. */
+  readonly usageNanoCores?: number;
+  /** The cgroup's interfaces (sandboxes: the pod's network namespace; the node: the host's). */
+  readonly network?: readonly InterfaceStats[];
+  /** cAdvisor's `id`: the cgroup path relative to the hierarchy ("/" for the node). */
+  readonly cgroupPath?: string;
+}
+
+/** What {@link Cadvisor} needs. */
+export interface CadvisorOptions {
+  /** The cgroup layout (detectCgroupLayout). */
+  readonly layout: CgroupLayout;
+  /** What runs now: called at the start of each pass. */
+  readonly targets: () => readonly SampleTarget[];
+  /** The pid of a container or sandbox (CRI verbose status), undefined when it has none. */
+  readonly pidOf: (target: SampleTarget, signal?: AbortSignal) => Promise<number | undefined>;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  /** Root under which /proc is read, for tests. @default "/" */
+  readonly root?: string;
+  /** @default {@link HOUSEKEEPING_INTERVAL_MS} */
+  readonly intervalMs?: number;
+  /**
+   * A container whose last two samples were equal has its interval doubled up to this.
+   * @default {@link MAX_HOUSEKEEPING_INTERVAL_MS}
+   */
+  readonly maxIntervalMs?: number;
+  /** @default {@link HOUSEKEEPING_TICK_MS} */
+  readonly tickMs?: number;
+  /** A number in [0, 1) for the jitter. @default Math.random */
+  readonly random?: () => number;
+  /** Targets sampled at once. @default 16 */
+  readonly concurrency?: number;
+}
+
+interface Tracked {
+  paths?: CgroupPaths;
+  cgroupPath?: string;
+  pid?: number;
+  last?: Sample;
+  /** The current housekeeping interval (dynamic: base, or grown while idle). */
+  interval?: number;
+  /** When the next sample is due; undefined: at the next look. */
+  due?: number;
+  /** Reasons already logged for this target. */
+  readonly logged: Set<string>;
+}
+
+/** Samples node and container cgroups; see the module documentation. */
+export class Cadvisor {
+  readonly #o: CadvisorOptions;
+  readonly #tracked = new Map<string, Tracked>();
+  #node: Sample | undefined;
+  #nodeDue = -Infinity;
+  readonly #nodeLogged = new Set<string>();
+  #pass: Promise<void> | undefined;
+
+  /** The base housekeeping interval. */
+  readonly #interval: number;
+
+  constructor(opts: CadvisorOptions) {
+    this.#o = opts;
+    this.#interval = opts.intervalMs ?? HOUSEKEEPING_INTERVAL_MS;
+  }
+
+  /**
+   * Samples until `signal` aborts: the node and every container at once, then whatever is due,
+   * waking when the next sample is due but no more often than once a tick (see the module
+   * documentation).
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    const tick = this.#o.tickMs ?? HOUSEKEEPING_TICK_MS;
+    while (!signal.aborted) {
+      try {
+        await this.#share(false, signal);
+      } catch (e) {
+        if (signal.aborted) return;
+        this.#o.logger.error(e, "Failed to sample container statistics");
+      }
+      try {
+        const wait = Math.max(tick, this.#nextDue() - this.#o.clock.now());
+        await this.#o.clock.sleep(wait, signal);
+      } catch {
+        return;
+      }
+    }
+  }
+
+  /**
+   * One pass over the node and every target, due or not; concurrent callers share the
+   * running pass.
+   */
+  housekeep(signal?: AbortSignal): Promise<void> {
+    return this.#share(true, signal);
+  }
+
+  /** The earliest time a sample is due: the node's or a container's. */
+  #nextDue(): number {
+    let next = this.#nodeDue;
+    for (const t of this.#tracked.values()) next = Math.min(next, t.due ?? -Infinity);
+    return next;
+  }
+
+  #share(all: boolean, signal?: AbortSignal): Promise<void> {
+    this.#pass ??= this.#housekeep(all, signal).finally(() => this.#pass = undefined);
+    return this.#pass;
+  }
+
+  /** The newest node sample. */
+  node(): Sample | undefined {
+    return this.#node;
+  }
+
+  /** The newest sample of a container or sandbox, by runtime id. */
+  latest(id: string): Sample | undefined {
+    return this.#tracked.get(id)?.last;
+  }
+
+  /** The number of containers and sandboxes tracked (for tests and metrics). */
+  get trackedCount(): number {
+    return this.#tracked.size;
+  }
+
+  async #housekeep(all: boolean, signal?: AbortSignal): Promise<void> {
+    const { layout, root, clock } = this.#o;
+    const now = clock.now();
+    const everything = this.#o.targets();
+    const live = new Set(everything.map((t) => t.id));
+    for (const id of this.#tracked.keys()) if (!live.has(id)) this.#tracked.delete(id);
+    const targets = all ? everything : everything.filter((t) => {
+      const due = this.#tracked.get(t.id)?.due;
+      return due === undefined || due <= now;
+    });
+
+    if (all || this.#nodeDue <= now) {
+      this.#nodeDue = now + this.#interval;
+      const nodeCgroup = readNodeSample(layout, { root });
+      const nodeNet = await readNodeNetworkStats({ root });
+      this.#logMissing(this.#nodeLogged, "/", nodeCgroup.missing);
+      this.#node = withRate(this.#node, {
+        time: now,
+        cgroup: nodeCgroup,
+        network: nodeNet,
+        cgroupPath: "/",
+      });
+    }
+
+    const limit = Math.max(1, this.#o.concurrency ?? 16);
+    let next = 0;
+    const worker = async () => {
+      while (next < targets.length) {
+        signal?.throwIfAborted();
+        const target = targets[next++]!;
+        await this.#sampleTarget(target, signal);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(limit, targets.length) }, worker));
+  }
+
+  async #sampleTarget(target: SampleTarget, signal?: AbortSignal): Promise<void> {
+    let tracked = this.#tracked.get(target.id);
+    if (!tracked) {
+      tracked = { logged: new Set() };
+      this.#tracked.set(target.id, tracked);
+    }
+    if (!tracked.paths) {
+      const found = await this.#findCgroup(target, signal);
+      if (!found) {
+        // Asked again after the base interval, not at every look.
+        tracked.due = this.#o.clock.now() + this.#interval;
+        return;
+      }
+      Object.assign(tracked, found);
+    }
+    const time = this.#o.clock.now();
+    const cgroup = readCgroupSample(tracked.paths!);
+    const network = target.kind === "sandbox" && tracked.pid !== undefined
+      ? await readNetworkStats(tracked.pid, { root: this.#o.root ?? hostRoot() })
+      : undefined;
+    this.#logMissing(tracked.logged, target.id, cgroup.missing);
+    // The cgroup went away (the container stopped, or was restarted under a new one): look
+    // it up again next pass rather than read a dead path forever.
+    if (cgroup.cpu === undefined && cgroup.memory === undefined) tracked.paths = undefined;
+    const prev = tracked.last;
+    tracked.last = withRate(prev, {
+      time,
+      cgroup,
+      network,
+      cgroupPath: tracked.cgroupPath,
+    });
+    this.#schedule(tracked, prev, tracked.last);
+  }
+
+  /**
+   * The next sample's time, as cAdvisor's nextHousekeepingInterval: the interval doubles (up
+   * to the maximum) after two equal samples and goes back to the base after a change; the
+   * wait is the interval plus a random share of it of up to 100 %.
+   */
+  #schedule(tracked: Tracked, prev: Sample | undefined, last: Sample): void {
+    const base = this.#interval;
+    const max = this.#o.maxIntervalMs ?? MAX_HOUSEKEEPING_INTERVAL_MS;
+    let interval = tracked.interval ?? base;
+    if (prev !== undefined) interval = sameFigures(prev, last) ? Math.min(interval * 2, max) : base;
+    tracked.interval = interval;
+    tracked.due = last.time + interval + (this.#o.random ?? Math.random)() * interval;
+  }
+
+  async #findCgroup(
+    target: SampleTarget,
+    signal?: AbortSignal,
+  ): Promise<{ paths: CgroupPaths; cgroupPath: string; pid?: number } | undefined> {
+    const tracked = this.#tracked.get(target.id)!;
+    if (target.cgroupPath !== undefined) {
+      return {
+        paths: cgroupPathsOf(this.#o.layout, target.cgroupPath),
+        cgroupPath: target.cgroupPath,
+      };
+    }
+    let pid: number | undefined;
+    try {
+      pid = await this.#o.pidOf(target, signal);
+    } catch (e) {
+      signal?.throwIfAborted();
+      this.#logMissing(tracked.logged, target.id, [`no pid from the runtime: ${errorText(e)}`]);
+      return undefined;
+    }
+    if (pid === undefined || pid <= 0) {
+      this.#logMissing(tracked.logged, target.id, ["the runtime reports no pid"]);
+      return undefined;
+    }
+    let text: string;
+    try {
+      text = await readProcFile(this.#o.root ?? hostRoot(), pid, "cgroup");
+    } catch (e) {
+      this.#logMissing(tracked.logged, target.id, [`/proc/${pid}/cgroup: ${errorText(e)}`]);
+      return undefined;
+    }
+    const proc = parseProcCgroup(text);
+    const paths = containerCgroupPaths(this.#o.layout, proc);
+    const cgroupPath = proc.get("cpu") ?? proc.get("memory") ?? proc.get("") ?? "";
+    return { paths, cgroupPath, pid };
+  }
+
+  #logMissing(logged: Set<string>, id: string, reasons: readonly string[]) {
+    for (const reason of reasons) {
+      if (logged.has(reason)) continue;
+      logged.add(reason);
+      this.#o.logger.v(2).info("Statistics value omitted", { id, reason });
+    }
+  }
+}
+
+/** `sample` with usageNanoCores computed against `prev` (upstream's two-sample rate). */
+function withRate(prev: Sample | undefined, sample: Sample): Sample {
+  const before = prev?.cgroup.cpu?.usageCoreNanoSeconds;
+  const now = sample.cgroup.cpu?.usageCoreNanoSeconds;
+  if (prev === undefined || before === undefined || now === undefined) return sample;
+  const elapsedNs = BigInt(Math.round((sample.time - prev.time) * 1e6));
+  // A counter that went backwards belongs to a new cgroup: no rate until the next sample.
+  if (elapsedNs <= 0n || now < before) return sample;
+  return { ...sample, usageNanoCores: Number(((now - before) * 1_000_000_000n) / elapsedNs) };
+}
+
+/** Whether two samples hold the same figures (cAdvisor's StatsEq: CPU, memory, pids, network). */
+function sameFigures(a: Sample, b: Sample): boolean {
+  return isDeepStrictEqual(a.cgroup.cpu, b.cgroup.cpu) &&
+    isDeepStrictEqual(a.cgroup.memory, b.cgroup.memory) &&
+    isDeepStrictEqual(a.cgroup.pids, b.cgroup.pids) && isDeepStrictEqual(a.network, b.network);
+}
+
+function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

@@ -1,0 +1,431 @@
+/**
+ * @module
+ * Builds the Summary API document (`/stats/summary`) from what the agent measures: CPU, memory,
+ * processes and network from the cAdvisor equivalent's newest samples (`cadvisor.ts`), the
+ * containers' writable layers from the runtime (CRI ListContainerStats, ImageFsInfo), and
+ * filesystem usage of the node, the image filesystem, pod volumes and container logs (statvfs or
+ * `df`, and `du`, through `fs_stats.ts`, volumes and logs refreshed at most every volumeStatsAggPeriod).
+ * A pod's CPU and memory are the sum of its sandbox and containers until pods get their own
+ * cgroups (the kubepods hierarchy). Corresponds to upstream `pkg/kubelet/stats` (provider.go,
+ * cri_stats_provider.go, helper.go) and `pkg/kubelet/server/stats/summary.go`.
+ */
+
+import { join } from "node:path";
+import type { V1Pod, V1Volume } from "@kubernetes/client-node";
+import type * as api from "../../proto/runtime/v1/api.ts";
+import type { Cadvisor, Sample } from "./cadvisor.ts";
+import type { Clock } from "../util/clock.ts";
+import { diskUsage, type FsUsage, statFilesystems } from "./fs_stats.ts";
+import type { Logger } from "../klog/klog.ts";
+import type { PodStatus } from "../container/pod_cache.ts";
+import {
+  capacityOf,
+  cpuStats,
+  fsStats,
+  isLocalEphemeral,
+  iso,
+  memoryStats,
+  networkStats,
+  nsToMs,
+  sumSamples,
+  u64,
+} from "./_helper.ts";
+import { readRlimit } from "./process_stats.ts";
+import type {
+  ContainerStats,
+  FsStats,
+  NodeStats,
+  PodStats,
+  Summary,
+  VolumeStats,
+} from "../apis/stats_types.ts";
+import { podVolumeDir } from "../volume/plugin.ts";
+
+/** A pod the summary covers: its API object and its runtime status. */
+export interface StatsPod {
+  readonly pod: V1Pod;
+  readonly status: PodStatus;
+}
+
+/** What {@link StatsProvider} needs. */
+export interface StatsProviderOptions {
+  readonly nodeName: string;
+  readonly cadvisor: Pick<Cadvisor, "node" | "latest">;
+  /** The pods to report (the pod manager's, with the pod cache's status). */
+  readonly pods: () => readonly StatsPod[];
+  readonly runtime: {
+    listContainerStats(filter?: api.ContainerStatsFilter, signal?: AbortSignal): Promise<
+      api.ContainerStats[]
+    >;
+  };
+  readonly imageService: { imageFsInfo(signal?: AbortSignal): Promise<api.ImageFsInfoResponse> };
+  /** `--root-dir`: the node filesystem, and `<root>/pods` for volumes. */
+  readonly rootDirectory: string;
+  /** `podLogsDir`: `<dir>/<ns>_<name>_<uid>/<container>/`. */
+  readonly podLogsDirectory: string;
+  /** The node's memory capacity in bytes: the node's memory limit. */
+  readonly memoryCapacityBytes: number;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  /** How long volume and log usage stays fresh, in ms. @default 60000 (volumeStatsAggPeriod) */
+  readonly volumeStatsAggPeriodMs?: number;
+  /** Root under which /proc is read, for tests. @default "/" */
+  readonly root?: string;
+  /**
+   * Raw cgroups reported as the node's system containers (upstream: "kubelet" is the agent's
+   * own cgroup, "runtime" and "misc" when configured, "pods" the kubepods cgroup), each with
+   * its id in the cAdvisor sampler. @default none
+   */
+  readonly systemContainers?: readonly SystemContainer[];
+  /**
+   * The sampler id of a pod's own cgroup; its sample, when it has one, is the pod's CPU,
+   * memory and processes (upstream's pod cgroup). @default none: containers added up
+   */
+  readonly podCgroupId?: (uid: string) => string;
+}
+
+/** A system container: its Summary name, its sampler id, and when it started (ms). */
+export interface SystemContainer {
+  readonly name: string;
+  readonly id: string;
+  readonly startTime: number;
+}
+
+/** Volume types whose directory the kubelet measures (plugins with du metrics). */
+const MEASURED_VOLUMES: ReadonlyMap<keyof V1Volume, string> = new Map([
+  ["emptyDir", "kubernetes.io/empty-dir"],
+  ["configMap", "kubernetes.io/configmap"],
+  ["secret", "kubernetes.io/secret"],
+  ["downwardAPI", "kubernetes.io/downward-api"],
+  ["projected", "kubernetes.io/projected"],
+]);
+
+interface DirUsage {
+  readonly at: number;
+  readonly bytes: number;
+  readonly inodes: number;
+  readonly fs?: FsUsage;
+}
+
+/** Builds `/stats/summary`; see the module documentation. */
+export class StatsProvider {
+  readonly #o: StatsProviderOptions;
+  /** du results by directory, refreshed after volumeStatsAggPeriod; pruned to live pods. */
+  readonly #dirs = new Map<string, DirUsage>();
+  #boot: number | undefined;
+
+  constructor(opts: StatsProviderOptions) {
+    this.#o = opts;
+  }
+
+  /** The whole summary (upstream Get with updateStats=true). */
+  async summary(signal?: AbortSignal): Promise<Summary> {
+    const pods = this.#o.pods();
+    const [node, layers] = await Promise.all([
+      this.#nodeStats(signal),
+      this.#writableLayers(signal),
+    ]);
+    await this.#refreshDirs(pods, signal);
+    return {
+      node: node.stats,
+      pods: pods.map((p) => this.#podStats(p, layers, node.imageFs, node.stats.fs)),
+    };
+  }
+
+  /** Size and free space of the image filesystem (for image GC), undefined when unknown. */
+  async imageFsCapacity(
+    signal?: AbortSignal,
+  ): Promise<{ capacityBytes: number; availableBytes: number } | undefined> {
+    const info = (await this.#o.imageService.imageFsInfo(signal)).imageFilesystems[0];
+    const mount = info?.fsId?.mountpoint;
+    if (!mount) return undefined;
+    const fs = (await statFilesystems([mount], { signal })).get(mount);
+    if (fs === undefined || fs instanceof Error) return undefined;
+    return { capacityBytes: fs.capacityBytes, availableBytes: fs.availableBytes };
+  }
+
+  /** CPU and memory only, no filesystems (upstream GetCPUAndMemoryStats, for /metrics/resource). */
+  cpuAndMemory(): Summary {
+    const node = this.#o.cadvisor.node();
+    const nodeStats: NodeStats = {
+      nodeName: this.#o.nodeName,
+      systemContainers: this.#systemContainers(),
+      startTime: iso(this.#bootTime()),
+      cpu: node && cpuStats(node),
+      memory: node && memoryStats(node, this.#o.memoryCapacityBytes),
+    };
+    return {
+      node: nodeStats,
+      pods: this.#o.pods().map((p) => {
+        const s = this.#podStats(p, new Map(), undefined, undefined);
+        return {
+          podRef: s.podRef,
+          startTime: s.startTime,
+          containers: s.containers.map(({ name, startTime, cpu, memory }) => ({
+            name,
+            startTime,
+            cpu,
+            memory,
+          })),
+          cpu: s.cpu,
+          memory: s.memory,
+        };
+      }),
+    };
+  }
+
+  async #nodeStats(
+    signal?: AbortSignal,
+  ): Promise<{ stats: NodeStats; imageFs?: FsStats }> {
+    const { clock, rootDirectory } = this.#o;
+    const node = this.#o.cadvisor.node();
+    let imageInfo: api.FilesystemUsage | undefined;
+    try {
+      imageInfo = (await this.#o.imageService.imageFsInfo(signal)).imageFilesystems[0];
+    } catch (e) {
+      signal?.throwIfAborted();
+      this.#o.logger.error(e, "Failed to get the image filesystem info");
+    }
+    const imageMount = imageInfo?.fsId?.mountpoint;
+    const paths = imageMount ? [rootDirectory, imageMount] : [rootDirectory];
+    const fsInfo = await statFilesystems(paths, { signal });
+    const now = iso(clock.now());
+    const nodeFs = fsStats(now, fsInfo.get(rootDirectory));
+    let imageFs: FsStats | undefined;
+    if (imageInfo) {
+      const device = imageMount ? fsInfo.get(imageMount) : undefined;
+      imageFs = {
+        ...fsStats(now, device),
+        usedBytes: u64(imageInfo.usedBytes?.value),
+        inodesUsed: u64(imageInfo.inodesUsed?.value),
+      };
+    }
+    const rlimit = await readRlimit({ root: this.#o.root });
+    return {
+      imageFs,
+      stats: {
+        nodeName: this.#o.nodeName,
+        systemContainers: this.#systemContainers(),
+        startTime: iso(this.#bootTime()),
+        cpu: node && cpuStats(node),
+        memory: node && memoryStats(node, this.#o.memoryCapacityBytes),
+        network: node?.network && networkStats(node.time, node.network),
+        fs: nodeFs,
+        runtime: imageFs && { imageFs, containerFs: imageFs },
+        rlimit: {
+          time: iso(rlimit.time.getTime()),
+          maxpid: rlimit.maxPid,
+          curproc: rlimit.curProc,
+        },
+      },
+    };
+  }
+
+  /** The system containers with a sample (CPU and memory, as upstream's cgroup stats). */
+  #systemContainers(): ContainerStats[] | undefined {
+    const out: ContainerStats[] = [];
+    for (const c of this.#o.systemContainers ?? []) {
+      const s = this.#o.cadvisor.latest(c.id);
+      if (!s || (!s.cgroup.cpu && !s.cgroup.memory)) continue;
+      out.push({
+        name: c.name,
+        startTime: iso(c.startTime),
+        cpu: cpuStats(s),
+        memory: memoryStats(s, undefined),
+      });
+    }
+    return out.length > 0 ? out : undefined;
+  }
+
+  /** The writable layer of each container by id (CRI ListContainerStats). */
+  async #writableLayers(signal?: AbortSignal): Promise<Map<string, api.FilesystemUsage>> {
+    const out = new Map<string, api.FilesystemUsage>();
+    try {
+      for (const s of await this.#o.runtime.listContainerStats(undefined, signal)) {
+        if (s.attributes?.id && s.writableLayer) out.set(s.attributes.id, s.writableLayer);
+      }
+    } catch (e) {
+      signal?.throwIfAborted();
+      this.#o.logger.error(e, "Failed to list container stats from the runtime");
+    }
+    return out;
+  }
+
+  #podStats(
+    p: StatsPod,
+    layers: ReadonlyMap<string, api.FilesystemUsage>,
+    imageFs: FsStats | undefined,
+    nodeFs: FsStats | undefined,
+  ): PodStats {
+    const { pod, status } = p;
+    const meta = pod.metadata ?? {};
+    const sandbox = status.sandboxStatuses[0];
+    const sandboxSample = sandbox ? this.#o.cadvisor.latest(sandbox.id) : undefined;
+    const startMs = sandbox ? nsToMs(sandbox.createdAt) : this.#o.clock.now();
+
+    // The newest instance of each container (statuses are newest first).
+    const seen = new Set<string>();
+    const containers: ContainerStats[] = [];
+    const samples: Sample[] = sandboxSample ? [sandboxSample] : [];
+    let ephemeralUsed = 0;
+    let ephemeralInodes = 0;
+    for (const c of status.containerStatuses) {
+      const name = c.metadata?.name ?? "";
+      if (seen.has(name)) continue;
+      seen.add(name);
+      const sample = this.#o.cadvisor.latest(c.id);
+      const running = c.state === 1; // CONTAINER_RUNNING
+      if (sample && running) samples.push(sample);
+      const stats: ContainerStats = {
+        name,
+        startTime: iso(nsToMs(c.startedAt || c.createdAt)),
+      };
+      if (sample && running) {
+        stats.cpu = cpuStats(sample);
+        stats.memory = memoryStats(sample, undefined);
+      }
+      const layer = layers.get(c.id);
+      if (layer) {
+        stats.rootfs = {
+          ...fsStats(iso(nsToMs(layer.timestamp)), undefined),
+          ...capacityOf(imageFs),
+          usedBytes: u64(layer.usedBytes?.value),
+          inodesUsed: u64(layer.inodesUsed?.value),
+        };
+        ephemeralUsed += stats.rootfs.usedBytes ?? 0;
+        ephemeralInodes += stats.rootfs.inodesUsed ?? 0;
+      }
+      const logs = this.#dirs.get(this.#logDir(pod, name));
+      if (logs) {
+        stats.logs = {
+          time: iso(logs.at),
+          ...capacityOf(nodeFs),
+          usedBytes: logs.bytes,
+          inodesUsed: logs.inodes,
+        };
+        ephemeralUsed += logs.bytes;
+        ephemeralInodes += logs.inodes;
+      }
+      containers.push(stats);
+    }
+
+    const volumes: VolumeStats[] = [];
+    for (const v of pod.spec?.volumes ?? []) {
+      const dir = this.#volumeDir(pod, v);
+      const usage = dir ? this.#dirs.get(dir) : undefined;
+      if (!usage) continue;
+      volumes.push({
+        time: iso(usage.at),
+        ...capacityOf(usage.fs && fsStats("", usage.fs)),
+        usedBytes: usage.bytes,
+        inodesUsed: usage.inodes,
+        name: v.name,
+      });
+      if (isLocalEphemeral(v)) {
+        ephemeralUsed += usage.bytes;
+        ephemeralInodes += usage.inodes;
+      }
+    }
+
+    const stats: PodStats = {
+      podRef: { name: meta.name ?? "", namespace: meta.namespace ?? "", uid: meta.uid ?? "" },
+      startTime: iso(startMs),
+      containers,
+    };
+    const own = this.#o.podCgroupId && this.#o.cadvisor.latest(this.#o.podCgroupId(meta.uid ?? ""));
+    const summed = own && (own.cgroup.cpu || own.cgroup.memory) ? own : sumSamples(samples);
+    if (summed) {
+      stats.cpu = cpuStats(summed);
+      stats.memory = memoryStats(summed, undefined);
+      const procs = summed.cgroup.pids?.current;
+      if (procs !== undefined) stats.process_stats = { process_count: procs };
+    }
+    if (sandboxSample?.network) {
+      stats.network = networkStats(sandboxSample.time, sandboxSample.network);
+    }
+    if (volumes.length > 0) stats.volume = volumes;
+    stats["ephemeral-storage"] = {
+      time: iso(this.#o.clock.now()),
+      ...capacityOf(nodeFs),
+      usedBytes: ephemeralUsed,
+      inodesUsed: ephemeralInodes,
+    };
+    return stats;
+  }
+
+  /** du of every pod's measured volumes and container log dirs that are stale. */
+  async #refreshDirs(pods: readonly StatsPod[], signal?: AbortSignal): Promise<void> {
+    const period = this.#o.volumeStatsAggPeriodMs ?? 60_000;
+    const now = this.#o.clock.now();
+    const wanted = new Set<string>();
+    const volumeDirs = new Set<string>();
+    for (const { pod, status } of pods) {
+      for (const v of pod.spec?.volumes ?? []) {
+        const dir = this.#volumeDir(pod, v);
+        if (dir) {
+          wanted.add(dir);
+          volumeDirs.add(dir);
+        }
+      }
+      for (const c of status.containerStatuses) {
+        wanted.add(this.#logDir(pod, c.metadata?.name ?? ""));
+      }
+    }
+    for (const dir of this.#dirs.keys()) if (!wanted.has(dir)) this.#dirs.delete(dir);
+    const stale = [...wanted].filter((d) => {
+      const u = this.#dirs.get(d);
+      return u === undefined || now - u.at >= period;
+    });
+    if (stale.length === 0) return;
+    const staleVolumes = stale.filter((d) => volumeDirs.has(d));
+    const fs = staleVolumes.length > 0
+      ? await statFilesystems(staleVolumes, { signal })
+      : new Map<string, FsUsage | Error>();
+    let next = 0;
+    const worker = async () => {
+      while (next < stale.length) {
+        signal?.throwIfAborted();
+        const dir = stale[next++]!;
+        const usage = await diskUsage(dir, { signal });
+        if (usage instanceof Error) {
+          // A volume not set up yet, or a log dir not made yet, is simply not reported.
+          this.#dirs.delete(dir);
+          continue;
+        }
+        const info = fs.get(dir);
+        this.#dirs.set(dir, {
+          at: now,
+          bytes: usage.bytes,
+          inodes: usage.inodes,
+          fs: info instanceof Error ? undefined : info,
+        });
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(8, stale.length) }, worker));
+  }
+
+  #volumeDir(pod: V1Pod, v: V1Volume): string | undefined {
+    for (const [field, plugin] of MEASURED_VOLUMES) {
+      if (v[field] !== undefined && v[field] !== null) {
+        return podVolumeDir(
+          join(this.#o.rootDirectory, "pods"),
+          pod.metadata?.uid ?? "",
+          plugin,
+          v.name,
+        );
+      }
+    }
+    return undefined;
+  }
+
+  #logDir(pod: V1Pod, container: string): string {
+    const m = pod.metadata ?? {};
+    return join(this.#o.podLogsDirectory, `${m.namespace}_${m.name}_${m.uid}`, container);
+  }
+
+  /** The node's collection start: its boot (cAdvisor's root container creation time). */
+  #bootTime(): number {
+    this.#boot ??= this.#o.clock.now() - Deno.osUptime() * 1000;
+    return this.#boot;
+  }
+}

@@ -1,0 +1,225 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import type { V1Pod } from "@kubernetes/client-node";
+import * as api from "../../proto/runtime/v1/api.ts";
+import type { Sample } from "./cadvisor.ts";
+import { FakeClock } from "../util/clock.ts";
+import { createLogger } from "../klog/klog.ts";
+import type { PodStatus } from "../container/pod_cache.ts";
+import { StatsProvider } from "./provider.ts";
+import { decodeSummary } from "../apis/stats_types.ts";
+
+const T0 = Date.UTC(2026, 11, 3, 8, 0, 0);
+const UID = "uid-1";
+
+function sample(cpuNs: bigint, rate: number | undefined, ws: number, extra: Partial<Sample> = {}) {
+  return {
+    time: T0,
+    usageNanoCores: rate,
+    cgroup: {
+      cpu: { usageCoreNanoSeconds: cpuNs },
+      memory: { usageBytes: ws + 100, workingSetBytes: ws, rssBytes: ws / 2, pageFaults: 7 },
+      pids: { current: 2 },
+      missing: [],
+    },
+    ...extra,
+  } satisfies Sample;
+}
+
+async function world() {
+  const root = await Deno.makeTempDir({ prefix: "stats_provider_test_" });
+  const logs = join(root, "logs");
+  const pod: V1Pod = {
+    metadata: { name: "web", namespace: "shop", uid: UID },
+    spec: {
+      containers: [{ name: "main" }, { name: "side" }],
+      volumes: [
+        { name: "cache", emptyDir: {} },
+        { name: "host", hostPath: { path: "/srv" } },
+      ],
+    },
+  };
+  // 3 files of 4 KiB in the emptyDir; 1 log file.
+  const cache = join(root, "pods", UID, "volumes", "kubernetes.io~empty-dir", "cache");
+  await Deno.mkdir(cache, { recursive: true });
+  for (const f of ["a", "b", "c"]) await Deno.writeFile(join(cache, f), new Uint8Array(4096));
+  const logDir = join(logs, `shop_web_${UID}`, "main");
+  await Deno.mkdir(logDir, { recursive: true });
+  await Deno.writeFile(join(logDir, "0.log"), new Uint8Array(8192));
+
+  const status: PodStatus = {
+    id: UID,
+    name: "web",
+    namespace: "shop",
+    ips: ["10.0.0.5"],
+    timestamp: T0,
+    sandboxStatuses: [api.PodSandboxStatus.create({
+      id: "sb",
+      state: api.PodSandboxState.SANDBOX_READY,
+      createdAt: BigInt(T0 - 60_000) * 1_000_000n,
+    })],
+    containerStatuses: [
+      api.ContainerStatus.create({
+        id: "c-main",
+        metadata: { name: "main", attempt: 1 },
+        state: api.ContainerState.CONTAINER_RUNNING,
+        startedAt: BigInt(T0 - 30_000) * 1_000_000n,
+      }),
+      api.ContainerStatus.create({
+        id: "c-side",
+        metadata: { name: "side", attempt: 0 },
+        state: api.ContainerState.CONTAINER_RUNNING,
+        startedAt: BigInt(T0 - 50_000) * 1_000_000n,
+      }),
+      // An older, exited instance of main: not reported.
+      api.ContainerStatus.create({
+        id: "c-main-old",
+        metadata: { name: "main", attempt: 0 },
+        state: api.ContainerState.CONTAINER_EXITED,
+      }),
+    ],
+  };
+  const samples = new Map<string, Sample>([
+    [
+      "sb",
+      sample(10n, 1, 1000, {
+        network: [
+          { name: "eth0", rxBytes: 500, rxErrors: 0, txBytes: 300, txErrors: 1 },
+          { name: "net1", rxBytes: 5, rxErrors: 0, txBytes: 3, txErrors: 0 },
+        ],
+      }),
+    ],
+    ["c-main", sample(2_000_000_000n, 250_000_000, 50_000_000)],
+    ["c-side", sample(1_000_000_000n, 100_000_000, 20_000_000)],
+  ]);
+  const node = sample(9_000_000_000n, 1_500_000_000, 2 * 2 ** 30);
+  const provider = new StatsProvider({
+    nodeName: "node-1",
+    cadvisor: { node: () => node, latest: (id) => samples.get(id) },
+    pods: () => [{ pod, status }],
+    runtime: {
+      listContainerStats: () =>
+        Promise.resolve([api.ContainerStats.create({
+          attributes: { id: "c-main", labels: {}, annotations: {} },
+          writableLayer: {
+            timestamp: BigInt(T0) * 1_000_000n,
+            usedBytes: { value: 12_288n },
+            inodesUsed: { value: 3n },
+          },
+        })]),
+    },
+    imageService: {
+      imageFsInfo: () =>
+        Promise.resolve(api.ImageFsInfoResponse.create({
+          imageFilesystems: [{
+            timestamp: BigInt(T0) * 1_000_000n,
+            fsId: { mountpoint: root },
+            usedBytes: { value: 1_000_000n },
+            inodesUsed: { value: 42n },
+          }],
+        })),
+    },
+    rootDirectory: root,
+    podLogsDirectory: logs,
+    memoryCapacityBytes: 8 * 2 ** 30,
+    clock: new FakeClock(T0),
+    logger: createLogger({ write: () => {} }),
+    systemContainers: [
+      { name: "kubelet", id: "c-side", startTime: T0 - 3_600_000 },
+      { name: "misc", id: "not-sampled", startTime: T0 },
+    ],
+  });
+  return { root, provider, [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }) };
+}
+
+Deno.test("StatsProvider.summary has upstream's shape and the sampled values", async () => {
+  await using w = await world();
+  const s = decodeSummary(JSON.parse(JSON.stringify(await w.provider.summary())));
+  const { node } = s;
+  assert.equal(node.nodeName, "node-1");
+  assert.equal(node.cpu?.usageNanoCores, 1_500_000_000);
+  assert.equal(node.memory?.workingSetBytes, 2 * 2 ** 30);
+  assert.equal(node.memory?.availableBytes, 6 * 2 ** 30, "capacity minus working set");
+  assert.ok((node.fs?.capacityBytes ?? 0) > 0, "the root dir's filesystem");
+  assert.equal(node.runtime?.imageFs?.usedBytes, 1_000_000);
+  assert.equal(node.runtime?.imageFs?.inodesUsed, 42);
+  assert.ok((node.rlimit?.maxpid ?? 0) > 0);
+  // System containers with a sample only.
+  assert.deepEqual(node.systemContainers?.map((c) => [c.name, c.startTime]), [
+    ["kubelet", "2026-12-03T07:00:00Z"],
+  ]);
+  assert.equal(node.systemContainers?.[0]?.memory?.workingSetBytes, 20_000_000);
+
+  const [pod] = s.pods;
+  assert.deepEqual(pod?.podRef, { name: "web", namespace: "shop", uid: UID });
+  assert.equal(pod?.startTime, "2026-12-03T07:59:00Z");
+  assert.deepEqual(pod?.containers.map((c) => c.name), ["main", "side"]);
+  const main = pod!.containers[0]!;
+  assert.equal(main.startTime, "2026-12-03T07:59:30Z");
+  assert.equal(main.cpu?.usageCoreNanoSeconds, 2_000_000_000);
+  assert.equal(main.cpu?.usageNanoCores, 250_000_000);
+  assert.equal(main.memory?.workingSetBytes, 50_000_000);
+  assert.equal(main.memory?.availableBytes, undefined, "no limit, no availableBytes");
+  assert.equal(main.rootfs?.usedBytes, 12_288);
+  assert.equal(main.rootfs?.inodesUsed, 3);
+  assert.ok((main.rootfs?.capacityBytes ?? 0) > 0, "the image filesystem's size");
+  assert.ok((main.logs?.usedBytes ?? 0) >= 8192);
+  assert.equal(main.logs?.inodesUsed, 2, "the container's log dir and its file");
+
+  // The pod: sandbox and containers added up, its network from the sandbox, eth0 inline.
+  assert.equal(pod?.cpu?.usageCoreNanoSeconds, 3_000_000_010);
+  assert.equal(pod?.cpu?.usageNanoCores, 350_000_001);
+  assert.equal(pod?.memory?.workingSetBytes, 70_001_000);
+  assert.equal(pod?.process_stats?.process_count, 6);
+  assert.equal(pod?.network?.name, "eth0");
+  assert.equal(pod?.network?.rxBytes, 500);
+  assert.deepEqual(pod?.network?.interfaces?.map((i) => i.name), ["eth0", "net1"]);
+  // The emptyDir is measured, the hostPath is not.
+  assert.deepEqual(pod?.volume?.map((v) => v.name), ["cache"]);
+  const cache = pod!.volume![0]!;
+  assert.ok((cache.usedBytes ?? 0) >= 3 * 4096);
+  assert.equal(cache.inodesUsed, 4);
+  // Ephemeral storage: writable layers, logs and local ephemeral volumes.
+  assert.equal(
+    pod?.["ephemeral-storage"]?.usedBytes,
+    12_288 + (main.logs?.usedBytes ?? 0) + (cache.usedBytes ?? 0),
+  );
+});
+
+Deno.test("StatsProvider.cpuAndMemory has CPU and memory only", async () => {
+  await using w = await world();
+  const s = decodeSummary(JSON.parse(JSON.stringify(w.provider.cpuAndMemory())));
+  assert.equal(s.node.fs, undefined);
+  assert.equal(s.node.cpu?.usageCoreNanoSeconds, 9_000_000_000);
+  const pod = s.pods[0]!;
+  assert.equal(pod.volume, undefined);
+  assert.equal(pod["ephemeral-storage"], undefined);
+  assert.equal(pod.containers[0]?.rootfs, undefined);
+  assert.equal(pod.memory?.workingSetBytes, 70_001_000);
+});
+
+Deno.test("StatsProvider keeps reporting when the runtime's stats calls fail", async () => {
+  await using w = await world();
+  const failing = new StatsProvider({
+    nodeName: "node-1",
+    cadvisor: { node: () => undefined, latest: () => undefined },
+    pods: () => [],
+    runtime: { listContainerStats: () => Promise.reject(new Error("unavailable")) },
+    imageService: { imageFsInfo: () => Promise.reject(new Error("unavailable")) },
+    rootDirectory: w.root,
+    podLogsDirectory: w.root,
+    memoryCapacityBytes: 1,
+    clock: new FakeClock(T0),
+    logger: createLogger({ write: () => {} }),
+  });
+  const s = decodeSummary(JSON.parse(JSON.stringify(await failing.summary())));
+  assert.equal(s.node.runtime, undefined);
+  assert.equal(s.node.cpu, undefined);
+  assert.ok((s.node.fs?.capacityBytes ?? 0) > 0);
+});
+
+Deno.test("StatsProvider.imageFsCapacity is the image filesystem's size and free space", async () => {
+  await using w = await world();
+  const fs = await w.provider.imageFsCapacity();
+  assert.ok(fs !== undefined && fs.capacityBytes > 0 && fs.availableBytes <= fs.capacityBytes);
+});

@@ -1,0 +1,97 @@
+/**
+ * @module
+ * The volume plugin contract and the on-disk layout of pod volumes. Each plugin
+ * (`empty_dir.ts`, `host_path.ts`, `configmap.ts`, `secret.ts`,
+ * `downward_api.ts`, `projected.ts`) sets a volume up in its directory
+ * `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>` (or names a host path) and
+ * tears it down; the volume manager (`volume_manager.ts`) decides when. Corresponds to
+ * upstream `pkg/volume/plugins.go` (VolumePlugin, CanSupport, RequiresRemount), `volume.go`
+ * (Mounter.SetUp, Unmounter.TearDown) and `pkg/kubelet/kubelet_getters.go`
+ * (getPodVolumeDir, getPodVolumesDir, getPodPluginDir).
+ */
+
+import { join } from "node:path";
+import type { V1Pod, V1Volume } from "@kubernetes/client-node";
+
+/** What a plugin gets to set up one volume of one pod. */
+export interface VolumeSetUpContext {
+  readonly pod: V1Pod;
+  readonly volume: V1Volume;
+  /** The volume's directory, `<pods>/<uid>/volumes/kubernetes.io~<plugin>/<name>`. */
+  readonly dir: string;
+  readonly signal?: AbortSignal;
+}
+
+/** What a plugin gets to tear down one volume, possibly after a restart (no pod spec then). */
+export interface VolumeTearDownContext {
+  readonly podUid: string;
+  readonly volumeName: string;
+  /** The volume's directory, as in {@link VolumeSetUpContext.dir}. */
+  readonly dir: string;
+  readonly signal?: AbortSignal;
+}
+
+/** A volume that is set up: where containers mount it from. */
+export interface MountedVolume {
+  /** The host path bind-mounted into containers (the volume dir, or a hostPath's path). */
+  readonly hostPath: string;
+  /** Containers get it read-only whatever their volumeMount says (upstream ReadOnly attribute). */
+  readonly readOnly: boolean;
+  /** The runtime should relabel it for SELinux (upstream `SELinuxRelabel` attribute). */
+  readonly selinuxRelabel: boolean;
+}
+
+/** A volume plugin (upstream `volume.VolumePlugin` with its Mounter and Unmounter). */
+export interface VolumePlugin {
+  /** Upstream plugin name, such as `kubernetes.io/empty-dir`. */
+  readonly name: string;
+  /** Whether this plugin handles the volume (upstream CanSupport). */
+  canSupport(volume: V1Volume): boolean;
+  /**
+   * The volume is set up again on every pod sync, so content changes reach running pods
+   * (upstream RequiresRemount: configMap, secret, downwardAPI, projected).
+   */
+  readonly requiresRemount: boolean;
+  /** Sets the volume up; idempotent. Throws an Error whose message is the FailedMount text. */
+  setUp(ctx: VolumeSetUpContext): Promise<MountedVolume>;
+  /** Removes what setUp made (unmounts tmpfs, deletes the volume dir); idempotent. */
+  tearDown(ctx: VolumeTearDownContext): Promise<void>;
+}
+
+/** The mounted volumes of one pod by volume name (for subPath and fileKeyRef lookups). */
+export type PodVolumesFunc = (podUid: string) => ReadonlyMap<string, MountedVolume>;
+
+/** `kubernetes.io/empty-dir` → `kubernetes.io~empty-dir` (upstream EscapeQualifiedName). */
+export function escapePluginName(name: string): string {
+  return name.replaceAll("/", "~");
+}
+
+/** The inverse of {@link escapePluginName}. */
+export function unescapePluginName(name: string): string {
+  return name.replaceAll("~", "/");
+}
+
+/** `<pods>/<uid>/volumes`. */
+export function podVolumesDir(podsDir: string, podUid: string): string {
+  return join(podsDir, podUid, "volumes");
+}
+
+/** `<pods>/<uid>/volumes/<escaped plugin>/<volume>`. */
+export function podVolumeDir(
+  podsDir: string,
+  podUid: string,
+  pluginName: string,
+  volumeName: string,
+): string {
+  return join(podVolumesDir(podsDir, podUid), escapePluginName(pluginName), volumeName);
+}
+
+/** `<pods>/<uid>/plugins/<escaped plugin>`. */
+export function podPluginDir(podsDir: string, podUid: string, pluginName: string): string {
+  return join(podsDir, podUid, "plugins", escapePluginName(pluginName));
+}
+
+/** A volume's source names an object or key that is missing or invalid (the FailedMount text). */
+export class VolumeSourceError extends Error {
+  override name = "VolumeSourceError";
+}

@@ -1,0 +1,592 @@
+/**
+ * @module
+ * VolumeManager: sets up and tears down the volumes of the pods on this node. It keeps the
+ * volume manager's three states (upstream `pkg/kubelet/volumemanager`): the desired state is
+ * computed from a pod's spec on each call (the volumes its containers mount, each with the
+ * plugin that supports it), the actual state is what was set up (per pod, per volume, its
+ * plugin and {@link MountedVolume}), and the reconcile step runs inside
+ * {@link VolumeManager.mountPodVolumes} and {@link VolumeManager.unmountPodVolumes}, called by
+ * the pod worker of each pod instead of a 100 ms reconciler loop. After an agent restart the
+ * actual state is empty and volumes are found again on disk under
+ * `<pods>/<uid>/volumes/<escaped plugin>/<name>` (upstream reconstruction). Housekeeping calls
+ * {@link VolumeManager.cleanupOrphanedPodDirs} for the directories of pods the kubelet no longer
+ * knows (upstream `kubelet_volumes.go`). Talks to the volume plugins (`plugin.ts`), the
+ * event recorder, the local filesystem, and the configMap and secret managers through
+ * {@link PodReferences}. Calls for one pod are serialised; different pods run concurrently.
+ */
+
+import { join } from "node:path";
+import type { V1Pod, V1Volume } from "@kubernetes/client-node";
+import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import { kobj, type Logger } from "../klog/klog.ts";
+import {
+  type MountedVolume,
+  podVolumeDir,
+  podVolumesDir,
+  unescapePluginName,
+  type VolumePlugin,
+} from "./plugin.ts";
+
+/** A manager that must know a pod before its volumes are set up (configMap, secret managers). */
+export interface PodReferences {
+  registerPod(pod: V1Pod): void;
+  unregisterPod(pod: V1Pod): void;
+}
+
+/** Options of {@link VolumeManager}. */
+export interface VolumeManagerOptions {
+  /** `<rootDirectory>/pods`. */
+  readonly podsDirectory: string;
+  /** Every volume plugin; a volume is set up by the one plugin whose canSupport accepts it. */
+  readonly plugins: readonly VolumePlugin[];
+  /** Receives the FailedMount events of pods. */
+  readonly recorder: EventRecorder;
+  readonly logger: Logger;
+  /** Told of each pod before its volumes are set up, and after they are torn down. @default [] */
+  readonly references?: readonly PodReferences[];
+}
+
+/**
+ * Some volume a pod's containers mount is not set up; the message is upstream
+ * WaitForAttachAndMount's: `unmounted volumes=[a b], unattached volumes=[], failed to process
+ * volumes=[]: <error>`.
+ */
+export class VolumeMountError extends Error {
+  override name = "VolumeMountError";
+  /** Volumes the containers mount that are not set up, sorted. */
+  readonly unmountedVolumes: readonly string[];
+  /** Attachable volumes not attached, sorted; none of our plugins is attachable. */
+  readonly unattachedVolumes: readonly string[];
+  /** Volumes no plugin could take (unsupported type), sorted. */
+  readonly volumesNotProcessed: readonly string[];
+
+  constructor(
+    unmounted: readonly string[],
+    unattached: readonly string[],
+    notProcessed: readonly string[],
+    cause: Error,
+  ) {
+    super(
+      `unmounted volumes=${goList(unmounted)}, unattached volumes=${
+        goList(unattached)
+      }, failed to process volumes=${goList(notProcessed)}: ${cause.message}`,
+      { cause },
+    );
+    this.unmountedVolumes = unmounted;
+    this.unattachedVolumes = unattached;
+    this.volumesNotProcessed = notProcessed;
+  }
+}
+
+/** Some volumes of a pod could not be torn down; each is in {@link errors} (Go's aggregate text). */
+export class VolumeUnmountError extends Error {
+  override name = "VolumeUnmountError";
+  readonly errors: readonly Error[];
+
+  constructor(errors: readonly Error[]) {
+    super(aggregateMessage(errors), { cause: errors[0] });
+    this.errors = errors;
+  }
+}
+
+/** A volume in the actual state: set up by `pluginName`, mounted from `mounted.hostPath`. */
+interface ActualVolume {
+  readonly pluginName: string;
+  readonly mounted: MountedVolume;
+}
+
+interface PodState {
+  /** The last pod seen by mountPodVolumes; undefined after a restart. */
+  pod?: V1Pod;
+  readonly volumes: Map<string, ActualVolume>;
+}
+
+/** A volume directory found on disk. */
+interface DiskVolume {
+  readonly pluginName: string;
+  readonly volumeName: string;
+  readonly dir: string;
+}
+
+/** A pod's volume dirs, and anything else under its volumes dir that is not one. */
+interface DiskScan {
+  readonly volumes: DiskVolume[];
+  readonly other: string[];
+}
+
+/** Sets up and tears down pod volumes; see the module documentation. */
+export class VolumeManager {
+  readonly #o: VolumeManagerOptions;
+  /** The actual state of the world, by pod UID. */
+  readonly #pods = new Map<string, PodState>();
+  /** The tail of each pod's queue of calls, so calls for one pod never interleave. */
+  readonly #locks = new Map<string, Promise<void>>();
+
+  constructor(opts: VolumeManagerOptions) {
+    this.#o = opts;
+  }
+
+  /**
+   * Sets up the volumes the pod's containers mount (upstream WaitForAttachAndMount with the
+   * reconciler's mount pass): a volume not yet set up, and again one whose plugin requires a
+   * remount; volumes of the pod no longer desired are torn down first. Each failed SetUp is a
+   * FailedMount event; a failed remount keeps the previous mount. Throws
+   * {@link VolumeMountError} when some desired volume is not set up after all were tried.
+   */
+  mountPodVolumes(signal: AbortSignal, pod: V1Pod): Promise<void> {
+    const uid = pod.metadata?.uid ?? "";
+    return this.#serialize(uid, () => this.#mount(signal, pod, uid));
+  }
+
+  /** The volumes of the pod that are set up, by volume name. */
+  podVolumes(podUid: string): ReadonlyMap<string, MountedVolume> {
+    const out = new Map<string, MountedVolume>();
+    for (const [name, v] of this.#pods.get(podUid)?.volumes ?? []) out.set(name, v.mounted);
+    return out;
+  }
+
+  /** Whether the pod may still have volumes: in the actual state, or anything on disk. */
+  podVolumesExist(podUid: string): boolean {
+    if ((this.#pods.get(podUid)?.volumes.size ?? 0) > 0) return true;
+    const disk = this.#scanDisk(podUid);
+    return disk.volumes.length > 0 || disk.other.length > 0;
+  }
+
+  /**
+   * Tears down every volume of the pod, those of the actual state and those found on disk,
+   * then removes its empty volume dirs and unregisters it from the references. Throws
+   * {@link VolumeUnmountError} naming each volume left (a failed TearDown, an unknown plugin).
+   */
+  unmountPodVolumes(signal: AbortSignal, podUid: string): Promise<void> {
+    return this.#serialize(podUid, () => this.#unmountAll(signal, podUid));
+  }
+
+  /**
+   * Upstream cleanupOrphanedPodDirs: for each pod dir whose UID is not in `keepUids`, tears
+   * down its volumes and, once none is left, removes the pod dir without crossing into other
+   * filesystems. Symlinks are removed, never followed; errors of one pod are logged and the
+   * others go on.
+   */
+  async cleanupOrphanedPodDirs(
+    signal: AbortSignal,
+    keepUids: ReadonlySet<string>,
+  ): Promise<void> {
+    const { podsDirectory, logger } = this.#o;
+    const candidates = new Set<string>();
+    try {
+      for await (const e of Deno.readDir(podsDirectory)) {
+        // A symlink is not a directory here: it is never followed.
+        if (e.isDirectory) candidates.add(e.name);
+      }
+    } catch (e) {
+      if (!(e instanceof Deno.errors.NotFound)) throw e;
+    }
+    // Pods known only in memory (their dir removed under us) still have volumes to tear down.
+    for (const uid of this.#pods.keys()) candidates.add(uid);
+
+    const errors: Error[] = [];
+    for (const uid of candidates) {
+      if (keepUids.has(uid)) continue;
+      signal.throwIfAborted();
+      try {
+        await this.#serialize(uid, () => this.#cleanupOrphan(signal, uid));
+      } catch (e) {
+        if (signal.aborted) throw e;
+        errors.push(asError(e));
+      }
+    }
+    // Upstream's logSpew: one line for the lot, each at a high verbosity.
+    const first = errors[0];
+    if (first) {
+      logger.error(first, "There were many similar errors. Turn up verbosity to see them.", {
+        numErrs: errors.length,
+      });
+      for (const err of errors) logger.v(5).info("Orphan pod", { err: err.message });
+    }
+  }
+
+  // ---- Reconciling one pod ------------------------------------------------------------------
+
+  async #mount(signal: AbortSignal, pod: V1Pod, uid: string): Promise<void> {
+    signal.throwIfAborted();
+    const { logger, recorder } = this.#o;
+    // The configMap and secret managers watch what the pod references before plugins read it.
+    for (const r of this.#o.references ?? []) r.registerPod(pod);
+    const state = this.#state(uid);
+    state.pod = pod;
+
+    // The desired state: volumes some container mounts, each with its plugin.
+    const used = usedVolumeNames(pod);
+    const desired = new Map<string, { volume: V1Volume; plugin: VolumePlugin }>();
+    const notProcessed: string[] = [];
+    const processErrors: string[] = [];
+    for (const volume of pod.spec?.volumes ?? []) {
+      if (!used.has(volume.name)) {
+        logger.v(4).info("Skipping unused volume", { pod: kobj(pod), volumeName: volume.name });
+        continue;
+      }
+      try {
+        desired.set(volume.name, { volume, plugin: this.#findPluginBySpec(volume) });
+      } catch (e) {
+        logger.error(e, "Error processing volume", { pod: kobj(pod), volumeName: volume.name });
+        notProcessed.push(volume.name);
+        processErrors.push(asError(e).message);
+      }
+    }
+
+    // Unmount before mount, as the reconciler does.
+    await this.#tearDownUndesired(signal, uid, new Set(desired.keys()));
+
+    let firstSetUpError: Error | undefined;
+    for (const [name, { volume, plugin }] of desired) {
+      signal.throwIfAborted();
+      const previous = state.volumes.get(name);
+      if (previous && !plugin.requiresRemount) continue;
+      const dir = podVolumeDir(this.#o.podsDirectory, uid, plugin.name, name);
+      try {
+        const mounted = await plugin.setUp({ pod, volume, dir, signal });
+        state.volumes.set(name, { pluginName: plugin.name, mounted });
+        // Remounts happen on every sync: upstream logs them only at a high verbosity.
+        logger.v(previous ? 4 : 1).info(`MountVolume.SetUp succeeded for volume "${name}"`, {
+          pod: kobj(pod),
+          podUID: uid,
+        });
+      } catch (e) {
+        if (signal.aborted) throw e;
+        const err = asError(e);
+        firstSetUpError ??= err;
+        // A failed remount leaves the previous mount in the actual state.
+        recorder.event(
+          podRef(pod),
+          "Warning",
+          "FailedMount",
+          `MountVolume.SetUp failed for volume "${name}" : ${err.message}`,
+        );
+        logger.error(err, `MountVolume.SetUp failed for volume "${name}"`, {
+          pod: kobj(pod),
+          podUID: uid,
+        });
+      }
+    }
+
+    // Upstream returns as soon as every expected volume is mounted, whatever else failed.
+    const unmounted = [...used].filter((n) => !state.volumes.has(n) && isSpecVolume(pod, n))
+      .sort();
+    if (unmounted.length === 0) {
+      logger.v(3).info("All volumes are attached and mounted for pod", { pod: kobj(pod) });
+      return;
+    }
+    const cause = processErrors.length > 0
+      ? new Error(processErrors.join("; "))
+      : firstSetUpError ?? new Error("volumes are not set up");
+    throw new VolumeMountError(unmounted, [], notProcessed.sort(), cause);
+  }
+
+  /** Tears down the pod's volumes that are set up or on disk but not in `desired`. */
+  async #tearDownUndesired(
+    signal: AbortSignal,
+    uid: string,
+    desired: ReadonlySet<string>,
+  ): Promise<void> {
+    const { logger } = this.#o;
+    for (const target of this.#teardownTargets(uid)) {
+      if (desired.has(target.volumeName)) continue;
+      signal.throwIfAborted();
+      try {
+        await this.#tearDown(signal, uid, target);
+      } catch (e) {
+        if (signal.aborted) throw e;
+        // Kept in the actual state (or on disk): the next sync tries again.
+        logger.error(e, "Failed to tear down a volume no longer in the pod's spec", {
+          podUID: uid,
+          volumeName: target.volumeName,
+        });
+      }
+    }
+  }
+
+  async #unmountAll(signal: AbortSignal, uid: string): Promise<void> {
+    signal.throwIfAborted();
+    const errors: Error[] = [];
+    for (const target of this.#teardownTargets(uid)) {
+      signal.throwIfAborted();
+      try {
+        await this.#tearDown(signal, uid, target);
+      } catch (e) {
+        if (signal.aborted) throw e;
+        errors.push(asError(e));
+      }
+    }
+    await this.#removeEmptyVolumeDirs(uid);
+
+    const state = this.#pods.get(uid);
+    if (state?.pod) {
+      for (const r of this.#o.references ?? []) r.unregisterPod(state.pod);
+      state.pod = undefined;
+    }
+    if (state && state.volumes.size === 0) this.#pods.delete(uid);
+    if (errors.length > 0) throw new VolumeUnmountError(errors);
+  }
+
+  /** Every volume of the pod to tear down: the actual state's, then those only on disk. */
+  #teardownTargets(uid: string): DiskVolume[] {
+    const out: DiskVolume[] = [];
+    const seen = new Set<string>();
+    for (const [volumeName, v] of this.#pods.get(uid)?.volumes ?? []) {
+      const dir = podVolumeDir(this.#o.podsDirectory, uid, v.pluginName, volumeName);
+      out.push({ pluginName: v.pluginName, volumeName, dir });
+      seen.add(dir);
+    }
+    for (const v of this.#scanDisk(uid).volumes) if (!seen.has(v.dir)) out.push(v);
+    return out;
+  }
+
+  async #tearDown(signal: AbortSignal, uid: string, target: DiskVolume): Promise<void> {
+    const { volumeName, dir, pluginName } = target;
+    const plugin = this.#o.plugins.find((p) => p.name === pluginName);
+    if (!plugin) {
+      throw new Error(
+        `no volume plugin matched name: ${pluginName}: tearing down "${dir}" is not supported yet`,
+      );
+    }
+    try {
+      await plugin.tearDown({ podUid: uid, volumeName, dir, signal });
+    } catch (e) {
+      if (signal.aborted) throw e;
+      const err = asError(e);
+      throw new Error(`UnmountVolume.TearDown failed for volume "${volumeName}" : ${err.message}`, {
+        cause: err,
+      });
+    }
+    const state = this.#pods.get(uid);
+    if (state?.volumes.get(volumeName)?.pluginName === pluginName) {
+      state.volumes.delete(volumeName);
+    }
+    this.#o.logger.info(`UnmountVolume.TearDown succeeded for volume "${volumeName}"`, {
+      podUID: uid,
+      pluginName,
+    });
+  }
+
+  /** Removes the pod's empty plugin dirs and its volumes dir when empty (rmdir only). */
+  async #removeEmptyVolumeDirs(uid: string): Promise<void> {
+    const volumesDir = podVolumesDir(this.#o.podsDirectory, uid);
+    const info = await lstatOrUndefined(volumesDir);
+    if (!info?.isDirectory) return;
+    for await (const e of Deno.readDir(volumesDir)) {
+      if (e.isDirectory) await rmdirIfEmpty(join(volumesDir, e.name));
+    }
+    await rmdirIfEmpty(volumesDir);
+  }
+
+  /** Upstream cleanupOrphanedPodDirs for one pod, under the pod's lock. */
+  async #cleanupOrphan(signal: AbortSignal, uid: string): Promise<void> {
+    let teardownError: Error | undefined;
+    try {
+      await this.#unmountAll(signal, uid);
+    } catch (e) {
+      if (signal.aborted) throw e;
+      teardownError = asError(e);
+    }
+    // If volumes are not torn down, removing the directory could lose data.
+    if (this.podVolumesExist(uid)) {
+      this.#o.logger.v(3).info("Orphaned pod found, but volumes are not cleaned up", {
+        podUID: uid,
+      });
+      throw teardownError ??
+        new Error(`orphaned pod "${uid}" found, but volume paths are still present on disk`);
+    }
+    const podDir = join(this.#o.podsDirectory, uid);
+    const info = await lstatOrUndefined(podDir);
+    if (!info?.isDirectory) return;
+    const errors: Error[] = [];
+    for await (const e of Deno.readDir(podDir)) {
+      const path = join(podDir, e.name);
+      // Never removed recursively: that could lose data of a volume still mounted there.
+      if (e.name === "volumes") {
+        errors.push(new Error(`volumes subdir was found after it was removed: ${path}`));
+        continue;
+      }
+      try {
+        await removeAllOneFilesystem(path, info.dev);
+      } catch (err) {
+        errors.push(asError(err));
+      }
+    }
+    if (errors.length > 0) throw new VolumeUnmountError(errors);
+    this.#o.logger.v(3).info("Orphaned pod found, removing", { podUID: uid });
+    await Deno.remove(podDir);
+  }
+
+  // ---- Helpers ------------------------------------------------------------------------------
+
+  #state(uid: string): PodState {
+    let s = this.#pods.get(uid);
+    if (!s) this.#pods.set(uid, s = { volumes: new Map() });
+    return s;
+  }
+
+  /** Upstream FindPluginBySpec, with "not supported yet" naming the volume's source field. */
+  #findPluginBySpec(volume: V1Volume): VolumePlugin {
+    const matches = this.#o.plugins.filter((p) => p.canSupport(volume));
+    const [only] = matches;
+    if (only && matches.length === 1) return only;
+    if (matches.length > 1) {
+      throw new Error(`multiple volume plugins matched: ${matches.map((p) => p.name).join(",")}`);
+    }
+    const field = volumeSourceField(volume);
+    throw new Error(
+      field === undefined
+        ? `volume "${volume.name}" has no volume source`
+        : `volume type "${field}" is not supported yet`,
+    );
+  }
+
+  /**
+   * The pod's volume dirs on disk, `volumes/<escaped plugin>/<name>`; only real directories
+   * count, and nothing is followed through a symlink. Anything else found is in `other`.
+   * Synchronous: every sync of a pod scans its directory, local and small (listing the
+   * directories volumes are mounted on does not enter them), where each asynchronous call
+   * costs a thread-pool round trip.
+   */
+  #scanDisk(uid: string): DiskScan {
+    const scan: DiskScan = { volumes: [], other: [] };
+    const volumesDir = podVolumesDir(this.#o.podsDirectory, uid);
+    const podDir = lstatSyncOrUndefined(join(this.#o.podsDirectory, uid));
+    if (!podDir?.isDirectory) return scan;
+    const info = lstatSyncOrUndefined(volumesDir);
+    if (!info) return scan;
+    if (!info.isDirectory) {
+      scan.other.push(volumesDir);
+      return scan;
+    }
+    for (const p of Deno.readDirSync(volumesDir)) {
+      const pluginDir = join(volumesDir, p.name);
+      if (!p.isDirectory) {
+        scan.other.push(pluginDir);
+        continue;
+      }
+      for (const v of Deno.readDirSync(pluginDir)) {
+        const dir = join(pluginDir, v.name);
+        if (v.isDirectory) {
+          scan.volumes.push({ pluginName: unescapePluginName(p.name), volumeName: v.name, dir });
+        } else scan.other.push(dir);
+      }
+    }
+    return scan;
+  }
+
+  /** Runs `fn` after every earlier call for the same pod has settled. */
+  #serialize<T>(uid: string, fn: () => Promise<T>): Promise<T> {
+    const result = (this.#locks.get(uid) ?? Promise.resolve()).then(fn);
+    const tail = result.then(() => {}, () => {});
+    this.#locks.set(uid, tail);
+    void tail.then(() => {
+      if (this.#locks.get(uid) === tail) this.#locks.delete(uid);
+    });
+    return result;
+  }
+}
+
+/** Volume names some container mounts or maps as a device (upstream GetPodVolumeNames). */
+function usedVolumeNames(pod: V1Pod): Set<string> {
+  const names = new Set<string>();
+  const spec = pod.spec;
+  const containers = [
+    ...(spec?.initContainers ?? []),
+    ...(spec?.containers ?? []),
+    ...(spec?.ephemeralContainers ?? []),
+  ];
+  for (const c of containers) {
+    for (const m of c.volumeMounts ?? []) names.add(m.name);
+    for (const d of c.volumeDevices ?? []) names.add(d.name);
+  }
+  return names;
+}
+
+function isSpecVolume(pod: V1Pod, name: string): boolean {
+  return (pod.spec?.volumes ?? []).some((v) => v.name === name);
+}
+
+/** The V1Volume field naming the volume's source, such as `persistentVolumeClaim`. */
+function volumeSourceField(volume: V1Volume): string | undefined {
+  for (const [key, value] of Object.entries(volume)) {
+    if (key !== "name" && value !== undefined && value !== null) return key;
+  }
+  return undefined;
+}
+
+function podRef(pod: V1Pod): ObjectRef {
+  return {
+    kind: "Pod",
+    name: pod.metadata?.name ?? "",
+    namespace: pod.metadata?.namespace,
+    uid: pod.metadata?.uid,
+    resourceVersion: pod.metadata?.resourceVersion,
+  };
+}
+
+/** Go's `%v` of a string slice: `[a b]`. */
+function goList(items: readonly string[]): string {
+  return `[${items.join(" ")}]`;
+}
+
+/** Go's utilerrors aggregate text: the only message, or `[a, b]`. */
+function aggregateMessage(errors: readonly Error[]): string {
+  if (errors.length === 1) return errors[0]?.message ?? "";
+  return `[${errors.map((e) => e.message).join(", ")}]`;
+}
+
+function asError(e: unknown): Error {
+  return e instanceof Error ? e : new Error(String(e));
+}
+
+function lstatSyncOrUndefined(path: string): Deno.FileInfo | undefined {
+  try {
+    return Deno.lstatSync(path);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return undefined;
+    throw e;
+  }
+}
+
+async function lstatOrUndefined(path: string): Promise<Deno.FileInfo | undefined> {
+  try {
+    return await Deno.lstat(path);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return undefined;
+    throw e;
+  }
+}
+
+/** rmdir(2): removes `path` only when it is an empty directory. */
+async function rmdirIfEmpty(path: string): Promise<void> {
+  try {
+    await Deno.remove(path);
+  } catch (e) {
+    // Not empty (a volume left behind, reported by whoever left it) or already gone.
+    if (e instanceof Deno.errors.NotFound || isNotEmpty(e)) return;
+    throw e;
+  }
+}
+
+function isNotEmpty(e: unknown): boolean {
+  return e instanceof Error && (e as { code?: string }).code === "ENOTEMPTY";
+}
+
+/**
+ * Upstream RemoveAllOneFilesystem: removes `path` and what is under it, unlinking symlinks
+ * rather than following them, and refusing to descend into a directory on another device (a
+ * mount point), which would delete what is mounted there.
+ */
+async function removeAllOneFilesystem(path: string, dev: number): Promise<void> {
+  const info = await lstatOrUndefined(path);
+  if (!info) return;
+  if (!info.isDirectory) {
+    await Deno.remove(path);
+    return;
+  }
+  if (info.dev !== dev) throw new Error(`cannot delete directory ${path}: it is a mount point`);
+  for await (const e of Deno.readDir(path)) await removeAllOneFilesystem(join(path, e.name), dev);
+  await Deno.remove(path);
+}

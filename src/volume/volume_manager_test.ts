@@ -1,0 +1,486 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import type { V1Pod, V1Volume } from "@kubernetes/client-node";
+import type { EventRecorder } from "../dependencies.ts";
+import { createLogger } from "../klog/klog.ts";
+import { Mounter } from "../util/mount.ts";
+import { VolumeManager, VolumeMountError } from "./volume_manager.ts";
+import {
+  type MountedVolume,
+  podVolumeDir,
+  podVolumesDir,
+  type VolumePlugin,
+  type VolumeSetUpContext,
+  type VolumeTearDownContext,
+} from "./plugin.ts";
+
+/**
+ * An in-memory plugin that also makes and removes the volume dir, so a restart finds it. It
+ * supports volumes with its `field` set; failures are injected by volume name.
+ */
+class FakePlugin implements VolumePlugin {
+  readonly calls: string[];
+  readonly failSetUp = new Map<string, string>();
+  readonly failTearDown = new Map<string, string>();
+  /** When set, setUp of this volume waits for it. */
+  gate?: { volume: string; promise: Promise<void> };
+  #setUps = 0;
+
+  constructor(
+    readonly name: string,
+    readonly field: keyof V1Volume,
+    readonly requiresRemount: boolean,
+    calls: string[],
+  ) {
+    this.calls = calls;
+  }
+
+  canSupport(volume: V1Volume): boolean {
+    return volume[this.field] !== undefined;
+  }
+
+  async setUp(ctx: VolumeSetUpContext): Promise<MountedVolume> {
+    this.calls.push(`setUp ${ctx.pod.metadata?.uid}/${ctx.volume.name} ${ctx.dir}`);
+    if (this.gate?.volume === ctx.volume.name) await this.gate.promise;
+    const fail = this.failSetUp.get(ctx.volume.name);
+    if (fail !== undefined) throw new Error(fail);
+    await Deno.mkdir(ctx.dir, { recursive: true });
+    await Deno.writeTextFile(join(ctx.dir, "data"), `${++this.#setUps}`);
+    return { hostPath: `${ctx.dir}#${this.#setUps}`, readOnly: false, selinuxRelabel: false };
+  }
+
+  async tearDown(ctx: VolumeTearDownContext): Promise<void> {
+    this.calls.push(`tearDown ${ctx.podUid}/${ctx.volumeName} ${ctx.dir}`);
+    const fail = this.failTearDown.get(ctx.volumeName);
+    if (fail !== undefined) throw new Error(fail);
+    await Deno.remove(ctx.dir, { recursive: true }).catch(() => {});
+  }
+}
+
+interface Fixture extends AsyncDisposable {
+  readonly dir: string;
+  readonly pods: string;
+  readonly calls: string[];
+  readonly events: { type: string; reason: string; message: string; name: string }[];
+  readonly emptyDir: FakePlugin;
+  readonly configMap: FakePlugin;
+  /** A new manager over the same directory and plugins (an agent restart). */
+  newManager(): VolumeManager;
+  readonly vm: VolumeManager;
+}
+
+async function fixture(): Promise<Fixture> {
+  const dir = await Deno.makeTempDir({ prefix: "volume-manager-" });
+  const pods = join(dir, "pods");
+  await Deno.mkdir(pods);
+  const calls: string[] = [];
+  const events: Fixture["events"] = [];
+  const recorder: EventRecorder = {
+    event: (ref, type, reason, message) => events.push({ type, reason, message, name: ref.name }),
+  };
+  const emptyDir = new FakePlugin("kubernetes.io/empty-dir", "emptyDir", false, calls);
+  const configMap = new FakePlugin("kubernetes.io/configmap", "configMap", true, calls);
+  const references = [{
+    registerPod: (p: V1Pod) => void calls.push(`register ${p.metadata?.uid}`),
+    unregisterPod: (p: V1Pod) => void calls.push(`unregister ${p.metadata?.uid}`),
+  }];
+  const newManager = () =>
+    new VolumeManager({
+      podsDirectory: pods,
+      plugins: [emptyDir, configMap],
+      recorder,
+      logger: createLogger({ write: () => {}, pid: 1 }),
+      references,
+    });
+  return {
+    dir,
+    pods,
+    calls,
+    events,
+    emptyDir,
+    configMap,
+    newManager,
+    vm: newManager(),
+    async [Symbol.asyncDispose]() {
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+/** A pod whose one container mounts every volume named in `mounted` (default: all). */
+function pod(uid: string, volumes: V1Volume[], mounted = volumes.map((v) => v.name)): V1Pod {
+  return {
+    metadata: { name: `pod-${uid}`, namespace: "default", uid },
+    spec: {
+      containers: [{
+        name: "main",
+        image: "busybox",
+        volumeMounts: mounted.map((name) => ({ name, mountPath: `/mnt/${name}` })),
+      }],
+      volumes,
+    },
+  };
+}
+
+const cache = (name = "cache"): V1Volume => ({ name, emptyDir: {} });
+const config = (name = "config"): V1Volume => ({ name, configMap: { name: "cm" } });
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const signal = new AbortController().signal;
+
+Deno.test("VolumeManager sets up the mounted volumes in spec order, each in its plugin's dir", async () => {
+  await using f = await fixture();
+  const p = pod("u1", [cache(), config(), cache("unused"), cache("init")], ["cache", "config"]);
+  p.spec!.initContainers = [{
+    name: "init",
+    image: "busybox",
+    volumeMounts: [{ name: "init", mountPath: "/init" }],
+  }];
+  await f.vm.mountPodVolumes(signal, p);
+  const dirOf = (plugin: string, name: string) => podVolumeDir(f.pods, "u1", plugin, name);
+  assert.deepEqual(f.calls, [
+    "register u1",
+    `setUp u1/cache ${dirOf("kubernetes.io/empty-dir", "cache")}`,
+    `setUp u1/config ${dirOf("kubernetes.io/configmap", "config")}`,
+    `setUp u1/init ${dirOf("kubernetes.io/empty-dir", "init")}`,
+  ]);
+  assert.equal(
+    dirOf("kubernetes.io/configmap", "config"),
+    join(f.pods, "u1", "volumes", "kubernetes.io~configmap", "config"),
+  );
+  const mounted = f.vm.podVolumes("u1");
+  assert.deepEqual([...mounted.keys()].sort(), ["cache", "config", "init"]);
+  assert.equal(mounted.get("cache")?.hostPath, `${dirOf("kubernetes.io/empty-dir", "cache")}#1`);
+  assert.equal(f.vm.podVolumes("other").size, 0);
+  assert.equal(await f.vm.podVolumesExist("u1"), true);
+  assert.equal(await f.vm.podVolumesExist("other"), false);
+  assert.deepEqual(f.events, []);
+});
+
+Deno.test("VolumeManager reports each failed SetUp as FailedMount and throws upstream's VolumeMountError", async () => {
+  await using f = await fixture();
+  f.emptyDir.failSetUp.set("z-scratch", 'first "error"');
+  f.configMap.failSetUp.set("b-config", 'configmap "cm" not found');
+  const p = pod("u1", [cache("z-scratch"), cache("a-ok"), config("b-config"), cache("c-ok")]);
+  const err = await f.vm.mountPodVolumes(signal, p).then(() => undefined, (e) => e);
+  assert.ok(err instanceof VolumeMountError);
+  assert.equal(
+    err.message,
+    'unmounted volumes=[b-config z-scratch], unattached volumes=[], failed to process volumes=[]: first "error"',
+  );
+  assert.deepEqual(err.unmountedVolumes, ["b-config", "z-scratch"]);
+  // The others were set up regardless.
+  assert.deepEqual([...f.vm.podVolumes("u1").keys()].sort(), ["a-ok", "c-ok"]);
+  assert.deepEqual(f.events, [
+    {
+      type: "Warning",
+      reason: "FailedMount",
+      message: 'MountVolume.SetUp failed for volume "z-scratch" : first "error"',
+      name: "pod-u1",
+    },
+    {
+      type: "Warning",
+      reason: "FailedMount",
+      message: 'MountVolume.SetUp failed for volume "b-config" : configmap "cm" not found',
+      name: "pod-u1",
+    },
+  ]);
+  // Once the sources are fixed, the next call mounts only what is missing (and remounts).
+  f.emptyDir.failSetUp.clear();
+  f.configMap.failSetUp.clear();
+  f.calls.length = 0;
+  await f.vm.mountPodVolumes(signal, p);
+  assert.deepEqual(f.calls.map((c) => c.split(" ").slice(0, 2).join(" ")), [
+    "register u1",
+    "setUp u1/z-scratch",
+    "setUp u1/b-config",
+  ]);
+  assert.equal(f.vm.podVolumes("u1").size, 4);
+});
+
+Deno.test("VolumeManager mounts other pods while one pod's volume is stuck or failing", async () => {
+  await using f = await fixture();
+  const release = Promise.withResolvers<void>();
+  f.emptyDir.gate = { volume: "slow", promise: release.promise };
+  f.emptyDir.failSetUp.set("bad", "boom");
+  let slowDone = false;
+  const slow = f.vm.mountPodVolumes(signal, pod("slow-pod", [cache("slow")])).then(() => {
+    slowDone = true;
+  });
+  await assert.rejects(f.vm.mountPodVolumes(signal, pod("bad-pod", [cache("bad")])), {
+    name: "VolumeMountError",
+  });
+  await f.vm.mountPodVolumes(signal, pod("good-pod", [cache("good")]));
+  assert.equal(f.vm.podVolumes("good-pod").size, 1);
+  assert.equal(slowDone, false);
+  release.resolve();
+  await slow;
+  assert.equal(f.vm.podVolumes("slow-pod").size, 1);
+  assert.deepEqual(f.events.map((e) => e.name), ["pod-bad-pod"]);
+});
+
+Deno.test("VolumeManager sets up again only volumes whose plugin requires a remount", async () => {
+  await using f = await fixture();
+  const p = pod("u1", [cache(), config()]);
+  await f.vm.mountPodVolumes(signal, p);
+  const firstConfig = f.vm.podVolumes("u1").get("config")?.hostPath;
+  await f.vm.mountPodVolumes(signal, p);
+  await f.vm.mountPodVolumes(signal, p);
+  const setUps = (v: string) => f.calls.filter((c) => c.startsWith(`setUp u1/${v} `)).length;
+  assert.equal(setUps("cache"), 1);
+  assert.equal(setUps("config"), 3);
+  assert.notEqual(f.vm.podVolumes("u1").get("config")?.hostPath, firstConfig);
+  assert.equal(f.calls.filter((c) => c === "register u1").length, 3);
+});
+
+Deno.test("VolumeManager keeps the previous mount when a remount fails, with a FailedMount event", async () => {
+  await using f = await fixture();
+  const p = pod("u1", [config()]);
+  await f.vm.mountPodVolumes(signal, p);
+  const before = f.vm.podVolumes("u1").get("config");
+  assert.ok(before);
+  f.configMap.failSetUp.set("config", 'configmap "cm" not found');
+  // Every volume the containers mount is still mounted: upstream goes on with the sync.
+  await f.vm.mountPodVolumes(signal, p);
+  assert.deepEqual(f.vm.podVolumes("u1").get("config"), before);
+  assert.deepEqual(f.events.map((e) => e.message), [
+    'MountVolume.SetUp failed for volume "config" : configmap "cm" not found',
+  ]);
+});
+
+Deno.test("VolumeManager fails a volume type no plugin supports with 'is not supported yet'", async () => {
+  await using f = await fixture();
+  const p = pod("u1", [
+    { name: "claim", persistentVolumeClaim: { claimName: "data" } },
+    cache(),
+    { name: "inline", csi: { driver: "x.example.com" } },
+  ]);
+  await assert.rejects(f.vm.mountPodVolumes(signal, p), {
+    name: "VolumeMountError",
+    message: "unmounted volumes=[claim inline], unattached volumes=[], failed to process " +
+      'volumes=[claim inline]: volume type "persistentVolumeClaim" is not supported yet; ' +
+      'volume type "csi" is not supported yet',
+  });
+  assert.deepEqual([...f.vm.podVolumes("u1").keys()], ["cache"]);
+  // SetUp was never tried: no FailedMount event for them.
+  assert.deepEqual(f.events, []);
+
+  // Two plugins claiming one volume is an error too (upstream FindPluginBySpec).
+  const twice = new VolumeManager({
+    podsDirectory: f.pods,
+    plugins: [f.emptyDir, new FakePlugin("example.com/other", "emptyDir", false, [])],
+    recorder: { event: () => {} },
+    logger: createLogger({ write: () => {}, pid: 1 }),
+  });
+  await assert.rejects(twice.mountPodVolumes(signal, pod("u2", [cache()])), {
+    message: "unmounted volumes=[cache], unattached volumes=[], failed to process " +
+      "volumes=[cache]: multiple volume plugins matched: kubernetes.io/empty-dir,example.com/other",
+  });
+});
+
+Deno.test("VolumeManager tears down volumes dropped from the spec, also after a restart", async () => {
+  await using f = await fixture();
+  await f.vm.mountPodVolumes(signal, pod("u1", [cache("a"), cache("b"), config("c")]));
+  f.calls.length = 0;
+  await f.vm.mountPodVolumes(signal, pod("u1", [cache("a"), config("c")]));
+  assert.deepEqual(f.calls.map((c) => c.split(" ").slice(0, 2).join(" ")), [
+    "register u1",
+    "tearDown u1/b",
+    "setUp u1/c",
+  ]);
+  assert.deepEqual([...f.vm.podVolumes("u1").keys()].sort(), ["a", "c"]);
+  assert.equal(await exists(podVolumeDir(f.pods, "u1", "kubernetes.io/empty-dir", "b")), false);
+
+  // A new instance knows nothing in memory: what is on disk and not desired still goes.
+  const restarted = f.newManager();
+  f.calls.length = 0;
+  await restarted.mountPodVolumes(signal, pod("u1", [cache("a")]));
+  assert.deepEqual(f.calls.map((c) => c.split(" ").slice(0, 2).join(" ")), [
+    "register u1",
+    "tearDown u1/c",
+    "setUp u1/a",
+  ]);
+});
+
+Deno.test("VolumeManager.unmountPodVolumes tears down what it finds on disk after a restart", async () => {
+  await using f = await fixture();
+  const p = pod("u1", [cache(), config()]);
+  await f.vm.mountPodVolumes(signal, p);
+  const restarted = f.newManager();
+  assert.equal(restarted.podVolumes("u1").size, 0);
+  assert.equal(await restarted.podVolumesExist("u1"), true);
+  f.calls.length = 0;
+  await restarted.unmountPodVolumes(signal, "u1");
+  // Each with the plugin named by its unescaped dir; no pod was seen, so none to unregister.
+  assert.deepEqual(f.calls.sort(), [
+    `tearDown u1/cache ${podVolumeDir(f.pods, "u1", "kubernetes.io/empty-dir", "cache")}`,
+    `tearDown u1/config ${podVolumeDir(f.pods, "u1", "kubernetes.io/configmap", "config")}`,
+  ]);
+  assert.equal(await restarted.podVolumesExist("u1"), false);
+  // The empty plugin dirs and the volumes dir went; the pod dir stays.
+  assert.equal(await exists(podVolumesDir(f.pods, "u1")), false);
+  assert.equal(await exists(join(f.pods, "u1")), true);
+});
+
+Deno.test("VolumeManager.unmountPodVolumes keeps a volume whose TearDown fails and retries it", async () => {
+  await using f = await fixture();
+  const p = pod("u1", [cache(), config()]);
+  await f.vm.mountPodVolumes(signal, p);
+  f.emptyDir.failTearDown.set("cache", "device busy");
+  await assert.rejects(f.vm.unmountPodVolumes(signal, "u1"), {
+    name: "VolumeUnmountError",
+    message: 'UnmountVolume.TearDown failed for volume "cache" : device busy',
+  });
+  assert.deepEqual([...f.vm.podVolumes("u1").keys()], ["cache"]);
+  assert.equal(await f.vm.podVolumesExist("u1"), true);
+  f.emptyDir.failTearDown.clear();
+  await f.vm.unmountPodVolumes(signal, "u1");
+  assert.equal(f.vm.podVolumes("u1").size, 0);
+  assert.equal(await f.vm.podVolumesExist("u1"), false);
+  // Unregistered once, by the first call.
+  assert.equal(f.calls.filter((c) => c === "unregister u1").length, 1);
+});
+
+Deno.test("VolumeManager.unmountPodVolumes names a dir of an unknown plugin and leaves it", async () => {
+  await using f = await fixture();
+  await f.vm.mountPodVolumes(signal, pod("u1", [cache()]));
+  const csi = join(podVolumesDir(f.pods, "u1"), "kubernetes.io~csi", "pvc-1");
+  await Deno.mkdir(csi, { recursive: true });
+  await assert.rejects(f.vm.unmountPodVolumes(signal, "u1"), {
+    name: "VolumeUnmountError",
+    message: `no volume plugin matched name: kubernetes.io/csi: tearing down "${csi}" is not ` +
+      "supported yet",
+  });
+  assert.equal(await exists(csi), true);
+  // The known plugin's volume was torn down all the same.
+  assert.equal(f.vm.podVolumes("u1").size, 0);
+  assert.equal(await exists(podVolumeDir(f.pods, "u1", "kubernetes.io/empty-dir", "cache")), false);
+  assert.equal(await f.vm.podVolumesExist("u1"), true);
+});
+
+Deno.test("VolumeManager registers the pod with references before setup and unregisters it after teardown", async () => {
+  await using f = await fixture();
+  const seen: [string, V1Pod][] = [];
+  const vm = new VolumeManager({
+    podsDirectory: f.pods,
+    plugins: [f.emptyDir],
+    recorder: { event: () => {} },
+    logger: createLogger({ write: () => {}, pid: 1 }),
+    references: [
+      {
+        registerPod: (p) => void seen.push(["register", p]),
+        unregisterPod: (p) => void seen.push(["unregister", p]),
+      },
+      {
+        registerPod: (p) => void f.calls.push(`register2 ${p.metadata?.uid}`),
+        unregisterPod: (p) => void f.calls.push(`unregister2 ${p.metadata?.uid}`),
+      },
+    ],
+  });
+  const first = pod("u1", [cache()]);
+  const second = pod("u1", [cache()]);
+  await vm.mountPodVolumes(signal, first);
+  assert.deepEqual(f.calls.map((c) => c.split(" ")[0]), ["register2", "setUp"]);
+  await vm.mountPodVolumes(signal, second);
+  await vm.unmountPodVolumes(signal, "u1");
+  assert.deepEqual(seen.map(([op]) => op), ["register", "register", "unregister"]);
+  assert.equal(seen[2]?.[1], second, "unregistered with the last pod seen");
+  assert.equal(f.calls.at(-1), "unregister2 u1");
+  assert.ok(f.calls.indexOf("unregister2 u1") > f.calls.findIndex((c) => c.startsWith("tearDown")));
+  // A pod that is not known (no mount since a restart) unregisters nothing.
+  await vm.unmountPodVolumes(signal, "u1");
+  assert.equal(seen.length, 3);
+});
+
+Deno.test("VolumeManager.mountPodVolumes stops at an aborted signal without events", async () => {
+  await using f = await fixture();
+  const ctrl = new AbortController();
+  ctrl.abort(new Error("pod deleted"));
+  await assert.rejects(f.vm.mountPodVolumes(ctrl.signal, pod("u1", [cache()])), {
+    message: "pod deleted",
+  });
+  assert.deepEqual(f.calls, []);
+  assert.deepEqual(f.events, []);
+});
+
+Deno.test("VolumeManager.cleanupOrphanedPodDirs removes orphans, keeps kept pods and follows no symlink", async () => {
+  await using f = await fixture();
+  await f.vm.mountPodVolumes(signal, pod("kept", [cache(), config()]));
+  await f.vm.mountPodVolumes(signal, pod("gone", [cache(), config()]));
+  // An orphan from an earlier life: volumes on disk, plugin data, a file, a symlink out.
+  const outside = join(f.dir, "outside");
+  await Deno.mkdir(outside);
+  await Deno.writeTextFile(join(outside, "precious"), "x");
+  const old = join(f.pods, "old");
+  await Deno.mkdir(join(old, "volumes", "kubernetes.io~empty-dir", "scratch"), {
+    recursive: true,
+  });
+  await Deno.writeTextFile(join(old, "volumes", "kubernetes.io~empty-dir", "scratch", "f"), "");
+  await Deno.mkdir(join(old, "plugins", "kubernetes.io~empty-dir", "wrapped"), {
+    recursive: true,
+  });
+  await Deno.mkdir(join(old, "containers", "main"), { recursive: true });
+  await Deno.symlink(outside, join(old, "containers", "main", "link"));
+  await Deno.writeTextFile(join(old, "etc-hosts"), "127.0.0.1 localhost\n");
+  // An orphan whose volume no plugin knows: left, and the others go on.
+  const stuck = join(f.pods, "stuck");
+  await Deno.mkdir(join(stuck, "volumes", "kubernetes.io~csi", "pvc"), { recursive: true });
+  await Deno.mkdir(join(stuck, "plugins"), { recursive: true });
+  // A pod dir that is a symlink is never followed; a stray file is ignored.
+  await Deno.symlink(outside, join(f.pods, "linked"));
+  await Deno.writeTextFile(join(f.pods, "stray"), "");
+
+  f.calls.length = 0;
+  await f.vm.cleanupOrphanedPodDirs(signal, new Set(["kept"]));
+
+  assert.equal(await exists(join(f.pods, "gone")), false);
+  assert.equal(await exists(old), false);
+  assert.equal(await exists(join(stuck, "volumes", "kubernetes.io~csi", "pvc")), true);
+  assert.equal(await exists(join(stuck, "plugins")), true, "nothing removed while volumes remain");
+  assert.equal(await exists(join(f.pods, "linked")), true);
+  assert.equal(await exists(join(f.pods, "stray")), true);
+  assert.equal(await Deno.readTextFile(join(outside, "precious")), "x");
+  assert.equal(f.vm.podVolumes("gone").size, 0);
+  // The kept pod is untouched, in memory and on disk.
+  assert.equal(f.vm.podVolumes("kept").size, 2);
+  assert.equal(
+    await exists(podVolumeDir(f.pods, "kept", "kubernetes.io/empty-dir", "cache")),
+    true,
+  );
+  assert.ok(!f.calls.some((c) => c.includes("kept")), f.calls.join("\n"));
+  assert.ok(f.calls.includes("unregister gone"));
+  assert.ok(f.calls.some((c) => c.startsWith("tearDown old/scratch ")));
+});
+
+Deno.test("VolumeManager.cleanupOrphanedPodDirs never deletes into a mount point", async () => {
+  if (!(Deno.build.os === "linux" && Deno.uid() === 0)) {
+    const reason = `mounting a tmpfs needs root on Linux (uid is ${Deno.uid()})`;
+    if (Deno.env.get("CI") === "true") throw new Error(`CI=true but ${reason}`);
+    console.warn(`SKIPPING VolumeManager mount point test: ${reason}`);
+    return;
+  }
+  await using f = await fixture();
+  const mounter = new Mounter();
+  const mnt = join(f.pods, "orphan", "plugins", "example.com~driver", "mnt");
+  await Deno.mkdir(mnt, { recursive: true });
+  await mounter.mount("tmpfs", mnt, "tmpfs", ["size=1m"]);
+  try {
+    await Deno.writeTextFile(join(mnt, "data"), "keep me");
+    await f.vm.cleanupOrphanedPodDirs(signal, new Set());
+    assert.equal(await Deno.readTextFile(join(mnt, "data")), "keep me");
+    assert.equal(await exists(join(f.pods, "orphan")), true);
+    await mounter.unmount(mnt);
+    await f.vm.cleanupOrphanedPodDirs(signal, new Set());
+    assert.equal(await exists(join(f.pods, "orphan")), false);
+  } finally {
+    if (await mounter.mountAt(mnt)) await mounter.unmount(mnt);
+  }
+});
