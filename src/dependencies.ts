@@ -10,6 +10,7 @@
 import type { ConfigReloader } from "./app/kubelet_config_reload.ts";
 import { type Clock, realClock } from "./util/clock.ts";
 import type { Logger } from "./klog/klog.ts";
+import { type EventRecorder, loggingRecorder } from "./client/record.ts";
 import type { KubeClient } from "./client/kube_client.ts";
 import type { KubeletMetrics } from "./metrics/metrics.ts";
 import type { ImageManagerService } from "./cri/remote_image.ts";
@@ -26,47 +27,6 @@ export const realOS: OSInterface = {
   hostname: () => Deno.hostname(),
   mkdirAll: (path, mode = 0o755) => Deno.mkdir(path, { recursive: true, mode }),
 };
-
-/** A reference to the object an event is about (upstream `v1.ObjectReference`, trimmed). */
-export interface ObjectRef {
-  readonly kind: string;
-  readonly name: string;
-  readonly namespace?: string;
-  readonly uid?: string;
-  /** @default "v1" */
-  readonly apiVersion?: string;
-  readonly resourceVersion?: string;
-  /** The part of the object, such as `spec.containers{app}` (upstream container references). */
-  readonly fieldPath?: string;
-}
-
-/** Records events (upstream `record.EventRecorder`). */
-export interface EventRecorder {
-  event(object: ObjectRef, type: "Normal" | "Warning", reason: string, message: string): void;
-}
-
-/** The recorders {@link loggingRecorder} made. */
-const LOGGING_ONLY = new WeakSet<EventRecorder>();
-
-/**
- * The recorder of standalone mode: with no apiserver to post to, upstream's broadcaster only
- * logs events, at verbosity 3; so does this one.
- */
-export function loggingRecorder(logger: Logger): EventRecorder {
-  const recorder: EventRecorder = {
-    event(object, type, reason, message) {
-      logger.v(3).info("Event occurred", {
-        object: object.namespace ? `${object.namespace}/${object.name}` : object.name,
-        kind: object.kind,
-        type,
-        reason,
-        message,
-      });
-    },
-  };
-  LOGGING_ONLY.add(recorder);
-  return recorder;
-}
 
 /** Everything the kubelet is given rather than builds. */
 export interface Dependencies {
@@ -86,21 +46,6 @@ export interface Dependencies {
   readonly reloader?: ConfigReloader;
   /** Where the kubelet's own metrics are recorded (/metrics); the Kubelet makes one when unset. */
   readonly metrics?: KubeletMetrics;
-}
-
-/**
- * The recorder of API server mode: events go to `api`, which writes them to the apiserver and
- * logs each at v3 as upstream's broadcaster does, and to `given` (the dependencies' recorder,
- * e.g. a test's) unless that is a {@link loggingRecorder}, whose line would repeat api's.
- */
-export function withApiserverRecorder(given: EventRecorder, api: EventRecorder): EventRecorder {
-  if (LOGGING_ONLY.has(given)) return api;
-  return {
-    event(object, type, reason, message) {
-      given.event(object, type, reason, message);
-      api.event(object, type, reason, message);
-    },
-  };
 }
 
 /** Builds the default dependencies (upstream's UnsecuredDependencies: nothing is dialled yet). */

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { type EventRecorder, loggingRecorder, withApiserverRecorder } from "./dependencies.ts";
+import { type EventRecorder, loggingRecorder, withApiserverRecorder } from "./client/record.ts";
 import { createLogger } from "./klog/klog.ts";
 
 const POD = { kind: "Pod", namespace: "default", name: "web", uid: "u1" };

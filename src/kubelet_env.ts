@@ -27,7 +27,7 @@ import type {
   V1ResourceFieldSelector,
   V1Secret,
 } from "@kubernetes/client-node";
-import type { EventRecorder } from "./dependencies.ts";
+import type { EventRecorder } from "./client/record.ts";
 import { kobj, type Logger } from "./klog/klog.ts";
 import { goQuote } from "./klog/encode.ts";
 import {

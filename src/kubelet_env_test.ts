@@ -8,7 +8,7 @@ import type {
   V1Secret,
   V1Service,
 } from "@kubernetes/client-node";
-import type { ObjectRef } from "./dependencies.ts";
+import type { ObjectRef } from "./client/record.ts";
 import { createLogger } from "./klog/klog.ts";
 import {
   EnvError,

@@ -13,7 +13,7 @@ import { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
 import type { V1ConfigMap, V1Node, V1Secret } from "@kubernetes/client-node";
 import type { Clock } from "./util/clock.ts";
-import type { EventRecorder } from "./dependencies.ts";
+import type { EventRecorder } from "./client/record.ts";
 import { DnsConfigurer } from "./network/dns.ts";
 import { type CredentialVerificationPolicy, ImageManager } from "./images/image_manager.ts";
 import type { Logger } from "./klog/klog.ts";

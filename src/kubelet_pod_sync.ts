@@ -18,7 +18,7 @@ import { hasPodStarted, type PodStartupLatencyTracker } from "./pod_startup_late
 import { join } from "node:path";
 import type { V1Node, V1Pod, V1PodCondition, V1PodStatus, V1Secret } from "@kubernetes/client-node";
 import type { Clock } from "./util/clock.ts";
-import type { EventRecorder, ObjectRef } from "./dependencies.ts";
+import { type EventRecorder, podRef } from "./client/record.ts";
 import { kobj, type Logger } from "./klog/klog.ts";
 import type { KubeClient } from "./client/kube_client.ts";
 import { generateAPIPodStatus, podIsTerminalPhase } from "./kubelet_pods.ts";
@@ -135,16 +135,6 @@ const ORPHAN_GRACE_SECONDS = 1;
 
 function uidOf(pod: V1Pod): string {
   return pod.metadata?.uid ?? "";
-}
-
-function podRef(pod: V1Pod): ObjectRef {
-  return {
-    kind: "Pod",
-    name: pod.metadata?.name ?? "",
-    namespace: pod.metadata?.namespace,
-    uid: pod.metadata?.uid,
-    resourceVersion: pod.metadata?.resourceVersion,
-  };
 }
 
 function creationTime(pod: V1Pod): number {

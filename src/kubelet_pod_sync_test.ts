@@ -4,7 +4,7 @@ import type { V1Pod, V1PodStatus, V1Volume } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import { FakeClock } from "./util/clock.ts";
 import { CriConnection } from "./cri/connection.ts";
-import type { EventRecorder } from "./dependencies.ts";
+import type { EventRecorder } from "./client/record.ts";
 import type { ContainerBehaviour } from "./testing/fake_runtime_service.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "./testing/fake_remote_runtime.ts";
 import { createLogger } from "./klog/klog.ts";

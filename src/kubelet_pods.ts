@@ -43,12 +43,11 @@ import {
   generatePodInitializedCondition,
   generatePodReadyCondition,
   generatePodReadyToStartContainersCondition,
-  getContainerStatus,
   getPodCondition,
-  isRestartableInitContainer,
   POD_SCHEDULED,
   podConditionByKubelet,
 } from "./status/generate.ts";
+import { getContainerStatus, isRestartableInitContainer } from "./pod/podutil.ts";
 import { parseIP } from "./_pod_ips.ts";
 import { deepCopy } from "./util/deep_copy.ts";
 

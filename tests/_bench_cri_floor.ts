@@ -23,7 +23,7 @@ import * as api from "../proto/runtime/v1/api.ts";
 import { detectCgroupLayout } from "../src/cm/cgroup_layout.ts";
 import { CgroupManager } from "../src/cm/cgroup_manager.ts";
 import { realClock } from "../src/util/clock.ts";
-import { loggingRecorder } from "../src/dependencies.ts";
+import { loggingRecorder } from "../src/client/record.ts";
 import { DnsConfigurer } from "../src/network/dns.ts";
 import { createLogger, type Logger } from "../src/klog/klog.ts";
 import { KubeletMounts } from "../src/kubelet_mounts.ts";

@@ -6,7 +6,8 @@
  */
 
 import { isIP } from "node:net";
-import { type Dependencies, withApiserverRecorder } from "../dependencies.ts";
+import type { Dependencies } from "../dependencies.ts";
+import { withApiserverRecorder } from "../client/record.ts";
 import { Kubelet } from "../kubelet.ts";
 import type { KubeletConfiguration } from "../apis/config_types.ts";
 import type { KubeletFlags } from "../apis/flags.ts";

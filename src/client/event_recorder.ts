@@ -22,7 +22,7 @@
  */
 
 import type { Clock } from "../util/clock.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder, ObjectRef } from "./record.ts";
 import type { Activity } from "../util/in_flight.ts";
 import { KObj, type Logger } from "../klog/klog.ts";
 import { isStatus, KubeApiError, type KubeClient } from "./kube_client.ts";

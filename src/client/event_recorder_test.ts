@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { FakeClock } from "../util/clock.ts";
-import type { ObjectRef } from "../dependencies.ts";
+import type { ObjectRef } from "./record.ts";
 import {
   ApiserverEventRecorder,
   type ApiserverRecorderOptions,

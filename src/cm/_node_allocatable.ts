@@ -7,7 +7,7 @@
  */
 
 import type { ResourceConfig } from "./cgroup_manager.ts";
-import { milliCPUToShares } from "./qos_container_manager.ts";
+import { milliCPUToShares } from "./helpers_linux.ts";
 import { hugePageLimits } from "./_pod_resources.ts";
 import {
   milliValueOf,

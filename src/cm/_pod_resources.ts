@@ -8,11 +8,10 @@
 import type { V1Pod } from "@kubernetes/client-node";
 import type { ResourceConfig } from "./cgroup_manager.ts";
 import { getPodQOS } from "../qos/qos.ts";
-import { milliCPUToQuota, milliCPUToShares, MIN_SHARES } from "./qos_container_manager.ts";
+import { milliCPUToQuota, milliCPUToShares, MIN_SHARES } from "./helpers_linux.ts";
 import {
   addDec,
   isPodLevelResourcesSet,
-  isRestartableInitContainer,
   isZeroDec,
   milliValueOf,
   parseDec,
@@ -22,6 +21,7 @@ import {
   resourceList,
   valueOf,
 } from "../qos/resource_helpers.ts";
+import { isRestartableInitContainer } from "../pod/podutil.ts";
 
 /** Node settings {@link resourceConfigForPod} needs. */
 export interface PodResourceOptions {

@@ -18,7 +18,7 @@ import { type CgroupDriver, CgroupManager } from "./cgroup_manager.ts";
 import type { CgroupLayout } from "./cgroup_layout.ts";
 import type { CgroupFs } from "./cgroupfs.ts";
 import type { Clock } from "../util/clock.ts";
-import type { EventRecorder } from "../dependencies.ts";
+import type { EventRecorder } from "../client/record.ts";
 import type { Logger } from "../klog/klog.ts";
 import type { KubeletConfiguration } from "../apis/config_types.ts";
 import {

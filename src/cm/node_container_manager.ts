@@ -18,7 +18,7 @@ import {
   type ResourceConfig,
 } from "./cgroup_manager.ts";
 import { type Clock, realClock } from "../util/clock.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import type { Logger } from "../klog/klog.ts";
 import { allocatableAbsolute, cgroupConfigOf } from "./_node_allocatable.ts";
 import { resourceList, valueOf } from "../qos/resource_helpers.ts";

@@ -4,7 +4,7 @@ import * as api from "../../proto/runtime/v1/api.ts";
 import { CgroupManager } from "./cgroup_manager.ts";
 import { FakeClock } from "../util/clock.ts";
 import { CriError } from "../cri/connection.ts";
-import type { EventRecorder } from "../dependencies.ts";
+import type { EventRecorder } from "../client/record.ts";
 import { FakeRuntimeService } from "../testing/fake_runtime_service.ts";
 import {
   checkCgroupDriver,

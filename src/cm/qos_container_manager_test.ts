@@ -2,12 +2,11 @@ import assert from "node:assert/strict";
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
 import { CgroupManager } from "./cgroup_manager.ts";
 import {
-  milliCPUToQuota,
-  milliCPUToShares,
   parseQOSReserved,
   QOSContainerManager,
   type QOSContainerManagerOptions,
 } from "./qos_container_manager.ts";
+import { milliCPUToShares } from "./helpers_linux.ts";
 import { captureLogger, type CmHost, makeCmHost } from "../testing/cm_fixtures.ts";
 
 const GiB = 1024n ** 3n;
@@ -52,21 +51,6 @@ async function withQos(
     await host.cleanup();
   }
 }
-
-Deno.test("milliCPUToShares converts as upstream MilliCPUToShares", () => {
-  assert.equal(milliCPUToShares(0n), 2n);
-  assert.equal(milliCPUToShares(1n), 2n);
-  assert.equal(milliCPUToShares(100n), 102n);
-  assert.equal(milliCPUToShares(1000n), 1024n);
-  assert.equal(milliCPUToShares(300_000n), 262_144n);
-});
-
-Deno.test("milliCPUToQuota converts as upstream MilliCPUToQuota", () => {
-  assert.equal(milliCPUToQuota(0n, 100_000n), 0n);
-  assert.equal(milliCPUToQuota(5n, 100_000n), 1000n);
-  assert.equal(milliCPUToQuota(500n, 100_000n), 50_000n);
-  assert.equal(milliCPUToQuota(2500n, 50_000n), 125_000n);
-});
 
 Deno.test("parseQOSReserved accepts memory percentages only", () => {
   assert.deepEqual(parseQOSReserved({ memory: "50%" }), new Map([["memory", 50n]]));

@@ -15,7 +15,7 @@
 import type { KubeletMetrics } from "../metrics/metrics.ts";
 import type { V1Pod, V1PodCondition } from "@kubernetes/client-node";
 import type { Clock } from "../util/clock.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import { type EventRecorder, type ObjectRef, podRef } from "../client/record.ts";
 import {
   isHardEvictionThreshold,
   parseThresholdConfig,
@@ -420,14 +420,4 @@ export class EvictionManager {
       }
     }
   }
-}
-
-function podRef(pod: V1Pod): ObjectRef {
-  return {
-    kind: "Pod",
-    name: pod.metadata?.name ?? "",
-    namespace: pod.metadata?.namespace,
-    uid: pod.metadata?.uid,
-    resourceVersion: pod.metadata?.resourceVersion,
-  };
 }

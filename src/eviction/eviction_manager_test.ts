@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import type { V1Pod } from "@kubernetes/client-node";
 import { FakeClock } from "../util/clock.ts";
-import type { ObjectRef } from "../dependencies.ts";
+import type { ObjectRef } from "../client/record.ts";
 import {
   EvictionConfigError,
   evictionConfigFrom,
@@ -187,6 +187,8 @@ Deno.test("EvictionManager evicts the BestEffort pod using memory before a Burst
     ["Node", "node-a", "Warning", "EvictionThresholdMet", "Attempting to reclaim memory"],
     ["Pod", "best-effort", "Warning", "Evicted", message],
   ]);
+  // client-go's GetReference names the API version too (this manager's own podRef did not).
+  assert.equal(h.events[1]?.ref.apiVersion, "v1");
   assert.ok(h.manager.isUnderMemoryPressure());
   assert.ok(!h.manager.isUnderDiskPressure() && !h.manager.isUnderPIDPressure());
   assert.deepEqual(h.gc, [], "memory pressure has no node-level reclaim");

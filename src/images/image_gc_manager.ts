@@ -14,7 +14,7 @@
 
 import * as api from "../../proto/runtime/v1/api.ts";
 import type { Clock } from "../util/clock.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import { formatDuration } from "../util/duration.ts";
 import { KObj, type Logger } from "../klog/klog.ts";
 import {

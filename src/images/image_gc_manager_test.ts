@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import { FakeRuntimeService } from "../testing/fake_runtime_service.ts";
 import {
   formatSize,

@@ -16,7 +16,7 @@
 import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
 import type * as api from "../../proto/runtime/v1/api.ts";
 import type { Clock } from "../util/clock.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import { TokenBucket } from "../client/rate_limiter.ts";
 import { Semaphore } from "../util/semaphore.ts";
 import type { ImageManagerService } from "../cri/remote_image.ts";

@@ -4,7 +4,7 @@ import * as grpc from "@grpc/grpc-js";
 import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
 import { FakeClock } from "../util/clock.ts";
 import { CriConnection } from "../cri/connection.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "../testing/fake_remote_runtime.ts";
 import {
   type EnsureImageResult,

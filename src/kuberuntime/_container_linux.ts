@@ -6,7 +6,7 @@
  * AppArmor, SELinux, namespaces), plus the runAsNonRoot check against the image's user.
  * Private to `kuberuntime_container.ts`. Corresponds to upstream
  * `kuberuntime_container_linux.go`, `security_context.go`, `security_context_others.go`,
- * `kuberuntime_security_profile.go`, `helpers_linux.go`, `pkg/kubelet/cm` (MilliCPUToShares) and
+ * `kuberuntime_security_profile.go`, `helpers_linux.go` (its CPU conversions are cm/helpers_linux.ts) and
  * `pkg/securitycontext/util.go`.
  */
 
@@ -20,6 +20,13 @@ import * as api from "../../proto/runtime/v1/api.ts";
 import { CreateContainerConfigError } from "./expansion.ts";
 import { getContainerOOMScoreAdjust } from "../qos/qos.ts";
 import { parseQuantity } from "../util/quantity.ts";
+import { milliCPUToQuota, milliCPUToShares, QUOTA_PERIOD } from "../cm/helpers_linux.ts";
+import { milliValueOf, parseDec } from "../qos/resource_helpers.ts";
+
+/** A CPU quantity in millicores, exact and rounded up (resource.Quantity's MilliValue). */
+function milliCPU(q: string | undefined): bigint {
+  return q === undefined ? 0n : milliValueOf(parseDec(q));
+}
 
 /** Node-level settings that shape every container's Linux config. */
 export interface LinuxConfigOptions {
@@ -37,35 +44,10 @@ export interface LinuxConfigOptions {
   readonly singleProcessOOMKill?: boolean;
 }
 
-const MIN_SHARES = 2;
-const MAX_SHARES = 262144;
-const SHARES_PER_CPU = 1024;
-const QUOTA_PERIOD_US = 100_000;
-const MIN_QUOTA_PERIOD_US = 1000;
-
-/** resource.Quantity's MilliValue: milli-units rounded up, tolerant of binary float noise. */
-export function milliValue(q: string | undefined): number {
-  if (q === undefined) return 0;
-  return Math.ceil(Number((parseQuantity(q) * 1000).toPrecision(15)));
-}
-
 /** resource.Quantity's Value: whole units rounded up. */
 export function quantityValue(q: string | undefined): number {
   if (q === undefined) return 0;
   return Math.ceil(Number(parseQuantity(q).toPrecision(15)));
-}
-
-/** cm.MilliCPUToShares: 1024 shares per CPU, clamped to [2, 262144]. */
-export function milliCPUToShares(milliCPU: number): number {
-  if (milliCPU === 0) return MIN_SHARES;
-  const shares = Math.trunc((milliCPU * SHARES_PER_CPU) / 1000);
-  return Math.min(Math.max(shares, MIN_SHARES), MAX_SHARES);
-}
-
-/** milliCPUToQuota: the CFS quota for a period, at least 1 ms; 0 (unlimited) for no limit. */
-export function milliCPUToQuota(milliCPU: number, periodUs: number): number {
-  if (milliCPU === 0) return 0;
-  return Math.max(Math.trunc((milliCPU * periodUs) / 1000), MIN_QUOTA_PERIOD_US);
 }
 
 /** upstream generateLinuxContainerResources, without swap, hugepages and MemoryQoS. */
@@ -84,17 +66,17 @@ export function generateLinuxContainerResources(
   if (pod.spec?.resources?.limits || pod.spec?.resources?.requests) {
     throw new CreateContainerConfigError("pod-level resources are not supported yet");
   }
-  const cpuLimit = milliValue(limits.cpu);
+  const cpuLimit = milliCPU(limits.cpu);
   // A missing request defaults to the limit, as the apiserver does for new pods.
-  const cpuShares = milliCPUToShares("cpu" in requests ? milliValue(requests.cpu) : cpuLimit);
+  const cpuShares = milliCPUToShares("cpu" in requests ? milliCPU(requests.cpu) : cpuLimit);
   const r = api.LinuxContainerResources.create({
-    cpuShares: BigInt(cpuShares),
+    cpuShares,
     memoryLimitInBytes: BigInt(quantityValue(limits.memory)),
     oomScoreAdj: BigInt(getContainerOOMScoreAdjust(pod, container, opts.memoryCapacityBytes)),
   });
   if (opts.cpuCFSQuota ?? true) {
-    r.cpuPeriod = BigInt(QUOTA_PERIOD_US);
-    r.cpuQuota = BigInt(milliCPUToQuota(cpuLimit, QUOTA_PERIOD_US));
+    r.cpuPeriod = QUOTA_PERIOD;
+    r.cpuQuota = milliCPUToQuota(cpuLimit, QUOTA_PERIOD);
   }
   if (opts.cgroupV2 && !opts.singleProcessOOMKill) r.unified = { "memory.oom.group": "1" };
   return r;

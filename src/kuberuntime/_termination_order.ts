@@ -8,6 +8,7 @@
 
 import type { V1Pod } from "@kubernetes/client-node";
 import type { Clock } from "../util/clock.ts";
+import { isRestartableInitContainer } from "../pod/podutil.ts";
 
 /** A promise with its resolver. */
 interface Gate {
@@ -19,11 +20,6 @@ function gate(): Gate {
   let open!: () => void;
   const done = new Promise<void>((resolve) => (open = resolve));
   return { done, open };
-}
-
-/** True when the init container is a sidecar (restartPolicy Always). */
-export function isRestartableInitContainer(c: { restartPolicy?: string }): boolean {
-  return c.restartPolicy === "Always";
 }
 
 /** Who waits for whom during one pod's termination; see the module documentation. */

@@ -15,7 +15,7 @@
 
 import * as api from "../../proto/runtime/v1/api.ts";
 import type { Clock } from "../util/clock.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import { formatDuration } from "../util/duration.ts";
 import type { Logger } from "../klog/klog.ts";
 import { getContainerInfoFromLabels } from "./labels.ts";

@@ -8,7 +8,7 @@ import {
   ContainerGCPolicyError,
   containerIDFromLegacySymlink,
 } from "./container_gc.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import { FakeRuntimeService } from "../testing/fake_runtime_service.ts";
 import { createLogger } from "../klog/klog.ts";
 

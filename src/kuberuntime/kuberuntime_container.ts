@@ -18,7 +18,8 @@ import type { V1Container, V1LifecycleHandler, V1Pod, V1Secret } from "@kubernet
 import * as api from "../../proto/runtime/v1/api.ts";
 import type { Clock } from "../util/clock.ts";
 import { CriError, GrpcCode, isCriCode } from "../cri/connection.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder } from "../client/record.ts";
+import { containerRef } from "../container/ref.ts";
 import type { ImageManager } from "../images/image_manager.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import { HandlerRunner } from "../lifecycle/handlers.ts";
@@ -42,7 +43,8 @@ import {
   type LinuxConfigOptions,
   verifyRunAsNonRoot,
 } from "./_container_linux.ts";
-import { isRestartableInitContainer, TerminationOrdering } from "./_termination_order.ts";
+import { TerminationOrdering } from "./_termination_order.ts";
+import { isRestartableInitContainer } from "../pod/podutil.ts";
 import { buildPodLogsDirectory, generatePodHostNameAndDomain } from "./kuberuntime_sandbox.ts";
 import { type ContainerMounter, MountsError } from "../kubelet_mounts.ts";
 import type { ServiceSource } from "../envvars.ts";
@@ -51,7 +53,6 @@ import { symlink as sandboxSymlink } from "../privilege/launcher_calls.ts";
 
 export { CreateContainerConfigError } from "./expansion.ts";
 export type { LinuxConfigOptions } from "./_container_linux.ts";
-export { isRestartableInitContainer } from "./_termination_order.ts";
 
 /** A minimal shutdown window, to avoid needless SIGKILLs (upstream minimumGracePeriodInSeconds). */
 export const MINIMUM_GRACE_PERIOD_SECONDS = 2;
@@ -185,31 +186,6 @@ export function findContainerStatus(
 /** upstream format.Pod: `<name>_<namespace>(<uid>)`. */
 export function formatPod(pod: V1Pod): string {
   return `${pod.metadata?.name ?? ""}_${pod.metadata?.namespace ?? ""}(${pod.metadata?.uid ?? ""})`;
-}
-
-/** The reference events about the pod carry. */
-export function podRef(pod: V1Pod): ObjectRef {
-  return {
-    kind: "Pod",
-    apiVersion: "v1",
-    name: pod.metadata?.name ?? "",
-    namespace: pod.metadata?.namespace,
-    uid: pod.metadata?.uid,
-    resourceVersion: pod.metadata?.resourceVersion,
-  };
-}
-
-/** upstream GenerateContainerRef: the pod, pointed at the container's place in its spec. */
-export function containerRef(pod: V1Pod, name: string): ObjectRef {
-  const spec = pod.spec;
-  const fieldPath = spec?.containers?.some((c) => c.name === name)
-    ? `spec.containers{${name}}`
-    : spec?.initContainers?.some((c) => c.name === name)
-    ? `spec.initContainers{${name}}`
-    : spec?.ephemeralContainers?.some((c) => c.name === name)
-    ? `spec.ephemeralContainers{${name}}`
-    : `implicitly required container ${name}`;
-  return { ...podRef(pod), fieldPath };
 }
 
 /** `<podLogsDir>/<ns>_<name>_<uid>/<containerName>` (upstream BuildContainerLogsDirectory). */

@@ -5,7 +5,7 @@ import type { V1Container, V1Pod } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
 import { CriConnection } from "../cri/connection.ts";
-import type { ObjectRef } from "../dependencies.ts";
+import type { ObjectRef } from "../client/record.ts";
 import { DnsConfigurer } from "../network/dns.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "../testing/fake_remote_runtime.ts";
 import { ImageManager } from "../images/image_manager.ts";
@@ -30,7 +30,7 @@ import { getContainerOOMScoreAdjust } from "../qos/qos.ts";
 import { RemoteImageService } from "../cri/remote_image.ts";
 import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
 import { expand, mappingFuncFor } from "./expansion.ts";
-import { milliCPUToQuota, milliCPUToShares, verifyRunAsNonRoot } from "./_container_linux.ts";
+import { verifyRunAsNonRoot } from "./_container_linux.ts";
 
 const IMAGE = "busybox:1.36";
 const UID = "uid-web";
@@ -163,23 +163,6 @@ Deno.test("expand follows upstream's $(VAR) syntax", () => {
     ["no refs", "no refs"],
   ];
   for (const [input, want] of cases) assert.equal(expand(input, mapping), want, input);
-});
-
-Deno.test("milliCPUToShares and milliCPUToQuota clamp as upstream", () => {
-  assert.deepEqual([0, 1, 100, 250, 1000, 1_000_000].map(milliCPUToShares), [
-    2,
-    2,
-    102,
-    256,
-    1024,
-    262144,
-  ]);
-  assert.deepEqual([0, 5, 250, 2000].map((m) => milliCPUToQuota(m, 100_000)), [
-    0,
-    1000,
-    25000,
-    200000,
-  ]);
 });
 
 Deno.test("verifyRunAsNonRoot rejects root users with upstream's messages", () => {

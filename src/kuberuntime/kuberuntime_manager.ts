@@ -16,29 +16,29 @@ import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import type { Clock } from "../util/clock.ts";
 import { GrpcCode, isCriCode } from "../cri/connection.ts";
-import type { EventRecorder } from "../dependencies.ts";
+import type { EventRecorder } from "../client/record.ts";
 import { formatDuration } from "../util/duration.ts";
 import type { ImageManager } from "../images/image_manager.ts";
 import type { EnvSource } from "../kubelet_env.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import {
   type ContainerDeps,
-  containerRef,
   errorText,
   findContainerStatus,
   formatPod,
-  isRestartableInitContainer,
   killContainer,
   killContainersWithSyncResult,
   type KubeContainerStatus,
   type LinuxConfigOptions,
-  podRef,
   pruneInitContainersBeforeStart,
   purgeInitContainers,
   removeContainer,
   startContainer,
   toKubeContainerStatuses,
 } from "./kuberuntime_container.ts";
+import { isRestartableInitContainer } from "../pod/podutil.ts";
+import { containerRef } from "../container/ref.ts";
+import { podRef } from "../client/record.ts";
 import { generatePodSandboxConfig, type SandboxConfigOptions } from "./kuberuntime_sandbox.ts";
 import { hashContainer } from "./labels.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
@@ -57,7 +57,6 @@ export {
   type ComputePodActionsOptions,
   type ContainerToKill,
   type PodActions,
-  podSandboxChanged,
   type ProbeResult,
   type ProbeResults,
 } from "./pod_actions.ts";

@@ -4,7 +4,7 @@ import type { V1Container, V1Pod, V1PodSpec } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
 import { CriConnection } from "../cri/connection.ts";
-import type { ObjectRef } from "../dependencies.ts";
+import type { ObjectRef } from "../client/record.ts";
 import { DnsConfigurer } from "../network/dns.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "../testing/fake_remote_runtime.ts";
 import type { ContainerBehaviour } from "../testing/fake_runtime_service.ts";

@@ -26,6 +26,7 @@ import {
 import type { DnsConfigurer } from "../network/dns.ts";
 import { createLogger, kobj, type Logger } from "../klog/klog.ts";
 import { newPodAnnotations, newPodLabels } from "./labels.ts";
+import { milliCPUToQuota, milliCPUToShares } from "../cm/helpers_linux.ts";
 
 /** Options of {@link generatePodSandboxConfig}. */
 export interface SandboxConfigOptions {
@@ -315,25 +316,6 @@ function sandboxSecurityContext(pod: V1Pod): api.LinuxSandboxSecurityContext {
     apparmor: undefined,
     seccompProfilePath: "",
   };
-}
-
-const MIN_SHARES = 2n;
-const MAX_SHARES = 262144n;
-const SHARES_PER_CPU = 1024n;
-const MIN_QUOTA_PERIOD = 1000n;
-
-function milliCPUToShares(milliCPU: bigint): bigint {
-  if (milliCPU === 0n) return MIN_SHARES;
-  const shares = (milliCPU * SHARES_PER_CPU) / 1000n;
-  if (shares < MIN_SHARES) return MIN_SHARES;
-  if (shares > MAX_SHARES) return MAX_SHARES;
-  return shares;
-}
-
-function milliCPUToQuota(milliCPU: bigint, period: bigint): bigint {
-  if (milliCPU === 0n) return 0n;
-  const quota = (milliCPU * period) / 1000n;
-  return quota < MIN_QUOTA_PERIOD ? MIN_QUOTA_PERIOD : quota;
 }
 
 /** What {@link calculateLinuxResources} needs from the kubelet configuration. */

@@ -11,16 +11,16 @@
  */
 
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
-import * as api from "../../proto/runtime/v1/api.ts";
 import { hashContainer } from "./labels.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
 import {
   type ContainerKillReason,
   findContainerStatus,
-  isRestartableInitContainer,
   type KubeContainerStatus,
   toKubeContainerStatuses,
 } from "./kuberuntime_container.ts";
+import { isRestartableInitContainer } from "../pod/podutil.ts";
+import { podSandboxChanged } from "./sandbox_changed.ts";
 
 /** A container to kill, and why (upstream containerToKillInfo). */
 export interface ContainerToKill {
@@ -66,31 +66,6 @@ export interface ComputePodActionsOptions {
 }
 
 const NO_PROBES: ProbeResults = { liveness: () => undefined, startup: () => undefined };
-
-/** upstream PodSandboxChanged: whether a new sandbox is needed, its attempt, the current id. */
-export function podSandboxChanged(
-  pod: V1Pod,
-  podStatus: PodStatus,
-): { changed: boolean; attempt: number; sandboxID: string } {
-  const sandboxes = podStatus.sandboxStatuses;
-  const latest = sandboxes[0];
-  if (!latest) return { changed: true, attempt: 0, sandboxID: "" };
-  const READY = api.PodSandboxState.SANDBOX_READY;
-  const ready = sandboxes.filter((s) => s.state === READY).length;
-  const maxAttempt = Math.max(0, ...sandboxes.map((s) => s.metadata?.attempt ?? 0));
-  if (ready > 1 || latest.state !== READY) {
-    return { changed: true, attempt: maxAttempt + 1, sandboxID: latest.id };
-  }
-  const hostNetwork = pod.spec?.hostNetwork === true;
-  const want = hostNetwork ? api.NamespaceMode.NODE : api.NamespaceMode.POD;
-  if ((latest.linux?.namespaces?.options?.network ?? api.NamespaceMode.POD) !== want) {
-    return { changed: true, attempt: maxAttempt + 1, sandboxID: "" };
-  }
-  if (!hostNetwork && latest.network !== undefined && latest.network.ip === "") {
-    return { changed: true, attempt: maxAttempt + 1, sandboxID: latest.id };
-  }
-  return { changed: false, attempt: maxAttempt, sandboxID: latest.id };
-}
 
 function shouldRestartOnFailure(pod: V1Pod): boolean {
   return pod.spec?.restartPolicy !== "Never";
@@ -139,7 +114,7 @@ export function computePodActions(
   const changes: PodActions = {
     killPod: sandbox.changed,
     createSandbox: sandbox.changed,
-    sandboxID: sandbox.sandboxID,
+    sandboxID: sandbox.sandboxId,
     attempt: sandbox.attempt,
     initContainersToStart: [],
     containersToStart: [],

@@ -11,7 +11,7 @@
 
 import type { V1Pod, V1PodDNSConfig, V1PodDNSConfigOption } from "@kubernetes/client-node";
 import type * as api from "../../proto/runtime/v1/api.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import { type EventRecorder, type ObjectRef, podRef } from "../client/record.ts";
 import { createLogger, kobj, type Logger } from "../klog/klog.ts";
 
 /** Most nameservers a resolv.conf may list (upstream `MaxDNSNameservers`). */
@@ -96,17 +96,6 @@ type PodDNSType = "cluster" | "host" | "none";
 function formatPod(pod: V1Pod): string {
   const m = pod.metadata;
   return `${m?.name ?? ""}_${m?.namespace ?? ""}(${m?.uid ?? ""})`;
-}
-
-function podRef(pod: V1Pod): ObjectRef {
-  const m = pod.metadata;
-  return {
-    kind: "Pod",
-    apiVersion: "v1",
-    name: m?.name ?? "",
-    namespace: m?.namespace,
-    uid: m?.uid,
-  };
 }
 
 function omitDuplicates(values: readonly string[]): string[] {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import type { V1Pod, V1PodSpec } from "@kubernetes/client-node";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import {
   DnsConfigurer,
   type DnsConfigurerOptions,
@@ -64,7 +64,7 @@ function configurer(
 
 function pod(spec: Partial<V1PodSpec> = {}): V1Pod {
   return {
-    metadata: { name: "web", namespace: "shop", uid: "uid-1" },
+    metadata: { name: "web", namespace: "shop", uid: "uid-1", resourceVersion: "42" },
     spec: { containers: [{ name: "c", image: "busybox" }], dnsPolicy: "ClusterFirst", ...spec },
   };
 }
@@ -135,7 +135,15 @@ Deno.test("DnsConfigurer.getPodDNS falls back to Default and warns without clust
   assert.deepEqual(rec.events, [
     { ref: NODE, type: "Warning", reason: "MissingClusterDNS", message: msg },
     {
-      ref: { kind: "Pod", apiVersion: "v1", name: "web", namespace: "shop", uid: "uid-1" },
+      // client-go's GetReference: the pod's resourceVersion too (this copy of podRef lacked it).
+      ref: {
+        kind: "Pod",
+        apiVersion: "v1",
+        name: "web",
+        namespace: "shop",
+        uid: "uid-1",
+        resourceVersion: "42",
+      },
       type: "Warning",
       reason: "MissingClusterDNS",
       message: `pod: "web_shop(uid-1)". ${msg}`,

@@ -17,7 +17,7 @@
 
 import type { V1Pod, V1PodCondition } from "@kubernetes/client-node";
 import { type Clock, realClock } from "../util/clock.ts";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import type { Logger } from "../klog/klog.ts";
 import type { PodAdmitHandler, PodStatusOverride } from "../kubelet_pod_sync.ts";
 

@@ -10,7 +10,7 @@
 
 import type { V1Container, V1Pod, V1Probe } from "@kubernetes/client-node";
 import type { Clock } from "../util/clock.ts";
-import type { EventRecorder } from "../dependencies.ts";
+import type { EventRecorder } from "../client/record.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import { runInContainer, userAgentFor } from "../lifecycle/handlers.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
@@ -22,7 +22,7 @@ import {
   resolveContainerPort,
 } from "./probe_http.ts";
 import { doTcpProbe } from "./_probe_tcp.ts";
-import { containerRef } from "../kuberuntime/kuberuntime_container.ts";
+import { containerRef } from "../container/ref.ts";
 
 /** Which probe of the container to run. */
 export type ProbeKind = "liveness" | "readiness" | "startup";

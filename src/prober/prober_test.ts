@@ -6,7 +6,7 @@ import type { V1Container, V1Pod } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
 import { CriConnection } from "../cri/connection.ts";
-import type { ObjectRef } from "../dependencies.ts";
+import type { ObjectRef } from "../client/record.ts";
 import { startFakeRuntime } from "../testing/fake_remote_runtime.ts";
 import { createLogger } from "../klog/klog.ts";
 import { Prober } from "./prober.ts";

@@ -10,6 +10,7 @@
 
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
 import { QuantitySyntaxError } from "../util/quantity.ts";
+import { isRestartableInitContainer } from "../pod/podutil.ts";
 
 /** An exact decimal: `n / 10^s`. */
 export interface Dec {
@@ -120,11 +121,6 @@ function maxInto(into: ResourceList, other: ResourceList): void {
     const have = into.get(name);
     if (have === undefined || cmpDec(q, have) > 0) into.set(name, q);
   }
-}
-
-/** Whether the container is a sidecar (an init container with restartPolicy Always). */
-export function isRestartableInitContainer(c: V1Container): boolean {
-  return c.restartPolicy === "Always";
 }
 
 type Pick = (c: V1Container) => ResourceList;

@@ -8,8 +8,7 @@
  * containers, condition lookup, observed generation). Pure functions: no I/O, no clock (the
  * status manager stamps the transition times).
  *
- * Corresponds to upstream `pkg/kubelet/status/generate.go`, plus `PodSandboxChanged` from
- * `pkg/kubelet/kuberuntime/util/util.go`, `PodConditionByKubelet` from
+ * Corresponds to upstream `pkg/kubelet/status/generate.go`, plus `PodConditionByKubelet` from
  * `pkg/kubelet/types/pod_status.go` and a few `pkg/api/v1/pod` helpers.
  */
 
@@ -20,8 +19,9 @@ import type {
   V1PodCondition,
   V1PodSpec,
 } from "@kubernetes/client-node";
-import * as api from "../../proto/runtime/v1/api.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
+import { getContainerStatus, isRestartableInitContainer } from "../pod/podutil.ts";
+import { podSandboxChanged } from "../kuberuntime/sandbox_changed.ts";
 
 /** Reason: every container status is unknown. */
 export const UNKNOWN_CONTAINER_STATUSES = "UnknownContainerStatuses";
@@ -65,19 +65,6 @@ export function podConditionByKubelet(type: string): boolean {
 /** Whether the kubelet shares conditions of this type with others (DisruptionTarget). */
 export function podConditionSharedByKubelet(type: string): boolean {
   return type === DISRUPTION_TARGET;
-}
-
-/** An init container with `restartPolicy: Always`: a sidecar. */
-export function isRestartableInitContainer(container: V1Container): boolean {
-  return container.restartPolicy === "Always";
-}
-
-/** The status of the named container in the list (upstream podutil.GetContainerStatus). */
-export function getContainerStatus(
-  statuses: readonly V1ContainerStatus[] | undefined,
-  name: string,
-): V1ContainerStatus | undefined {
-  return statuses?.find((s) => s.name === name);
 }
 
 /** The condition of this type in the list (upstream GetPodConditionFromList). */
@@ -291,39 +278,4 @@ function terminalReason(phase: string): string | undefined {
   if (phase === "Failed") return POD_FAILED;
   if (phase === "Succeeded") return POD_COMPLETED;
   return undefined;
-}
-
-/** What {@link podSandboxChanged} found. */
-export interface SandboxChange {
-  /** A new sandbox must be created. */
-  readonly changed: boolean;
-  /** The attempt number for the sandbox to use or create. */
-  readonly attempt: number;
-  /** The sandbox to reuse or to kill first; "" when none. */
-  readonly sandboxId: string;
-}
-
-/**
- * Whether the pod needs a new sandbox: none exists, several are ready, the newest is not ready,
- * its network namespace mode no longer matches `hostNetwork`, or it has no IP (upstream
- * PodSandboxChanged).
- */
-export function podSandboxChanged(pod: V1Pod, podStatus: PodStatus): SandboxChange {
-  const newest = podStatus.sandboxStatuses[0];
-  if (newest === undefined) return { changed: true, attempt: 0, sandboxId: "" };
-  const attempt = newest.metadata?.attempt ?? 0;
-  const ready =
-    podStatus.sandboxStatuses.filter((s) => s.state === api.PodSandboxState.SANDBOX_READY).length;
-  if (ready > 1 || newest.state !== api.PodSandboxState.SANDBOX_READY) {
-    return { changed: true, attempt: attempt + 1, sandboxId: newest.id };
-  }
-  const hostNetwork = pod.spec?.hostNetwork === true;
-  const mode = newest.linux?.namespaces?.options?.network ?? api.NamespaceMode.POD;
-  if (mode !== (hostNetwork ? api.NamespaceMode.NODE : api.NamespaceMode.POD)) {
-    return { changed: true, attempt: attempt + 1, sandboxId: "" };
-  }
-  if (!hostNetwork && newest.network !== undefined && newest.network.ip === "") {
-    return { changed: true, attempt: attempt + 1, sandboxId: newest.id };
-  }
-  return { changed: false, attempt, sandboxId: newest.id };
 }

@@ -1,13 +1,12 @@
 import assert from "node:assert/strict";
 import type { V1ContainerStatus, V1Pod } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
-import type { PodStatus } from "../container/pod_cache.ts";
+import { runtimePodStatus, sandboxStatus } from "../testing/pod_status_fixtures.ts";
 import {
   generateContainersReadyCondition,
   generatePodInitializedCondition,
   generatePodReadyCondition,
   generatePodReadyToStartContainersCondition,
-  podSandboxChanged,
 } from "./generate.ts";
 
 function pod(spec: Partial<NonNullable<V1Pod["spec"]>> = {}, generation?: number): V1Pod {
@@ -182,74 +181,13 @@ Deno.test("generatePodInitializedCondition waits for init containers, sidecars t
   );
 });
 
-function sandbox(state: api.PodSandboxState, ip: string, attempt = 0): api.PodSandboxStatus {
-  return api.PodSandboxStatus.fromPartial({
-    id: `sb-${attempt}`,
-    metadata: { name: "p", uid: "uid-1", namespace: "ns", attempt },
-    state,
-    network: { ip, additionalIps: [] },
-  });
-}
-
-function runtimeStatus(sandboxes: api.PodSandboxStatus[]): PodStatus {
-  return {
-    id: "uid-1",
-    name: "p",
-    namespace: "ns",
-    ips: [],
-    sandboxStatuses: sandboxes,
-    containerStatuses: [],
-    timestamp: 1,
-  };
-}
-
-Deno.test("podSandboxChanged asks for a new sandbox as upstream PodSandboxChanged", () => {
-  const READY = api.PodSandboxState.SANDBOX_READY;
-  const NOT_READY = api.PodSandboxState.SANDBOX_NOTREADY;
-  assert.deepEqual(podSandboxChanged(pod(), runtimeStatus([])), {
-    changed: true,
-    attempt: 0,
-    sandboxId: "",
-  });
-  assert.deepEqual(podSandboxChanged(pod(), runtimeStatus([sandbox(READY, "10.0.0.5", 2)])), {
-    changed: false,
-    attempt: 2,
-    sandboxId: "sb-2",
-  });
-  assert.deepEqual(podSandboxChanged(pod(), runtimeStatus([sandbox(NOT_READY, "10.0.0.5", 2)])), {
-    changed: true,
-    attempt: 3,
-    sandboxId: "sb-2",
-  });
-  assert.equal(
-    podSandboxChanged(pod(), runtimeStatus([sandbox(READY, "", 1), sandbox(READY, "", 0)])).changed,
-    true,
-    "two ready sandboxes",
-  );
-  assert.equal(
-    podSandboxChanged(pod(), runtimeStatus([sandbox(READY, "")])).changed,
-    true,
-    "no IP",
-  );
-  // A host-network pod needs a sandbox in the node's network namespace, and no IP.
-  const hostNet = pod({ hostNetwork: true });
-  const podNs = sandbox(READY, "");
-  assert.equal(podSandboxChanged(hostNet, runtimeStatus([podNs])).changed, true);
-  podNs.linux = {
-    namespaces: {
-      options: api.NamespaceOption.fromPartial({ network: api.NamespaceMode.NODE }),
-    },
-  };
-  assert.equal(podSandboxChanged(hostNet, runtimeStatus([podNs])).changed, false);
-});
-
 Deno.test("generatePodReadyToStartContainersCondition is True with a usable sandbox", () => {
-  const ready = sandbox(api.PodSandboxState.SANDBOX_READY, "10.0.0.5");
-  assert.deepEqual(generatePodReadyToStartContainersCondition(pod(), runtimeStatus([ready])), {
+  const ready = sandboxStatus(api.PodSandboxState.SANDBOX_READY, "10.0.0.5");
+  assert.deepEqual(generatePodReadyToStartContainersCondition(pod(), runtimePodStatus([ready])), {
     type: "PodReadyToStartContainers",
     status: "True",
   });
-  assert.deepEqual(generatePodReadyToStartContainersCondition(pod(), runtimeStatus([])), {
+  assert.deepEqual(generatePodReadyToStartContainersCondition(pod(), runtimePodStatus([])), {
     type: "PodReadyToStartContainers",
     status: "False",
   });

@@ -38,7 +38,6 @@ import {
   generateContainersReadyConditionForTerminalPhase,
   generatePodReadyConditionForTerminalPhase,
   getPodCondition,
-  isRestartableInitContainer,
   POD_INITIALIZED,
   POD_READY,
   POD_READY_TO_START_CONTAINERS,
@@ -46,6 +45,7 @@ import {
   podConditionByKubelet,
   podConditionSharedByKubelet,
 } from "./generate.ts";
+import { isRestartableInitContainer } from "../pod/podutil.ts";
 import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts";
 import { type Json, jsonEqual, podStatusPatch, toJson } from "./_pod_status_patch.ts";
 import { deepCopy } from "../util/deep_copy.ts";

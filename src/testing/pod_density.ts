@@ -25,7 +25,7 @@ import { fileURLToPath } from "node:url";
 import type { V1Pod, V1PodStatus } from "@kubernetes/client-node";
 import { hostIsCgroup2UnifiedMode } from "../cm/cgroup_mode.ts";
 import { realClock } from "../util/clock.ts";
-import { type EventRecorder, loggingRecorder } from "../dependencies.ts";
+import { type EventRecorder, loggingRecorder } from "../client/record.ts";
 import { createLogger } from "../klog/klog.ts";
 import { RUNTIME_UP_PERIOD_MS } from "../kubelet.ts";
 import { loadKubeletConfiguration } from "../app/kubelet_config.ts";

@@ -25,13 +25,13 @@ import {
   cmpDec,
   type Dec,
   isPodLevelResourcesSet,
-  isRestartableInitContainer,
   isZeroDec,
   parseDec,
   podLimits,
   resourceList,
   valueOf,
 } from "../qos/resource_helpers.ts";
+import { isRestartableInitContainer } from "../pod/podutil.ts";
 import { createLogger, type Logger } from "../klog/klog.ts";
 import type { Mounter } from "../util/mount.ts";
 import { getPodQOS } from "../qos/qos.ts";

@@ -17,7 +17,7 @@
 
 import { join } from "node:path";
 import type { V1Pod, V1Volume } from "@kubernetes/client-node";
-import type { EventRecorder, ObjectRef } from "../dependencies.ts";
+import { type EventRecorder, podRef } from "../client/record.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import {
   type MountedVolume,
@@ -514,16 +514,6 @@ function volumeSourceField(volume: V1Volume): string | undefined {
     if (key !== "name" && value !== undefined && value !== null) return key;
   }
   return undefined;
-}
-
-function podRef(pod: V1Pod): ObjectRef {
-  return {
-    kind: "Pod",
-    name: pod.metadata?.name ?? "",
-    namespace: pod.metadata?.namespace,
-    uid: pod.metadata?.uid,
-    resourceVersion: pod.metadata?.resourceVersion,
-  };
 }
 
 /** Go's `%v` of a string slice: `[a b]`. */

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1Pod, V1Volume } from "@kubernetes/client-node";
-import type { EventRecorder } from "../dependencies.ts";
+import type { EventRecorder } from "../client/record.ts";
 import { createLogger } from "../klog/klog.ts";
 import { Mounter } from "../util/mount.ts";
 import { VolumeManager, VolumeMountError } from "./volume_manager.ts";
