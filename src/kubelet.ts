@@ -2,15 +2,19 @@
  * @module
  * The Kubelet: created and initialised from the KubeletServer and its Dependencies, then run
  * until its signal aborts. Corresponds to upstream's `pkg/kubelet/kubelet.go` (NewMainKubelet,
- * setupDataDirs, Run). This slice owns the data directories, the healthz endpoint and the
- * runtime endpoint check; the pod sources, sync loop, node status and CRI client are added by
- * the issues that build them, and until then the paths that need them fail loudly.
+ * setupDataDirs, Run, RunOnce). It owns the data directories, the healthz endpoint and the
+ * runtime's health (updateRuntimeUp), and starts the rest in order: node registration, status
+ * and lease; the container manager, the pod sources and the pod lifecycle (built in one place,
+ * `kubelet_pod_lifecycle.ts` newPodLifecycle: pod manager, workers, PLEG, sync loop, status,
+ * probes, volumes); statistics, image and container GC, log rotation, eviction and graceful node
+ * shutdown; and the 10250 API. A part that cannot start either stops the kubelet (as upstream's
+ * would) or is logged and left out, each as its method says.
  */
 
 import { join } from "node:path";
 import type { Dependencies } from "./dependencies.ts";
 import { serveHealthz } from "./server/healthz.ts";
-import type { KubeletServer } from "./app/kubelet_server.ts";
+import type { KubeletServer } from "./apis/flags.ts";
 import type { V1Node, V1Pod, V1Taint } from "@kubernetes/client-node";
 import { NodeStatusManager } from "./kubelet_node_status.ts";
 import { newKubeletServerCertificateManager } from "./certificate/kubelet.ts";

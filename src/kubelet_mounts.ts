@@ -21,7 +21,7 @@ import type { V1Container, V1HostAlias, V1Pod, V1VolumeMount } from "@kubernetes
 import * as api from "../proto/runtime/v1/api.ts";
 import { kobj, type Logger } from "./klog/klog.ts";
 import type { PodVolumesFunc } from "./volume/plugin.ts";
-import { inSandbox, subPathInLauncher } from "./privilege/launcher_calls.ts";
+import { askLauncher, type HostCallHandlers, inSandbox } from "./privilege/launcher_calls.ts";
 import { type EnvVar, expand } from "./kuberuntime/expansion.ts";
 
 /** Where containers see the managed hosts file (upstream etcHostsPath). */
@@ -479,6 +479,29 @@ export const SUBPATH_HERE: SubPathSteps = {
     await safeMakeDir(subPath, volumePath, perm & 0o7777);
   },
   resolve: (hostPath, volumePath) => resolveWithinVolume(hostPath, volumePath),
+};
+
+/**
+ * One host step of a container's subPath run by the launcher; answers "true"/"false" for
+ * `exists`, the resolved path for `resolve`.
+ */
+async function subPathInLauncher(
+  step: "exists" | "make" | "resolve",
+  path: string,
+  volumePath: string,
+  subPath: string,
+): Promise<string> {
+  return (await askLauncher({ op: "subPath", step, path, volumePath, subPath })).text ?? "";
+}
+
+/** The launcher's handler of subPath calls: the step, by {@link SUBPATH_HERE}. */
+export const serveSubPathCall: HostCallHandlers["subPath"] = async (call) => {
+  const text = call.step === "exists"
+    ? String(await SUBPATH_HERE.exists(call.path))
+    : call.step === "make"
+    ? (await SUBPATH_HERE.make(call.subPath, call.volumePath), "")
+    : await SUBPATH_HERE.resolve(call.path, call.volumePath);
+  return { text };
 };
 
 /** {@link SubPathSteps} by the launcher, for the sandboxed kubelet. */

@@ -12,8 +12,10 @@ import {
   MountsError,
   nodeHostsFileContent,
   safeMakeDir,
+  serveSubPathCall,
   shouldMountHostsFile,
 } from "./kubelet_mounts.ts";
+import { serveHostCall } from "./privilege/launcher_calls.ts";
 import type { MountedVolume } from "./volume/plugin.ts";
 
 const UID = "uid-1";
@@ -479,4 +481,33 @@ Deno.test("KubeletMounts copies the node's hosts file for a host-network pod", a
     ),
     /missing/,
   );
+});
+
+Deno.test("serveSubPathCall runs a subPath's steps in the launcher: exists, make inside the volume, resolve refusing an escape", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "sandbox-calls-subpath-" });
+  try {
+    const volume = join(dir, "volume");
+    await Deno.mkdir(volume, { mode: 0o750 });
+    await Deno.chmod(volume, 0o750);
+    await Deno.symlink(dir, join(volume, "escape"));
+    const call = (step: "exists" | "make" | "resolve", path: string, subPath = "") =>
+      serveHostCall({ call: 1, op: "subPath", step, path, volumePath: volume, subPath }, [], {
+        subPath: serveSubPathCall,
+      });
+    assert.equal((await call("exists", join(volume, "a/b"))).text, "false");
+    assert.deepEqual(await call("make", "", "a/b"), { call: 1, text: "" });
+    assert.equal((await Deno.stat(join(volume, "a/b"))).mode! & 0o777, 0o750, "the volume's mode");
+    assert.equal((await call("exists", join(volume, "a/b"))).text, "true");
+    assert.equal(
+      (await call("resolve", join(volume, "a/b"))).text,
+      join(await Deno.realPath(volume), "a/b"),
+    );
+    const out = await call("resolve", join(volume, "escape"));
+    assert.match(out.error?.message ?? "", /not within volume path/);
+    const made = await call("make", "", "escape/x");
+    assert.match(made.error?.message ?? "", /outside of allowed base/);
+    await assert.rejects(Deno.stat(join(dir, "x")), Deno.errors.NotFound);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -138,6 +138,22 @@ Deno.test("main under its permission set is denied a read outside it, naming the
   assertOneError(c, "read access to '/etc/shadow'", "--config");
 });
 
+Deno.test("main names a bad kubeconfig as a failure to run, not to load the configuration", async () => {
+  await withConfig(HEADER, async (file, dir) => {
+    const kubeconfig = join(dir, "kubelet.conf");
+    await Deno.writeTextFile(kubeconfig, "apiVersion: v1\nkind: Config\nclusters: 5\n");
+    const r = await runAgent([
+      "--fail-cgroupv1=false",
+      "--config",
+      file,
+      "--kubeconfig",
+      kubeconfig,
+    ]);
+    assertOneError(r, '"command failed"', "failed to run Kubelet", kubeconfig);
+    assert.doesNotMatch(r.stderr, /Failed to load kubelet configuration/);
+  });
+});
+
 Deno.test("main with --least-privilege but not --allow-all says the launcher needs it", async () => {
   const r = await runAgent(["--least-privilege", "--fail-cgroupv1=false"], {
     permissions: "kubelet",

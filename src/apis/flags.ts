@@ -12,6 +12,16 @@ import { parseArgs } from "node:util";
 import { isIP } from "node:net";
 import { type AnyField, decodeScalar, type FlagFormat, listFields } from "./config_schema.ts";
 import { DurationSyntaxError, parseDuration } from "../util/duration.ts";
+import type { KubeletConfiguration } from "./config_types.ts";
+
+/**
+ * The kubelet's whole start-up input: the per-node flags and the configuration (upstream
+ * `options.KubeletServer`).
+ */
+export interface KubeletServer {
+  readonly flags: KubeletFlags;
+  readonly config: KubeletConfiguration;
+}
 
 /** Settings that belong to one node and never come from the shared configuration file. */
 export interface KubeletFlags {

@@ -22,8 +22,7 @@ import { loadKubeletConfiguration } from "./kubelet_config.ts";
 import { ConfigReloader } from "./kubelet_config_reload.ts";
 import { type KubeletConfiguration, kubeletConfigurationFields } from "../apis/config_types.ts";
 import { type CommandLine, FlagError, parseCommandLine, usage } from "../apis/flags.ts";
-import { checkPermissions, pathNeeds } from "../privilege/permissions.ts";
-import { missingPermissions } from "../privilege/launcher.ts";
+import { checkPermissions, missingPermissions, pathNeeds } from "../privilege/permissions.ts";
 import { KUBELET_VERSION, versionInfo } from "../util/version.ts";
 
 /** How long shutdown may take after SIGTERM before the process exits anyway. */
@@ -146,6 +145,8 @@ export async function main(args: readonly string[], opts: MainOptions = {}): Pro
       return 1;
     }
   }
+  // Set once the configuration has loaded: later errors are the run's.
+  let loaded = false;
   try {
     checkPermissions([
       { permission: "read", path: cl.flags.kubeletConfigFile, source: "--config" },
@@ -158,6 +159,7 @@ export async function main(args: readonly string[], opts: MainOptions = {}): Pro
         flags: cl.config,
       })).config;
     const config = await load();
+    loaded = true;
     log = createLogger({
       format: config.logging.format === "json" ? "json" : "text",
       verbosity: config.logging.verbosity,
@@ -221,11 +223,14 @@ export async function main(args: readonly string[], opts: MainOptions = {}): Pro
     log.info("Kubelet stopped");
     return 0;
   } catch (e) {
-    if (e instanceof ConfigError) {
+    if (e instanceof ConfigError && !loaded) {
       log.error(e, "Failed to load kubelet configuration");
       return 1;
     }
-    log.error(e instanceof Error ? e.message : e, "command failed");
+    // Upstream's command wraps what Run returns: a bad kubeconfig is a failure to run, not one
+    // to load the configuration.
+    const message = e instanceof Error ? e.message : String(e);
+    log.error(loaded ? `failed to run Kubelet: ${message}` : message, "command failed");
     return 1;
   }
 }

@@ -9,8 +9,7 @@ import { isIP } from "node:net";
 import type { Dependencies } from "../dependencies.ts";
 import { withApiserverRecorder } from "../client/record.ts";
 import { Kubelet } from "../kubelet.ts";
-import type { KubeletConfiguration } from "../apis/config_types.ts";
-import type { KubeletFlags } from "../apis/flags.ts";
+import type { KubeletServer } from "../apis/flags.ts";
 import { checkPermissions, pathNeeds } from "../privilege/permissions.ts";
 import { preInitRuntimeService, type RuntimeServices } from "../cri/runtime_service.ts";
 import { KubeClient } from "../client/kube_client.ts";
@@ -33,18 +32,11 @@ import { newKubeletMetrics } from "../metrics/metrics.ts";
 export const USER_AGENT = `kubelet/${KUBELET_VERSION} (linux/${GOARCH}) kubernetes/kubelet-ts`;
 
 /** Everything the command line and the configuration files say (upstream options.KubeletServer). */
-export interface KubeletServer {
-  readonly flags: KubeletFlags;
-  readonly config: KubeletConfiguration;
-}
 
 /** A configuration that cannot start; the message names the flag or field and value. */
 export class StartError extends Error {
   override name = "StartError";
 }
-
-// Where the permission-set check and the sandbox (which must not load this module) find it.
-export { pathNeeds } from "../privilege/permissions.ts";
 
 /** The node's name: --hostname-override or the hostname, lower-cased (nodeutil.GetHostname). */
 export function nodeHostname(override: string, hostname: () => string): string {

@@ -4,14 +4,9 @@ import type { Dependencies, OSInterface } from "../dependencies.ts";
 import { createLogger } from "../klog/klog.ts";
 import { loadKubeletConfiguration } from "./kubelet_config.ts";
 import { newKubeletFlags } from "../apis/flags.ts";
-import {
-  type KubeletServer,
-  nodeHostname,
-  parseNodeIPs,
-  pathNeeds,
-  run,
-  StartError,
-} from "./kubelet_server.ts";
+import { nodeHostname, parseNodeIPs, run, StartError } from "./kubelet_server.ts";
+import { pathNeeds } from "../privilege/permissions.ts";
+import type { KubeletServer } from "../apis/flags.ts";
 import { startFakeRuntime } from "../testing/fake_remote_runtime.ts";
 
 async function server(

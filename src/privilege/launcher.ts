@@ -15,6 +15,7 @@ import { hostIsCgroup2UnifiedMode } from "../cm/cgroup_mode.ts";
 import { realClock } from "../util/clock.ts";
 import { startFreeOSMemory } from "../util/free_os_memory.ts";
 import { openHostView } from "./host_view.ts";
+import { missingPermissions } from "./permissions.ts";
 import { createLogger, type Logger } from "../klog/klog.ts";
 import type {
   SandboxExit,
@@ -22,7 +23,7 @@ import type {
   SandboxPlanRequest,
   SandboxStart,
 } from "./permission_set.ts";
-import { type HostCall, serveHostCall } from "./launcher_calls.ts";
+import { type HostCall, type HostCallHandlers, serveHostCall } from "./launcher_calls.ts";
 import type { SandboxPlanAnswer } from "./plan_worker.ts";
 
 /** Options of {@link launch}. */
@@ -39,12 +40,15 @@ export interface LaunchOptions {
   readonly write?: (line: string) => void;
 }
 
-const ALL = ["read", "write", "run", "net", "env", "sys", "ffi", "import"] as const;
-
-/** The permissions this process lacks of those handing out a narrower set needs: all of them. */
-export function missingPermissions(): string[] {
-  return ALL.filter((name) => Deno.permissions.querySync({ name }).state !== "granted");
-}
+/**
+ * The launcher's handlers of the calls the managers own, each loaded from its owner when first
+ * asked: the launcher's own graph stays small (see launcher_test.ts).
+ */
+const HOST_CALL_HANDLERS: HostCallHandlers = {
+  statvfs: async (call) => (await import("../stats/fs_stats.ts")).serveStatvfsCall(call),
+  subPath: async (call) => (await import("../kubelet_mounts.ts")).serveSubPathCall(call),
+  hostPath: async (call) => (await import("../volume/host_path.ts")).serveHostPathCall(call),
+};
 
 async function runKubeletCommand(args: readonly string[]): Promise<number> {
   const { main } = await import("../app/kubelet_command.ts");
@@ -171,7 +175,9 @@ export async function runInSandbox(opts: RunInSandboxOptions): Promise<number> {
     worker.onmessage = (e: MessageEvent<SandboxExit | HostCall>) => {
       const m = e.data;
       if ("exit" in m) return ended.resolve(m.exit);
-      void serveHostCall(m, permissions.write).then((a) => worker.postMessage(a));
+      void serveHostCall(m, permissions.write, HOST_CALL_HANDLERS).then((a) =>
+        worker.postMessage(a)
+      );
     };
     worker.onerror = (e) => {
       e.preventDefault();

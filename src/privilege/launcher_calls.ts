@@ -10,12 +10,16 @@
  * launcher makes a link only inside the directories the agent may write, after resolving the
  * link's parent directory, answers a stat with metadata only, and reads only the named /proc
  * files of a numeric pid. Outside the sandbox both are the plain Deno calls.
- * Has no upstream counterpart.
+ *
+ * This module is the transport and the launcher's own calls (symlink, stat, /proc reads). The
+ * calls that belong to a manager (statvfs: stats/fs_stats.ts; subPath: kubelet_mounts.ts;
+ * hostPath: volume/host_path.ts) are asked and served by that manager's module through
+ * {@link askLauncher} and {@link HostCallHandlers}; the launcher hands their handlers to
+ * {@link serveHostCall}. Has no upstream counterpart.
  */
 
 import { dirname, posix } from "node:path";
-import { abortable } from "../util/clock.ts";
-import type { FsUsage, LibcStatvfs } from "../stats/fs_stats.ts";
+import type { FsUsage } from "../stats/fs_stats.ts";
 
 /** A call from the agent to its launcher. */
 export type HostCall =
@@ -86,7 +90,21 @@ export function answered(a: HostCallAnswer): void {
 /** A call without its number (Omit does not distribute over the union). */
 type Unnumbered = HostCall extends infer C ? C extends HostCall ? Omit<C, "call"> : never : never;
 
-async function ask(call: Unnumbered): Promise<HostCallAnswer> {
+/** The calls a manager's module serves in the launcher (see the module documentation). */
+export type OwnedHostOp = "statvfs" | "subPath" | "hostPath";
+
+/** The launcher's handlers of the {@link OwnedHostOp} calls, each from the module that owns it. */
+export type HostCallHandlers = {
+  readonly [K in OwnedHostOp]: (
+    call: Extract<HostCall, { op: K }>,
+  ) => Promise<Omit<HostCallAnswer, "call">>;
+};
+
+/**
+ * Inside the sandbox: asks the launcher to make `call` and waits for its answer; an error the
+ * launcher answered rejects as the Deno error class of that name where there is one.
+ */
+export async function askLauncher(call: Unnumbered): Promise<HostCallAnswer> {
   const id = next++;
   const p = Promise.withResolvers<HostCallAnswer>();
   waiting.set(id, p);
@@ -104,7 +122,7 @@ async function ask(call: Unnumbered): Promise<HostCallAnswer> {
 /** Makes the symbolic link `path` pointing at `target`. */
 export async function symlink(target: string, path: string): Promise<void> {
   if (!channel) return Deno.symlinkSync(target, path);
-  await ask({ op: "symlink", target, path });
+  await askLauncher({ op: "symlink", target, path });
 }
 
 /** The device of `path` and what it is, following links. */
@@ -115,7 +133,7 @@ export async function statPath(
     const s = await Deno.stat(path);
     return { dev: s.dev, isDirectory: s.isDirectory, isFile: s.isFile };
   }
-  return (await ask({ op: "stat", path })).stat!;
+  return (await askLauncher({ op: "stat", path })).stat!;
 }
 
 /**
@@ -124,7 +142,7 @@ export async function statPath(
  */
 export async function readProcFile(root: string, pid: number, file: string): Promise<string> {
   if (!channel) return await Deno.readTextFile(posix.join(root, "proc", String(pid), file));
-  return (await ask({ op: "procFile", pid, file })).text!;
+  return (await askLauncher({ op: "procFile", pid, file })).text!;
 }
 
 /**
@@ -133,7 +151,7 @@ export async function readProcFile(root: string, pid: number, file: string): Pro
  */
 export async function countOpenFds(procSelf: string): Promise<number> {
   if (!channel) return await countDir(`${procSelf}/fd`);
-  return Number((await ask({ op: "openFds" })).text);
+  return Number((await askLauncher({ op: "openFds" })).text);
 }
 
 async function countDir(dir: string): Promise<number> {
@@ -142,77 +160,19 @@ async function countDir(dir: string): Promise<number> {
   return n;
 }
 
-/**
- * statvfs(3) of each path, made by the launcher (stats/fs_stats.ts `statFilesystems` in the
- * sandbox): undefined where it failed. Rejects with NotSupported when the launcher cannot open
- * libc's statvfs, and when `signal` aborts (a hung call is left to the launcher's thread).
- */
-export async function statvfsInLauncher(
-  paths: readonly string[],
-  signal?: AbortSignal,
-): Promise<(FsUsage | undefined)[]> {
-  signal?.throwIfAborted();
-  const a = await abortable(ask({ op: "statvfs", paths }), signal);
-  return (a.fs ?? []).map((u) => u ?? undefined);
-}
-
-/**
- * A hostPath volume's type check (volume/host_path.ts `checkHostPathType`), run by the launcher:
- * the path may be anywhere on the host, and the `OrCreate` types make it, as upstream's kubelet
- * does for any pod the apiserver admitted. A failed check rejects with upstream's message.
- */
-export async function checkHostPathInLauncher(
-  path: string,
-  type: string,
-  opts: { mkdirMode?: number } = {},
-): Promise<void> {
-  try {
-    await ask({ op: "hostPath", path, type, ...opts });
-  } catch (e) {
-    if ((e as Error).name !== "HostPathError") throw e;
-    const { HostPathError } = await import("../volume/host_path.ts");
-    throw new HostPathError((e as Error).message);
-  }
-}
-
-/**
- * One host step of a container's subPath (kubelet_mounts.ts `SubPathSteps`), run by the
- * launcher; answers "true"/"false" for `exists`, the resolved path for `resolve`.
- */
-export async function subPathInLauncher(
-  step: "exists" | "make" | "resolve",
-  path: string,
-  volumePath: string,
-  subPath: string,
-): Promise<string> {
-  return (await ask({ op: "subPath", step, path, volumePath, subPath })).text ?? "";
-}
-
 /** True when `path` is `dir` or below it (by path components). */
 function within(path: string, dir: string): boolean {
   return path === dir || path.startsWith(dir.endsWith("/") ? dir : `${dir}/`);
 }
 
-let libcStatvfs: LibcStatvfs | Error | undefined;
-
-/** The launcher's libc statvfs, opened on first use; the Error it could not be opened with. */
-async function launcherStatvfs(): Promise<LibcStatvfs | Error> {
-  if (libcStatvfs) return libcStatvfs;
-  const { openStatvfs } = await import("../stats/fs_stats.ts");
-  try {
-    libcStatvfs = openStatvfs();
-  } catch (e) {
-    libcStatvfs = new Deno.errors.NotSupported(
-      `statvfs through FFI: ${e instanceof Error ? e.message : String(e)}`,
-    );
-  }
-  return libcStatvfs;
-}
-
-/** The launcher's end: answers `call` for an agent that may write under `writable`. */
+/**
+ * The launcher's end: answers `call` for an agent that may write under `writable`; the
+ * {@link OwnedHostOp} calls go to `handlers` (a call without one is answered with an error).
+ */
 export async function serveHostCall(
   call: HostCall,
   writable: readonly string[],
+  handlers: Partial<HostCallHandlers> = {},
 ): Promise<HostCallAnswer> {
   try {
     if (call.op === "stat") {
@@ -233,24 +193,12 @@ export async function serveHostCall(
     if (call.op === "openFds") {
       return { call: call.call, text: String(await countDir("/proc/self/fd")) };
     }
-    if (call.op === "statvfs") {
-      const lib = await launcherStatvfs();
-      if (lib instanceof Error) throw lib;
-      return { call: call.call, fs: (await lib.read(call.paths)).map((u) => u ?? null) };
-    }
-    if (call.op === "subPath") {
-      const { SUBPATH_HERE } = await import("../kubelet_mounts.ts");
-      const text = call.step === "exists"
-        ? String(await SUBPATH_HERE.exists(call.path))
-        : call.step === "make"
-        ? (await SUBPATH_HERE.make(call.subPath, call.volumePath), "")
-        : await SUBPATH_HERE.resolve(call.path, call.volumePath);
-      return { call: call.call, text };
-    }
-    if (call.op === "hostPath") {
-      const { checkHostPathType } = await import("../volume/host_path.ts");
-      await checkHostPathType(call.path, call.type, { mkdirMode: call.mkdirMode });
-      return { call: call.call };
+    if (call.op === "statvfs" || call.op === "subPath" || call.op === "hostPath") {
+      const handler = handlers[call.op] as
+        | ((c: HostCall) => Promise<Omit<HostCallAnswer, "call">>)
+        | undefined;
+      if (!handler) throw new Error(`the launcher serves no ${call.op} calls`);
+      return { ...(await handler(call)), call: call.call };
     }
     if (call.op === "symlink") {
       const path = posix.normalize(call.path);

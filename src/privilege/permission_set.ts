@@ -17,7 +17,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { systemBusAddress, unixPathOf } from "../util/dbus.ts";
 import { hostViewEntries, type HostViewEntry } from "./host_view.ts";
-import type { KubeletServer } from "../app/kubelet_server.ts";
+import type { KubeletServer } from "../apis/flags.ts";
 import { pathNeeds } from "./permissions.ts";
 
 /** Where logind's drop-ins go (nodeshutdown/logind.ts LOGIND_CONFIG_DIRECTORY; a test keeps them equal). */

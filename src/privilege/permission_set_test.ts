@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { openHostView } from "./host_view.ts";
 import { loadKubeletConfiguration } from "../app/kubelet_config.ts";
 import { newKubeletFlags } from "../apis/flags.ts";
-import type { KubeletServer } from "../app/kubelet_server.ts";
+import type { KubeletServer } from "../apis/flags.ts";
 import { type SandboxPermissions, sandboxPermissions } from "./permission_set.ts";
 import type { ProbeAnswer, ProbeOp } from "../testing/permission_probe.ts";
 

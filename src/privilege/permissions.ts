@@ -7,7 +7,7 @@
  * all of root's rights.
  */
 
-import type { KubeletServer } from "../app/kubelet_server.ts";
+import type { KubeletServer } from "../apis/flags.ts";
 
 /** A path the agent needs, and the configuration that asks for it. */
 export interface PathNeed {
@@ -36,6 +36,13 @@ export function checkPermissions(needs: readonly PathNeed[]): void {
     const state = Deno.permissions.querySync({ name: need.permission, path: need.path }).state;
     if (state !== "granted") throw new PermissionSetError(need);
   }
+}
+
+const ALL = ["read", "write", "run", "net", "env", "sys", "ffi", "import"] as const;
+
+/** The permissions this process lacks of those handing out a narrower set needs: all of them. */
+export function missingPermissions(): string[] {
+  return ALL.filter((name) => Deno.permissions.querySync({ name }).state !== "granted");
 }
 
 /** The filesystem path of a `unix://` endpoint, or undefined for other schemes. */

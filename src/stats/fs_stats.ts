@@ -16,7 +16,7 @@
 import { join } from "node:path";
 import { abortable } from "../util/clock.ts";
 import type { CommandRunner } from "../util/mount.ts";
-import { inSandbox, statvfsInLauncher } from "../privilege/launcher_calls.ts";
+import { askLauncher, type HostCallHandlers, inSandbox } from "../privilege/launcher_calls.ts";
 
 /** Size and inode counts of the filesystem holding a path (upstream's `FsInfo`). */
 export interface FsUsage {
@@ -159,6 +159,40 @@ export function openStatvfs(): LibcStatvfs {
   const read: StatvfsReader = (paths, signal) => abortable(Promise.all(paths.map(one)), signal);
   return { read, close: () => lib.close() };
 }
+
+/**
+ * statvfs(3) of each path, made by the launcher ({@link statFilesystems} in the sandbox):
+ * undefined where it failed. Rejects with NotSupported when the launcher cannot open libc's
+ * statvfs, and when `signal` aborts (a hung call is left to the launcher's thread).
+ */
+async function statvfsInLauncher(
+  paths: readonly string[],
+  signal?: AbortSignal,
+): Promise<(FsUsage | undefined)[]> {
+  signal?.throwIfAborted();
+  const a = await abortable(askLauncher({ op: "statvfs", paths }), signal);
+  return (a.fs ?? []).map((u) => u ?? undefined);
+}
+
+let launcherLibc: LibcStatvfs | Error | undefined;
+
+/**
+ * The launcher's handler of statvfs calls: libc's statvfs, opened on first use; NotSupported
+ * for good when it cannot be opened.
+ */
+export const serveStatvfsCall: HostCallHandlers["statvfs"] = async (call) => {
+  launcherLibc ??= (() => {
+    try {
+      return openStatvfs();
+    } catch (e) {
+      return new Deno.errors.NotSupported(
+        `statvfs through FFI: ${e instanceof Error ? e.message : String(e)}`,
+      );
+    }
+  })();
+  if (launcherLibc instanceof Error) throw launcherLibc;
+  return { fs: (await launcherLibc.read(call.paths)).map((u) => u ?? null) };
+};
 
 let defaultReader: StatvfsReader | null | undefined;
 

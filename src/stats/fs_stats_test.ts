@@ -7,6 +7,7 @@ import {
   openStatvfs,
   parseDfOutput,
   resetDefaultStatvfs,
+  serveStatvfsCall,
   statFilesystems,
   type StatvfsReader,
   usageOfStatvfs,
@@ -305,7 +306,7 @@ Deno.test("diskUsage of a single file counts it", async () => {
 Deno.test("in the sandbox statFilesystems asks the launcher's statvfs, and runs df for good once the launcher has none", async () => {
   const missing = "/nonexistent-fs-stats-test-path";
   const calls: HostCall[] = [];
-  let serve = (call: HostCall) => serveHostCall(call, []);
+  let serve = (call: HostCall) => serveHostCall(call, [], { statvfs: serveStatvfsCall });
   useLauncher((call) => {
     calls.push(call);
     serve(call).then(answered);
@@ -343,4 +344,16 @@ Deno.test("in the sandbox statFilesystems asks the launcher's statvfs, and runs 
     useLauncher(undefined);
     resetDefaultStatvfs();
   }
+});
+
+Deno.test("serveStatvfsCall reads filesystem sizes with statvfs, null for a path it fails on", async () => {
+  const a = await serveStatvfsCall({
+    call: 7,
+    op: "statvfs",
+    paths: ["/", "/nonexistent-fs-stats-test"],
+  });
+  assert.equal(a.fs?.length, 2);
+  const [root, missing] = a.fs!;
+  assert.ok(root && root.capacityBytes > 0 && root.availableBytes <= root.capacityBytes);
+  assert.equal(missing, null);
 });

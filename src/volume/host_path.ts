@@ -18,7 +18,7 @@ import type {
   VolumeSetUpContext,
   VolumeTearDownContext,
 } from "./plugin.ts";
-import { checkHostPathInLauncher, inSandbox } from "../privilege/launcher_calls.ts";
+import { askLauncher, type HostCallHandlers, inSandbox } from "../privilege/launcher_calls.ts";
 
 /** The plugin's upstream name. */
 export const HOST_PATH_PLUGIN_NAME = "kubernetes.io/host-path";
@@ -41,6 +41,30 @@ export type FileType = "Directory" | "File" | "Socket" | "CharDevice" | "BlockDe
 export class HostPathError extends Error {
   override name = "HostPathError";
 }
+
+/**
+ * The type check run by the launcher, for the sandboxed kubelet: the path may be anywhere on
+ * the host, and the `OrCreate` types make it, as upstream's kubelet does for any pod the
+ * apiserver admitted. A failed check rejects with upstream's message as a {@link HostPathError}.
+ */
+async function checkHostPathInLauncher(
+  path: string,
+  type: string,
+  opts: { mkdirMode?: number } = {},
+): Promise<void> {
+  try {
+    await askLauncher({ op: "hostPath", path, type, ...opts });
+  } catch (e) {
+    if ((e as Error).name !== "HostPathError") throw e;
+    throw new HostPathError((e as Error).message);
+  }
+}
+
+/** The launcher's handler of hostPath calls: {@link checkHostPathType} with the host's rights. */
+export const serveHostPathCall: HostCallHandlers["hostPath"] = async (call) => {
+  await checkHostPathType(call.path, call.type, { mkdirMode: call.mkdirMode });
+  return {};
+};
 
 /** Options of {@link HostPathPlugin}. */
 export interface HostPathPluginOptions {
