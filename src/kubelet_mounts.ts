@@ -21,7 +21,11 @@ import type { V1Container, V1HostAlias, V1Pod, V1VolumeMount } from "@kubernetes
 import * as api from "../proto/runtime/v1/api.ts";
 import { kobj, type Logger } from "./klog/klog.ts";
 import type { PodVolumesFunc } from "./volume/plugin.ts";
-import { askLauncher, type HostCallHandlers, inSandbox } from "./privilege/launcher_calls.ts";
+import {
+  askLauncher,
+  type HostCallHandlers,
+  inPermissionSandbox,
+} from "./privilege/launcher_calls.ts";
 import { type EnvVar, expand } from "./kuberuntime/expansion.ts";
 
 /** Where containers see the managed hosts file (upstream etcHostsPath). */
@@ -318,7 +322,7 @@ export class KubeletMounts {
   ): Promise<string> {
     const hostPath = cleanPath(join(volumePath, subPath));
     const kv = { containerName: container.name, volumeMountName: m.name };
-    const host = inSandbox() ? SUBPATH_IN_LAUNCHER : SUBPATH_HERE;
+    const host = inPermissionSandbox() ? SUBPATH_IN_LAUNCHER : SUBPATH_HERE;
     let exists: boolean | undefined;
     try {
       exists = await host.exists(hostPath);

@@ -7,13 +7,13 @@
 
 import { main } from "../app/kubelet_command.ts";
 import { setHostRoot } from "./host_root.ts";
-import type { SandboxExit, SandboxStart } from "./permission_set.ts";
+import type { AgentExit, AgentStart } from "./permission_set.ts";
 import { answered, type HostCall, type HostCallAnswer, useLauncher } from "./launcher_calls.ts";
 
 /** The worker's global scope (Deno's lib types `self` as a window). */
 const scope = self as unknown as {
-  onmessage: ((e: MessageEvent<SandboxStart | HostCallAnswer>) => void) | null;
-  postMessage(m: SandboxExit | HostCall): void;
+  onmessage: ((e: MessageEvent<AgentStart | HostCallAnswer>) => void) | null;
+  postMessage(m: AgentExit | HostCall): void;
 };
 
 scope.onmessage = async (e) => {

@@ -17,14 +17,9 @@ import { startFreeOSMemory } from "../util/free_os_memory.ts";
 import { openHostView } from "./host_view.ts";
 import { missingPermissions } from "./permissions.ts";
 import { createLogger, type Logger } from "../klog/klog.ts";
-import type {
-  SandboxExit,
-  SandboxPlan,
-  SandboxPlanRequest,
-  SandboxStart,
-} from "./permission_set.ts";
+import type { AgentExit, AgentStart, LaunchPlan, LaunchPlanRequest } from "./permission_set.ts";
 import { type HostCall, type HostCallHandlers, serveHostCall } from "./launcher_calls.ts";
-import type { SandboxPlanAnswer } from "./plan_worker.ts";
+import type { LaunchPlanAnswer } from "./plan_worker.ts";
 
 /** Options of {@link launch}. */
 export interface LaunchOptions {
@@ -34,7 +29,7 @@ export interface LaunchOptions {
   readonly planner?: URL;
   /** The module the kubelet's Worker runs. @default agent_worker.ts */
   readonly worker?: URL;
-  /** Where host views live. @default permission_set.ts SANDBOX_RUN_DIR */
+  /** Where host views live. @default permission_set.ts LAUNCHER_RUN_DIR */
   readonly runDir?: string;
   /** Where the launcher's own lines go. @default stderr */
   readonly write?: (line: string) => void;
@@ -62,7 +57,7 @@ async function runKubeletCommand(args: readonly string[]): Promise<number> {
 export async function launch(args: readonly string[], opts: LaunchOptions = {}): Promise<number> {
   const inProcess = opts.inProcess ?? runKubeletCommand;
   if (missingPermissions().length > 0) return await inProcess(args);
-  const request: SandboxPlanRequest = {
+  const request: LaunchPlanRequest = {
     args: [...args],
     cgroupV1: !(await hostIsCgroup2UnifiedMode()),
     root: Deno.uid() === 0,
@@ -71,7 +66,7 @@ export async function launch(args: readonly string[], opts: LaunchOptions = {}):
   // The launcher's own lines: plain text until the plan gives the configuration's logging.
   const log = (logging: { format: "text" | "json"; verbosity?: number } = { format: "text" }) =>
     createLogger({ ...logging, ...(opts.write ? { write: opts.write } : {}) });
-  let plan: SandboxPlan;
+  let plan: LaunchPlan;
   try {
     plan = await makePlan(request, opts.planner);
   } catch (e) {
@@ -101,7 +96,7 @@ export async function launch(args: readonly string[], opts: LaunchOptions = {}):
 }
 
 /** Asks a planner Worker, terminated after it answers, for the plan. */
-async function makePlan(request: SandboxPlanRequest, module?: URL): Promise<SandboxPlan> {
+async function makePlan(request: LaunchPlanRequest, module?: URL): Promise<LaunchPlan> {
   const planner = new Worker(module ?? new URL("./plan_worker.ts", import.meta.url), {
     type: "module",
     name: "kubelet-planner",
@@ -119,8 +114,8 @@ async function makePlan(request: SandboxPlanRequest, module?: URL): Promise<Sand
     },
   } as WorkerOptions);
   try {
-    const answer = await new Promise<SandboxPlanAnswer>((resolve, reject) => {
-      planner.onmessage = (e: MessageEvent<SandboxPlanAnswer>) => resolve(e.data);
+    const answer = await new Promise<LaunchPlanAnswer>((resolve, reject) => {
+      planner.onmessage = (e: MessageEvent<LaunchPlanAnswer>) => resolve(e.data);
       planner.onerror = (e) => {
         e.preventDefault();
         reject(e.error ?? new Error(e.message));
@@ -138,7 +133,7 @@ async function makePlan(request: SandboxPlanRequest, module?: URL): Promise<Sand
 export interface RunInSandboxOptions {
   /** The command line, handed to the agent unchanged. */
   readonly args: readonly string[];
-  readonly plan: Extract<SandboxPlan, { kind: "sandbox" }>;
+  readonly plan: Extract<LaunchPlan, { kind: "sandbox" }>;
   readonly logger: Logger;
   /** The module the Worker runs. @default agent_worker.ts */
   readonly worker?: URL;
@@ -172,7 +167,7 @@ export async function runInSandbox(opts: RunInSandboxOptions): Promise<number> {
       deno: { permissions },
     } as WorkerOptions);
     const ended = Promise.withResolvers<number>();
-    worker.onmessage = (e: MessageEvent<SandboxExit | HostCall>) => {
+    worker.onmessage = (e: MessageEvent<AgentExit | HostCall>) => {
       const m = e.data;
       if ("exit" in m) return ended.resolve(m.exit);
       void serveHostCall(m, permissions.write, HOST_CALL_HANDLERS).then((a) =>
@@ -184,7 +179,7 @@ export async function runInSandbox(opts: RunInSandboxOptions): Promise<number> {
       logger.error(e.error ?? e.message, "The kubelet failed with an uncaught error");
       ended.resolve(1);
     };
-    worker.postMessage({ args: [...opts.args], hostRoot: view.root } satisfies SandboxStart);
+    worker.postMessage({ args: [...opts.args], hostRoot: view.root } satisfies AgentStart);
     const code = await ended.promise;
     worker.terminate();
     return code;

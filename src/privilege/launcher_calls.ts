@@ -72,7 +72,7 @@ let next = 1;
 const waiting = new Map<number, PromiseWithResolvers<HostCallAnswer>>();
 
 /** True inside the sandbox (after {@link useLauncher}). */
-export function inSandbox(): boolean {
+export function inPermissionSandbox(): boolean {
   return channel !== undefined;
 }
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { hostViewDir, planSandbox, type SandboxPlan } from "./permission_set.ts";
+import { hostViewDir, type LaunchPlan, planLaunch } from "./permission_set.ts";
 import { staticGraph } from "../testing/module_graph.ts";
 import { launch } from "./launcher.ts";
 
@@ -32,11 +32,11 @@ async function config(dir: string, lines: readonly string[] = []): Promise<strin
   return file;
 }
 
-function plan(args: string[], root = true): Promise<SandboxPlan> {
-  return planSandbox({ args, cgroupV1: true, root, runDir: "/run/test-views" });
+function plan(args: string[], root = true): Promise<LaunchPlan> {
+  return planLaunch({ args, cgroupV1: true, root, runDir: "/run/test-views" });
 }
 
-Deno.test("planSandbox sandboxes a run of the kubelet by default, with its paths and view", async () => {
+Deno.test("planLaunch sandboxes a run of the kubelet by default, with its paths and view", async () => {
   await withDir(async (dir) => {
     const file = await config(dir, ["logging:", "  format: json", "  verbosity: 3"]);
     const root = join(dir, "root");
@@ -59,7 +59,7 @@ Deno.test("planSandbox sandboxes a run of the kubelet by default, with its paths
   });
 });
 
-Deno.test("planSandbox makes the bootstrap kubeconfig's directory, not the agent", async () => {
+Deno.test("planLaunch makes the bootstrap kubeconfig's directory, not the agent", async () => {
   await withDir(async (dir) => {
     const file = await config(dir);
     const kubeconfig = join(dir, "etc", "kubelet.conf");
@@ -72,7 +72,7 @@ Deno.test("planSandbox makes the bootstrap kubeconfig's directory, not the agent
   });
 });
 
-Deno.test("planSandbox leaves what is not a sandboxable run to the kubelet command", async () => {
+Deno.test("planLaunch leaves what is not a sandboxable run to the kubelet command", async () => {
   await withDir(async (dir) => {
     const file = await config(dir);
     const bad = join(dir, "bad.yaml");

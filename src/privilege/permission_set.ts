@@ -24,7 +24,7 @@ import { pathNeeds } from "./permissions.ts";
 export const LOGIND_DROPIN_DIRECTORY = "/etc/systemd/logind.conf.d";
 
 /** The programs the agent runs: volume mounts and unmounts, filesystem stats, and the shutdown inhibitor lock. */
-export const SANDBOX_PROGRAMS: readonly string[] = ["mount", "umount", "df", "systemd-inhibit"];
+export const AGENT_PROGRAMS: readonly string[] = ["mount", "umount", "df", "systemd-inhibit"];
 
 /** Host files every agent reads whatever its configuration: the hosts file host-network pods get. */
 const HOST_READS: readonly string[] = ["/etc/hosts"];
@@ -42,7 +42,7 @@ const SYS: readonly Deno.SysPermissionDescriptor["kind"][] = [
 ];
 
 /** A Worker's permissions (the unstable `deno.permissions` option of `new Worker`). */
-export interface SandboxPermissions {
+export interface AgentPermissions {
   readonly read: string[];
   readonly write: string[];
   readonly run: string[];
@@ -53,8 +53,8 @@ export interface SandboxPermissions {
   readonly import: true;
 }
 
-/** Options of {@link sandboxPermissions}. */
-export interface SandboxPermissionsOptions {
+/** Options of {@link agentPermissions}. */
+export interface AgentPermissionsOptions {
   /** The agent's flags and configuration. */
   readonly server: KubeletServer;
   /** The host view's root and what it holds. */
@@ -72,7 +72,7 @@ export interface SandboxPermissionsOptions {
 }
 
 /** The permission set of the agent under `opts.server`'s configuration. */
-export function sandboxPermissions(opts: SandboxPermissionsOptions): SandboxPermissions {
+export function agentPermissions(opts: AgentPermissionsOptions): AgentPermissions {
   const { server, view } = opts;
   const read = new Set<string>();
   const write = new Set<string>();
@@ -115,7 +115,7 @@ export function sandboxPermissions(opts: SandboxPermissionsOptions): SandboxPerm
   return {
     read: [...read].sort(),
     write: [...write].sort(),
-    run: [...SANDBOX_PROGRAMS],
+    run: [...AGENT_PROGRAMS],
     net: true,
     env: true,
     sys: [...SYS],
@@ -140,14 +140,14 @@ export async function kubeconfigFiles(paths: readonly string[]): Promise<string[
 }
 
 /** What the launcher hands the agent's Worker. */
-export interface SandboxStart {
+export interface AgentStart {
   readonly args: readonly string[];
   /** The host view's root, for {@link setHostRoot}. */
   readonly hostRoot: string;
 }
 
 /** What the agent's Worker tells the launcher when it ends. */
-export interface SandboxExit {
+export interface AgentExit {
   readonly exit: number;
 }
 
@@ -159,21 +159,21 @@ export async function hostViewDir(runDir: string, rootDirectory: string): Promis
 }
 
 /** Where host views live. */
-export const SANDBOX_RUN_DIR = "/run/kubelet-ts";
+export const LAUNCHER_RUN_DIR = "/run/kubelet-ts";
 
 /** What the planner is asked (plan_worker.ts). */
-export interface SandboxPlanRequest {
+export interface LaunchPlanRequest {
   readonly args: readonly string[];
   /** Whether the host runs cgroup v1: the planner cannot read the mount table itself. */
   readonly cgroupV1: boolean;
   /** Whether the process runs as root, which the host view's mounts need. */
   readonly root: boolean;
-  /** Where host views live. @default SANDBOX_RUN_DIR */
+  /** Where host views live. @default LAUNCHER_RUN_DIR */
   readonly runDir?: string;
 }
 
 /** What the launcher does with a command line. */
-export type SandboxPlan =
+export type LaunchPlan =
   | {
     /** Run the kubelet in the launcher's isolate, with all of the process's permissions. */
     readonly kind: "in-process";
@@ -183,7 +183,7 @@ export type SandboxPlan =
   | {
     /** Mount the view at `viewDir` and run the kubelet in a Worker under `permissions`. */
     readonly kind: "sandbox";
-    readonly permissions: SandboxPermissions;
+    readonly permissions: AgentPermissions;
     readonly viewDir: string;
     /** A directory to make first: where a bootstrapped kubeconfig will be written. */
     readonly mkdir?: string;
@@ -197,14 +197,14 @@ export type SandboxPlan =
  * flags or configuration that do not load: the kubelet command reports those itself, with all
  * of the process's rights, as it would without a sandbox).
  */
-export async function planSandbox(req: SandboxPlanRequest): Promise<SandboxPlan> {
+export async function planLaunch(req: LaunchPlanRequest): Promise<LaunchPlan> {
   const [{ parseCommandLine }, { kubeletConfigurationFields }, { loadKubeletConfiguration }] =
     await Promise.all([
       import("../apis/flags.ts"),
       import("../apis/config_types.ts"),
       import("../app/kubelet_config.ts"),
     ]);
-  const inProcess: SandboxPlan = { kind: "in-process" };
+  const inProcess: LaunchPlan = { kind: "in-process" };
   let cl;
   try {
     cl = parseCommandLine(req.args, kubeletConfigurationFields);
@@ -233,8 +233,8 @@ export async function planSandbox(req: SandboxPlanRequest): Promise<SandboxPlan>
     return inProcess;
   }
   const { flags } = cl;
-  const viewDir = await hostViewDir(req.runDir ?? SANDBOX_RUN_DIR, flags.rootDirectory);
-  const permissions = sandboxPermissions({
+  const viewDir = await hostViewDir(req.runDir ?? LAUNCHER_RUN_DIR, flags.rootDirectory);
+  const permissions = agentPermissions({
     server: { flags, config },
     // The entries this process would mount; one whose host path is missing is not mounted,
     // and a missing path reads as NotFound either way.

@@ -4,7 +4,7 @@ import { openHostView } from "./host_view.ts";
 import { loadKubeletConfiguration } from "../app/kubelet_config.ts";
 import { newKubeletFlags } from "../apis/flags.ts";
 import type { KubeletServer } from "../apis/flags.ts";
-import { type SandboxPermissions, sandboxPermissions } from "./permission_set.ts";
+import { type AgentPermissions, agentPermissions } from "./permission_set.ts";
 import type { ProbeAnswer, ProbeOp } from "../testing/permission_probe.ts";
 
 /** True when the test may mount; else skips loudly, or throws under CI=true. */
@@ -37,7 +37,7 @@ async function server(dir: string): Promise<KubeletServer> {
 }
 
 /** Runs `ops` in a Worker under `perms` and answers what each did. */
-async function probe(perms: SandboxPermissions, ops: ProbeOp[]): Promise<ProbeAnswer[]> {
+async function probe(perms: AgentPermissions, ops: ProbeOp[]): Promise<ProbeAnswer[]> {
   const worker = new Worker(new URL("../testing/permission_probe.ts", import.meta.url), {
     type: "module",
     deno: { permissions: perms },
@@ -56,9 +56,9 @@ async function probe(perms: SandboxPermissions, ops: ProbeOp[]): Promise<ProbeAn
   }
 }
 
-Deno.test("sandboxPermissions lists the configured paths, the host view and the programs", async () => {
+Deno.test("agentPermissions lists the configured paths, the host view and the programs", async () => {
   const s = await server("/srv/t");
-  const perms = sandboxPermissions({
+  const perms = agentPermissions({
     server: s,
     view: {
       root: "/run/kubelet-ts/view",
@@ -87,13 +87,13 @@ Deno.test("sandboxPermissions lists the configured paths, the host view and the 
   // Node shutdown adds logind's bus socket and drop-in directory, and only then.
   assert.ok(!perms.write.includes("/run/dbus/system_bus_socket"));
   s.config.shutdownGracePeriod = 30_000;
-  const withShutdown = sandboxPermissions({ server: s, view: { root: "/v", mounted: [] } });
+  const withShutdown = agentPermissions({ server: s, view: { root: "/v", mounted: [] } });
   assert.ok(withShutdown.write.includes("/run/dbus/system_bus_socket"));
   assert.ok(withShutdown.write.includes("/etc/systemd/logind.conf.d"));
   // The bus address from the environment; the systemd cgroup driver needs the bus too.
   s.config.shutdownGracePeriod = 0;
   s.config.cgroupDriver = "systemd";
-  const systemd = sandboxPermissions({
+  const systemd = agentPermissions({
     server: s,
     view: { root: "/v", mounted: [] },
     busAddress: "unix:path=/tmp/bus/socket,guid=1",
@@ -112,7 +112,7 @@ Deno.test("an agent under its permission set reads its view and writes its dirs,
     for (const d of ["root", "pod-logs", "manifests"]) await Deno.mkdir(join(dir, d));
     await Deno.writeTextFile(join(dir, "kubelet.yaml"), "kind: KubeletConfiguration\n");
     await Deno.writeTextFile(join(dir, "outside"), "not for the agent\n");
-    const perms = sandboxPermissions({
+    const perms = agentPermissions({
       server: s,
       view,
       containerLogsDir: join(dir, "containers"),

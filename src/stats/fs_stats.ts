@@ -16,7 +16,11 @@
 import { join } from "node:path";
 import { abortable } from "../util/clock.ts";
 import type { CommandRunner } from "../util/mount.ts";
-import { askLauncher, type HostCallHandlers, inSandbox } from "../privilege/launcher_calls.ts";
+import {
+  askLauncher,
+  type HostCallHandlers,
+  inPermissionSandbox,
+} from "../privilege/launcher_calls.ts";
 
 /** Size and inode counts of the filesystem holding a path (upstream's `FsInfo`). */
 export interface FsUsage {
@@ -204,7 +208,7 @@ export function resetDefaultStatvfs(): void {
 /** The launcher's statvfs in the sandbox, libc's here when `ffi` is granted, else null. */
 function statvfsReader(): StatvfsReader | null {
   if (defaultReader !== undefined) return defaultReader;
-  if (inSandbox()) {
+  if (inPermissionSandbox()) {
     defaultReader = async (paths, signal) => {
       try {
         return await statvfsInLauncher(paths, signal);

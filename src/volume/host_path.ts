@@ -18,7 +18,11 @@ import type {
   VolumeSetUpContext,
   VolumeTearDownContext,
 } from "./plugin.ts";
-import { askLauncher, type HostCallHandlers, inSandbox } from "../privilege/launcher_calls.ts";
+import {
+  askLauncher,
+  type HostCallHandlers,
+  inPermissionSandbox,
+} from "../privilege/launcher_calls.ts";
 
 /** The plugin's upstream name. */
 export const HOST_PATH_PLUGIN_NAME = "kubernetes.io/host-path";
@@ -96,7 +100,9 @@ export class HostPathPlugin implements VolumePlugin {
     // In the sandbox the launcher checks (and makes) the path: hostPath may name any host path.
     this.#checkType = opts.checkType ??
       ((path, type, o) =>
-        inSandbox() ? checkHostPathInLauncher(path, type, o) : checkHostPathType(path, type, o));
+        inPermissionSandbox()
+          ? checkHostPathInLauncher(path, type, o)
+          : checkHostPathType(path, type, o));
   }
 
   /** Handles volumes with a `hostPath` source. */
