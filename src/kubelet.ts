@@ -73,6 +73,7 @@ import {
   shutdownGroups,
 } from "./nodeshutdown/nodeshutdown_manager.ts";
 import { statPath } from "./privilege/launcher_calls.ts";
+import { containerRuntimeVersion } from "./kuberuntime/runtime_version.ts";
 
 /** How often updateRuntimeUp asks the runtime for its Status (upstream: 5 s). */
 export const RUNTIME_UP_PERIOD_MS = 5_000;
@@ -255,7 +256,7 @@ export class Kubelet {
       }
       throw e;
     }
-    this.#runtimeVersion = `${version.runtimeName}://${version.runtimeVersion}`;
+    this.#runtimeVersion = containerRuntimeVersion(version);
     log.info("Container runtime initialized", {
       containerRuntime: version.runtimeName,
       version: version.runtimeVersion,
@@ -712,7 +713,7 @@ export class Kubelet {
       clock: deps.clock,
       signal,
     });
-    this.#runtimeVersion = `${version.runtimeName}://${version.runtimeVersion}`;
+    this.#runtimeVersion = containerRuntimeVersion(version);
     await this.#updateRuntimeUp("", signal);
     await this.setupLogDirs();
     const stop = new AbortController();

@@ -110,7 +110,10 @@ e2e(
     const pretty = /^PRETTY_NAME="?([^"\n]*)"?$/m.exec(await Deno.readTextFile("/etc/os-release"))
       ?.[1];
     assert.equal(info?.osImage, pretty);
-    assert.match(info?.containerRuntimeVersion ?? "", /^containerd:\/\/\d+\.\d+\.\d+/);
+    assert.match(
+      info?.containerRuntimeVersion ?? "",
+      /^containerd:\/\/\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$/,
+    );
     assert.equal(info?.kubeletVersion, KUBELET_VERSION);
     assert.equal(info?.operatingSystem, "linux");
     assert.equal(info?.architecture, "amd64");

@@ -3,7 +3,7 @@
  * Test fixtures for the certificate modules: a throw-away CA and certificates it signs for a
  * given request, made with the `openssl` CLI in a temporary directory (node:crypto cannot sign
  * certificates), and a serving certificate for 127.0.0.1. Private to the `*_test.ts` files of
- * cert_csr, certificate_store, certificate_manager and kube_client.
+ * certificate/pkcs10.ts, certificate_store, certificate_manager and kube_client.
  */
 
 import { join } from "node:path";

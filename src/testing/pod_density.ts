@@ -40,6 +40,7 @@ import { RuntimeState } from "../runtime_state.ts";
 import { preInitRuntimeService } from "../cri/runtime_service.ts";
 import { StatusManager, type StatusManagerOptions } from "../status/status_manager.ts";
 import { KUBELET_VERSION } from "../util/version.ts";
+import { containerRuntimeVersion } from "../kuberuntime/runtime_version.ts";
 
 const IMAGE = "docker.io/library/busybox:1.36";
 const NODE = "density-node";
@@ -412,7 +413,7 @@ export async function startPodDensity(opts: PodDensityOptions): Promise<PodDensi
       hostname: NODE,
       nodeIPs: [],
       kubeletVersion: KUBELET_VERSION,
-      containerRuntimeVersion: `${version.runtimeName}://${version.runtimeVersion}`,
+      containerRuntimeVersion: containerRuntimeVersion(version),
       images: [],
       notReadyReasons: [],
       now: clock.now(),
