@@ -6,6 +6,8 @@ import { newKubeletFlags } from "../apis/flags.ts";
 import type { KubeletServer } from "../apis/flags.ts";
 import { type AgentPermissions, agentPermissions } from "./permission_set.ts";
 import type { ProbeAnswer, ProbeOp } from "../testing/permission_probe.ts";
+import { testCA, testServerCert } from "../testing/cert_fixtures.ts";
+import https from "node:https";
 
 /** True when the test may mount; else skips loudly, or throws under CI=true. */
 function canMount(what: string): boolean {
@@ -36,8 +38,11 @@ async function server(dir: string): Promise<KubeletServer> {
   return { flags, config };
 }
 
-/** Runs `ops` in a Worker under `perms` and answers what each did. */
-async function probe(perms: AgentPermissions, ops: ProbeOp[]): Promise<ProbeAnswer[]> {
+/** Runs `ops` in a Worker under `perms` (or this test's own) and answers what each did. */
+async function probe(
+  perms: AgentPermissions | "inherit",
+  ops: ProbeOp[],
+): Promise<ProbeAnswer[]> {
   const worker = new Worker(new URL("../testing/permission_probe.ts", import.meta.url), {
     type: "module",
     deno: { permissions: perms },
@@ -164,6 +169,46 @@ Deno.test("an agent under its permission set reads its view and writes its dirs,
     assert.equal(await Deno.readTextFile(join(dir, "outside")), "not for the agent\n");
   } finally {
     await view.remove();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a pod's HTTP and HTTPS probes work under the agent's permission set as outside it", async () => {
+  // An HTTPS probe once failed in the sandbox only: node:tls loaded the system trust store,
+  // which needs a sys permission the set does not grant.
+  const ca = await testCA();
+  const dir = await Deno.makeTempDir({ prefix: "sandbox-probe-" });
+  const { certPem, keyPem } = await testServerCert(ca);
+  const servers = [
+    https.createServer({ cert: certPem, key: keyPem }, (_, res) => res.end("ok")),
+  ];
+  try {
+    const httpsPort = await new Promise<number>((resolve) => {
+      servers[0]!.listen(
+        0,
+        "127.0.0.1",
+        () => resolve((servers[0]!.address() as { port: number }).port),
+      );
+    });
+    await using plain = Deno.serve(
+      { hostname: "127.0.0.1", port: 0, onListen: () => {} },
+      () => new Response("ok"),
+    );
+    const perms = agentPermissions({
+      server: await server(dir),
+      view: { root: join(dir, "view"), mounted: [] },
+    });
+    const ops: ProbeOp[] = [
+      { op: "httpGetProbe", scheme: "HTTPS", port: httpsPort, path: "/healthz" },
+      { op: "httpGetProbe", scheme: "HTTP", port: plain.addr.port, path: "/healthz" },
+    ];
+    const inside = await probe(perms, ops);
+    const outside = await probe("inherit", ops);
+    assert.deepEqual(inside, [{ ok: true }, { ok: true }]);
+    assert.deepEqual(outside, inside);
+  } finally {
+    for (const s of servers) s.close();
+    await ca.remove();
     await Deno.remove(dir, { recursive: true });
   }
 });

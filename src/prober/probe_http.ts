@@ -210,6 +210,10 @@ function once(
       headers: out,
       agent: false,
       rejectUnauthorized: false,
+      // Probes do not verify (upstream's InsecureSkipVerify), so no trust store is needed; an
+      // explicit empty one keeps node:tls from loading the system's, which needs the `sys`
+      // permission "ca" that the agent's permission set does not grant.
+      ca: [],
     }, (res) => {
       stage = "reading body";
       const chunks: Uint8Array[] = [];
