@@ -43,6 +43,7 @@ import { TOKEN_GC_PERIOD_MS, TokenManager } from "./token/token_manager.ts";
 import { VolumeManager, type VolumeManagerOptions } from "./volume/volume_manager.ts";
 import type { VolumePlugin } from "./volume/plugin.ts";
 import { probeVolumePlugins } from "./volume/plugins.ts";
+import { ActiveDeadlineHandler } from "./active_deadline.ts";
 
 /** The configuration fields the pod lifecycle reads. */
 export type PodLifecycleConfig =
@@ -297,6 +298,12 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
       logger,
     })
     : undefined;
+  // Upstream registers the active deadline handler as both kinds of handler.
+  const activeDeadline = new ActiveDeadlineHandler({
+    clock,
+    recorder,
+    podStatus: (uid) => statusManager.getPodStatus(uid),
+  });
   const syncer = new PodSyncer({
     nodeName: o.nodeName,
     clock,
@@ -322,6 +329,8 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     prober,
     volumes: volumeManager,
     admitHandlers: o.admitHandlers,
+    syncLoopHandlers: [activeDeadline],
+    syncHandlers: [activeDeadline],
     podCgroups: o.podCgroups,
     startupTracker,
     metrics,

@@ -37,6 +37,7 @@ import type { PodSyncResult } from "./container/sync_result.ts";
 import type { VolumeManager } from "./volume/volume_manager.ts";
 import type { SyncHandler } from "./kubelet_sync_loop.ts";
 import * as api from "../proto/runtime/v1/api.ts";
+import type { PodSyncHandler, PodSyncLoopHandler } from "./lifecycle/interfaces.ts";
 
 /** The runtime operations the syncer needs (upstream kubecontainer.Runtime, trimmed). */
 export interface PodRuntime {
@@ -120,6 +121,10 @@ export interface PodSyncerOptions {
   readonly podCgroups?: PodCgroups;
   /** Admission checks after the resource and node checks (the eviction manager's). @default [] */
   readonly admitHandlers?: readonly PodAdmitHandler[];
+  /** Asked at each sync tick which pods need a sync (the active deadline's). @default [] */
+  readonly syncLoopHandlers?: readonly PodSyncLoopHandler[];
+  /** Asked at each status generation whether a pod must fail (the active deadline's). @default [] */
+  readonly syncHandlers?: readonly PodSyncHandler[];
   /** Pod volumes; without one, no volume is set up and no pod directory is cleaned up. */
   readonly volumes?: PodVolumes;
   /** Stops the pod workers. */
@@ -306,11 +311,13 @@ export class PodSyncer implements SyncHandler {
     if (pod) this.handlePodSyncs([pod]);
   }
 
+  /** Upstream getPodsToSync: pods whose resync is due, and those a sync loop handler asks for. */
   podsToSync(): V1Pod[] {
     const out: V1Pod[] = [];
-    for (const uid of this.workers.getPodsToSync(this.#o.clock.now())) {
-      const pod = this.#o.podManager.getPodByUID(uid);
-      if (pod) out.push(pod);
+    const due = new Set(this.workers.getPodsToSync(this.#o.clock.now()));
+    const handlers = this.#o.syncLoopHandlers ?? [];
+    for (const pod of this.#o.podManager.getPods()) {
+      if (due.has(uidOf(pod)) || handlers.some((h) => h.shouldSync(pod))) out.push(pod);
     }
     return out;
   }
@@ -859,6 +866,7 @@ export class PodSyncer implements SyncHandler {
       probes: this.#o.prober,
       hostIPs: this.#o.nodeIPs,
       now: new Date(this.#o.clock.now()),
+      syncHandlers: this.#o.syncHandlers,
     });
     const override = this.#statusOverrides.get(uid);
     if (!override) return generated;

@@ -864,3 +864,39 @@ Deno.test("the evented PLEG (the default) brings a container exit to the pod sta
     await running;
   }
 });
+
+Deno.test("PodSyncer fails a running pod whose activeDeadlineSeconds was shortened past its age", async () => {
+  await using h = await harness();
+  const p = pod("deadline");
+  h.add(p);
+  await h.until("Running", () => h.status("deadline")?.phase === "Running");
+  await h.step(10_000);
+  assert.equal(h.status("deadline")?.phase, "Running");
+  // The API allows the deadline to be set or shortened on a running pod (e2e: "should allow
+  // activeDeadlineSeconds to be updated").
+  const updated = structuredClone(p);
+  updated.spec!.activeDeadlineSeconds = 5;
+  h.loop.push({ op: "UPDATE", pods: [updated], source: "api" });
+  await h.until("Failed", () => h.status("deadline")?.phase === "Failed", 5_000);
+  const s = h.status("deadline")!;
+  assert.equal(s.reason, "DeadlineExceeded");
+  assert.equal(s.message, "Pod was active on the node longer than the specified deadline");
+  assert.ok(h.events.some((e) => e.name === "deadline" && e.reason === "DeadlineExceeded"));
+  await h.until(
+    "containers stopped",
+    () =>
+      [...h.fake.service.containers.values()].every((c) =>
+        c.state === api.ContainerState.CONTAINER_EXITED
+      ),
+  );
+});
+
+Deno.test("PodSyncer fails a pod at its activeDeadlineSeconds without waiting for the resync", async () => {
+  await using h = await harness();
+  h.add(pod("short-lived", "Always", { activeDeadlineSeconds: 3 }));
+  await h.until("Running", () => h.status("short-lived")?.phase === "Running");
+  // The resync is a minute away (syncFrequency); the deadline handler asks for the pod at the
+  // first sync tick past its deadline.
+  await h.until("Failed", () => h.status("short-lived")?.phase === "Failed", 5_000);
+  assert.equal(h.status("short-lived")?.reason, "DeadlineExceeded");
+});

@@ -50,6 +50,7 @@ import {
 import { getContainerStatus, isRestartableInitContainer } from "./pod/podutil.ts";
 import { parseIP } from "./_pod_ips.ts";
 import { deepCopy } from "./util/deep_copy.ts";
+import type { PodSyncHandler } from "./lifecycle/interfaces.ts";
 
 /** Waiting reason of containers while the pod's init containers run. */
 export const POD_INITIALIZING = "PodInitializing";
@@ -86,6 +87,11 @@ export interface GenerateStatusOptions {
   runtimeName?: string;
   /** For upstream's verbose lines and the illegal phase transition error. @default none */
   logger?: Logger;
+  /**
+   * The pod sync handlers (the active deadline's): the first that evicts makes the pod Failed
+   * with its reason and message. @default none
+   */
+  syncHandlers?: readonly PodSyncHandler[];
 }
 
 /** Whether the phase is Succeeded or Failed (upstream podutil.IsPodPhaseTerminal). */
@@ -271,6 +277,15 @@ export function generateAPIPodStatus(opts: GenerateStatusOptions): V1PodStatus {
   if (s.phase === oldPodStatus.phase) {
     if (oldPodStatus.reason) s.reason = oldPodStatus.reason;
     if (oldPodStatus.message) s.message = oldPodStatus.message;
+  }
+  // A module that requires the pod to fail overrides the phase, reason and message.
+  for (const handler of opts.syncHandlers ?? []) {
+    const r = handler.shouldEvict(pod);
+    if (!r.evict) continue;
+    s.phase = "Failed";
+    s.reason = r.reason;
+    s.message = r.message;
+    break;
   }
   if (podIsTerminalPhase(pod.status) && s.phase !== pod.status?.phase) {
     logger?.error(undefined, "Pod attempted illegal phase transition", {
