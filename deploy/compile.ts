@@ -22,12 +22,13 @@ import { parseArgs } from "node:util";
 /**
  * The flags the agent runs with: `deno task start`, the demo, the e2e harness
  * (tests/agent_process.ts) and the compiled binary all take them from here. `--allow-all`
- * because Deno 2.9 refuses every `/proc` and `/sys` read to a narrower set (README, "Known
- * problem: /proc and /sys under -P=kubelet"). V8's young generation is capped at 4 MiB per
- * semi-space (left alone V8 grows it to 16 MiB and more during a burst of pod starts and keeps
- * it: about 50 MiB of resident memory at 110 fake-CRI pods) and V8 optimizes for size (about
- * 30 MiB less at 110 real pods and 60 MiB less at the peak, for about 25% more CPU, still below
- * upstream's; the same start times within the noise). Measured in README, "How it compares".
+ * because Deno 2.9 refuses every `/proc` and `/sys` read to a narrower set
+ * (docs/least_privilege.md, "Known problem: /proc and /sys under -P=kubelet"). V8's young
+ * generation is capped at 4 MiB per semi-space (left alone V8 grows it to 16 MiB and more during
+ * a burst of pod starts and keeps it: about 50 MiB of resident memory at 110 fake-CRI pods) and
+ * V8 optimizes for size (about 30 MiB less at 110 real pods and 60 MiB less at the peak, for
+ * about 25% more CPU, still below upstream's; the same start times within the noise). Measured
+ * in docs/status.md, "Process flags and memory".
  */
 export const AGENT_V8_FLAGS = "--max-semi-space-size=4,--optimize-for-size";
 

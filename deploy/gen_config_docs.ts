@@ -1,9 +1,9 @@
 /**
- * Regenerates the KubeletConfiguration reference in README.md from the field table
- * (`deno task docs`).
+ * Regenerates the KubeletConfiguration reference in docs/configuration.md from the field table
+ * (`deno task docs`); the page's text around the generated table is kept.
  */
 
-import { updateReadme } from "../src/apis/config_reference.ts";
+import { REFERENCE_FILE, updateConfigReference } from "../src/apis/config_reference.ts";
 
-const readme = new URL("../README.md", import.meta.url);
-await Deno.writeTextFile(readme, updateReadme(await Deno.readTextFile(readme)));
+const page = new URL(`../${REFERENCE_FILE}`, import.meta.url);
+await Deno.writeTextFile(page, updateConfigReference(await Deno.readTextFile(page)));
