@@ -7,8 +7,9 @@
  *
  * It owns the containerd process and the files it writes under `dir`; it talks to containerd
  * only through `ctr` (to see that the socket answers, and on stop to remove what still runs)
- * and to the CNI plugins (to release pod networks on stop). It stands
- * in for the node's container runtime, which upstream's node e2e tests get from the host
+ * and to the CNI plugins (to release pod networks on stop); {@link findShims} reads /proc for
+ * the shims an instance left, which outlive containerd by design. It stands in for the node's
+ * container runtime, which upstream's node e2e tests get from the host
  * (`/run/containerd/containerd.sock`).
  *
  * Facts it is built on (see /work/shared/ENVIRONMENT.md): CAP_SYS_RESOURCE is missing here, so
@@ -525,6 +526,76 @@ async function unmountUnder(dir: string): Promise<void> {
 function unescapeMountPath(p: string): string {
   return p.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)));
 }
+
+/** A containerd shim process (`containerd-shim-runc-v2` and kin), as /proc shows it. */
+export interface ShimProcess {
+  readonly pid: number;
+  /** Its command line, arguments joined by spaces. */
+  readonly cmdline: string;
+}
+
+/**
+ * The running containerd shims whose command line contains `text`: an instance's directory or
+ * socket picks out its own shims (each has `-address <socket>`). A shim outlives containerd by
+ * design, so this is how a test sees one that nothing removed. Exited shims not yet reaped
+ * (zombies, with an empty command line) do not count.
+ */
+export async function findShims(text: string): Promise<ShimProcess[]> {
+  const found: ShimProcess[] = [];
+  for (const { pid, argv } of await processes()) {
+    const program = argv[0]?.slice(argv[0].lastIndexOf("/") + 1) ?? "";
+    const cmdline = argv.join(" ");
+    if (program.startsWith("containerd-shim") && cmdline.includes(text)) {
+      found.push({ pid, cmdline });
+    }
+  }
+  return found;
+}
+
+/**
+ * SIGKILLs the shims {@link findShims} finds for `text` and every process below them (the
+ * containers they hold; a shim is their subreaper), so nothing of a failed test keeps running.
+ * Returns the shims it killed. Last resort only: the containers' cgroups and runc state stay.
+ */
+export async function killShims(text: string): Promise<ShimProcess[]> {
+  const shims = await findShims(text);
+  if (shims.length === 0) return shims;
+  const children = new Map<number, number[]>();
+  for (const { pid, ppid } of await processes()) {
+    children.set(ppid, [...(children.get(ppid) ?? []), pid]);
+  }
+  const below = (pid: number): number[] =>
+    (children.get(pid) ?? []).flatMap((child) => [...below(child), child]);
+  for (const shim of shims) {
+    for (const pid of [...below(shim.pid), shim.pid]) {
+      try {
+        Deno.kill(pid, "SIGKILL");
+      } catch {
+        // gone already
+      }
+    }
+  }
+  return shims;
+}
+
+/** Every process in /proc: its id, its parent's and its argv (empty for kernel threads and zombies). */
+async function processes(): Promise<{ pid: number; ppid: number; argv: string[] }[]> {
+  const all = [];
+  for await (const entry of Deno.readDir("/proc")) {
+    if (!/^\d+$/.test(entry.name)) continue;
+    try {
+      const stat = await Deno.readTextFile(`/proc/${entry.name}/stat`);
+      // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      const raw = await Deno.readTextFile(`/proc/${entry.name}/cmdline`);
+      all.push({ pid: Number(entry.name), ppid, argv: raw.split("\0").filter((a) => a !== "") });
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return all;
+}
+
 /** The containerd 1.6 config (version 2 schema) for one private instance. */
 function containerdConfig(
   args: { dir: string; root: string; socket: string; cniConfDir: string },

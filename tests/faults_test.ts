@@ -8,8 +8,10 @@
  *
  * Short mode (the default, for CI) runs 30 pods, 3 agent kills, 2 runtime restarts and a 60 s
  * apiserver outage; FAULTS_FULL=1 runs the issue's counts: 100 pods, 10 kills, 6 restarts and
- * a 5 min outage. Each run writes its counts and durations to tests/results/faults-last-<mode>.md
- * (see tests/results/ for the recorded ones). Upstream's counterparts are the node e2e tests
+ * a 5 min outage. Each passed scenario prints its counts and durations (`faults: ...`); with
+ * FAULTS_RECORD=1 the run also records them in tests/results/faults-<date>-<mode>.md (see
+ * tests/results/ for the recorded ones), and writes nothing there otherwise. Upstream's
+ * counterparts are the node e2e tests
  * `restart_test.go` (container runtime restart), `container_log_rotation_test.go` and the
  * eviction tests' DiskPressure cases.
  */
@@ -31,6 +33,8 @@ import { requireRoot } from "./requirements.ts";
 const gate = await requireRoot("fault suite", ["containerd", "ctr", "runc", "openssl", "go"]);
 
 const FULL = Deno.env.get("FAULTS_FULL") === "1";
+/** Whether to record the run in tests/results/ (a record is kept on purpose, not every run). */
+const RECORD = Deno.env.get("FAULTS_RECORD") === "1";
 /** The issue's counts under FAULTS_FULL=1, CI's otherwise. */
 const COUNTS = FULL
   ? { pods: 100, agentKills: 10, runtimeRestarts: 6, outageMs: 300_000, expiredPods: 30 }
@@ -73,7 +77,7 @@ interface World {
   readonly podLogsDir: string;
   args: string[];
   agent: RunningAgent;
-  /** Recorded in the results file at teardown. */
+  /** The passed scenarios' lines, for the results file (FAULTS_RECORD=1). */
   readonly results: string[];
 }
 
@@ -360,13 +364,14 @@ async function assertNoLeaks(w: World, api: KubeClient, what: string): Promise<v
 }
 
 /**
- * Adds a passed scenario's line to the results file, tests/results/faults-<date>-<mode>.md,
- * rewritten at each one so that it holds what passed even when a later step fails. A filtered
- * run (--filter) records only what it ran.
+ * Prints a passed scenario's line and, under FAULTS_RECORD=1, adds it to the results file,
+ * tests/results/faults-<date>-<mode>.md, rewritten at each one so that it holds what passed even
+ * when a later step fails. A filtered run (--filter) records only what it ran.
  */
 async function record(w: World, line: string): Promise<void> {
   w.results.push(line);
   console.log(`faults: ${line}`);
+  if (!RECORD) return;
   const mode = FULL ? "full" : "short";
   const day = new Date().toISOString().slice(0, 10);
   await Deno.mkdir(new URL("./results/", import.meta.url), { recursive: true });
