@@ -230,6 +230,28 @@ export interface ContainerConfigRequest {
   readonly image?: api.Image;
   /** The pod's IPs, for status.podIP(s) in the env. @default [] */
   readonly podIPs?: readonly string[];
+  /**
+   * An ephemeral container's target: the id of the container whose process namespace it joins
+   * (upstream getTargetID; the PID namespace mode TARGET). @default none
+   */
+  readonly targetId?: string;
+}
+
+/**
+ * An ephemeral container with a target shares that container's PID namespace (upstream
+ * applyPlatformSpecificContainerConfig: NamespaceMode_TARGET and TargetId).
+ */
+function targetPidNamespace(
+  sc: api.LinuxContainerSecurityContext,
+  targetId: string | undefined,
+): api.LinuxContainerSecurityContext {
+  if (targetId === undefined) return sc;
+  sc.namespaceOptions = api.NamespaceOption.create({
+    ...sc.namespaceOptions,
+    pid: api.NamespaceMode.TARGET,
+    targetId,
+  });
+  return sc;
 }
 
 /**
@@ -271,7 +293,10 @@ export async function generateContainerConfig(
   );
   const linux = api.LinuxContainerConfig.create({
     resources: generateLinuxContainerResources(pod, container, deps.linux),
-    securityContext: determineEffectiveSecurityContext(pod, container, user, deps.linux),
+    securityContext: targetPidNamespace(
+      determineEffectiveSecurityContext(pod, container, user, deps.linux),
+      req.targetId,
+    ),
   });
 
   const meta = pod.metadata ?? {};
@@ -487,6 +512,8 @@ export interface StartContainerRequest {
   readonly pullSecrets: readonly V1Secret[];
   /** The pod's IPs (of a sandbox just created, say). @default podStatus.ips */
   readonly podIPs?: readonly string[];
+  /** An ephemeral container's target container id (see ContainerConfigRequest). @default none */
+  readonly targetId?: string;
 }
 
 /** Why a start failed: the SyncResult error and upstream's message. */
@@ -553,6 +580,7 @@ export async function startContainer(
         imageRef: image.imageRef,
         image: image.image,
         podIPs: req.podIPs ?? req.podStatus.ips,
+        targetId: req.targetId,
       },
       signal,
     );

@@ -222,6 +222,7 @@ export class KubeRuntimeManager {
         attempt: changes.attempt,
         initContainersToStart: changes.initContainersToStart,
         containersToStart: changes.containersToStart,
+        ephemeralContainersToStart: changes.ephemeralContainersToStart,
         containersToKill: [...changes.containersToKill.keys()],
       },
     });
@@ -325,15 +326,26 @@ export class KubeRuntimeManager {
     }
 
     const statuses = toKubeContainerStatuses(podStatus);
-    for (const ec of pod.spec?.ephemeralContainers ?? []) {
-      if (findContainerStatus(statuses, ec.name)) continue;
-      const r = result.add("StartContainer", ec.name);
-      fail(r, "CreateContainerConfigError", "ephemeral containers are not supported yet");
-    }
-
     const config = sandboxConfig;
-    const start = async (container: V1Container, typeName: string): Promise<boolean> => {
+    const start = async (
+      container: V1Container,
+      typeName: string,
+      target?: string,
+    ): Promise<boolean> => {
       const r = result.add("StartContainer", container.name);
+      let targetId: string | undefined;
+      if (target) {
+        // upstream getTargetID: the target's newest container, whatever its state.
+        targetId = findContainerStatus(statuses, target)?.id;
+        if (targetId === undefined) {
+          fail(r, "CreateContainerConfigError", `unable to find target container ${target}`);
+          log.error(
+            new Error(`unable to find target container ${target}`),
+            "Unhandled Error",
+          );
+          return false;
+        }
+      }
       const backOff = this.#doBackOff(pod, container, statuses);
       if (backOff !== undefined) {
         fail(r, "CrashLoopBackOff", backOff.message);
@@ -356,6 +368,7 @@ export class KubeRuntimeManager {
         podStatus,
         pullSecrets,
         podIPs,
+        targetId,
       });
       if (failure) {
         fail(r, failure.reason, failure.message);
@@ -372,6 +385,14 @@ export class KubeRuntimeManager {
       }
       return true;
     };
+
+    // Ephemeral containers start before init containers, so that one can debug a pod whose
+    // initialization fails (upstream SyncPod step 5). They are never restarted.
+    const ephemeral = pod.spec?.ephemeralContainers ?? [];
+    for (const idx of changes.ephemeralContainersToStart) {
+      const ec = ephemeral[idx];
+      if (ec) await start(ec as V1Container, "ephemeral container", ec.targetContainerName);
+    }
 
     const inits = pod.spec?.initContainers ?? [];
     for (const idx of changes.initContainersToStart) {

@@ -857,3 +857,71 @@ Deno.test("KubeRuntimeManager.syncPod asks ImageStatus once per container whose 
   // The ImageManager's read also gives the image's default user (upstream asks twice).
   assert.equal(h.fake.callCount("ImageStatus") - before, 2);
 });
+
+Deno.test("computePodActions starts an ephemeral container once, never again, and not with a new sandbox", () => {
+  const p = pod({
+    ephemeralContainers: [{ name: "debug", image: IMAGE, targetContainerName: "main" }],
+  });
+  const main = p.spec!.containers[0]!;
+  const debug = p.spec!.ephemeralContainers![0]! as V1Container;
+  const fresh = computePodActions(p, status([sandbox()], [cs(p, main, "running")]));
+  assert.deepEqual(fresh.ephemeralContainersToStart, [0]);
+  assert.deepEqual(summary(fresh), NOTHING, "nothing else changes");
+  // Ephemeral containers are never restarted: any status of that name stops it.
+  for (const state of ["running", "exited"] as const) {
+    const a = computePodActions(
+      p,
+      status([sandbox()], [cs(p, main, "running"), cs(p, debug, state)]),
+    );
+    assert.deepEqual(a.ephemeralContainersToStart, [], state);
+  }
+  // A pod whose sandbox must be re-created starts its regular containers only.
+  const dead = computePodActions(p, status([sandbox("notready")], [cs(p, main, "exited", 1)]));
+  assert.deepEqual(dead.ephemeralContainersToStart, []);
+});
+
+Deno.test("KubeRuntimeManager.syncPod starts an ephemeral container in the target's PID namespace", async () => {
+  await using h = await harness();
+  const p = pod();
+  await h.sync(p);
+  const target = [...h.fake.service.containers.values()].find((c) =>
+    c.config.metadata?.name === "main"
+  )!;
+  const debugging = pod({
+    ephemeralContainers: [{
+      name: "debugger",
+      image: IMAGE,
+      command: ["sh"],
+      stdin: true,
+      tty: true,
+      targetContainerName: "main",
+    }],
+  });
+  const result = await h.sync(debugging);
+  assert.equal(result.error(), undefined, steps(result).join("\n"));
+  assert.ok(steps(result).includes("StartContainer debugger"), steps(result).join("\n"));
+  const debug = [...h.fake.service.containers.values()].find((c) =>
+    c.config.metadata?.name === "debugger"
+  );
+  assert.equal(debug?.state, RUNNING);
+  const ns = debug?.config.linux?.securityContext?.namespaceOptions;
+  assert.equal(ns?.pid, api.NamespaceMode.TARGET);
+  assert.equal(ns?.targetId, target.id);
+  assert.equal(debug?.config.tty, true);
+  // Started once: the next sync leaves it alone, and it is not restarted once it exits.
+  assert.deepEqual(steps(await h.sync(debugging)).filter((s) => s.includes("debugger")), []);
+});
+
+Deno.test("KubeRuntimeManager.syncPod fails an ephemeral container whose target does not exist", async () => {
+  await using h = await harness();
+  await h.sync(pod());
+  const result = await h.sync(pod({
+    ephemeralContainers: [{ name: "debugger", image: IMAGE, targetContainerName: "nope" }],
+  }));
+  assert.ok(
+    steps(result).includes(
+      "StartContainer debugger CreateContainerConfigError: unable to find target container nope",
+    ),
+    steps(result).join("\n"),
+  );
+});

@@ -46,6 +46,8 @@ export interface PodActions {
   initContainersToStart: number[];
   /** Indexes into spec.containers, in start order. */
   containersToStart: number[];
+  /** Indexes into spec.ephemeralContainers: those never started (they are never restarted). */
+  ephemeralContainersToStart: number[];
   /** By container id. */
   containersToKill: Map<string, ContainerToKill>;
 }
@@ -118,6 +120,7 @@ export function computePodActions(
     attempt: sandbox.attempt,
     initContainersToStart: [],
     containersToStart: [],
+    ephemeralContainersToStart: [],
     containersToKill: new Map(),
   };
   const containers = pod.spec?.containers ?? [];
@@ -144,6 +147,12 @@ export function computePodActions(
     changes.containersToStart = toStart;
     return changes;
   }
+
+  // Ephemeral containers may start before initialization completes; one that ever ran (any
+  // status of its name) is never started again.
+  (pod.spec?.ephemeralContainers ?? []).forEach((c, i) => {
+    if (!findContainerStatus(statuses, c.name)) changes.ephemeralContainersToStart.push(i);
+  });
 
   const initialized = computeInitContainerActions(pod, statuses, changes, probes);
   if (changes.killPod || !initialized) return changes;
