@@ -372,7 +372,7 @@ export async function logTails(
 }
 
 /** A child process whose stdout and stderr go to a log file. */
-interface Child {
+export interface Child {
   readonly pid: number;
   readonly exited: boolean;
   readonly status: Promise<Deno.CommandStatus>;
@@ -380,7 +380,7 @@ interface Child {
   stop(): Promise<void>;
 }
 
-async function spawnLogged(
+export async function spawnLogged(
   program: string,
   args: readonly string[],
   opts: { logFile: string; dir: string; stopTimeoutMs: number },

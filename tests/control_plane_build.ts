@@ -73,21 +73,31 @@ export interface Replace {
 }
 
 /** How one program is built and recognized. */
-interface BinarySpec {
+export interface BinarySpec {
   name: string;
   version: string;
   /** The module the program comes from, at `version`; the wrapper module requires it. */
   module: string;
   /** The main package to build. */
   pkg: string;
-  /** Arguments that make the program print its version, and what that output must contain. */
-  versionArgs: string[];
+  /**
+   * Arguments that make the program print its version, and what that output must contain; a
+   * program that cannot say (`versionArgs` undefined) is trusted once it is in the cache.
+   */
+  versionArgs?: string[];
   expectVersion: string;
+  /** Linker flags besides `-w` (and `-s` unless {@link keepSymbols}). */
   ldflags: string[];
+  /** Link without `-s` (upstream's test image builds pass `-w` only). @default false */
+  keepSymbols?: boolean;
+  /** Checks the downloaded module before a build, e.g. that a VERSION file matches. */
+  verify?: (moduleDir: string) => Promise<void>;
   /** A main.go for the wrapper module, when upstream's main package is not in `module`. */
   mainGo?: string;
   /** The replace lines the wrapper needs, derived from upstream's go.mod. */
   replaces?: (upstreamGoMod: string) => Replace[];
+  /** `pkg` is a test package, compiled with `go test -c` (e2e.test). @default false */
+  test?: boolean;
 }
 
 /** The staging modules (`k8s.io/api`, ...) are published as v0.X.Y for Kubernetes v1.X.Y. */
@@ -259,6 +269,99 @@ const KUBELET_SPEC: BinarySpec = {
   replaces: (goMod: string) => stagingReplaces(goMod, KUBERNETES_VERSION),
 };
 
+/** Paths of what upstream's conformance tests need beyond the control plane (`deno task conformance`). */
+export interface ConformanceBinaries {
+  /** `go test -c k8s.io/kubernetes/test/e2e`: upstream's e2e suite. */
+  e2eTest: string;
+  kubeControllerManager: string;
+  kubeScheduler: string;
+  /** The ginkgo CLI of the version e2e.test is built with: it runs e2e.test in parallel. */
+  ginkgo: string;
+}
+
+function kubernetesSpec(name: string, pkg: string, expectVersion: string): BinarySpec {
+  return {
+    name,
+    version: KUBERNETES_VERSION,
+    module: "k8s.io/kubernetes",
+    pkg,
+    versionArgs: ["--version"],
+    expectVersion,
+    ldflags: kubernetesLdflags(KUBERNETES_VERSION, KUBERNETES_BUILD_DATE),
+    replaces: (goMod: string) => stagingReplaces(goMod, KUBERNETES_VERSION),
+  };
+}
+
+const CONFORMANCE_SPECS = {
+  // e2e.test prints version.Get(), the bare git version.
+  e2eTest: {
+    ...kubernetesSpec("e2e.test", "k8s.io/kubernetes/test/e2e", KUBERNETES_VERSION),
+    test: true,
+  },
+  kubeControllerManager: kubernetesSpec(
+    "kube-controller-manager",
+    "k8s.io/kubernetes/cmd/kube-controller-manager",
+    `Kubernetes ${KUBERNETES_VERSION}`,
+  ),
+  kubeScheduler: kubernetesSpec(
+    "kube-scheduler",
+    "k8s.io/kubernetes/cmd/kube-scheduler",
+    `Kubernetes ${KUBERNETES_VERSION}`,
+  ),
+} satisfies Record<Exclude<keyof ConformanceBinaries, "ginkgo">, BinarySpec>;
+
+/** The version of a module that a go.mod requires, or undefined. */
+export function requiredVersion(goMod: string, module: string): string | undefined {
+  const escaped = module.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+  return new RegExp(`^\\s*(?:require\\s+)?${escaped}\\s+(v\\S+)`, "m").exec(goMod)?.[1];
+}
+
+/**
+ * Builds e2e.test, kube-controller-manager and kube-scheduler of {@link KUBERNETES_VERSION}, and
+ * the ginkgo CLI at the version k8s.io/kubernetes requires, unless the cache holds them.
+ */
+export async function ensureConformanceBinaries(
+  opts: ControlPlaneBuildOptions = {},
+): Promise<ConformanceBinaries> {
+  const log = opts.log ?? ((line: string) => console.error(line));
+  const ctx: BuildContext = {
+    cacheDir: controlPlaneCacheDir(),
+    go: await findProgram("go"),
+    log,
+    signal: opts.signal,
+  };
+  const out: Partial<ConformanceBinaries> = {};
+  for (const key of ["kubeScheduler", "kubeControllerManager", "e2eTest"] as const) {
+    out[key] = await ensureBinaryIn(CONFORMANCE_SPECS[key], ctx);
+  }
+  if (!ctx.go) throw new ControlPlaneBuildError("Cannot build ginkgo: 'go' is not on PATH");
+  const dir = `${ctx.cacheDir}/src/ginkgo-version`;
+  await Deno.mkdir(dir, { recursive: true });
+  const { goMod: k8sGoMod } = await downloadModule(
+    ctx.go,
+    "k8s.io/kubernetes",
+    KUBERNETES_VERSION,
+    dir,
+    ctx,
+  );
+  const version = requiredVersion(k8sGoMod, "github.com/onsi/ginkgo/v2");
+  if (!version) {
+    throw new ControlPlaneBuildError(
+      `k8s.io/kubernetes ${KUBERNETES_VERSION} go.mod does not require github.com/onsi/ginkgo/v2`,
+    );
+  }
+  out.ginkgo = await ensureBinaryIn({
+    name: "ginkgo",
+    version,
+    module: "github.com/onsi/ginkgo/v2",
+    pkg: "github.com/onsi/ginkgo/v2/ginkgo",
+    versionArgs: ["version"],
+    expectVersion: `Ginkgo Version ${version.slice(1)}`,
+    ldflags: [],
+  }, ctx);
+  return out as ConformanceBinaries;
+}
+
 /** The cache root: `$KUBELET_TS_CACHE`, else `$HOME/.cache/kubelet-ts`. */
 export function controlPlaneCacheDir(): string {
   const explicit = Deno.env.get("KUBELET_TS_CACHE");
@@ -291,7 +394,7 @@ export async function ensureControlPlaneBinaries(
   const out: Partial<ControlPlaneBinaries> = {};
   // One after another: each `go build` already uses every core.
   for (const key of ["etcd", "crictl", "kubectl", "kubeApiserver"] as const) {
-    out[key] = await ensureBinary(SPECS[key], { cacheDir, go, log, signal: opts.signal });
+    out[key] = await ensureBinaryIn(SPECS[key], { cacheDir, go, log, signal: opts.signal });
   }
   log(`control-plane: all binaries ready in ${formatDuration(performance.now() - started)}`);
   return out as ControlPlaneBinaries;
@@ -303,7 +406,7 @@ export async function ensureControlPlaneBinaries(
  */
 export async function ensureUpstreamKubelet(opts: ControlPlaneBuildOptions = {}): Promise<string> {
   const log = opts.log ?? ((line: string) => console.error(line));
-  return await ensureBinary(KUBELET_SPEC, {
+  return await ensureBinaryIn(KUBELET_SPEC, {
     cacheDir: controlPlaneCacheDir(),
     go: await findProgram("go"),
     log,
@@ -318,7 +421,23 @@ interface BuildContext {
   signal?: AbortSignal;
 }
 
-async function ensureBinary(spec: BinarySpec, ctx: BuildContext): Promise<string> {
+/**
+ * Builds one program of {@link BinarySpec} into the cache unless it holds it already (reporting
+ * its version), under a lock shared by every process, and returns its path.
+ */
+export async function ensureBinary(
+  spec: BinarySpec,
+  opts: ControlPlaneBuildOptions = {},
+): Promise<string> {
+  return await ensureBinaryIn(spec, {
+    cacheDir: controlPlaneCacheDir(),
+    go: await findProgram("go"),
+    log: opts.log ?? ((line: string) => console.error(line)),
+    signal: opts.signal,
+  });
+}
+
+async function ensureBinaryIn(spec: BinarySpec, ctx: BuildContext): Promise<string> {
   const label = `${spec.name} ${spec.version}`;
   const target = binaryPath(spec.name, spec.version, ctx.cacheDir);
   if (await reportsVersion(target, spec, ctx.signal)) {
@@ -345,7 +464,14 @@ async function ensureBinary(spec: BinarySpec, ctx: BuildContext): Promise<string
   await removeStaleTemps(dirname(target), spec.name);
   const started = performance.now();
   ctx.log(`control-plane: building ${label} from ${spec.module} into ${target}`);
-  const upstream = await downloadModule(ctx.go, spec.module, spec.version, srcDir, ctx);
+  const { goMod: upstream, dir: moduleDir } = await downloadModule(
+    ctx.go,
+    spec.module,
+    spec.version,
+    srcDir,
+    ctx,
+  );
+  await spec.verify?.(moduleDir);
   const goMod = wrapperGoMod(
     spec.name,
     upstream,
@@ -362,12 +488,12 @@ async function ensureBinary(spec: BinarySpec, ctx: BuildContext): Promise<string
     await runGo(
       ctx.go,
       [
-        "build",
+        ...(spec.test ? ["test", "-c"] : ["build"]),
         "-mod=mod",
         "-trimpath",
         "-buildvcs=false",
         "-ldflags",
-        ["-s", "-w", ...spec.ldflags].join(" "),
+        [...(spec.keepSymbols ? [] : ["-s"]), "-w", ...spec.ldflags].join(" "),
         "-o",
         temp,
         spec.pkg,
@@ -380,7 +506,7 @@ async function ensureBinary(spec: BinarySpec, ctx: BuildContext): Promise<string
       const got = await versionOutput(temp, spec, ctx.signal);
       throw new ControlPlaneBuildError(
         `Built ${label}, but '${spec.name} ${
-          spec.versionArgs.join(" ")
+          spec.versionArgs?.join(" ")
         }' does not say '${spec.expectVersion}': ${got}`,
       );
     }
@@ -393,13 +519,36 @@ async function ensureBinary(spec: BinarySpec, ctx: BuildContext): Promise<string
 }
 
 /** Reads upstream's go.mod through the module cache (downloading the module when needed). */
+/** Where `module@version` lies in the module cache, and its go.mod; downloads it when needed. */
+export async function downloadGoModule(
+  module: string,
+  version: string,
+  opts: ControlPlaneBuildOptions = {},
+): Promise<{ dir: string; goMod: string }> {
+  const go = await findProgram("go");
+  if (!go) {
+    throw new ControlPlaneBuildError(
+      `Cannot download ${module}@${version}: 'go' is not on PATH (Go 1.26+ is needed)`,
+    );
+  }
+  const cacheDir = controlPlaneCacheDir();
+  const cwd = `${cacheDir}/src/download`;
+  await Deno.mkdir(cwd, { recursive: true });
+  return await downloadModule(go, module, version, cwd, {
+    cacheDir,
+    go,
+    log: opts.log ?? (() => {}),
+    signal: opts.signal,
+  });
+}
+
 async function downloadModule(
   go: string,
   module: string,
   version: string,
   cwd: string,
   ctx: BuildContext,
-): Promise<string> {
+): Promise<{ dir: string; goMod: string }> {
   const stdout = await runGo(
     go,
     ["mod", "download", "-json", `${module}@${version}`],
@@ -408,7 +557,7 @@ async function downloadModule(
     `download ${module}@${version}`,
     ctx,
   );
-  let info: { GoMod?: string; Error?: string };
+  let info: { Dir?: string; GoMod?: string; Error?: string };
   try {
     info = JSON.parse(stdout);
   } catch (cause) {
@@ -417,12 +566,12 @@ async function downloadModule(
       { cause },
     );
   }
-  if (info.Error || !info.GoMod) {
+  if (info.Error || !info.GoMod || !info.Dir) {
     throw new ControlPlaneBuildError(
-      `Cannot download ${module}@${version}: ${info.Error ?? "no GoMod in the answer"}`,
+      `Cannot download ${module}@${version}: ${info.Error ?? "no Dir or GoMod in the answer"}`,
     );
   }
-  return await Deno.readTextFile(info.GoMod);
+  return { dir: info.Dir, goMod: await Deno.readTextFile(info.GoMod) };
 }
 
 /**
@@ -521,13 +670,14 @@ async function reportsVersion(
   } catch {
     return false;
   }
+  if (!spec.versionArgs) return true;
   return (await versionOutput(path, spec, signal)).includes(spec.expectVersion);
 }
 
 async function versionOutput(path: string, spec: BinarySpec, signal?: AbortSignal) {
   try {
     const out = await new Deno.Command(path, {
-      args: spec.versionArgs,
+      args: spec.versionArgs ?? [],
       stdin: "null",
       stdout: "piped",
       stderr: "piped",

@@ -14,6 +14,7 @@ import {
   formatDuration,
   KUBERNETES_VERSION,
   parseReplaces,
+  requiredVersion,
   stagingReplaces,
   stagingVersion,
   wrapperGoMod,
@@ -118,4 +119,21 @@ Deno.test({
       new RegExp(`etcd Version: ${ETCD_VERSION.slice(1).replaceAll(".", "\\.")}\\n`),
     );
   },
+});
+
+Deno.test("requiredVersion reads a module's version from require blocks and lines", () => {
+  const goMod = [
+    "module k8s.io/kubernetes",
+    "",
+    "require github.com/a/b v1.0.0",
+    "",
+    "require (",
+    "\tgithub.com/onsi/ginkgo/v2 v2.28.1",
+    "\tgithub.com/onsi/gomega v1.39.0 // indirect",
+    ")",
+  ].join("\n");
+  assert.equal(requiredVersion(goMod, "github.com/onsi/ginkgo/v2"), "v2.28.1");
+  assert.equal(requiredVersion(goMod, "github.com/a/b"), "v1.0.0");
+  assert.equal(requiredVersion(goMod, "github.com/onsi/ginkgo"), undefined);
+  assert.equal(requiredVersion(goMod, "github.com/x/y"), undefined);
 });

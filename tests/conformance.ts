@@ -1,0 +1,310 @@
+/**
+ * @module
+ * `deno task conformance`: upstream's own e2e conformance tests (`e2e.test` of
+ * k8s.io/kubernetes {@link KUBERNETES_VERSION}, as sonobuoy and CNCF certification run them)
+ * against this kubelet on one node, or with `--agent upstream` against the Go kubelet of the
+ * same release on the same harness, so that a failure can be told apart from a harness problem.
+ *
+ * It builds e2e.test, kube-controller-manager, kube-scheduler and the ginkgo CLI from their Go
+ * modules (tests/control_plane_build.ts), builds the images the suite names offline under
+ * upstream's exact names (tests/conformance_images.ts, which says which are stand-ins), starts
+ * containerd with upstream's `test-handler` runtime handler, etcd, kube-apiserver, the
+ * controller manager (service-account tokens, namespace deletion, CSR signing, the root CA
+ * publisher) and the scheduler, then the kubelet, and runs e2e.test through ginkgo in parallel
+ * processes. The results go to tests/results/conformance-<date>-<runtime>-<agent>.md (one row
+ * per spec that ran: result, seconds, the failure's first line; tests/conformance_report.ts).
+ *
+ * Options (`deno task conformance --help`): --agent agent|upstream, --focus, --skip, --procs,
+ * --out, --keep (leave the work directory for inspection). Runs as root; takes about 20 minutes
+ * for the [sig-node] and [sig-storage] focus with 4 processes on 2 CPUs.
+ */
+
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { type BenchAgent, startOurAgent, startUpstreamKubelet } from "./_bench_agents.ts";
+import { REPO_ROOT } from "./agent_process.ts";
+import { ensureConformanceImages, parseImageList } from "./conformance_images.ts";
+import { isSuiteNode, parseJUnit, renderResults } from "./conformance_report.ts";
+import { ensureRuntimePackages, startContainerd } from "./containerd_harness.ts";
+import { type Child, spawnLogged, startControlPlane } from "./control_plane.ts";
+import {
+  ensureConformanceBinaries,
+  ensureControlPlaneBinaries,
+  KUBERNETES_VERSION,
+} from "./control_plane_build.ts";
+import { ensureImagePackages, importImages, PAUSE } from "./images.ts";
+
+/** The kubelet-facing conformance tests: sig-node's and sig-storage's. */
+export const DEFAULT_FOCUS = "\\[sig-(node|storage)\\].*\\[Conformance\\]";
+/** What one node cannot run (they reboot, drain or need the whole cluster to themselves). */
+export const DEFAULT_SKIP = "\\[Serial\\]|\\[Disruptive\\]";
+/** The node the kubelet registers. */
+export const NODE_NAME = "conformance-node";
+
+/** The harness's options, as `--help` lists them. */
+export interface ConformanceArgs {
+  readonly agent: "agent" | "upstream";
+  readonly focus: string;
+  readonly skip: string;
+  readonly procs: number;
+  readonly out?: string;
+  readonly keep: boolean;
+  readonly help: boolean;
+}
+
+export const USAGE = `Usage: deno task conformance [options]
+
+Runs upstream's e2e conformance tests (e2e.test ${KUBERNETES_VERSION}) against one node.
+
+  --agent agent|upstream  the kubelet under test: this one (default) or the Go kubelet
+  --focus REGEX           ginkgo focus (default ${DEFAULT_FOCUS})
+  --skip REGEX            ginkgo skip (default ${DEFAULT_SKIP})
+  --procs N               parallel e2e.test processes (default 4)
+  --out FILE              results file (default tests/results/conformance-<date>-<runtime>-<agent>.md)
+  --keep                  keep the work directory (logs, JUnit report) after the run
+  --help                  this text
+`;
+
+/** A bad command line: the message names the option and value. */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+/** Parses the harness's command line. */
+export function parseConformanceArgs(args: readonly string[]): ConformanceArgs {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: [...args],
+      options: {
+        agent: { type: "string", default: "agent" },
+        focus: { type: "string", default: DEFAULT_FOCUS },
+        skip: { type: "string", default: DEFAULT_SKIP },
+        procs: { type: "string", default: "4" },
+        out: { type: "string" },
+        keep: { type: "boolean", default: false },
+        help: { type: "boolean", default: false },
+      },
+      strict: true,
+      allowPositionals: false,
+    });
+  } catch (e) {
+    throw new UsageError(e instanceof Error ? e.message : String(e));
+  }
+  const v = parsed.values;
+  if (v.agent !== "agent" && v.agent !== "upstream") {
+    throw new UsageError(`--agent must be 'agent' or 'upstream': current value is '${v.agent}'`);
+  }
+  const procs = Number(v.procs);
+  if (!Number.isInteger(procs) || procs < 1 || procs > 32) {
+    throw new UsageError(
+      `--procs must be a whole number from 1 to 32: current value is '${v.procs}'`,
+    );
+  }
+  for (const [name, re] of [["--focus", v.focus], ["--skip", v.skip]] as const) {
+    try {
+      new RegExp(re);
+    } catch {
+      throw new UsageError(`${name} must be a regular expression: current value is '${re}'`);
+    }
+  }
+  return {
+    agent: v.agent,
+    focus: v.focus,
+    skip: v.skip,
+    procs,
+    out: v.out,
+    keep: v.keep,
+    help: v.help,
+  };
+}
+
+async function output(program: string, args: string[], signal?: AbortSignal): Promise<string> {
+  const out = await new Deno.Command(program, { args, stdout: "piped", stderr: "piped", signal })
+    .output();
+  const dec = new TextDecoder();
+  if (!out.success) {
+    throw new Error(`${program} ${args.join(" ")} exited ${out.code}: ${dec.decode(out.stderr)}`);
+  }
+  return dec.decode(out.stdout);
+}
+
+/** Runs the conformance focus once; resolves to the results file's path. */
+export async function runConformance(
+  opts: ConformanceArgs,
+  signal?: AbortSignal,
+): Promise<{ file: string; passed: number; failed: number }> {
+  const log = (line: string) => console.error(line);
+  const started = new Date();
+  await ensureRuntimePackages();
+  await ensureImagePackages();
+  const cpBins = await ensureControlPlaneBinaries({ signal, log });
+  const bins = await ensureConformanceBinaries({ signal, log });
+  const dir = await Deno.makeTempDir({ prefix: "kubelet-ts-conformance-" });
+  log(`conformance: work directory ${dir}`);
+  const stops: (() => Promise<unknown>)[] = [];
+  try {
+    const containerd = await startContainerd({
+      dir: join(dir, "containerd"),
+      runtimeHandlers: ["test-handler"],
+      signal,
+    });
+    stops.push(() => containerd.stop());
+    const runtime = (await output("containerd", ["--version"])).trim().split(/\s+/)[2] ?? "?";
+    await importImages({ containerdSocket: containerd.socket, images: [PAUSE], signal });
+    const names = parseImageList(await output(bins.e2eTest, ["--list-images"], signal));
+    const images = await ensureConformanceImages({
+      names,
+      ctr: { address: containerd.socket },
+      signal,
+      log,
+    });
+
+    const cp = await startControlPlane({
+      dir: join(dir, "control-plane"),
+      nodeNames: [NODE_NAME],
+      binaries: cpBins,
+      signal,
+      log,
+    });
+    stops.push(() => cp.stop());
+    const pki = cp.pki;
+    const kcm = await spawnLogged(bins.kubeControllerManager, [
+      `--kubeconfig=${cp.adminKubeconfig}`,
+      `--authentication-kubeconfig=${cp.adminKubeconfig}`,
+      `--authorization-kubeconfig=${cp.adminKubeconfig}`,
+      "--bind-address=127.0.0.1",
+      "--secure-port=0",
+      "--leader-elect=false",
+      "--use-service-account-credentials=true",
+      `--service-account-private-key-file=${pki.serviceAccount.key}`,
+      `--root-ca-file=${pki.ca.cert}`,
+      `--cluster-signing-cert-file=${pki.ca.cert}`,
+      `--cluster-signing-key-file=${pki.ca.key}`,
+      "--controllers=*,bootstrapsigner,tokencleaner",
+      "--v=1",
+    ], { logFile: join(dir, "kube-controller-manager.log"), dir, stopTimeoutMs: 10_000 });
+    stops.push(() => kcm.stop());
+    const scheduler = await spawnLogged(bins.kubeScheduler, [
+      `--kubeconfig=${cp.adminKubeconfig}`,
+      `--authentication-kubeconfig=${cp.adminKubeconfig}`,
+      `--authorization-kubeconfig=${cp.adminKubeconfig}`,
+      "--bind-address=127.0.0.1",
+      "--secure-port=0",
+      "--leader-elect=false",
+      "--v=1",
+    ], { logFile: join(dir, "kube-scheduler.log"), dir, stopTimeoutMs: 10_000 });
+    stops.push(() => scheduler.stop());
+    await assertRunning([["kube-controller-manager", kcm], ["kube-scheduler", scheduler]], dir);
+
+    const agentOpts = {
+      cp,
+      dir: join(dir, "node"),
+      nodeName: NODE_NAME,
+      endpoint: containerd.endpoint,
+      signal,
+    };
+    const agent: BenchAgent = opts.agent === "upstream"
+      ? await startUpstreamKubelet({ ...agentOpts, log })
+      : await startOurAgent(agentOpts);
+    stops.push(async () => {
+      await agent.stop();
+      await Deno.writeTextFile(join(dir, "kubelet.log"), agent.stderr());
+    });
+    log(`conformance: ${opts.agent} registered ${NODE_NAME}; running e2e.test`);
+
+    const reportDir = join(dir, "report");
+    await Deno.mkdir(reportDir, { recursive: true });
+    const ginkgoArgs = [
+      `--procs=${opts.procs}`,
+      `--focus=${opts.focus}`,
+      `--skip=${opts.skip}`,
+      "--timeout=3h",
+      "--no-color",
+      "--silence-skips",
+      "--junit-report=junit.xml",
+      `--output-dir=${reportDir}`,
+      bins.e2eTest,
+      "--",
+      `--kubeconfig=${cp.adminKubeconfig}`,
+      "--provider=skeleton",
+      `--report-dir=${reportDir}`,
+      "--dump-logs-on-failure=false",
+    ];
+    const run = await new Deno.Command(bins.ginkgo, {
+      args: ginkgoArgs,
+      cwd: dir,
+      stdin: "null",
+      stdout: "inherit",
+      stderr: "inherit",
+      signal,
+    }).output();
+    log(`conformance: ginkgo exited ${run.code}`);
+    const specs = parseJUnit(await Deno.readTextFile(join(reportDir, "junit.xml")));
+    const commit = (await output("git", ["-C", REPO_ROOT, "rev-parse", "--short", "HEAD"])).trim();
+    const day = started.toISOString().slice(0, 10);
+    const file = opts.out ??
+      join(
+        REPO_ROOT,
+        "tests",
+        "results",
+        `conformance-${day}-containerd-${runtime}-${opts.agent}.md`,
+      );
+    const text = renderResults({
+      agent: opts.agent === "upstream" ? `the Go kubelet ${KUBERNETES_VERSION}` : "kubelet-ts",
+      runtime: `containerd ${runtime}`,
+      focus: opts.focus,
+      skip: opts.skip,
+      started: started.toISOString(),
+      wallSeconds: (Date.now() - started.getTime()) / 1000,
+      commit,
+      images: new Map(
+        images.images.map((i) => [
+          i.name,
+          [i.status, i.source, i.reason].filter((x) => x).join(": "),
+        ]),
+      ),
+      command: `deno task conformance --agent ${opts.agent} --procs ${opts.procs}`,
+    }, specs);
+    await Deno.writeTextFile(file, text);
+    const ran = specs.filter((s) => s.state !== "skipped" && !isSuiteNode(s));
+    const passed = ran.filter((s) => s.state === "passed").length;
+    return { file, passed, failed: ran.length - passed };
+  } finally {
+    for (const stop of stops.reverse()) {
+      await stop().catch((e) => log(`conformance: stopping: ${e}`));
+    }
+    if (opts.keep) log(`conformance: kept ${dir}`);
+    else await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+}
+
+/** Fails naming the program and its log when one exited within its first seconds. */
+async function assertRunning(children: [string, Child][], dir: string): Promise<void> {
+  await new Promise((r) => setTimeout(r, 3000));
+  for (const [name, child] of children) {
+    if (child.exited) {
+      throw new Error(`${name} exited at start: see ${join(dir, `${name}.log`)}`);
+    }
+  }
+}
+
+if (import.meta.main) {
+  let args: ConformanceArgs;
+  try {
+    args = parseConformanceArgs(Deno.args);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    console.error(`conformance: ${e.message}\n\n${USAGE}`);
+    Deno.exit(2);
+  }
+  if (args.help) {
+    console.log(USAGE);
+    Deno.exit(0);
+  }
+  const ctl = new AbortController();
+  Deno.addSignalListener("SIGINT", () => ctl.abort(new Error("interrupted")));
+  const r = await runConformance(args, ctl.signal);
+  console.log(`conformance: ${r.passed} passed, ${r.failed} failed; results in ${r.file}`);
+  Deno.exit(r.failed === 0 ? 0 : 1);
+}

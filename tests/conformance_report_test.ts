@@ -1,0 +1,69 @@
+import assert from "node:assert/strict";
+import { firstLine, parseJUnit, renderResults } from "./conformance_report.ts";
+
+const REPORT = `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="4" disabled="0" errors="0" failures="1" time="42.5">
+  <testsuite name="Kubernetes e2e suite" package="/e2e" tests="4" failures="1" time="42.5">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="1.5"></testcase>
+    <testcase name="[sig-node] Pods should get a host IP [NodeConformance] [Conformance]" classname="Kubernetes e2e suite" status="passed" time="4.25">
+      <system-err>STEP: creating pod</system-err>
+    </testcase>
+    <testcase name="[sig-node] Pods should allow activeDeadlineSeconds to be updated [NodeConformance] [Conformance]" classname="Kubernetes e2e suite" status="failed" time="30">
+      <failure message="wait for pod &quot;pod-update&quot; to be Failed: timed out&#10;more detail" type="failed">[FAILED] wait ...</failure>
+    </testcase>
+    <testcase name="[sig-storage] CSI Volumes [Serial]" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped>
+    </testcase>
+  </testsuite>
+</testsuites>`;
+
+Deno.test("parseJUnit reads ginkgo's specs with state, time and message", () => {
+  const specs = parseJUnit(REPORT);
+  assert.deepEqual(specs.map((s) => [s.state, s.seconds]), [
+    ["passed", 1.5],
+    ["passed", 4.25],
+    ["failed", 30],
+    ["skipped", 0],
+  ]);
+  assert.equal(
+    specs[2]!.message,
+    'wait for pod "pod-update" to be Failed: timed out\nmore detail',
+  );
+  assert.equal(
+    specs[1]!.name,
+    "[sig-node] Pods should get a host IP [NodeConformance] [Conformance]",
+  );
+});
+
+Deno.test("renderResults lists failures first and counts what ran", () => {
+  const text = renderResults({
+    agent: "agent",
+    runtime: "containerd 1.6.20",
+    focus: "\\[Conformance\\]",
+    skip: "\\[Serial\\]",
+    started: "2026-12-06T05:00:00Z",
+    wallSeconds: 42.5,
+    commit: "abc1234",
+    images: new Map([["registry.k8s.io/e2e-test-images/busybox:1.37.0-1", "stand-in: Debian's"]]),
+    command: "deno task conformance",
+  }, parseJUnit(REPORT));
+  // The suite node is not a spec: 1 passed, not 2.
+  assert.match(text, /\*\*1 passed, 1 failed\*\* \(1 specs of the suite not run\)/);
+  const rows = text.split("\n").filter((l) => /^\| (passed|failed) /.test(l));
+  assert.equal(rows.length, 2);
+  assert.match(
+    rows[0]!,
+    /^\| failed \| 30\.0 \| \[sig-node\] Pods should allow activeDeadlineSeconds/,
+  );
+  assert.match(rows[0]!, /\| wait for pod "pod-update" to be Failed: timed out \|$/);
+  assert.match(
+    text,
+    /\| `registry.k8s.io\/e2e-test-images\/busybox:1.37.0-1` \| stand-in: Debian's \|/,
+  );
+});
+
+Deno.test("firstLine skips blank lines and shortens long ones", () => {
+  assert.equal(firstLine("\n\n  boom\nmore"), "boom");
+  assert.equal(firstLine("x".repeat(300)).length, 200);
+  assert.equal(firstLine(""), "");
+});
