@@ -92,6 +92,16 @@ export interface BinarySpec {
   keepSymbols?: boolean;
   /** Checks the downloaded module before a build, e.g. that a VERSION file matches. */
   verify?: (moduleDir: string) => Promise<void>;
+  /** Whether a version output is this program's pinned version. @default contains expectVersion */
+  versionMatches?: (output: string) => boolean;
+  /** Build with cgo (runc, containerd). @default false */
+  cgo?: boolean;
+  /** `-buildmode=pie`. @default false */
+  pie?: boolean;
+  /** Build tags. @default none */
+  tags?: string[];
+  /** Installs what the build needs besides Go (e.g. headers for cgo); run before a build. */
+  prepare?: () => Promise<void>;
   /** A main.go for the wrapper module, when upstream's main package is not in `module`. */
   mainGo?: string;
   /** The replace lines the wrapper needs, derived from upstream's go.mod. */
@@ -472,6 +482,7 @@ async function ensureBinaryIn(spec: BinarySpec, ctx: BuildContext): Promise<stri
     ctx,
   );
   await spec.verify?.(moduleDir);
+  await spec.prepare?.();
   const goMod = wrapperGoMod(
     spec.name,
     upstream,
@@ -492,6 +503,8 @@ async function ensureBinaryIn(spec: BinarySpec, ctx: BuildContext): Promise<stri
         "-mod=mod",
         "-trimpath",
         "-buildvcs=false",
+        ...(spec.pie ? ["-buildmode=pie"] : []),
+        ...(spec.tags?.length ? ["-tags", spec.tags.join(",")] : []),
         "-ldflags",
         [...(spec.keepSymbols ? [] : ["-s"]), "-w", ...spec.ldflags].join(" "),
         "-o",
@@ -501,6 +514,7 @@ async function ensureBinaryIn(spec: BinarySpec, ctx: BuildContext): Promise<stri
       srcDir,
       `build ${label}`,
       ctx,
+      { CGO_ENABLED: spec.cgo ? "1" : "0" },
     );
     if (!(await reportsVersion(temp, spec, ctx.signal))) {
       const got = await versionOutput(temp, spec, ctx.signal);
@@ -671,7 +685,8 @@ async function reportsVersion(
     return false;
   }
   if (!spec.versionArgs) return true;
-  return (await versionOutput(path, spec, signal)).includes(spec.expectVersion);
+  const output = await versionOutput(path, spec, signal);
+  return spec.versionMatches ? spec.versionMatches(output) : output.includes(spec.expectVersion);
 }
 
 async function versionOutput(path: string, spec: BinarySpec, signal?: AbortSignal) {
