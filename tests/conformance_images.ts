@@ -90,6 +90,8 @@ export interface GoImageRecipe {
   moduleFiles?: Readonly<Record<string, string>>;
   /** Text files by absolute path, as {@link ImageSpec.files} (they replace the defaults). */
   files?: Readonly<Record<string, string>>;
+  /** Executable text files (mode 0755) by absolute path, e.g. shell stand-ins for tools. */
+  scripts?: Readonly<Record<string, string>>;
   /** Empty directories to create (absolute paths). */
   dirs?: readonly string[];
   /** Symbolic links: absolute path → target. */
@@ -191,6 +193,27 @@ const AGNHOST_GROUP = [
   "",
 ].join("\n");
 
+/**
+ * `curl` as e2e tests call it (`curl http://<ip>:<port>/path`, with -s/-S/-f/-L and -o FILE),
+ * over busybox's wget: many tests (lifecycle hooks among them) curl from agnhost pods, and
+ * upstream's agnhost image has curl from alpine.
+ */
+const CURL_STAND_IN = `#!/bin/sh
+# kubelet-ts stand-in for curl (tests/conformance_images.ts): GETs one URL with busybox wget.
+out=-
+url=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o|--output) out="$2"; shift 2 ;;
+    -m|--max-time|--connect-timeout|-H|--header|-X|--request) shift 2 ;;
+    -*) shift ;;
+    *) url="$1"; shift ;;
+  esac
+done
+[ -n "$url" ] || { echo "curl: no URL specified" >&2; exit 2; }
+exec wget -q -O "$out" "$url"
+`;
+
 /** agnhost's image as its Dockerfile makes it, minus what alpine's packages bring. */
 const AGNHOST_IMAGE: GoImageRecipe = {
   kind: "go",
@@ -200,12 +223,14 @@ const AGNHOST_IMAGE: GoImageRecipe = {
     "test/images/agnhost/porter/localhost.key": "/localhost.key",
   },
   files: { "/etc/passwd": AGNHOST_PASSWD, "/etc/group": AGNHOST_GROUP },
+  scripts: { "/usr/bin/curl": CURL_STAND_IN },
   dirs: ["/uploads"],
   symlinks: { "/agnhost-2": "agnhost" },
   config: { Entrypoint: ["/agnhost"], Cmd: ["pause"] },
 };
 
-const AGNHOST_DIFFERS = "on Debian's busybox-static, not alpine 3.21: no curl, dig, bash, " +
+const AGNHOST_DIFFERS = "on Debian's busybox-static, not alpine 3.21: curl is a shell " +
+  "stand-in over busybox wget (one URL, GET); no dig, bash, " +
   "iperf, ss or util-linux (busybox has wget, nc, nslookup, ip); no /coredns, no fake " +
   "registry in /var/registry; no ExposedPorts in its config (deploy/oci_layout.ts cannot " +
   "write them)";
@@ -571,6 +596,10 @@ async function buildGoImage(name: string, recipe: GoImageRecipe, ctx: Context): 
   for (const [from, to] of Object.entries(recipe.moduleFiles ?? {})) {
     const data = await Deno.readFile(`${mod.dir}/${from}`);
     added.push({ path: relative(to), type: "file", mode: 0o644, data });
+  }
+  for (const [path, text] of Object.entries(recipe.scripts ?? {})) {
+    const data = new TextEncoder().encode(text);
+    added.push({ path: relative(path), type: "file", mode: 0o755, data });
   }
   for (const dir of recipe.dirs ?? []) {
     added.push({ path: `${relative(dir)}/`, type: "dir", mode: 0o755 });

@@ -358,6 +358,12 @@ Deno.test({
         20_000,
       );
       assert.equal(echo, "conformance");
+      // The curl stand-in, as lifecycle hook tests call it.
+      const curled = await ctr(socket, [
+        ...["tasks", "exec", "--exec-id", "curl", "agnhost-netexec"],
+        ...["sh", "-c", "curl http://127.0.0.1:8080/echo?msg=poststart"],
+      ]);
+      assert.deepEqual(curled, { code: 0, output: "poststart" });
       const id = await ctr(socket, [
         ...["tasks", "exec", "--exec-id", "id", "agnhost-netexec"],
         ...["id", "user-defined-in-image"],
