@@ -25,7 +25,7 @@ import { type BenchAgent, startOurAgent, startUpstreamKubelet } from "./_bench_a
 import { REPO_ROOT } from "./agent_process.ts";
 import { ensureConformanceImages, parseImageList } from "./conformance_images.ts";
 import { isSuiteNode, parseJUnit, renderResults } from "./conformance_report.ts";
-import { ensureRuntimePackages, startContainerd } from "./containerd_harness.ts";
+import { ensureRuntimePackages, type RuntimeKind, startContainerd } from "./containerd_harness.ts";
 import { type Child, spawnLogged, startControlPlane } from "./control_plane.ts";
 import {
   ensureConformanceBinaries,
@@ -44,6 +44,8 @@ export const NODE_NAME = "conformance-node";
 /** The harness's options, as `--help` lists them. */
 export interface ConformanceArgs {
   readonly agent: "agent" | "upstream";
+  /** Debian's containerd 1.6 or containerd 2.x built from its module. */
+  readonly runtime: RuntimeKind;
   readonly focus: string;
   readonly skip: string;
   readonly procs: number;
@@ -57,6 +59,9 @@ export const USAGE = `Usage: deno task conformance [options]
 Runs upstream's e2e conformance tests (e2e.test ${KUBERNETES_VERSION}) against one node.
 
   --agent agent|upstream  the kubelet under test: this one (default) or the Go kubelet
+  --runtime containerd|containerd2
+                          Debian's containerd 1.6 (default, or $KUBELET_TS_RUNTIME) or
+                          containerd 2.x built from its Go module
   --focus REGEX           ginkgo focus (default ${DEFAULT_FOCUS})
   --skip REGEX            ginkgo skip (default ${DEFAULT_SKIP})
   --procs N               parallel e2e.test processes (default 4)
@@ -78,6 +83,7 @@ export function parseConformanceArgs(args: readonly string[]): ConformanceArgs {
       args: [...args],
       options: {
         agent: { type: "string", default: "agent" },
+        runtime: { type: "string" },
         focus: { type: "string", default: DEFAULT_FOCUS },
         skip: { type: "string", default: DEFAULT_SKIP },
         procs: { type: "string", default: "4" },
@@ -95,6 +101,12 @@ export function parseConformanceArgs(args: readonly string[]): ConformanceArgs {
   if (v.agent !== "agent" && v.agent !== "upstream") {
     throw new UsageError(`--agent must be 'agent' or 'upstream': current value is '${v.agent}'`);
   }
+  const runtime = v.runtime ?? Deno.env.get("KUBELET_TS_RUNTIME") ?? "containerd";
+  if (runtime !== "containerd" && runtime !== "containerd2") {
+    throw new UsageError(
+      `--runtime must be 'containerd' or 'containerd2': current value is '${runtime}'`,
+    );
+  }
   const procs = Number(v.procs);
   if (!Number.isInteger(procs) || procs < 1 || procs > 32) {
     throw new UsageError(
@@ -110,6 +122,7 @@ export function parseConformanceArgs(args: readonly string[]): ConformanceArgs {
   }
   return {
     agent: v.agent,
+    runtime,
     focus: v.focus,
     skip: v.skip,
     procs,
@@ -147,10 +160,11 @@ export async function runConformance(
     const containerd = await startContainerd({
       dir: join(dir, "containerd"),
       runtimeHandlers: ["test-handler"],
+      runtime: opts.runtime,
       signal,
     });
     stops.push(() => containerd.stop());
-    const runtime = (await output("containerd", ["--version"])).trim().split(/\s+/)[2] ?? "?";
+    const runtime = containerd.version.split(/\s+/)[2]?.replace(/^v/, "") ?? "?";
     await importImages({ containerdSocket: containerd.socket, images: [PAUSE], signal });
     const names = parseImageList(await output(bins.e2eTest, ["--list-images"], signal));
     const images = await ensureConformanceImages({
@@ -264,7 +278,8 @@ export async function runConformance(
           [i.status, i.source, i.reason].filter((x) => x).join(": "),
         ]),
       ),
-      command: `deno task conformance --agent ${opts.agent} --procs ${opts.procs}`,
+      command:
+        `deno task conformance --agent ${opts.agent} --runtime ${opts.runtime} --procs ${opts.procs}`,
     }, specs);
     await Deno.writeTextFile(file, text);
     const ran = specs.filter((s) => s.state !== "skipped" && !isSuiteNode(s));

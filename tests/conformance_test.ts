@@ -4,6 +4,7 @@ import { DEFAULT_FOCUS, DEFAULT_SKIP, parseConformanceArgs, UsageError } from ".
 Deno.test("parseConformanceArgs defaults to this kubelet, the sig-node and sig-storage focus, 4 processes", () => {
   assert.deepEqual(parseConformanceArgs([]), {
     agent: "agent",
+    runtime: Deno.env.get("KUBELET_TS_RUNTIME") ?? "containerd",
     focus: DEFAULT_FOCUS,
     skip: DEFAULT_SKIP,
     procs: 4,
@@ -23,6 +24,10 @@ Deno.test("parseConformanceArgs defaults to this kubelet, the sig-node and sig-s
 Deno.test("parseConformanceArgs names a bad option and its value", () => {
   const bad: [string[], RegExp][] = [
     [["--agent", "go"], /--agent must be 'agent' or 'upstream': current value is 'go'/],
+    [
+      ["--runtime", "cri-o"],
+      /--runtime must be 'containerd' or 'containerd2': current value is 'cri-o'/,
+    ],
     [["--procs", "0"], /--procs must be a whole number from 1 to 32: current value is '0'/],
     [["--procs", "x"], /current value is 'x'/],
     [["--focus", "("], /--focus must be a regular expression: current value is '\('/],

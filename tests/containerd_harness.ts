@@ -88,6 +88,27 @@ export interface ContainerdOptions {
    * (upstream's test clusters give containerd `test-handler`). @default []
    */
   runtimeHandlers?: readonly string[];
+  /**
+   * Which containerd: Debian's 1.6 ("containerd") or 2.x built from its Go module with its own
+   * runc ("containerd2", tests/runtime_build.ts).
+   * @default $KUBELET_TS_RUNTIME, else "containerd"
+   */
+  runtime?: RuntimeKind;
+}
+
+/** The containerd the harness runs; see {@link ContainerdOptions.runtime}. */
+export type RuntimeKind = "containerd" | "containerd2";
+
+/** `KUBELET_TS_RUNTIME` (containerd or containerd2); a bad value names itself. */
+export function runtimeFromEnv(): RuntimeKind {
+  const v = Deno.env.get("KUBELET_TS_RUNTIME") ?? "containerd";
+  if (v !== "containerd" && v !== "containerd2") {
+    throw new ContainerdStartError(
+      `KUBELET_TS_RUNTIME must be 'containerd' (Debian's 1.6) or 'containerd2' (2.x built ` +
+        `from its Go module): current value is '${v}'`,
+    );
+  }
+  return v;
 }
 
 /** A running containerd started by {@link startContainerd}. */
@@ -104,6 +125,8 @@ export interface ContainerdHandle {
   logFile: string;
   /** The CNI network its pods join. */
   network: string;
+  /** What `containerd --version` says, e.g. "containerd github.com/containerd/containerd/v2 v2.4.2". */
+  version: string;
   /** Stops containerd: SIGTERM, then SIGKILL after a bound. Idempotent. */
   stop(): Promise<void>;
   /**
@@ -150,7 +173,13 @@ export async function startContainerd(opts: ContainerdOptions): Promise<Containe
         `current value is '${socket}'`,
     );
   }
-  const containerdPath = await findProgram("containerd");
+  const runtime = opts.runtime ?? runtimeFromEnv();
+  // containerd 2.x is built (or found in the cache) with its runc and shim; the harness keeps
+  // using Debian's ctr, whose API the 2.x server still serves.
+  const built = runtime === "containerd2"
+    ? await (await import("./runtime_build.ts")).ensureContainerd2({ signal: opts.signal })
+    : undefined;
+  const containerdPath = built?.containerd ?? await findProgram("containerd");
   for (const program of ["containerd", "ctr", "runc"]) {
     if (!(await findProgram(program))) {
       throw new ContainerdStartError(
@@ -176,16 +205,25 @@ export async function startContainerd(opts: ContainerdOptions): Promise<Containe
     `${cniConfDir}/10-kubelet-ts-bridge.conflist`,
     JSON.stringify(network, null, 2) + "\n",
   );
+  const configArgs = { dir, root, socket, cniConfDir, runtimeHandlers: opts.runtimeHandlers };
   await Deno.writeTextFile(
     configFile,
-    containerdConfig({
-      dir,
-      root,
-      socket,
-      cniConfDir,
-      runtimeHandlers: opts.runtimeHandlers,
-    }),
+    built
+      ? (await import("./runtime_build.ts")).containerd2Config({
+        ...configArgs,
+        runc: built.runc,
+        shimRuncV2: built.shimRuncV2,
+      })
+      : containerdConfig(configArgs),
   );
+  const version = new TextDecoder().decode(
+    (await new Deno.Command(containerdPath ?? "containerd", { args: ["--version"] }).output())
+      .stdout,
+  ).trim();
+  // Tasks made outside CRI (ctr run) find the shim on containerd's PATH: the built one first.
+  const env = built
+    ? { PATH: `${parent(built.shimRuncV2)}:${parent(built.runc)}:${Deno.env.get("PATH") ?? ""}` }
+    : undefined;
 
   const log = await Deno.open(logFile, { create: true, append: true });
   const logWriter = log.writable.getWriter();
@@ -212,6 +250,7 @@ export async function startContainerd(opts: ContainerdOptions): Promise<Containe
     try {
       child = new Deno.Command(containerdPath ?? "containerd", {
         args: ["--config", configFile],
+        env,
         stdin: "null",
         stdout: "piped",
         stderr: "piped",
@@ -295,6 +334,7 @@ export async function startContainerd(opts: ContainerdOptions): Promise<Containe
     configFile,
     logFile,
     network: network.name,
+    version,
     stop,
     kill,
     async restart() {
