@@ -262,7 +262,8 @@ export async function runConformance(
         REPO_ROOT,
         "tests",
         "results",
-        `conformance-${day}-containerd-${runtime}-${opts.agent}.md`,
+        // Debian's "1.6.20~ds1" names the file as 1.6.20.
+        `conformance-${day}-containerd-${runtime.replace(/~.*$/, "")}-${opts.agent}.md`,
       );
     const text = renderResults({
       agent: opts.agent === "upstream" ? `the Go kubelet ${KUBERNETES_VERSION}` : "kubelet-ts",

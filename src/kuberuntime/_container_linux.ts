@@ -22,6 +22,7 @@ import { getContainerOOMScoreAdjust } from "../qos/qos.ts";
 import { parseQuantity } from "../util/quantity.ts";
 import { milliCPUToQuota, milliCPUToShares, QUOTA_PERIOD } from "../cm/helpers_linux.ts";
 import { milliValueOf, parseDec } from "../qos/resource_helpers.ts";
+import { namespacesForPod } from "./namespaces.ts";
 
 /** A CPU quantity in millicores, exact and rounded up (resource.Quantity's MilliValue). */
 function milliCPU(q: string | undefined): bigint {
@@ -213,15 +214,8 @@ export function determineEffectiveSecurityContext(
     sc.apparmor = apparmor.profile;
     sc.apparmorProfile = apparmor.deprecated;
   }
-  sc.namespaceOptions = api.NamespaceOption.create({
-    network: pod.spec?.hostNetwork ? api.NamespaceMode.NODE : api.NamespaceMode.POD,
-    ipc: pod.spec?.hostIPC ? api.NamespaceMode.NODE : api.NamespaceMode.POD,
-    pid: pod.spec?.hostPID
-      ? api.NamespaceMode.NODE
-      : pod.spec?.shareProcessNamespace
-      ? api.NamespaceMode.POD
-      : api.NamespaceMode.CONTAINER,
-  });
+  // The sandbox's namespaces, user namespace included (containerd 2.x compares the two).
+  sc.namespaceOptions = api.NamespaceOption.create(namespacesForPod(pod));
   const podSc = pod.spec?.securityContext;
   if (podSc?.fsGroup != null) sc.supplementalGroups.push(BigInt(podSc.fsGroup));
   for (const g of podSc?.supplementalGroups ?? []) sc.supplementalGroups.push(BigInt(g));

@@ -925,3 +925,20 @@ Deno.test("KubeRuntimeManager.syncPod fails an ephemeral container whose target 
     steps(result).join("\n"),
   );
 });
+
+Deno.test("KubeRuntimeManager.syncPod gives containers the sandbox's namespaces, user namespace included", async () => {
+  // containerd 2.x refuses a container whose user namespace config differs from its sandbox's
+  // ("user namespace config for sandbox is different from container").
+  await using h = await harness();
+  await h.sync(pod({ hostIPC: true, shareProcessNamespace: true }));
+  const [sb] = [...h.fake.service.sandboxes.values()];
+  const [c] = [...h.fake.service.containers.values()];
+  const sandboxNs = sb?.config.linux?.securityContext?.namespaceOptions;
+  const containerNs = c?.config.linux?.securityContext?.namespaceOptions;
+  assert.deepEqual(containerNs?.usernsOptions, {
+    mode: api.NamespaceMode.NODE,
+    uids: [],
+    gids: [],
+  });
+  assert.deepEqual(containerNs, sandboxNs);
+});

@@ -27,6 +27,7 @@ import type { DnsConfigurer } from "../network/dns.ts";
 import { createLogger, kobj, type Logger } from "../klog/klog.ts";
 import { newPodAnnotations, newPodLabels } from "./labels.ts";
 import { milliCPUToQuota, milliCPUToShares } from "../cm/helpers_linux.ts";
+import { namespacesForPod } from "./namespaces.ts";
 
 /** Options of {@link generatePodSandboxConfig}. */
 export interface SandboxConfigOptions {
@@ -268,17 +269,7 @@ function namespaceOptions(pod: V1Pod): api.NamespaceOption {
       "Cannot create sandbox: 'spec.hostUsers' false (a user namespace for the pod) is not supported yet",
     );
   }
-  let pid = api.NamespaceMode.CONTAINER;
-  if (s?.hostPID === true) pid = api.NamespaceMode.NODE;
-  else if (s?.shareProcessNamespace === true) pid = api.NamespaceMode.POD;
-  return {
-    network: s?.hostNetwork === true ? api.NamespaceMode.NODE : api.NamespaceMode.POD,
-    pid,
-    ipc: s?.hostIPC === true ? api.NamespaceMode.NODE : api.NamespaceMode.POD,
-    targetId: "",
-    // UserNamespacesSupport is on by default: the node's user namespace is named explicitly.
-    usernsOptions: { mode: api.NamespaceMode.NODE, uids: [], gids: [] },
-  };
+  return namespacesForPod(pod);
 }
 
 function supplementalGroupsPolicy(value: string | undefined): api.SupplementalGroupsPolicy {
