@@ -650,6 +650,25 @@ async function processes(): Promise<{ pid: number; ppid: number; argv: string[] 
   return all;
 }
 
+/**
+ * The sections every config version shares: the gRPC and ttrpc sockets, the log level, and the
+ * `opt` plugin's directory inside the instance.
+ */
+export function serverSections(dir: string, socket: string): string {
+  return `[grpc]
+  address = ${toml(socket)}
+
+[ttrpc]
+  address = ${toml(`${socket}.ttrpc`)}
+
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = ${toml(`${dir}/opt`)}
+`;
+}
+
 /** The containerd 1.6 config (version 2 schema) for one private instance. */
 function containerdConfig(
   args: {
@@ -684,18 +703,7 @@ disabled_plugins = [
   "io.containerd.internal.v1.tracing",
 ]
 
-[grpc]
-  address = ${toml(socket)}
-
-[ttrpc]
-  address = ${toml(`${socket}.ttrpc`)}
-
-[debug]
-  level = "info"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = ${toml(`${dir}/opt`)}
-
+${serverSections(dir, socket)}
 [${cri}]
   sandbox_image = ${toml(SANDBOX_IMAGE)}
   # CAP_SYS_RESOURCE is missing here: a negative oom_score_adj fails and so would every sandbox.
@@ -760,7 +768,7 @@ function cniNetwork(own?: PodNetworkOptions) {
 type CniNetwork = ReturnType<typeof cniNetwork>;
 
 /** A TOML basic string. */
-function toml(s: string): string {
+export function toml(s: string): string {
   return JSON.stringify(s);
 }
 

@@ -37,7 +37,7 @@
  */
 
 import { aptInstall, aptInstallMissing } from "./apt.ts";
-import { CNI_BIN_DIR, SANDBOX_IMAGE } from "./containerd_harness.ts";
+import { CNI_BIN_DIR, SANDBOX_IMAGE, serverSections, toml } from "./containerd_harness.ts";
 import {
   type BinarySpec,
   ControlPlaneBuildError,
@@ -220,18 +220,7 @@ disabled_plugins = [
   "io.containerd.internal.v1.tracing",
 ]
 
-[grpc]
-  address = ${toml(socket)}
-
-[ttrpc]
-  address = ${toml(`${socket}.ttrpc`)}
-
-[debug]
-  level = "info"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = ${toml(`${dir}/opt`)}
-
+${serverSections(dir, socket)}
 # NRI is on in 2.x (1.6 had none); its socket is per host unless moved into this instance.
 [plugins."io.containerd.nri.v1.nri"]
   socket_path = ${toml(`${dir}/nri.sock`)}
@@ -260,11 +249,6 @@ ${handlers}
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 `;
-}
-
-/** A TOML basic string. */
-function toml(s: string): string {
-  return JSON.stringify(s);
 }
 
 /**
