@@ -1,13 +1,11 @@
 /**
  * A fixed subset of upstream's [Conformance] specs through `deno task conformance`'s harness
  * (tests/conformance.ts), in the suite CI runs: one or two specs of each kubelet-facing test file
- * the full focus touches (pods, ephemeral containers, exec over WebSocket, the active
+ * the full focus touches (pods, ephemeral containers, logs and exec over WebSocket, the active
  * deadline, init containers, the container runtime, env and variable expansion, configMap,
  * secret, projected, downward API and emptyDir volumes, security context, lifecycle hooks). The
  * whole focus (about 16 minutes here) is recorded per change in tests/results/. Every spec of
- * the subset must pass. Left out: "retrieving logs from the container over websockets", which
- * reads the log as soon as the container is Running and once found it still empty (this
- * kubelet reports Running sooner than upstream's relist does; see tests/results/).
+ * the subset must pass.
  */
 
 import assert from "node:assert/strict";
@@ -26,6 +24,7 @@ const gate = await requireRoot("conformance subset", [
 /** Spec texts (regular-expression quoted) the subset runs; each must match exactly one spec. */
 export const SUBSET = [
   "Pods should get a host IP",
+  "Pods should support retrieving logs from the container over websockets",
   "Pods should support remote command execution over websockets",
   "Pods should allow activeDeadlineSeconds to be updated",
   "Ephemeral Containers \\[NodeConformance\\] will start an ephemeral container in an existing pod",

@@ -311,7 +311,13 @@ function onlyGet(r: KubeletRequest, res: ServerResponse): boolean {
   return false;
 }
 
-/** A stream writer onto the response that waits for the client to drain. */
+/**
+ * A stream writer onto the response whose writes settle once each chunk is handed to the
+ * socket, as upstream's flushwriter flushes every write. So the end of the body is never sent
+ * in the same TLS record as the last log bytes: a Go client that meets both in one read gets
+ * (n, io.EOF), and the apiserver's WebSocket log stream (wsstream messageCopy) drops those n
+ * bytes ("retrieving logs from the container over websockets" read an empty log).
+ */
 function responseWriter(res: ServerResponse): WritableStreamDefaultWriter<Uint8Array> {
   return new WritableStream<Uint8Array>({
     write(chunk) {
@@ -319,15 +325,14 @@ function responseWriter(res: ServerResponse): WritableStreamDefaultWriter<Uint8A
         if (res.destroyed || res.writableEnded) {
           return reject(new Error("the client went away"));
         }
-        if (res.write(chunk)) return resolve();
-        const settle = () => {
-          res.off("drain", settle);
-          res.off("close", settle);
-          if (res.destroyed) reject(new Error("the client went away"));
+        const settle = (err?: Error | null) => {
+          res.off("close", onClose);
+          if (err || res.destroyed) reject(err ?? new Error("the client went away"));
           else resolve();
         };
-        res.on("drain", settle);
-        res.on("close", settle);
+        const onClose = () => settle(new Error("the client went away"));
+        res.on("close", onClose);
+        res.write(chunk, settle);
       });
     },
   }).getWriter();
