@@ -74,6 +74,11 @@ import {
 } from "./nodeshutdown/nodeshutdown_manager.ts";
 import { statPath } from "./privilege/launcher_calls.ts";
 import { containerRuntimeVersion } from "./kuberuntime/runtime_version.ts";
+import {
+  ACTUATED_PODS_STATE_FILE,
+  ALLOCATED_PODS_STATE_FILE,
+  ResourceState,
+} from "./allocation/state_checkpoint.ts";
 
 /** How often updateRuntimeUp asks the runtime for its Status (upstream: 5 s). */
 export const RUNTIME_UP_PERIOD_MS = 5_000;
@@ -312,12 +317,13 @@ export class Kubelet {
     const activePods = (): V1Pod[] => {
       if (!built.lifecycle) return [];
       const { podManager, statusManager, syncer } = built.lifecycle;
+      const { allocation } = built.lifecycle;
       return podManager.getPods().filter((p) => {
         const uid = p.metadata?.uid ?? "";
         const phase = statusManager.getPodPhase(uid) ?? p.status?.phase;
         return phase !== "Failed" && phase !== "Succeeded" &&
           !syncer.workers.isPodKnownTerminated(uid);
-      });
+      }).map((p) => allocation.updatePodFromAllocation(p).pod);
     };
     let containerManager: ContainerManager | undefined;
     if (config.cgroupsPerQOS ?? true) {
@@ -352,7 +358,16 @@ export class Kubelet {
       logger,
       onPodObserved: (pod, when) => built.lifecycle?.startupTracker.observedPodOnWatch(pod, when),
     });
+    // The pods' allocated and actuated resources survive restarts; a corrupt file stops the
+    // kubelet, as upstream's.
+    const [allocatedState, actuatedState] = await Promise.all(
+      [ALLOCATED_PODS_STATE_FILE, ACTUATED_PODS_STATE_FILE].map((name) =>
+        ResourceState.open({ directory: flags.rootDirectory, name })
+      ),
+    );
     const pods = newPodLifecycle({
+      allocatedState,
+      actuatedState,
       config,
       runtime,
       imageService,

@@ -234,6 +234,12 @@ async function fileKeyRefValue(
       `cannot find the volume ${goQuote(ref.volumeName)} referenced by FileKeyRef`,
     );
   }
+  // An image volume has no host path: the runtime mounts the image (upstream GetPath's error).
+  if (volume.hostPath === "") {
+    throw new EnvError(
+      `failed to get host path for volume ${goQuote(ref.volumeName)}: path is empty`,
+    );
+  }
   let path: string;
   try {
     path = await secureJoin(volume.hostPath, ref.path);

@@ -532,6 +532,16 @@ Deno.test("makeEnvironmentVariables fails fileKeyRef with upstream's messages", 
   );
 });
 
+Deno.test("makeEnvironmentVariables refuses fileKeyRef into an image volume, which has no host path", async () => {
+  const image: MountedVolume = { hostPath: "", readOnly: true, selinuxRelabel: false };
+  const podVolumes = (uid: string) => new Map(uid === "uid-1" ? [["img", image]] : []);
+  const message = 'failed to get host path for volume "img": path is empty';
+  await assert.rejects(
+    one(fileRef("MODE", "app.env", false, "img"), { podVolumes }),
+    (err) => err instanceof EnvError && err.message === message,
+  );
+});
+
 Deno.test("makeEnvironmentVariables logs why an env file cannot be parsed", async () => {
   await withVolume({ "bad.env": "MODE=fast\n" }, async (opts) => {
     const lines: Array<{ err: unknown; msg: string; kv?: Record<string, unknown> }> = [];

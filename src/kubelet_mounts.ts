@@ -3,7 +3,8 @@
  * The CRI mounts of one container: every volumeMount resolved against the pod's mounted
  * volumes (host path, read-only, SELinux relabel, propagation, recursive read-only), subPath
  * and subPathExpr made safe (no absolute path, no `..`, created inside the volume, refused when
- * a symlink leads out of it), and the kubelet-managed `/etc/hosts` written to
+ * a symlink leads out of it), image volumes as the pulled image for the runtime to mount (its
+ * subPath passed on as `image_sub_path`), and the kubelet-managed `/etc/hosts` written to
  * `<pods>/<uid>/etc-hosts` and mounted over the container's. Reads the pod's volumes from the
  * volume manager (a {@link PodVolumesFunc}) and the node's hosts file for host-network pods;
  * `kuberuntime/kuberuntime_container.ts` calls it while building a container config and appends the
@@ -72,6 +73,12 @@ export interface MakeMountsRequest {
   readonly domain: string;
   /** The container's resolved environment, for subPathExpr. */
   readonly envs: readonly EnvVar[];
+  /**
+   * The pulled image of each image volume the container mounts, by volume name: such a mount is
+   * the image itself (CRI `Mount.image`, subPath as `image_sub_path`), not a host path.
+   * @default none: mounting an image volume fails
+   */
+  readonly imageVolumes?: ReadonlyMap<string, api.ImageSpec>;
   readonly signal?: AbortSignal;
 }
 
@@ -266,9 +273,14 @@ export class KubeletMounts {
         }
       }
 
+      // An image volume is mounted by the runtime from the image; the subPath is its business.
+      const image = req.imageVolumes?.get(m.name);
       let hostPath = vol.hostPath;
-      if (subPath !== "") {
-        hostPath = await this.#prepareSubPath(container, m, vol.hostPath, subPath);
+      if (image === undefined) {
+        if (hostPath === "") throw missingImage(pod, container, m.name);
+        if (subPath !== "") {
+          hostPath = await this.#prepareSubPath(container, m, vol.hostPath, subPath);
+        }
       }
       const containerPath = isAbsolute(m.mountPath) ? m.mountPath : cleanPath(`/${m.mountPath}`);
       const propagation = translateMountPropagation(m.mountPropagation);
@@ -304,6 +316,8 @@ export class KubeletMounts {
         selinuxRelabel,
         propagation,
         recursiveReadOnly,
+        image,
+        imageSubPath: image === undefined ? "" : subPath,
       }));
     }
     if (mountHosts) mounts.push(await this.#makeHostsMount(req));
@@ -415,6 +429,23 @@ function writeIfChanged(file: string, content: string): void {
   if (current !== content) Deno.writeTextFileSync(file, content, { mode: HOSTS_FILE_MODE });
   const mode = Deno.statSync(file).mode ?? 0;
   if ((mode & 0o7777) !== HOSTS_FILE_MODE) Deno.chmodSync(file, HOSTS_FILE_MODE);
+}
+
+/**
+ * A volume with no host path and no pulled image: an image volume whose image the caller did not
+ * pass (upstream would fail in GetPath with "path is empty").
+ */
+function missingImage(pod: V1Pod, container: V1Container, volumeName: string): MountsError {
+  const volume = (pod.spec?.volumes ?? []).find((v) => v.name === volumeName);
+  const name = JSON.stringify(volumeName);
+  const into = `into container ${JSON.stringify(container.name)}`;
+  return new MountsError(
+    volume?.image
+      ? `cannot mount image volume ${name} ${into}: its image ${
+        JSON.stringify(volume.image.reference ?? "")
+      } was not pulled`
+      : `cannot mount volume ${name} ${into}: path is empty`,
+  );
 }
 
 /** `spec.containers[i]` (or initContainers, ephemeralContainers), as API validation names it. */

@@ -134,6 +134,64 @@ Deno.test("KubeletMounts maps each volumeMount to a CRI mount", async () => {
   ]);
 });
 
+Deno.test("KubeletMounts mounts an image volume as the pulled image, subPath for the runtime", async () => {
+  await using e = await env();
+  e.volumes.set("img", { hostPath: "", readOnly: true, selinuxRelabel: false });
+  const image = api.ImageSpec.create({
+    image: "sha256:0123",
+    userSpecifiedImage: "registry.local/data:1",
+  });
+  const c: V1Container = {
+    name: "app",
+    env: [{ name: "SUB", value: "etc" }],
+    volumeMounts: [
+      { name: "img", mountPath: "/volume" },
+      { name: "img", mountPath: "/etc-only", subPath: "etc" },
+      { name: "img", mountPath: "/expr", subPathExpr: "$(SUB)", readOnly: true },
+    ],
+  };
+  const spec = { volumes: [{ name: "img", image: { reference: "registry.local/data:1" } }] };
+  const mounts = await e.mounts().makeMounts(
+    request(
+      c,
+      { imageVolumes: new Map([["img", image]]), envs: [{ name: "SUB", value: "etc" }] },
+      spec,
+    ),
+  );
+  const want = (containerPath: string, imageSubPath: string) =>
+    api.Mount.create({
+      containerPath,
+      hostPath: "",
+      readonly: true,
+      propagation: api.MountPropagation.PROPAGATION_PRIVATE,
+      image,
+      imageSubPath,
+    });
+  assert.deepEqual(mounts, [want("/volume", ""), want("/etc-only", "etc"), want("/expr", "etc")]);
+  // Nothing is made on the node for the subPath: the runtime resolves it in the image.
+  assert.deepEqual([...Deno.readDirSync(e.root)].map((d) => d.name).sort(), ["outside", "volumes"]);
+
+  // A bad subPath is refused before the runtime sees it, as for any volume.
+  await rejectsWith(
+    e.mounts().makeMounts(request(
+      { name: "app", volumeMounts: [{ name: "img", mountPath: "/v", subPath: "../etc" }] },
+      { imageVolumes: new Map([["img", image]]) },
+      spec,
+    )),
+    "unable to provision SubPath `../etc`: must not contain '..'",
+  );
+  // Without the pulled image the mount would be of nothing: refused, naming the volume.
+  await rejectsWith(
+    e.mounts().makeMounts(request(
+      { name: "app", volumeMounts: [{ name: "img", mountPath: "/v" }] },
+      {},
+      spec,
+    )),
+    'cannot mount image volume "img" into container "app": its image "registry.local/data:1" ' +
+      "was not pulled",
+  );
+});
+
 Deno.test("KubeletMounts refuses a volume that is not mounted", async () => {
   await using e = await env();
   const c: V1Container = { name: "app", volumeMounts: [{ name: "cache", mountPath: "/cache" }] };

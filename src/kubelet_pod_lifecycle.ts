@@ -44,6 +44,9 @@ import { VolumeManager, type VolumeManagerOptions } from "./volume/volume_manage
 import type { VolumePlugin } from "./volume/plugin.ts";
 import { probeVolumePlugins } from "./volume/plugins.ts";
 import { ActiveDeadlineHandler } from "./active_deadline.ts";
+import { AllocationManager } from "./allocation/allocation_manager.ts";
+import { ResourceState } from "./allocation/state_checkpoint.ts";
+import { PodResizeConditions } from "./status/resize_conditions.ts";
 
 /** The configuration fields the pod lifecycle reads. */
 export type PodLifecycleConfig =
@@ -111,6 +114,10 @@ export interface PodLifecycleOptions {
   readonly metrics?: KubeletMetrics;
   /** RunPodSandbox calls in flight at once; 0 = no limit. @default 0 */
   readonly maxParallelSandboxStarts?: number;
+  /** The pods' allocated resources (`allocated_pods_state`). @default in memory */
+  readonly allocatedState?: ResourceState;
+  /** The containers' actuated resources (`actuated_pods_state`). @default in memory */
+  readonly actuatedState?: ResourceState;
 }
 
 /** The built graph; nothing runs until {@link PodLifecycle.run}. */
@@ -123,6 +130,8 @@ export interface PodLifecycle {
   readonly statusManager: StatusManager;
   readonly runtimeManager: KubeRuntimeManager;
   readonly syncer: PodSyncer;
+  /** The pods' allocated resources and pending in-place resizes. */
+  readonly allocation: AllocationManager;
   readonly loop: SyncLoop;
   readonly prober: ProberManager;
   readonly volumeManager: VolumeManager;
@@ -289,6 +298,24 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     startupTracker,
     metrics,
     maxParallelSandboxStarts: o.maxParallelSandboxStarts,
+    actuatedState: o.actuatedState,
+    podCgroups: o.podCgroups,
+  });
+  const resizeConditions = new PodResizeConditions(clock);
+  const allocation = new AllocationManager({
+    state: o.allocatedState ?? ResourceState.inMemory(),
+    conditions: resizeConditions,
+    canAdmit: (pod, others) => {
+      const r = syncerRef.syncer?.canAdmit(pod, others);
+      return r ? { admit: false, ...r } : { admit: true };
+    },
+    getActivePods: () => syncerRef.syncer?.activePods() ?? [],
+    getPodByUID: (uid) => podManager.getPodByUID(uid),
+    triggerPodSync: (pod) => syncerRef.syncer?.handlePodSyncs([pod]),
+    sourcesReady: o.sourcesReady,
+    recorder,
+    clock,
+    logger,
   });
   const mirrorClient = o.kubeClient
     ? new MirrorClient({
@@ -323,7 +350,8 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     runtimePodIds: () => pleg.podIds(),
     relist: (s) => pleg.relist(s),
     runtimeChanged: () => pleg.poke(),
-    containersStarted: (uid, syncEnd, signal) => pleg.inspectPod(uid, { after: syncEnd, signal }),
+    containersStarted: (uid, syncEnd, signal, sync) =>
+      pleg.inspectPod(uid, { after: syncEnd, signal, sync }),
     resyncIntervalMs: config.syncFrequency,
     signal: o.signal,
     prober,
@@ -334,6 +362,8 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     podCgroups: o.podCgroups,
     startupTracker,
     metrics,
+    allocation,
+    resizeConditions,
   });
   syncerRef.syncer = syncer;
   const loop = new SyncLoop({
@@ -355,6 +385,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     statusManager,
     runtimeManager,
     syncer,
+    allocation,
     loop,
     prober,
     volumeManager,
@@ -372,6 +403,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
         prober.run(signal),
         loop.run(signal),
         runTokenCleanup(tokenManager, clock, signal),
+        allocation.run(signal),
       ];
       if (serviceLister) running.push(serviceLister.run(signal));
       return running;

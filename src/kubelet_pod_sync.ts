@@ -16,7 +16,14 @@
 import type { KubeletMetrics } from "./metrics/metrics.ts";
 import { hasPodStarted, type PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
-import type { V1Node, V1Pod, V1PodCondition, V1PodStatus, V1Secret } from "@kubernetes/client-node";
+import type {
+  V1Node,
+  V1Pod,
+  V1PodCondition,
+  V1PodStatus,
+  V1ResourceRequirements,
+  V1Secret,
+} from "@kubernetes/client-node";
 import type { Clock } from "./util/clock.ts";
 import { type EventRecorder, podRef } from "./client/record.ts";
 import { kobj, type Logger } from "./klog/klog.ts";
@@ -38,6 +45,10 @@ import type { VolumeManager } from "./volume/volume_manager.ts";
 import type { SyncHandler } from "./kubelet_sync_loop.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { PodSyncHandler, PodSyncLoopHandler } from "./lifecycle/interfaces.ts";
+import type { AllocationManager } from "./allocation/allocation_manager.ts";
+import { isResizableContainer, requirementsEqual } from "./allocation/allocation_manager.ts";
+import { type PodResizeConditions, REASON_ERROR } from "./status/resize_conditions.ts";
+import { resizeMessage } from "./allocation/allocation_manager.ts";
 
 /** The runtime operations the syncer needs (upstream kubecontainer.Runtime, trimmed). */
 export interface PodRuntime {
@@ -53,6 +64,12 @@ export interface PodRuntime {
     podStatus: PodStatus,
     gracePeriodOverride?: number,
   ): Promise<PodSyncResult>;
+  /** A running container's resources differ from the allocated pod's (in-place resize). */
+  isPodResizeInProgress?(allocatedPod: V1Pod, podStatus: PodStatus): boolean;
+  /** Forgets what was actuated for pods not in `keep`. */
+  forgetActuated?(keep: ReadonlySet<string>): Promise<void>;
+  /** A container's actuated resources, for the status. */
+  actuatedResources?(uid: string, name: string): V1ResourceRequirements | undefined;
 }
 
 /** What the syncer asks of the prober manager (upstream prober.Manager), all optional. */
@@ -112,6 +129,8 @@ export interface PodSyncerOptions {
     uid: string,
     syncEnd: number,
     signal: AbortSignal | undefined,
+    /** Send a PodSync even when no container changed (after a resize). */
+    sync?: boolean,
   ) => Promise<boolean>;
   /** `syncFrequency` in ms. @default 60000 */
   readonly resyncIntervalMs?: number;
@@ -133,6 +152,13 @@ export interface PodSyncerOptions {
   readonly startupTracker?: Pick<PodStartupLatencyTracker, "recordPhase" | "retain">;
   /** kubelet_pod_start_duration_seconds and the pod workers' durations. @default none */
   readonly metrics?: Pick<KubeletMetrics, "podStartDuration" | "podWorkerDuration">;
+  /**
+   * The pods' allocated resources and pending resizes. @default none: pods are admitted as
+   * their specs say and resizes are not taken (the containers keep their resources)
+   */
+  readonly allocation?: AllocationManager;
+  /** The in-place resize conditions, shared with the allocation manager. @default none */
+  readonly resizeConditions?: PodResizeConditions;
 }
 
 /** Upstream's minimal grace period when killing pods the kubelet no longer knows (orphans). */
@@ -183,6 +209,8 @@ export class PodSyncer implements SyncHandler {
   readonly #messages = new Map<string, Map<string, string>>();
   /** Pods whose sync in flight started containers, for containersStarted once it ends. */
   readonly #started = new Set<string>();
+  /** Pods whose sync in flight resized containers: their next read sends a PodSync. */
+  readonly #reinspect = new Set<string>();
 
   constructor(opts: PodSyncerOptions) {
     this.#o = opts;
@@ -209,8 +237,9 @@ export class PodSyncer implements SyncHandler {
   /** After a sync: a pod whose containers it started has the PLEG read it now. */
   #synced(uid: string, at: number): void {
     const { containersStarted, runtimeChanged, signal } = this.#o;
+    const sync = this.#reinspect.delete(uid);
     if (!this.#started.delete(uid) || !containersStarted) return;
-    void containersStarted(uid, at, signal).then((ok) => ok || runtimeChanged?.());
+    void containersStarted(uid, at, signal, sync).then((ok) => ok || runtimeChanged?.());
   }
 
   // ---- The sync loop's handlers -------------------------------------------------------------
@@ -218,6 +247,7 @@ export class PodSyncer implements SyncHandler {
   handlePodAdditions(pods: readonly V1Pod[]): void {
     const { podManager, clock } = this.#o;
     const start = clock.now();
+    const pendingResizes: string[] = [];
     for (const pod of [...pods].sort((a, b) => creationTime(a) - creationTime(b))) {
       podManager.addPod(pod);
       if (isMirrorPod(pod)) {
@@ -226,16 +256,23 @@ export class PodSyncer implements SyncHandler {
       }
       const uid = uidOf(pod);
       this.#o.startupTracker?.recordPhase(pod, "seen");
-      if (!this.workers.isPodTerminationRequested(uid)) {
+      if (!this.workers.isPodTerminationRequested(uid) && !podIsTerminalPhase(pod.status)) {
         const rejected = this.#admit(pod);
         if (rejected) {
           this.#rejectPod(pod, rejected.reason, rejected.message);
           continue;
         }
+        if (rejected === undefined && this.#pendingAfterAdmit) pendingResizes.push(uid);
         this.#o.startupTracker?.recordPhase(pod, "admitted");
       }
       const { mirrorPod } = podManager.getPodAndMirrorPod(pod);
       this.#dispatch(pod, "create", mirrorPod, start);
+    }
+    const allocation = this.#o.allocation;
+    if (allocation) {
+      this.#o.resizeConditions?.backfill(pods);
+      for (const uid of pendingResizes) allocation.pushPendingResize(uid);
+      if (pendingResizes.length > 0) allocation.retryPendingResizes("pods_added");
     }
   }
 
@@ -243,10 +280,21 @@ export class PodSyncer implements SyncHandler {
     const { podManager, clock } = this.#o;
     const start = clock.now();
     for (const pod of pods) {
+      const oldPod = podManager.getPodByUID(uidOf(pod));
       podManager.updatePod(pod);
       if (isMirrorPod(pod)) {
         this.#handleMirrorPod(pod, start);
         continue;
+      }
+      const allocation = this.#o.allocation;
+      if (allocation && (oldPod === undefined || resized(oldPod, pod))) {
+        if (allocation.updatePodFromAllocation(pod).updated) {
+          allocation.pushPendingResize(uidOf(pod));
+          allocation.retryPendingResizes("pod_updated");
+        } else {
+          // A pending resize that was reverted.
+          this.#o.resizeConditions?.clearPending(uidOf(pod));
+        }
       }
       const { mirrorPod } = podManager.getPodAndMirrorPod(pod);
       this.#dispatch(pod, "update", mirrorPod, start);
@@ -264,13 +312,28 @@ export class PodSyncer implements SyncHandler {
       }
       // Removed from the kubelet's desired set: kill it (upstream deletePod).
       this.workers.updatePod({ updateType: "kill", pod, startTime: start });
+      this.#o.allocation?.removePod(uidOf(pod));
     }
+    // Resources freed: deferred resizes may fit now.
+    const allocation = this.#o.allocation;
+    if (allocation?.hasPendingResizes()) allocation.retryPendingResizes("pods_removed");
   }
 
   handlePodReconcile(pods: readonly V1Pod[]): void {
     // The API object's status changed under the kubelet: the status manager writes its own back
     // at its next reconcile, nothing has to run for it.
-    for (const pod of pods) this.#o.podManager.updatePod(pod);
+    const allocation = this.#o.allocation;
+    let retry = false;
+    for (const pod of pods) {
+      const old = this.#o.podManager.getPodByUID(uidOf(pod));
+      this.#o.podManager.updatePod(pod);
+      // A pod that turned terminal frees its resources for deferred resizes.
+      if (
+        allocation?.hasPendingResizes() && old && podIsTerminalPhase(pod.status) &&
+        !podIsTerminalPhase(old.status)
+      ) retry = true;
+    }
+    if (retry) allocation!.retryPendingResizes("pod_terminated");
   }
 
   handlePodSyncs(pods: readonly V1Pod[]): void {
@@ -351,6 +414,13 @@ export class PodSyncer implements SyncHandler {
   ): Promise<void> {
     const { podManager, statusManager, podCache, logger, clock } = this.#o;
     statusManager.removeOrphanedStatuses(keep);
+    this.#o.resizeConditions?.retain(keep);
+    try {
+      await this.#o.allocation?.removeOrphanedPods(keep);
+      await this.#o.runtime.forgetActuated?.(keep);
+    } catch (e) {
+      logger.error(e, "Failed to forget the resources of pods that are gone");
+    }
     this.#o.startupTracker?.retain(keep);
     this.#o.prober?.cleanupPods(keep);
     for (const uid of [...this.#messages.keys()]) if (!keep.has(uid)) this.#messages.delete(uid);
@@ -499,6 +569,7 @@ export class PodSyncer implements SyncHandler {
     const uid = uidOf(pod);
     const status = podStatus ?? this.#o.podCache.get(uid).status;
     logger.v(4).info("SyncPod enter", { pod: kobj(pod), podUID: uid, updateType });
+    this.#updateResizeInProgress(pod, status);
     const apiStatus = await this.#generateStatus(pod, status, false, signal);
     this.#recordStart(pod, statusManager.getPodStatus(uid), apiStatus);
     statusManager.setPodStatus(pod, apiStatus);
@@ -573,12 +644,36 @@ export class PodSyncer implements SyncHandler {
       reasonCache.get(uid, r.target)?.reason !== r.error
     );
     reasonCache.update(uid, result);
+    for (const r of result.results) {
+      if (r.action !== "ResizePodInPlace" || r.error === undefined) continue;
+      const generation = pod.metadata?.generation ?? 0;
+      const set = this.#o.resizeConditions?.setInProgress(
+        uid,
+        REASON_ERROR,
+        r.message ?? "",
+        generation,
+      );
+      if (set?.updated) {
+        this.#o.recorder.event(
+          podRef(pod),
+          "Warning",
+          "ResizeError",
+          resizeMessage(pod, set.generation, r.message ?? "", "Pod resize error"),
+        );
+      }
+    }
     // A container that went into back-off in this sync shows it as its waiting reason in the
     // status the next sync generates: that sync runs now rather than when the back-off ends.
     if (intoBackOff) this.workers.requeueAfter(uid, 0);
     // Building the sandbox config changes nothing; every other step that succeeded did.
     const done = result.results.filter((r) => r.error === undefined);
-    if (this.#o.containersStarted && done.some((r) => r.action === "StartContainer")) {
+    // After a resize, even a failed one, the pod is read again: the runtime sends no event for
+    // it (upstream RequestPodReinspect).
+    if (result.results.some((r) => r.action === "ResizePodInPlace")) this.#reinspect.add(uid);
+    if (
+      this.#o.containersStarted &&
+      (this.#reinspect.has(uid) || done.some((r) => r.action === "StartContainer"))
+    ) {
       this.#started.add(uid);
     } else if (done.some((r) => r.action !== "ConfigPodSandbox")) {
       this.#o.runtimeChanged?.();
@@ -712,6 +807,8 @@ export class PodSyncer implements SyncHandler {
 
   #dispatch(pod: V1Pod, updateType: SyncPodType, mirrorPod: V1Pod | undefined, start: number) {
     for (const keep of this.#housekeepingKeeps) keep.add(uidOf(pod));
+    // The workers run the pod as allocated, never a resize not accepted yet.
+    if (this.#o.allocation) pod = this.#o.allocation.updatePodFromAllocation(pod).pod;
     this.workers.updatePod({ updateType, pod, mirrorPod, startTime: start });
   }
 
@@ -730,18 +827,38 @@ export class PodSyncer implements SyncHandler {
     return rejected === undefined;
   }
 
-  /** Upstream canAdmitPod over the pods that are still active. */
+  /** Set by {@link #admit}: the pod admitted has a resize its allocation does not have yet. */
+  #pendingAfterAdmit = false;
+
+  /** Upstream GetActivePods: admitted pods, not terminal, except `uid`. */
+  activePods(except = ""): V1Pod[] {
+    return this.#o.podManager.getPods().filter((p) =>
+      uidOf(p) !== except && !this.#isAdmittedPodTerminal(p) &&
+      !this.workers.isPodKnownTerminated(uidOf(p))
+    );
+  }
+
+  /**
+   * Upstream AddPod / canAdmitPod over the pods that are still active (or `others`): with an
+   * allocation manager the pod is admitted as allocated and its allocation checkpointed.
+   */
   #admit(pod: V1Pod, others?: readonly V1Pod[]): { reason: string; message: string } | undefined {
+    this.#pendingAfterAdmit = false;
+    const allocation = this.#o.allocation;
+    if (allocation && !others) {
+      const r = allocation.addPod(this.activePods(uidOf(pod)), pod);
+      if (!r.admit) return { reason: r.reason ?? "", message: r.message ?? "" };
+      this.#pendingAfterAdmit = r.pendingResize;
+      return undefined;
+    }
+    return this.canAdmit(pod, others ?? this.activePods(uidOf(pod)));
+  }
+
+  /** The admission checks (predicates, then the admit handlers) against `others`. */
+  canAdmit(pod: V1Pod, others: readonly V1Pod[]): { reason: string; message: string } | undefined {
     const node = this.#o.getNode();
     if (!node) return undefined;
-    const uid = uidOf(pod);
-    const otherPods = others
-      ? [...others]
-      : this.#o.podManager.getPods().filter((p) =>
-        uidOf(p) !== uid && !this.#isAdmittedPodTerminal(p) &&
-        !this.workers.isPodKnownTerminated(uidOf(p))
-      );
-    const r = admitPod({ pod, otherPods, node });
+    const r = admitPod({ pod, otherPods: [...others], node });
     if (!r.admit) return { reason: r.reason, message: r.message };
     // Further admit handlers (the eviction manager's), in order, as upstream's admitHandlers.
     for (const handler of this.#o.admitHandlers ?? []) {
@@ -834,6 +951,34 @@ export class PodSyncer implements SyncHandler {
     return out;
   }
 
+  /**
+   * upstream SyncPod's resize check: PodResizeInProgress while a running container's actuated
+   * resources differ from the allocation; once they match it is cleared with ResizeCompleted.
+   */
+  #updateResizeInProgress(pod: V1Pod, status: PodStatus): void {
+    const conditions = this.#o.resizeConditions;
+    const runtime = this.#o.runtime;
+    if (!conditions || !runtime.isPodResizeInProgress) return;
+    const uid = uidOf(pod);
+    if (runtime.isPodResizeInProgress(pod, status)) {
+      conditions.setInProgress(uid, "", "", pod.metadata?.generation ?? 0);
+      return;
+    }
+    // A sync of an older generation than the resize's (one in flight when the resize was
+    // accepted) says nothing about it.
+    const current = conditions.get(uid).find((c) => c.type === "PodResizeInProgress");
+    if ((current?.observedGeneration ?? 0) > (pod.metadata?.generation ?? 0)) return;
+    const cleared = conditions.clearInProgress(uid);
+    if (cleared) {
+      this.#o.recorder.event(
+        podRef(pod),
+        "Normal",
+        "ResizeCompleted",
+        resizeMessage(pod, cleared.generation, "", "Pod resize completed"),
+      );
+    }
+  }
+
   async #generateStatus(
     pod: V1Pod,
     status: PodStatus,
@@ -867,6 +1012,10 @@ export class PodSyncer implements SyncHandler {
       hostIPs: this.#o.nodeIPs,
       now: new Date(this.#o.clock.now()),
       syncHandlers: this.#o.syncHandlers,
+      resizeConditions: podIsTerminal ? [] : this.#o.resizeConditions?.get(uid),
+      actuated: this.#o.runtime.actuatedResources
+        ? (u, n) => this.#o.runtime.actuatedResources!(u, n)
+        : undefined,
     });
     const override = this.#statusOverrides.get(uid);
     if (!override) return generated;
@@ -885,6 +1034,39 @@ export class PodSyncer implements SyncHandler {
       conditions,
     };
   }
+}
+
+/**
+ * Whether a resizable container's cpu or memory changed between two versions of the pod
+ * (upstream recordResizeOperations), or its pod-level resources did.
+ */
+export function resized(oldPod: V1Pod, pod: V1Pod): boolean {
+  if (!requirementsEqual(oldPod.spec?.resources, pod.spec?.resources)) return true;
+  const pick = (r: V1ResourceRequirements | undefined) => ({
+    limits: pickCpuMemory(r?.limits),
+    requests: pickCpuMemory(r?.requests),
+  });
+  const lists = [
+    ["init", oldPod.spec?.initContainers, pod.spec?.initContainers],
+    ["regular", oldPod.spec?.containers, pod.spec?.containers],
+  ] as const;
+  for (const [type, olds, news] of lists) {
+    for (const c of olds ?? []) {
+      if (!isResizableContainer(c, type)) continue;
+      const n = news?.find((x) => x.name === c.name);
+      if (n && !requirementsEqual(pick(c.resources), pick(n.resources))) return true;
+    }
+  }
+  return false;
+}
+
+function pickCpuMemory(
+  list: Readonly<Record<string, string>> | undefined,
+): Record<string, string> | undefined {
+  if (!list) return undefined;
+  const out: Record<string, string> = {};
+  for (const k of ["cpu", "memory"]) if (list[k] !== undefined) out[k] = list[k]!;
+  return out;
 }
 
 function hasRunningContainers(status: PodStatus): boolean {

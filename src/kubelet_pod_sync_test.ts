@@ -70,6 +70,19 @@ interface HarnessOptions {
   readonly podCgroups?: PodCgroups;
 }
 
+/** Pod cgroup calls of in-place resize, which these tests never make. */
+const NO_RESIZE_CGROUPS: Pick<
+  PodCgroups,
+  "getConfig" | "setConfig" | "specConfig" | "memoryUsage"
+> = {
+  getConfig: () => Promise.reject(new Error("getConfig: not used by these tests")),
+  setConfig: () => Promise.reject(new Error("setConfig: not used by these tests")),
+  specConfig: () => {
+    throw new Error("specConfig: not used by these tests");
+  },
+  memoryUsage: () => Promise.reject(new Error("memoryUsage: not used by these tests")),
+};
+
 async function harness(opts: HarnessOptions = {}): Promise<Harness> {
   const allocatableCpu = opts.allocatableCpu ?? "4";
   const dir = await Deno.makeTempDir({ prefix: "pod-sync-" });
@@ -761,6 +774,7 @@ Deno.test("PodSyncer creates the pod cgroup before the sandbox, whose parent it 
     "mkdir /sys/fs/cgroup/cpu/kubepods/pod-x: permission denied",
   );
   const podCgroups: PodCgroups = {
+    ...NO_RESIZE_CGROUPS,
     cgroupParent: (p) => `/kubepods/besteffort/pod${p.metadata?.uid}`,
     ensureExists: (p) => {
       ensured.push(p.metadata?.name ?? "");
@@ -797,6 +811,7 @@ Deno.test("PodSyncer keeps the cgroup of a pod added while a housekeeping remove
   let open!: () => void;
   const gate = new Promise<void>((r) => (open = r));
   const podCgroups: PodCgroups = {
+    ...NO_RESIZE_CGROUPS,
     cgroupParent: (p) => `/kubepods/besteffort/pod${p.metadata?.uid}`,
     ensureExists: (p) => {
       ensured.push(p.metadata?.name ?? "");
@@ -899,4 +914,42 @@ Deno.test("PodSyncer fails a pod at its activeDeadlineSeconds without waiting fo
   // first sync tick past its deadline.
   await h.until("Failed", () => h.status("short-lived")?.phase === "Failed", 5_000);
   assert.equal(h.status("short-lived")?.reason, "DeadlineExceeded");
+});
+
+Deno.test("PodSyncer resizes a running pod in place and reports it done, as upstream", async () => {
+  await using h = await harness();
+  const res = (cpu: string, limit: string) => ({ requests: { cpu }, limits: { cpu: limit } });
+  const p = pod("web", "Always", {
+    containers: [{ name: "main", image: IMAGE, resources: res("2m", "10m") }],
+  });
+  p.metadata!.generation = 1;
+  h.add(p);
+  await h.until("Running", () => h.status("web")?.phase === "Running");
+  const id = [...h.fake.service.containers.keys()][0]!;
+  const resized: V1Pod = structuredClone(p);
+  resized.metadata!.generation = 2;
+  resized.spec!.containers[0]!.resources = res("1m", "5m");
+  h.loop.push({ op: "UPDATE", pods: [resized], source: "api" });
+  await h.until(
+    "the resize done",
+    () => {
+      const s = h.status("web");
+      return s?.observedGeneration === 2 &&
+        !s.conditions?.some((c) => c.type.startsWith("PodResize")) &&
+        main(s)?.resources?.limits?.cpu === "5m";
+    },
+    10_000,
+  );
+  const s = h.status("web")!;
+  assert.deepEqual(main(s)?.resources, res("1m", "5m"));
+  assert.deepEqual(main(s)?.allocatedResources, { cpu: "1m" });
+  assert.equal(main(s)?.restartCount, 0);
+  // The runtime got the new size: shares at the kernel's floor, quota at its.
+  const linux = h.fake.service.containers.get(id)?.resources;
+  assert.equal(linux?.cpuShares, 2n);
+  assert.equal(linux?.cpuQuota, 1000n);
+  assert.deepEqual(
+    h.events.filter((e) => e.reason.startsWith("Resize")).map((e) => e.reason),
+    ["ResizeStarted", "ResizeCompleted"],
+  );
 });

@@ -24,8 +24,12 @@ import type {
   V1PodCondition,
   V1PodSpec,
   V1PodStatus,
+  V1ResourceRequirements,
   V1VolumeMountStatus,
 } from "@kubernetes/client-node";
+import { type RuntimeResources, toRuntimeResources } from "./kuberuntime/pod_resize.ts";
+import { formatBinarySI } from "./util/quantity.ts";
+import { milliValueOf, parseDec, valueOf } from "./qos/resource_helpers.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import { kobj, type Logger } from "./klog/klog.ts";
 import {
@@ -92,6 +96,13 @@ export interface GenerateStatusOptions {
    * with its reason and message. @default none
    */
   syncHandlers?: readonly PodSyncHandler[];
+  /** The pod's PodResizePending and PodResizeInProgress conditions. @default none */
+  resizeConditions?: readonly V1PodCondition[];
+  /**
+   * What the runtime was last told of each container's resources, for what the runtime does
+   * not report (memory requests, and everything on a runtime that reports nothing). @default none
+   */
+  actuated?: (uid: string, name: string) => V1ResourceRequirements | undefined;
 }
 
 /** Whether the phase is Succeeded or Failed (upstream podutil.IsPodPhaseTerminal). */
@@ -301,6 +312,8 @@ export function generateAPIPodStatus(opts: GenerateStatusOptions): V1PodStatus {
   const conditions: V1PodCondition[] = (pod.status?.conditions ?? [])
     .filter((c) => !podConditionByKubelet(c.type))
     .map((c) => ({ ...c }));
+  // In-place resize conditions, unless the pod is terminal (upstream determinePodResizeStatus).
+  if (!podIsTerminal) { for (const c of opts.resizeConditions ?? []) conditions.push({ ...c }); }
   const disruption = getPodCondition(oldPodStatus.conditions, DISRUPTION_TARGET);
   if (disruption !== undefined) {
     const i = conditions.findIndex((c) => c.type === DISRUPTION_TARGET);
@@ -385,13 +398,15 @@ interface RuntimeContainer {
   readonly imageRef: string;
   readonly restartCount: number;
   readonly user?: V1ContainerUser;
+  /** cpu in millicores, memory in bytes, as the runtime reports them (and the actuated record). */
+  readonly resources?: RuntimeResources & { readonly memoryRequest?: bigint };
 }
 
 /** The pod's containers, newest first. */
 function runtimeContainers(podStatus: PodStatus, opts: GenerateStatusOptions): RuntimeContainer[] {
   const runtimeName = opts.runtimeName ?? "containerd";
   return podStatus.containerStatuses
-    .map((c) => toRuntimeContainer(c, runtimeName, opts.terminationMessages))
+    .map((c) => toRuntimeContainer(c, runtimeName, opts.terminationMessages, opts))
     .sort((a, b) => (a.createdAt === b.createdAt ? 0 : a.createdAt > b.createdAt ? -1 : 1));
 }
 
@@ -418,6 +433,7 @@ function toRuntimeContainer(
   c: api.ContainerStatus,
   runtimeName: string,
   terminationMessages: ReadonlyMap<string, string> | undefined,
+  opts?: Pick<GenerateStatusOptions, "actuated" | "pod">,
 ): RuntimeContainer {
   const state = toRuntimeState(c.state);
   const restartCount = Object.hasOwn(c.annotations, CONTAINER_RESTART_COUNT_LABEL)
@@ -427,9 +443,11 @@ function toRuntimeContainer(
   const exited = state === "exited";
   const tMessage = terminationMessages?.get(c.id) ?? terminationMessages?.get(id) ?? "";
   const linuxUser = c.user?.linux;
+  const name = getContainerInfoFromLabels(c.labels).containerName || (c.metadata?.name ?? "");
   return {
     id,
-    name: getContainerInfoFromLabels(c.labels).containerName || (c.metadata?.name ?? ""),
+    name,
+    resources: runtimeResources(c, name, opts),
     state,
     createdAt: c.createdAt,
     startedAt: state === "created" ? undefined : criTime(c.startedAt),
@@ -451,6 +469,36 @@ function toRuntimeContainer(
       },
     },
   };
+}
+
+/**
+ * upstream toKubeContainerStatus's resources: the runtime's, with what it does not report
+ * (always the memory request; everything, on a runtime that reports nothing) from the actuated
+ * record.
+ */
+function runtimeResources(
+  c: api.ContainerStatus,
+  name: string,
+  opts: Pick<GenerateStatusOptions, "actuated" | "pod"> | undefined,
+): RuntimeContainer["resources"] {
+  const reported = toRuntimeResources(c.resources);
+  const actuated = opts?.actuated?.(opts.pod.metadata?.uid ?? "", name);
+  if (!actuated) return reported;
+  const q = (list: Readonly<Record<string, string>> | undefined, r: string) => {
+    const v = list?.[r];
+    return v === undefined ? undefined : parseDec(String(v));
+  };
+  const memoryRequest = q(actuated.requests, "memory");
+  if (reported === undefined) {
+    return {
+      cpuRequest: milliValueOf(q(actuated.requests, "cpu")),
+      cpuLimit: milliValueOf(q(actuated.limits, "cpu")),
+      memoryRequest: valueOf(memoryRequest),
+      memoryLimit: valueOf(q(actuated.limits, "memory")),
+    };
+  }
+  const mem = valueOf(memoryRequest);
+  return mem === 0n ? reported : { ...reported, memoryRequest: mem };
 }
 
 /** Upstream HasAnyActiveRegularContainerStarted: a regular container of the newest sandbox. */
@@ -721,14 +769,76 @@ function convertContainerStatus(
       }
   }
   if (spec !== undefined) {
-    // InPlacePodVerticalScaling: the allocated resources; the runtime's view is not read back.
-    status.resources = deepCopy(spec.resources ?? {});
+    // InPlacePodVerticalScaling: what runs, next to what is allocated.
+    status.resources = containerStatusResources(spec, status, r, old);
     if (spec.resources?.requests !== undefined) {
       status.allocatedResources = deepCopy(spec.resources.requests);
     }
   }
   if (r.user !== undefined) status.user = r.user;
   return status;
+}
+
+/** upstream cm.MinMilliCPULimit and cm.MinShares. */
+const MIN_MILLI_CPU_LIMIT = 10n;
+const MIN_SHARES = 2n;
+
+function milliCPU(m: bigint): string {
+  return m % 1000n === 0n ? `${m / 1000n}` : `${m}m`;
+}
+
+/**
+ * upstream convertContainerStatusResources: the allocated resources, with the values the
+ * runtime reports for a running container (cpu at or below the smallest value the kernel takes
+ * keeps the allocated one); a value the runtime does not report keeps the last status's while
+ * the same container runs.
+ */
+function containerStatusResources(
+  allocated: V1Container,
+  status: V1ContainerStatus,
+  r: RuntimeContainer,
+  old: V1ContainerStatus | undefined,
+): V1ResourceRequirements {
+  const resources = deepCopy(allocated.resources ?? {});
+  if (r.state !== "running") return resources;
+  const oldResources = old?.resources ?? {};
+  const sameRun = old?.state?.running !== undefined && status.containerID === old.containerID;
+  const preserve = (
+    name: string,
+    from: Readonly<Record<string, string>> | undefined,
+    to: Record<string, string>,
+  ) => {
+    const v = from?.[name];
+    if (sameRun && v !== undefined) to[name] = v;
+  };
+  const run = r.resources;
+  const allocatedMilli = (list: Readonly<Record<string, string>> | undefined) => {
+    const v = list?.cpu;
+    return v === undefined ? 0n : milliValueOf(parseDec(String(v)));
+  };
+  if (resources.limits) {
+    if (run?.cpuLimit !== undefined) {
+      if (
+        run.cpuLimit > MIN_MILLI_CPU_LIMIT || allocatedMilli(resources.limits) > MIN_MILLI_CPU_LIMIT
+      ) {
+        resources.limits.cpu = milliCPU(run.cpuLimit);
+      }
+    } else preserve("cpu", oldResources.limits, resources.limits);
+    if (run?.memoryLimit !== undefined) {
+      resources.limits.memory = formatBinarySI(Number(run.memoryLimit));
+    } else preserve("memory", oldResources.limits, resources.limits);
+  }
+  if (resources.requests) {
+    if (run?.cpuRequest !== undefined) {
+      if (run.cpuRequest > MIN_SHARES || allocatedMilli(resources.requests) > MIN_SHARES) {
+        resources.requests.cpu = milliCPU(run.cpuRequest);
+      }
+    } else preserve("cpu", oldResources.requests, resources.requests);
+    if (run?.memoryRequest !== undefined) {
+      resources.requests.memory = formatBinarySI(Number(run.memoryRequest));
+    } else preserve("memory", oldResources.requests, resources.requests);
+  }
+  return resources;
 }
 
 /** The object without its undefined properties. */

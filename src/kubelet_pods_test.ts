@@ -593,3 +593,72 @@ Deno.test("generateAPIPodStatus sets observedGeneration and volume mount statuse
     { name: "data", mountPath: "/data" },
   ]);
 });
+
+Deno.test("generateAPIPodStatus reports the resources a running container has, and what is allocated", () => {
+  const p = pod({
+    containers: [{
+      name: "web",
+      image: "web:1",
+      resources: {
+        requests: { cpu: "25m", memory: "40Mi" },
+        limits: { cpu: "35m", memory: "50Mi" },
+      },
+    }, {
+      name: "tiny",
+      image: "tiny:1",
+      resources: { requests: { cpu: "1m" }, limits: { cpu: "5m" } },
+    }],
+  });
+  p.metadata!.uid = "uid-1";
+  const web = cri("web", { state: "running", created: 1 });
+  // The runtime still runs web at its old size: status.resources says so.
+  web.resources = api.ContainerResources.fromPartial({
+    linux: { cpuShares: 20n, cpuQuota: 3000n, cpuPeriod: 100_000n, memoryLimitInBytes: 47185920n },
+  });
+  const tiny = cri("tiny", { state: "running", created: 1 });
+  // 1m and 2m both give the kernel's minimum shares, 5m and 10m its minimum quota.
+  tiny.resources = api.ContainerResources.fromPartial({
+    linux: { cpuShares: 2n, cpuQuota: 1000n, cpuPeriod: 100_000n },
+  });
+  const actuated = (_uid: string, name: string) =>
+    name === "web" ? { requests: { cpu: "20m", memory: "35Mi" } } : undefined;
+  const s = generate(p, runtime([web, tiny]), { actuated });
+  const byName = new Map(s.containerStatuses!.map((c) => [c.name, c]));
+  assert.deepEqual(byName.get("web")?.resources, {
+    requests: { cpu: "20m", memory: "35Mi" },
+    limits: { cpu: "30m", memory: "45Mi" },
+  });
+  assert.deepEqual(byName.get("web")?.allocatedResources, { cpu: "25m", memory: "40Mi" });
+  assert.deepEqual(byName.get("tiny")?.resources, {
+    requests: { cpu: "1m" },
+    limits: { cpu: "5m" },
+  });
+  // A container that does not run shows its allocation.
+  const exitedWeb = cri("web", { state: "exited", created: 1 });
+  exitedWeb.resources = web.resources;
+  const s2 = generate(p, runtime([exitedWeb]), { actuated });
+  assert.deepEqual(
+    s2.containerStatuses!.find((c) => c.name === "web")?.resources,
+    p.spec!.containers[0]!.resources,
+  );
+});
+
+Deno.test("generateAPIPodStatus carries the resize conditions until the pod is terminal", () => {
+  const p = pod({ containers: [{ name: "web", image: "web:1" }] });
+  const pending = {
+    type: "PodResizePending",
+    status: "True",
+    reason: "Deferred",
+    message: "Node didn't have enough resource: cpu",
+    lastTransitionTime: at(50) as unknown as Date,
+  };
+  const s = generate(p, runtime([cri("web", { state: "running", created: 1 })]), {
+    resizeConditions: [pending],
+  });
+  assert.deepEqual(s.conditions?.find((c) => c.type === "PodResizePending"), pending);
+  const t = generate(p, runtime([cri("web", { state: "exited", created: 1 })]), {
+    resizeConditions: [pending],
+    podIsTerminal: true,
+  });
+  assert.equal(t.conditions?.some((c) => c.type === "PodResizePending"), false);
+});

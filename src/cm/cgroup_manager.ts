@@ -313,6 +313,65 @@ export class CgroupManager {
     return BigInt(await readTrimmed(this.#fs, posix.join(mount, this.name(parts), file)));
   }
 
+  /**
+   * The cgroup's current cpu (shares, quota, period) or memory (limit) settings, read from its
+   * files (upstream `GetCgroupConfig`): on v2 the shares come from cpu.weight, an unlimited
+   * quota ("max") is -1, and so is an unlimited memory.max.
+   */
+  async config(parts: readonly string[], resource: "cpu" | "memory"): Promise<ResourceConfig> {
+    const v2 = this.layout.mode === "v2";
+    const mount = v2 ? this.layout.unified : this.layout.v1.get(resource);
+    if (mount === undefined) {
+      throw new CgroupManagerError(
+        `failed to build ${resource} cgroup fs path for cgroup ${formatCgroupName(parts)}`,
+      );
+    }
+    const dir = posix.join(mount, this.name(parts));
+    const read = async (file: string) => {
+      try {
+        return await readTrimmed(this.#fs, posix.join(dir, file));
+      } catch (e) {
+        throw new CgroupManagerError(
+          `failed to read ${file} for cgroup ${dir}: ${(e as Error).message}`,
+          { cause: e },
+        );
+      }
+    };
+    const int = (file: string, text: string) => {
+      if (text === "max") return -1n;
+      if (!/^-?[0-9]+$/.test(text)) {
+        throw new CgroupManagerError(`failed to parse ${file} (${JSON.stringify(text)}) of ${dir}`);
+      }
+      const n = BigInt(text);
+      // An unsigned value past int64 (v1's unlimited) reads as unlimited.
+      return n > 2n ** 63n - 1n ? -1n : n;
+    };
+    if (resource === "memory") {
+      const file = v2 ? "memory.max" : "memory.limit_in_bytes";
+      return { memory: int(file, await read(file)) };
+    }
+    if (v2) {
+      const max = await read("cpu.max");
+      const [quota, period] = max.split(/\s+/);
+      if (quota === undefined || period === undefined) {
+        throw new CgroupManagerError(
+          `failed to correctly parse content of cpu.max file ('${max}') for cgroup ${dir}`,
+        );
+      }
+      const weight = int("cpu.weight", await read("cpu.weight"));
+      return {
+        cpuShares: ((weight - 1n) * 262142n) / 9999n + 2n,
+        cpuQuota: int("cpu.max", quota),
+        cpuPeriod: int("cpu.max", period),
+      };
+    }
+    return {
+      cpuShares: int("cpu.shares", await read("cpu.shares")),
+      cpuQuota: int("cpu.cfs_quota_us", await read("cpu.cfs_quota_us")),
+      cpuPeriod: int("cpu.cfs_period_us", await read("cpu.cfs_period_us")),
+    };
+  }
+
   /** The host's hugepage sizes in bytes, read once (runc `HugePageSizes`). */
   hugePageSizes(): Promise<number[]> {
     this.#hugePageSizes ??= (async () => {

@@ -14,7 +14,7 @@
 
 import type { V1Pod } from "@kubernetes/client-node";
 import type * as api from "../../proto/runtime/v1/api.ts";
-import { type CgroupDriver, CgroupManager } from "./cgroup_manager.ts";
+import { type CgroupDriver, CgroupManager, type ResourceConfig } from "./cgroup_manager.ts";
 import type { CgroupLayout } from "./cgroup_layout.ts";
 import type { CgroupFs } from "./cgroupfs.ts";
 import type { Clock } from "../util/clock.ts";
@@ -43,6 +43,14 @@ export interface PodCgroups {
   ensureExists(pod: V1Pod): Promise<void>;
   /** Removes the cgroups of pods not in `keep` (upstream cleanupOrphanedPodCgroups). */
   cleanupOrphans(keep: ReadonlySet<string>, signal?: AbortSignal): Promise<void>;
+  /** The pod cgroup's current cpu or memory settings (upstream GetPodCgroupConfig). */
+  getConfig(pod: V1Pod, resource: "cpu" | "memory"): Promise<ResourceConfig>;
+  /** Writes these settings, and only these, to the pod's cgroup (SetPodCgroupConfig). */
+  setConfig(pod: V1Pod, rc: ResourceConfig): Promise<void>;
+  /** The settings the pod (as allocated) asks for (upstream ResourceConfigForPod). */
+  specConfig(pod: V1Pod): ResourceConfig;
+  /** The memory the pod's cgroup uses now, in bytes. */
+  memoryUsage(pod: V1Pod): Promise<bigint>;
 }
 
 /** What {@link newContainerManager} needs. */
@@ -148,6 +156,10 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
   let clean: { readonly keep: ReadonlySet<string>; readonly at: number } | undefined;
   const podCgroups: PodCgroups = {
     cgroupParent: (pod) => pods.cgroupParent(pod),
+    getConfig: (pod, resource) => pods.getConfig(pod, resource),
+    setConfig: (pod, rc) => pods.setConfig(pod, rc),
+    specConfig: (pod) => pods.specConfig(pod),
+    memoryUsage: (pod) => pods.memoryUsage(pod),
     async ensureExists(pod) {
       if (await pods.exists(pod)) return;
       // A new pod changes the QoS class's shares first, as upstream's SyncPod does; the pod's

@@ -10,7 +10,7 @@
  */
 
 import type { V1Pod } from "@kubernetes/client-node";
-import type { CgroupManager } from "./cgroup_manager.ts";
+import type { CgroupManager, ResourceConfig } from "./cgroup_manager.ts";
 import { formatCgroupName, newCgroupName } from "./cgroup_manager.ts";
 import type { Logger } from "../klog/klog.ts";
 import { getPodQOS } from "../qos/qos.ts";
@@ -33,6 +33,8 @@ export interface PodContainerManagerOptions extends PodResourceOptions {
     | "destroy"
     | "pids"
     | "reduceCPULimits"
+    | "config"
+    | "memoryUsage"
   >;
   /** From the QoS container manager. */
   qosContainers: QOSContainersInfo;
@@ -113,6 +115,26 @@ export class PodContainerManager {
   /** Applies the spec's limits to the existing pod cgroup again. */
   update(pod: V1Pod): Promise<void> {
     return this.#cm.update(this.cgroupName(pod), resourceConfigForPod(pod, this.#opts));
+  }
+
+  /** The pod cgroup's current cpu or memory settings (upstream GetPodCgroupConfig). */
+  getConfig(pod: V1Pod, resource: "cpu" | "memory"): Promise<ResourceConfig> {
+    return this.#cm.config(this.cgroupName(pod), resource);
+  }
+
+  /** Writes the given settings, and only those, to the pod's cgroup (SetPodCgroupConfig). */
+  setConfig(pod: V1Pod, rc: ResourceConfig): Promise<void> {
+    return this.#cm.update(this.cgroupName(pod), rc);
+  }
+
+  /** The memory the pod's cgroup uses now, in bytes. */
+  memoryUsage(pod: V1Pod): Promise<bigint> {
+    return this.#cm.memoryUsage(this.cgroupName(pod));
+  }
+
+  /** The settings the pod's spec asks for (upstream ResourceConfigForPod). */
+  specConfig(pod: V1Pod): ResourceConfig {
+    return resourceConfigForPod(pod, this.#opts);
   }
 
   /**

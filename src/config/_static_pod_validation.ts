@@ -127,6 +127,17 @@ export function validatePod(pod: V1Pod): FieldError[] {
     else volumes.add(v.name);
     const sources = VOLUME_SOURCES.filter((k) => asRecord(v)[k] != null);
     if (sources.length > 1) invalid(path, sources, "may not specify more than 1 volume type");
+    else if (v.image) {
+      // validateImageVolumeSource; the pull policy is defaulted from the tag before this.
+      if (!v.image.reference) {
+        errs.push({ path: [...path, "image", "reference"], problem: "is required" });
+      }
+      oneOf([...path, "image", "pullPolicy"], v.image.pullPolicy, [
+        "Always",
+        "IfNotPresent",
+        "Never",
+      ]);
+    }
   });
 
   if (spec.containers.length === 0) {

@@ -132,6 +132,10 @@ spec:
   - name: empty
   - name: conf
     hostPath: {path: /etc/conf}
+  - name: data
+    image: {reference: "data:1"}
+  - name: latest
+    image: {reference: data}
     `;
   const { pod } = staticPodFromManifest(text, "/m/web.yaml", "node-1");
   const spec = pod.spec!;
@@ -166,6 +170,8 @@ spec:
   assert.deepEqual(spec.volumes, [
     { name: "empty", emptyDir: {} },
     { name: "conf", hostPath: { path: "/etc/conf", type: "" } },
+    { name: "data", image: { reference: "data:1", pullPolicy: "IfNotPresent" } },
+    { name: "latest", image: { reference: "data", pullPolicy: "Always" } },
   ]);
 });
 
@@ -279,6 +285,21 @@ Deno.test("staticPodFromManifest names the file, line, field and value of a bad 
       "spec.volumes[0].secret",
       undefined,
       /may not reference secrets/,
+    ],
+    [
+      manifest("web") + "  volumes: [{name: data, image: {pullPolicy: Always}}]\n",
+      9,
+      "spec.volumes[0].image.reference",
+      undefined,
+      /is required/,
+    ],
+    [
+      manifest("web") +
+      "  volumes: [{name: data, image: {reference: data:1, pullPolicy: Sometimes}}]\n",
+      9,
+      "spec.volumes[0].image.pullPolicy",
+      "Sometimes",
+      /must be one of 'Always', 'IfNotPresent', 'Never'/,
     ],
     [
       "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n   oops: [\n",

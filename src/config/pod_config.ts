@@ -235,28 +235,34 @@ export class PodConfig {
       b.adds.push(ref);
       return ref;
     }
+    // A new object, never the old one changed: the kubelet's managers still hold that one and
+    // compare it with the update (an in-place resize is told from its old resources).
     if (!podsDifferSemantically(existing, ref)) {
       // The kubelet owns pod status: a source that reports another one is reconciled.
       if (!deepEqual(existing.status, ref.status)) {
-        existing.status = ref.status;
-        b.reconciles.push(existing);
+        const reconciled = { ...existing, status: ref.status };
+        b.reconciles.push(reconciled);
+        return reconciled;
       }
       return existing;
     }
     const seen = existing.metadata?.annotations?.[CONFIG_FIRST_SEEN_ANNOTATION];
     if (seen !== undefined) annotations[CONFIG_FIRST_SEEN_ANNOTATION] = seen;
-    existing.spec = ref.spec;
-    existing.status = ref.status;
-    existing.metadata = {
-      ...existing.metadata,
-      labels: meta.labels,
-      annotations,
-      deletionTimestamp: meta.deletionTimestamp,
-      deletionGracePeriodSeconds: meta.deletionGracePeriodSeconds,
-      generation: meta.generation,
+    const updated: V1Pod = {
+      ...existing,
+      spec: ref.spec,
+      status: ref.status,
+      metadata: {
+        ...existing.metadata,
+        labels: meta.labels,
+        annotations,
+        deletionTimestamp: meta.deletionTimestamp,
+        deletionGracePeriodSeconds: meta.deletionGracePeriodSeconds,
+        generation: meta.generation,
+      },
     };
-    (meta.deletionTimestamp ? b.deletes : b.updates).push(existing);
-    return existing;
+    (meta.deletionTimestamp ? b.deletes : b.updates).push(updated);
+    return updated;
   }
 }
 

@@ -13,7 +13,8 @@ export type SyncAction =
   | "InitContainer"
   | "CreatePodSandbox"
   | "ConfigPodSandbox"
-  | "KillPodSandbox";
+  | "KillPodSandbox"
+  | "ResizePodInPlace";
 
 /**
  * Why a step failed, as upstream's error values; they become the waiting reason of the
@@ -37,7 +38,8 @@ export type SyncErrorReason =
   | "ImagePullBackOff"
   | "ErrImageNeverPull"
   | "InvalidImageName"
-  | "ImageInspectError";
+  | "ImageInspectError"
+  | "ResizePodInPlaceError";
 
 /** One step of a sync: `target` is the container name, or the pod's full name for sandboxes. */
 export interface SyncResult {

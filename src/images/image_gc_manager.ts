@@ -4,10 +4,10 @@
  * container, size, pinned) and removes unused ones: all images unused for longer than
  * `imageMaximumGCAge`, and, when the image filesystem is at or over `imageGCHighThresholdPercent`,
  * the least recently used until it is back at `imageGCLowThresholdPercent`. Never removes an
- * image a container (of any state) uses, one the runtime pins (CRI `Image.pinned`, as
- * containerd pins its sandbox image) or one first seen less than `imageMinimumGCAge` ago.
- * Talks to the CRI image service (ListImages, RemoveImage), the CRI runtime service
- * (ListContainers, for the images in use), the stats provider (image filesystem capacity) and
+ * image a container (of any state) uses or mounts as an image volume, one the runtime pins (CRI
+ * `Image.pinned`, as containerd pins its sandbox image) or one first seen less than
+ * `imageMinimumGCAge` ago. Talks to the CRI image service (ListImages, RemoveImage), the CRI
+ * runtime service (ListContainers and ContainerStatus, for the images in use), the stats provider (image filesystem capacity) and
  * the event recorder. Corresponds to upstream `pkg/kubelet/images/image_gc_manager.go`, with the
  * loop of `Kubelet.StartGarbageCollection` (ImageGCFailed after repeated failures).
  */
@@ -23,6 +23,7 @@ import {
 } from "../kuberuntime/labels.ts";
 import type { ImageManagerService } from "../cri/remote_image.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
+import { GrpcCode, isCriCode } from "../cri/connection.ts";
 
 /** How often images are detected and collected (upstream ImageGCPeriod). */
 export const IMAGE_GC_PERIOD_MS = 5 * 60_000;
@@ -48,8 +49,11 @@ export interface ImageFsUsage {
 /** Options of {@link ImageGCManager}. */
 export interface ImageGCManagerOptions {
   readonly imageService: Pick<ImageManagerService, "listImages" | "removeImage">;
-  /** Lists containers of every state: their images are in use. */
-  readonly runtime: Pick<RuntimeService, "listContainers">;
+  /**
+   * Lists containers of every state: their images are in use, and so are the images their
+   * image volumes mount (from each one's status).
+   */
+  readonly runtime: Pick<RuntimeService, "listContainers" | "containerStatus">;
   /** The image filesystem; undefined while the stats provider has none. */
   readonly imageFsStats: (signal?: AbortSignal) => Promise<ImageFsUsage | undefined>;
   /** @default {@link DEFAULT_IMAGE_GC_POLICY} */
@@ -281,9 +285,11 @@ export class ImageGCManager {
     const containers = await this.#o.runtime.listContainers(undefined, signal);
     const inUse = new Set<string>();
     const v5 = logger.v(5);
+    const imageIds = new Set(images.map((i) => i.id));
     for (const c of containers) {
       // As upstream GetPods and toKubeContainer, which skip what they cannot convert.
       if (c.id === "" || !c.metadata || !c.image) continue;
+      await this.#addImageVolumes(inUse, c, imageIds, signal);
       // CRI Container.image_id came with v1.30; older runtimes give the id as image_ref.
       const imageID = c.imageId || c.imageRef;
       if (v5.enabled) {
@@ -321,6 +327,39 @@ export class ImageGCManager {
       this.#records.delete(id);
     }
     return inUse;
+  }
+
+  /**
+   * upstream handleImageVolumes: the images the container mounts as image volumes (its CRI
+   * status mounts with `image` set) are in use. A container gone since the listing has none;
+   * any other failure fails the detection, as upstream's.
+   */
+  async #addImageVolumes(
+    inUse: Set<string>,
+    c: api.Container,
+    imageIds: ReadonlySet<string>,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    let status: api.ContainerStatus | undefined;
+    try {
+      status = (await this.#o.runtime.containerStatus(c.id, false, signal)).status;
+    } catch (e) {
+      if (isCriCode(e, GrpcCode.NOT_FOUND)) return;
+      throw new ImageGCError(`get container status: ${messageOf(e)}`, { cause: e });
+    }
+    for (const m of status?.mounts ?? []) {
+      const id = m.image?.image;
+      if (id === undefined || !imageIds.has(id)) continue;
+      this.#o.logger.v(5).info("Container uses image as mount", {
+        pod: new KObj(
+          c.labels[KUBERNETES_POD_NAME_LABEL] ?? "",
+          c.labels[KUBERNETES_POD_NAMESPACE_LABEL] ?? "",
+        ),
+        containerName: c.metadata?.name ?? "",
+        imageID: id,
+      });
+      inUse.add(id);
+    }
   }
 
   /** Unused, unpinned images, least recently used first, ties by first detection. */

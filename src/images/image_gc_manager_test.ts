@@ -12,6 +12,7 @@ import {
   ImageGCPolicyError,
 } from "./image_gc_manager.ts";
 import { createLogger } from "../klog/klog.ts";
+import { CriError, GrpcCode } from "../cri/connection.ts";
 
 const MIN = 60_000;
 const MB = 1_000_000;
@@ -64,9 +65,24 @@ class FakeImages {
     },
   };
 
+  /** Each container's CRI status mounts, by container id; a container without one has none. */
+  readonly mounts = new Map<string, api.Mount[]>();
+  /** ContainerStatus fails for these container ids, with the error given. */
+  readonly statusErrors = new Map<string, Error>();
+
   readonly runtime = {
     listContainers: (_filter?: api.ContainerFilter, _signal?: AbortSignal) =>
       Promise.resolve(this.containers),
+    containerStatus: (containerId: string, _verbose?: boolean, _signal?: AbortSignal) => {
+      const err = this.statusErrors.get(containerId);
+      if (err) return Promise.reject(err);
+      return Promise.resolve(api.ContainerStatusResponse.create({
+        status: api.ContainerStatus.create({
+          id: containerId,
+          mounts: this.mounts.get(containerId) ?? [],
+        }),
+      }));
+    },
   };
 }
 
@@ -159,6 +175,58 @@ Deno.test("ImageGCManager detectImages records first detection, use and size", a
   assert.equal(manager.record("sha256:a")?.firstDetected, t0);
   assert.equal(manager.record("sha256:a")?.lastUsed, t0, "not used since");
   assert.equal(manager.record("sha256:c"), undefined, "vanished images are forgotten");
+});
+
+Deno.test("ImageGCManager detectImages counts the images of image volumes as in use", async () => {
+  const { clock, fake, lines, manager } = setup();
+  const t0 = clock.now();
+  fake.add("sha256:app", 10 * MB);
+  fake.add("sha256:data", 20 * MB);
+  fake.add("sha256:other", 30 * MB);
+  fake.use("sha256:app");
+  fake.mounts.set("c0", [
+    api.Mount.create({ containerPath: "/etc/hosts", hostPath: "/pods/u/etc-hosts" }),
+    api.Mount.create({
+      containerPath: "/volume",
+      readonly: true,
+      image: api.ImageSpec.create({ image: "sha256:data", userSpecifiedImage: "data:1" }),
+    }),
+    // An image the runtime no longer lists is not in use.
+    api.Mount.create({
+      containerPath: "/gone",
+      image: api.ImageSpec.create({ image: "sha256:x" }),
+    }),
+  ]);
+  const inUse = await manager.detectImages();
+  assert.deepEqual([...inUse].sort(), ["sha256:app", "sha256:data"]);
+  assert.equal(manager.record("sha256:data")?.lastUsed, t0);
+  assert.equal(manager.record("sha256:other")?.lastUsed, 0);
+  assert.ok(lines.some((l) => l.includes("Container uses image as mount")), lines.join("\n"));
+});
+
+Deno.test("ImageGCManager detectImages skips a container gone since the listing, fails on other status errors", async () => {
+  const { fake, manager } = setup();
+  fake.add("sha256:a", 10 * MB);
+  fake.add("sha256:b", 10 * MB);
+  fake.use("sha256:a");
+  fake.use("sha256:b");
+  fake.statusErrors.set(
+    "c0",
+    new CriError("RuntimeService/ContainerStatus", GrpcCode.NOT_FOUND, "container not found"),
+  );
+  assert.deepEqual([...await manager.detectImages()].sort(), ["sha256:a", "sha256:b"]);
+  fake.statusErrors.set(
+    "c1",
+    new CriError("RuntimeService/ContainerStatus", GrpcCode.UNAVAILABLE, "connection refused"),
+  );
+  await assert.rejects(manager.detectImages(), (e) => {
+    assert.ok(e instanceof ImageGCError);
+    assert.match(
+      e.message,
+      /^get container status: RuntimeService\/ContainerStatus: rpc error: code = Unavailable desc = connection refused$/,
+    );
+    return true;
+  });
 });
 
 Deno.test("ImageGCManager garbageCollect leaves images alone below the high threshold", async () => {
@@ -404,6 +472,8 @@ Deno.test("ImageGCManager keeps the pinned sandbox image and images of exited co
     },
     runtime: {
       listContainers: (filter) => Promise.resolve(cri.listContainers({ filter }).containers),
+      containerStatus: (containerId) =>
+        Promise.resolve(cri.containerStatus({ containerId, verbose: false })),
     },
     imageFsStats: () => Promise.resolve({ capacityBytes: 100, availableBytes: 1 }),
     recorder: { event: () => {} },

@@ -1,6 +1,7 @@
 /**
  * @module
- * ImageManager: makes sure a container's image is on the node before the container starts.
+ * ImageManager: makes sure a container's image, or an image volume's, is on the node before the
+ * container starts.
  * Applies the pull policy, pulls through the CRI image service with the pod's pull secrets,
  * serialises or bounds concurrent pulls, paces them by registryPullQPS/registryBurst, backs off
  * per pod and image after a failure, and reports each step as an event on the pod.
@@ -13,10 +14,10 @@
  * with the credential loop of `kuberuntime_image.go` `PullImage`.
  */
 
-import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
+import type { V1Container, V1ImageVolumeSource, V1Pod, V1Secret } from "@kubernetes/client-node";
 import type * as api from "../../proto/runtime/v1/api.ts";
 import type { Clock } from "../util/clock.ts";
-import type { EventRecorder, ObjectRef } from "../client/record.ts";
+import { type EventRecorder, type ObjectRef, podRef } from "../client/record.ts";
 import { TokenBucket } from "../client/rate_limiter.ts";
 import { Semaphore } from "../util/semaphore.ts";
 import type { ImageManagerService } from "../cri/remote_image.ts";
@@ -55,12 +56,29 @@ export type EnsureImageResult =
   }
   | { readonly error: { readonly reason: ImageErrorReason; readonly message: string } };
 
-/** What {@link ImageManager.ensureImageExists} needs about one container. */
-export interface EnsureImageRequest {
+/** What {@link ImageManager.ensureImageExists} needs: a container's image or an image volume's. */
+export type EnsureImageRequest = EnsureContainerImageRequest | EnsureVolumeImageRequest;
+
+/** The pod side of an {@link EnsureImageRequest}. */
+interface EnsurePodImageRequest {
   readonly pod: V1Pod;
-  readonly container: V1Container;
   readonly pullSecrets: readonly V1Secret[];
   readonly sandboxConfig?: api.PodSandboxConfig;
+}
+
+/** A container's image, with its imagePullPolicy; events are about the container. */
+export interface EnsureContainerImageRequest extends EnsurePodImageRequest {
+  readonly container: V1Container;
+  readonly imageVolume?: undefined;
+}
+
+/**
+ * An image volume's image (`spec.volumes[].image`), with the volume's pullPolicy; events are
+ * about the pod, as upstream getImageVolumes passes the pod's reference.
+ */
+export interface EnsureVolumeImageRequest extends EnsurePodImageRequest {
+  readonly imageVolume: V1ImageVolumeSource;
+  readonly container?: undefined;
 }
 
 /** Options of {@link ImageManager}. */
@@ -296,19 +314,9 @@ export class ImageManager {
     signal: AbortSignal,
     req: EnsureImageRequest,
   ): Promise<EnsureImageResult> {
-    const { pod, container } = req;
+    const { pod } = req;
     const podUID = pod.metadata?.uid ?? "";
-    // Events are about the container, as upstream's container reference.
-    const isInit = (pod.spec?.initContainers ?? []).some((c) => c.name === container.name);
-    const ref: ObjectRef = {
-      kind: "Pod",
-      name: pod.metadata?.name ?? "",
-      namespace: pod.metadata?.namespace,
-      uid: pod.metadata?.uid,
-      resourceVersion: pod.metadata?.resourceVersion,
-      fieldPath: `spec.${isInit ? "initContainers" : "containers"}{${container.name}}`,
-    };
-    const imgRef = container.image ?? "";
+    const { ref, imgRef, policy } = imageTarget(req);
     const fail = (reason: ImageErrorReason, message: string): EnsureImageResult => ({
       error: { reason, message },
     });
@@ -341,7 +349,6 @@ export class ImageManager {
       return fail("ImageInspectError", msg);
     }
 
-    const policy = container.imagePullPolicy || defaultPullPolicy(imgRef);
     if (policy === "Never" && present === "") {
       return this.#neverPulled(ref, imgRef);
     }
@@ -552,6 +559,38 @@ function trackedCredentials(secrets: readonly V1Secret[], image: string): Tracke
 /** Upstream `trackedToImagePullCreds`: an anonymous or node-wide pull is every pod's. */
 function pullCredentials(used: TrackedAuth | undefined): ImagePullCredentials {
   return used?.secret ? { kubernetesSecrets: [used.secret] } : { nodePodsAccessible: true };
+}
+
+/**
+ * Whose image a request names: the object its events are about, the reference as written and
+ * the pull policy (the apiserver's default when unset, as for a pod that skipped defaulting).
+ */
+function imageTarget(req: EnsureImageRequest): { ref: ObjectRef; imgRef: string; policy: string } {
+  const { pod } = req;
+  if (req.imageVolume) {
+    const imgRef = req.imageVolume.reference ?? "";
+    return {
+      ref: podRef(pod),
+      imgRef,
+      policy: req.imageVolume.pullPolicy || defaultPullPolicy(imgRef),
+    };
+  }
+  const { container } = req;
+  // Events are about the container, as upstream's container reference.
+  const isInit = (pod.spec?.initContainers ?? []).some((c) => c.name === container.name);
+  const imgRef = container.image ?? "";
+  return {
+    ref: {
+      kind: "Pod",
+      name: pod.metadata?.name ?? "",
+      namespace: pod.metadata?.namespace,
+      uid: pod.metadata?.uid,
+      resourceVersion: pod.metadata?.resourceVersion,
+      fieldPath: `spec.${isInit ? "initContainers" : "containers"}{${container.name}}`,
+    },
+    imgRef,
+    policy: container.imagePullPolicy || defaultPullPolicy(imgRef),
+  };
 }
 
 /** What upstream shows of a pull error: a CRI error as Go's gRPC client prints it. */

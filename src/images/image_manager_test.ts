@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
-import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
+import type { V1Container, V1ImageVolumeSource, V1Pod, V1Secret } from "@kubernetes/client-node";
 import { FakeClock } from "../util/clock.ts";
 import { CriConnection } from "../cri/connection.ts";
 import type { EventRecorder, ObjectRef } from "../client/record.ts";
@@ -305,6 +305,54 @@ Deno.test("ImageManager events are about the container, as upstream's container 
     ["spec.initContainers{setup}", "42"],
     ["spec.containers{app}", "42"],
   ]);
+});
+
+Deno.test("ImageManager ensures an image volume's image with the volume's pullPolicy, events on the pod", async () => {
+  await using h = await harness();
+  const m = h.manager();
+  const p: V1Pod = {
+    metadata: { name: "web", namespace: "default", uid: "uid-1", resourceVersion: "7" },
+    spec: { containers: [{ name: "app", image: PRESENT }] },
+  };
+  const volume = (imageVolume: V1ImageVolumeSource) =>
+    m.ensureImageExists(AbortSignal.timeout(10_000), { pod: p, imageVolume, pullSecrets: [] });
+
+  // Always pulls although the image is present (the container's policy plays no part).
+  const always = await volume({ reference: "busybox:1.36", pullPolicy: "Always" });
+  assert.ok("imageRef" in always && always.imageRef.startsWith("sha256:"));
+  assert.deepEqual(h.fake.service.images.pulls.map((x) => x.image), ["busybox:1.36"]);
+  assert.deepEqual(reasons(h.events), ["Pulling", "Pulled"]);
+  assert.equal(h.events[0]?.message, 'Pulling image "busybox:1.36"');
+  // The events are about the pod, with no container in them (upstream's pod reference).
+  assert.deepEqual(h.refs[0], {
+    kind: "Pod",
+    apiVersion: "v1",
+    name: "web",
+    namespace: "default",
+    uid: "uid-1",
+    resourceVersion: "7",
+  });
+
+  // IfNotPresent, and an unset policy on a tagged reference, use what is there.
+  h.events.length = 0;
+  await volume({ reference: "busybox:1.36", pullPolicy: "IfNotPresent" });
+  await volume({ reference: "busybox:1.36" });
+  assert.equal(h.fake.service.images.pulls.length, 1);
+  assert.deepEqual(h.events.map((e) => e.message), [
+    'Container image "busybox:1.36" already present on machine',
+    'Container image "busybox:1.36" already present on machine',
+  ]);
+
+  // Never with an absent image, and a volume with no reference, fail with the image reasons.
+  assert.deepEqual(await volume({ reference: "data:2", pullPolicy: "Never" }), {
+    error: {
+      reason: "ErrImageNeverPull",
+      message: 'Container image "data:2" is not present with pull policy of Never',
+    },
+  });
+  const empty = await volume({ pullPolicy: "IfNotPresent" });
+  assert.ok("error" in empty && empty.error.reason === "InvalidImageName", Deno.inspect(empty));
+  assert.match(empty.error.message, /^Failed to apply default image tag "": /);
 });
 
 // Credential verification for images already on the node (KEP-2535).

@@ -68,8 +68,9 @@ export function generateLinuxContainerResources(
     throw new CreateContainerConfigError("pod-level resources are not supported yet");
   }
   const cpuLimit = milliCPU(limits.cpu);
-  // A missing request defaults to the limit, as the apiserver does for new pods.
-  const cpuShares = milliCPUToShares("cpu" in requests ? milliCPU(requests.cpu) : cpuLimit);
+  // A missing (or zero) request defaults to the limit, as the apiserver does for new pods.
+  const cpuRequest = milliCPU(requests.cpu);
+  const cpuShares = milliCPUToShares(cpuRequest === 0n ? cpuLimit : cpuRequest);
   const r = api.LinuxContainerResources.create({
     cpuShares,
     memoryLimitInBytes: BigInt(quantityValue(limits.memory)),

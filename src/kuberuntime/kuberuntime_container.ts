@@ -3,12 +3,12 @@
  * The container half of the kuberuntime manager: builds a container's CRI config (command and
  * args with `$(VAR)` expansion, env, labels, annotations, log path, the volume and /etc/hosts
  * mounts from `kubelet_mounts.ts`, the termination-message mount, Linux resources and security
- * context), starts a container (image, create, start, with upstream's events and SyncResult
- * reasons), stops one (grace period rules, sidecar termination order) and prunes old init
- * containers; runs the postStart hook after a start (a failure kills the container) and the
- * preStop hook before a stop, within the grace period. Talks to the CRI runtime and image
- * services, the ImageManager and the lifecycle HandlerRunner; the pod-level flow that calls all
- * this is `kuberuntime_manager.ts`.
+ * context), starts a container (image volumes through `image_volumes.ts`, image, create, start,
+ * with upstream's events and SyncResult reasons), stops one (grace period rules, sidecar
+ * termination order) and prunes old init containers; runs the postStart hook after a start (a
+ * failure kills the container) and the preStop hook before a stop, within the grace period. Talks
+ * to the CRI runtime and image services, the ImageManager and the lifecycle HandlerRunner; the
+ * pod-level flow that calls all this is `kuberuntime_manager.ts`.
  * Corresponds to upstream `pkg/kubelet/kuberuntime/kuberuntime_container.go` (with the log paths
  * of `helpers.go` and `legacy.go`).
  */
@@ -49,6 +49,15 @@ import { buildPodLogsDirectory, generatePodHostNameAndDomain } from "./kuberunti
 import { type ContainerMounter, MountsError } from "../kubelet_mounts.ts";
 import type { ServiceSource } from "../envvars.ts";
 import type { PodVolumesFunc } from "../volume/plugin.ts";
+import {
+  getImageVolumes,
+  type ImageVolumeMetrics,
+  type ImageVolumePulls,
+  type ImageVolumes,
+  incrementImageVolumeMetrics,
+  mountedVolumeNames,
+  toKubeContainerImageVolumes,
+} from "./image_volumes.ts";
 import { symlink as sandboxSymlink } from "../privilege/launcher_calls.ts";
 
 export { CreateContainerConfigError } from "./expansion.ts";
@@ -111,6 +120,8 @@ export interface ContainerDeps {
   readonly services?: ServiceSource;
   /** The pod's mounted volumes, for env `fileKeyRef`. @default none: such a ref fails */
   readonly podVolumes?: PodVolumesFunc;
+  /** kubelet_image_volume_* counters. @default none: not counted */
+  readonly imageVolumeMetrics?: ImageVolumeMetrics;
 }
 
 const defaultRunners = new WeakMap<ContainerDeps, HandlerRunner>();
@@ -235,6 +246,11 @@ export interface ContainerConfigRequest {
    * (upstream getTargetID; the PID namespace mode TARGET). @default none
    */
   readonly targetId?: string;
+  /**
+   * The image specs of the image volumes the container mounts, by volume name (from
+   * {@link getImageVolumes}); a mount of an image volume not in it fails. @default none
+   */
+  readonly imageVolumes?: ImageVolumes;
 }
 
 /**
@@ -289,6 +305,7 @@ export async function generateContainerConfig(
     container,
     req.podIPs ?? [],
     envs,
+    req.imageVolumes,
     signal,
   );
   const linux = api.LinuxContainerConfig.create({
@@ -411,6 +428,7 @@ async function makeKubeletMounts(
   container: V1Container,
   podIPs: readonly string[],
   envs: readonly { name: string; value: string }[],
+  imageVolumes: ImageVolumes | undefined,
   signal?: AbortSignal,
 ): Promise<api.Mount[]> {
   if (!deps.kubeletMounts) return [];
@@ -433,6 +451,7 @@ async function makeKubeletMounts(
       hostname,
       domain,
       envs,
+      imageVolumes,
       signal,
     });
   } catch (e) {
@@ -514,6 +533,11 @@ export interface StartContainerRequest {
   readonly podIPs?: readonly string[];
   /** An ephemeral container's target container id (see ContainerConfigRequest). @default none */
   readonly targetId?: string;
+  /**
+   * The pulls of the pod's image volumes, made once for the sync (upstream SyncPod's
+   * getImageVolumes). @default none: the image volumes this container mounts are pulled here
+   */
+  readonly imageVolumePulls?: ImageVolumePulls;
 }
 
 /** Why a start failed: the SyncResult error and upstream's message. */
@@ -523,15 +547,41 @@ export interface StartContainerFailure {
 }
 
 /**
- * upstream startContainer: ensures the image, creates and starts the container, recording
- * Created / Started / Failed events on it, then runs its postStart hook (on failure: a
- * FailedPostStartHook event, the container killed, PostStartHookError). Resolves with the
- * failure, or undefined on success; throws only when `signal` aborts.
+ * upstream startContainer: ensures the images of the image volumes the container mounts
+ * (upstream toKubeContainerImageVolumes; a failed pull fails the start with its reason) and the
+ * container's image, creates and starts the container, recording Created / Started / Failed
+ * events on it, then runs its postStart hook (on failure: a FailedPostStartHook event, the
+ * container killed, PostStartHookError). Resolves with the failure, or undefined on success;
+ * throws only when `signal` aborts.
  */
 export async function startContainer(
   deps: ContainerDeps,
   signal: AbortSignal,
   req: StartContainerRequest,
+): Promise<StartContainerFailure | undefined> {
+  const { pod, container } = req;
+  const pulls = req.imageVolumePulls ?? await getImageVolumes(deps, signal, {
+    pod,
+    sandboxConfig: req.sandboxConfig,
+    pullSecrets: req.pullSecrets,
+    volumeNames: mountedVolumeNames(container),
+  });
+  // Failing here, after the pulls, gives the container the pull's reason (ErrImagePull...).
+  const volumes = toKubeContainerImageVolumes(deps, pulls, pod, container);
+  if ("failure" in volumes) return volumes.failure;
+  const failure = await startWithImageVolumes(deps, signal, req, volumes.imageVolumes);
+  if (deps.imageVolumeMetrics) {
+    incrementImageVolumeMetrics(deps.imageVolumeMetrics, failure, container, volumes.imageVolumes);
+  }
+  return failure;
+}
+
+/** {@link startContainer} once the container's image volumes are pulled. */
+async function startWithImageVolumes(
+  deps: ContainerDeps,
+  signal: AbortSignal,
+  req: StartContainerRequest,
+  imageVolumes: ImageVolumes,
 ): Promise<StartContainerFailure | undefined> {
   const { pod, container } = req;
   const event = (
@@ -581,6 +631,7 @@ export async function startContainer(
         image: image.image,
         podIPs: req.podIPs ?? req.podStatus.ips,
         targetId: req.targetId,
+        imageVolumes,
       },
       signal,
     );

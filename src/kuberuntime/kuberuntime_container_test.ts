@@ -23,7 +23,14 @@ import {
 } from "./kuberuntime_container.ts";
 import { readTerminationMessage } from "./kuberuntime_manager.ts";
 import { generatePodSandboxConfig, type SandboxConfigOptions } from "./kuberuntime_sandbox.ts";
-import { type ContainerMounter, type MakeMountsRequest, MountsError } from "../kubelet_mounts.ts";
+import {
+  type ContainerMounter,
+  KubeletMounts,
+  type MakeMountsRequest,
+  MountsError,
+} from "../kubelet_mounts.ts";
+import { IMAGE_VOLUME } from "../volume/image.ts";
+import type { MountedVolume } from "../volume/plugin.ts";
 import { newContainerAnnotations, newContainerLabels } from "./labels.ts";
 import { defaultPodStatus, type PodStatus } from "../container/pod_cache.ts";
 import { getContainerOOMScoreAdjust } from "../qos/qos.ts";
@@ -1025,4 +1032,169 @@ Deno.test("killContainer runs an orphan's preStop from its annotations", async (
   });
   assert.deepEqual(cmds, ["nginx -s quit"]);
   assert.deepEqual(h.stops, [["a", 30]]);
+});
+
+// ---- Image volumes ---------------------------------------------------------------------------
+
+/** Deps whose mounts come from a real KubeletMounts over `volumes`; counters for the metrics. */
+function imageVolumeDeps(h: Harness, volumes: Map<string, MountedVolume>) {
+  const counts = { requested: 0, succeeded: 0, failed: 0 };
+  const deps: ContainerDeps = {
+    ...h.deps,
+    kubeletMounts: new KubeletMounts({
+      podsDirectory: join(h.dir, "pods"),
+      podVolumes: () => volumes,
+      logger: createLogger({ write: () => {} }),
+    }),
+    imageVolumeMetrics: {
+      imageVolumeRequestedTotal: { inc: (_l, by = 1) => void (counts.requested += by) },
+      imageVolumeMountedSucceedTotal: { inc: () => void counts.succeeded++ },
+      imageVolumeMountedErrorsTotal: { inc: () => void counts.failed++ },
+    },
+  };
+  return { deps, counts };
+}
+
+const DATA_IMAGE = "registry.local/data:1";
+
+function imageVolumePod(container: V1Container, pullPolicy = "Always"): V1Pod {
+  return pod([container], {
+    volumes: [
+      { name: "data", image: { reference: DATA_IMAGE, pullPolicy } },
+      { name: "scratch", emptyDir: {} },
+    ],
+  });
+}
+
+Deno.test("startContainer pulls the image volumes it mounts and passes them to the runtime as image mounts", async () => {
+  await using h = await harness();
+  h.fake.service.images.add(DATA_IMAGE);
+  const { deps, counts } = imageVolumeDeps(h, new Map([["data", IMAGE_VOLUME]]));
+  const container: V1Container = {
+    name: "main",
+    image: IMAGE,
+    volumeMounts: [
+      { name: "data", mountPath: "/volume" },
+      { name: "data", mountPath: "/etc-only", subPath: "etc" },
+    ],
+  };
+  const p = imageVolumePod(container);
+  const sb = await h.sandbox(p);
+  const failure = await startContainer(deps, signal(), {
+    sandboxId: sb.id,
+    sandboxConfig: sb.config,
+    pod: p,
+    container,
+    podStatus: emptyStatus(),
+    pullSecrets: [],
+  });
+  assert.equal(failure, undefined);
+  // pullPolicy Always pulls although the image is on the node; the container image is not pulled.
+  assert.deepEqual(h.fake.service.images.pulls.map((x) => x.image), [DATA_IMAGE]);
+  const imageId = h.fake.service.images.get(DATA_IMAGE)!.id;
+  const [c] = [...h.fake.service.containers.values()];
+  const mounts = c!.config.mounts.filter((m) => m.image !== undefined);
+  assert.deepEqual(
+    mounts.map((m) => [m.containerPath, m.hostPath, m.readonly, m.image?.image, m.imageSubPath]),
+    [["/volume", "", true, imageId, ""], ["/etc-only", "", true, imageId, "etc"]],
+  );
+  assert.equal(mounts[0]?.image?.userSpecifiedImage, DATA_IMAGE);
+  // The volume's events are about the pod, the container's about the container.
+  assert.deepEqual(h.events.map((e) => [e.reason, e.ref.fieldPath ?? ""]), [
+    ["Pulling", ""],
+    ["Pulled", ""],
+    ["Pulled", "spec.containers{main}"],
+    ["Created", "spec.containers{main}"],
+    ["Started", "spec.containers{main}"],
+  ]);
+  assert.deepEqual(counts, { requested: 1, succeeded: 2, failed: 0 });
+
+  // Pulls made once for the sync are used as given: nothing is pulled again.
+  const second: V1Container = { ...container, name: "second" };
+  const p2 = pod([container, second], p.spec);
+  await startContainer(deps, signal(), {
+    sandboxId: sb.id,
+    sandboxConfig: sb.config,
+    pod: p2,
+    container: second,
+    podStatus: emptyStatus(),
+    pullSecrets: [],
+    imageVolumePulls: new Map([["data", {
+      spec: api.ImageSpec.create({ image: imageId, userSpecifiedImage: DATA_IMAGE }),
+    }]]),
+  });
+  assert.equal(h.fake.service.images.pulls.length, 1);
+});
+
+Deno.test("startContainer fails with the image volume's pull error before the container's image", async () => {
+  await using h = await harness();
+  h.fake.service.images.failPull(DATA_IMAGE, grpc.status.NOT_FOUND, "no such image");
+  const { deps, counts } = imageVolumeDeps(h, new Map([["data", IMAGE_VOLUME]]));
+  const container: V1Container = {
+    name: "main",
+    image: "nginx:1",
+    imagePullPolicy: "Always",
+    volumeMounts: [{ name: "data", mountPath: "/volume" }],
+  };
+  const p = imageVolumePod(container);
+  const sb = await h.sandbox(p);
+  const failure = await startContainer(deps, signal(), {
+    sandboxId: sb.id,
+    sandboxConfig: sb.config,
+    pod: p,
+    container,
+    podStatus: emptyStatus(),
+    pullSecrets: [],
+  });
+  assert.deepEqual(failure, {
+    reason: "ErrImagePull",
+    message: "rpc error: code = NotFound desc = no such image",
+  });
+  assert.deepEqual(h.fake.service.images.pulls.map((x) => x.image), [DATA_IMAGE]);
+  assert.equal(h.fake.service.containers.size, 0);
+  assert.deepEqual(h.events.map((e) => [e.reason, e.ref.fieldPath ?? "", e.message]), [
+    ["Pulling", "", `Pulling image "${DATA_IMAGE}"`],
+    [
+      "Failed",
+      "",
+      `Failed to pull image "${DATA_IMAGE}": rpc error: code = NotFound desc = no such image`,
+    ],
+    ["Failed", "spec.containers{main}", "Error: ErrImagePull"],
+  ]);
+  assert.deepEqual(counts, { requested: 0, succeeded: 0, failed: 0 }, "not started");
+});
+
+Deno.test("startContainer reports a runtime that cannot mount images with the runtime's own error", async () => {
+  await using h = await harness();
+  h.fake.service.images.add(DATA_IMAGE);
+  const { deps, counts } = imageVolumeDeps(h, new Map([["data", IMAGE_VOLUME]]));
+  const container: V1Container = {
+    name: "main",
+    image: IMAGE,
+    volumeMounts: [{ name: "data", mountPath: "/volume" }],
+  };
+  const p = imageVolumePod(container, "IfNotPresent");
+  const sb = await h.sandbox(p);
+  const start = () =>
+    startContainer(deps, signal(), {
+      sandboxId: sb.id,
+      sandboxConfig: sb.config,
+      pod: p,
+      container,
+      podStatus: emptyStatus(),
+      pullSecrets: [],
+    });
+  // containerd 1.6 drops Mount.image and fails on the empty host path: CreateContainerError.
+  const old =
+    'failed to generate container "0123" spec: failed to generate spec: failed to mkdir ' +
+    '"": mkdir : no such file or directory';
+  h.fake.injectError("CreateContainer", grpc.status.UNKNOWN, old);
+  assert.deepEqual(await start(), { reason: "CreateContainerError", message: old });
+  assert.equal(h.events.at(-1)?.message, `Error: ${old}`);
+  assert.deepEqual(counts, { requested: 1, succeeded: 1, failed: 0 });
+  // A runtime that knows image volumes but cannot mount this one says ImageVolumeMountFailed.
+  const failed = "ImageVolumeMountFailed: failed to mount image: snapshot not found";
+  h.fake.injectError("CreateContainer", grpc.status.UNKNOWN, failed);
+  assert.deepEqual(await start(), { reason: "CreateContainerError", message: failed });
+  assert.deepEqual(counts, { requested: 2, succeeded: 1, failed: 1 });
 });

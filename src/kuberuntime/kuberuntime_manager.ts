@@ -7,7 +7,8 @@
  * `kuberuntime_container.ts`), `kuberuntime_sandbox.ts` for sandbox configs and the event
  * recorder; called by the pod workers through the pod syncer. Corresponds to upstream
  * `pkg/kubelet/kuberuntime/kuberuntime_manager.go` (SyncPod, KillPod, killPodWithSyncResult,
- * doBackOff, createPodSandbox of kuberuntime_sandbox.go), without in-place resize.
+ * doBackOff, createPodSandbox of kuberuntime_sandbox.go), with in-place resize in
+ * `_pod_resize.ts` (computePodResizeAction, doPodResizeAction, IsPodResizeInProgress).
  */
 
 import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts";
@@ -51,6 +52,15 @@ import type { ServiceSource } from "../envvars.ts";
 import type { ContainerMounter } from "../kubelet_mounts.ts";
 import type { PodVolumesFunc } from "../volume/plugin.ts";
 import { Semaphore } from "../util/semaphore.ts";
+import { getImageVolumes } from "./image_volumes.ts";
+import { ResourceState } from "../allocation/state_checkpoint.ts";
+import type { PodCgroups } from "../cm/container_manager.ts";
+import {
+  doPodResizeAction,
+  isPodResizeInProgress,
+  type ResizeDeps,
+  setActuatedContainerResources,
+} from "./pod_resize.ts";
 
 export {
   computePodActions,
@@ -74,6 +84,9 @@ export type KubeRuntimeService = Pick<
   | "stopContainer"
   | "removeContainer"
   | "containerStatus"
+  | "updateContainerResources"
+  | "updatePodSandboxResources"
+  | "containerStats"
 >;
 
 /**
@@ -134,12 +147,26 @@ export interface KubeRuntimeManagerOptions
     "recordPhase" | "recordInitContainerStarted" | "recordInitContainerFinished"
   >;
   /** kubelet_started_pods_total and its errors. @default none */
-  readonly metrics?: Pick<KubeletMetrics, "startedPodsTotal" | "startedPodsErrorsTotal">;
+  readonly metrics?: Pick<
+    KubeletMetrics,
+    | "startedPodsTotal"
+    | "startedPodsErrorsTotal"
+    | "imageVolumeRequestedTotal"
+    | "imageVolumeMountedSucceedTotal"
+    | "imageVolumeMountedErrorsTotal"
+  >;
   /**
    * RunPodSandbox calls in flight at once (`--max-parallel-sandbox-starts`); the other pods
    * wait in arrival order. 0 = no limit, as upstream. @default 0
    */
   readonly maxParallelSandboxStarts?: number;
+  /**
+   * What the runtime was last told of each container's resources (`actuated_pods_state`).
+   * @default in memory: after a restart every running container is updated once more
+   */
+  readonly actuatedState?: ResourceState;
+  /** Pod cgroups, resized with their containers. @default none: only containers are resized */
+  readonly podCgroups?: Pick<PodCgroups, "getConfig" | "setConfig" | "specConfig" | "memoryUsage">;
 }
 
 /** Runs SyncPod and KillPod against the CRI runtime; see the module documentation. */
@@ -155,6 +182,7 @@ export class KubeRuntimeManager {
   readonly #clock: Clock;
   readonly #tracker: KubeRuntimeManagerOptions["startupTracker"];
   readonly #metrics: KubeRuntimeManagerOptions["metrics"];
+  readonly #resize: ResizeDeps;
 
   constructor(opts: KubeRuntimeManagerOptions) {
     this.#runtime = opts.runtime;
@@ -190,6 +218,7 @@ export class KubeRuntimeManager {
       clusterDomain: opts.sandbox.clusterDomain,
       services: opts.services,
       podVolumes: opts.podVolumes,
+      imageVolumeMetrics: opts.metrics,
       linux: {
         memoryCapacityBytes: opts.memoryCapacityBytes,
         // One source for the cgroup settings the sandbox and its containers share.
@@ -200,6 +229,35 @@ export class KubeRuntimeManager {
         seccompProfileRoot: opts.seccompProfileRoot,
       },
     };
+    this.#resize = {
+      runtime: opts.runtime,
+      podCgroups: opts.podCgroups,
+      actuated: opts.actuatedState ?? ResourceState.inMemory(),
+      linux: this.#deps.linux,
+      logger: opts.logger,
+    };
+  }
+
+  /** The container's actuated resources, if recorded. */
+  actuatedResources(uid: string, name: string) {
+    return this.#resize.actuated.getContainer(uid, name);
+  }
+
+  /**
+   * Whether a running container's actuated resources differ from the allocated pod's (upstream
+   * IsPodResizeInProgress), for the PodResizeInProgress condition.
+   */
+  isPodResizeInProgress(allocatedPod: V1Pod, podStatus: PodStatus): boolean {
+    return isPodResizeInProgress(
+      allocatedPod,
+      toKubeContainerStatuses(podStatus),
+      (uid, name) => this.#resize.actuated.getContainer(uid, name),
+    );
+  }
+
+  /** Forgets the actuated resources of pods not in `keep` (upstream GarbageCollect's part). */
+  forgetActuated(keep: ReadonlySet<string>): Promise<void> {
+    return this.#resize.actuated.removeOrphans(keep);
   }
 
   /**
@@ -214,7 +272,10 @@ export class KubeRuntimeManager {
   ): Promise<PodSyncResult> {
     const result = new PodSyncResult();
     const log = this.#log.with({ pod: kobj(pod) });
-    const changes = computePodActions(pod, podStatus, { probeResults: this.#probes });
+    const changes = computePodActions(pod, podStatus, {
+      probeResults: this.#probes,
+      actuated: (uid, name) => this.#resize.actuated.getContainer(uid, name),
+    });
     log.v(3).info("computePodActions got for pod", {
       podActions: {
         killPod: changes.killPod,
@@ -224,6 +285,11 @@ export class KubeRuntimeManager {
         containersToStart: changes.containersToStart,
         ephemeralContainersToStart: changes.ephemeralContainersToStart,
         containersToKill: [...changes.containersToKill.keys()],
+        containersToUpdate: {
+          memory: changes.resize.containersToUpdate.memory.map((c) => c.container.name),
+          cpu: changes.resize.containersToUpdate.cpu.map((c) => c.container.name),
+        },
+        updatePodResources: changes.resize.updatePodResources,
       },
     });
     if (changes.createSandbox && changes.sandboxID !== "") {
@@ -327,6 +393,13 @@ export class KubeRuntimeManager {
 
     const statuses = toKubeContainerStatuses(podStatus);
     const config = sandboxConfig;
+    // The pod's image volumes, pulled once for the containers this sync starts (upstream pulls
+    // them at every sync; a sync that starts nothing does not pull here).
+    const starts = changes.containersToStart.length + changes.initContainersToStart.length +
+      changes.ephemeralContainersToStart.length;
+    const imageVolumePulls = starts > 0
+      ? await getImageVolumes(this.#deps, signal, { pod, sandboxConfig: config, pullSecrets })
+      : undefined;
     const start = async (
       container: V1Container,
       typeName: string,
@@ -369,6 +442,7 @@ export class KubeRuntimeManager {
         pullSecrets,
         podIPs,
         targetId,
+        imageVolumePulls,
       });
       if (failure) {
         fail(r, failure.reason, failure.message);
@@ -378,6 +452,16 @@ export class KubeRuntimeManager {
         if (failure.reason === "ImagePullBackOff") log.v(3).info(line);
         else log.error(new Error(line), "Unhandled Error");
         return false;
+      }
+      // What the runtime was told of its resources (upstream marks them at creation).
+      if (typeName !== "ephemeral container") {
+        try {
+          await setActuatedContainerResources(this.#resize.actuated, pod, container);
+        } catch (e) {
+          log.error(e, "Failed to record the container's actuated resources", {
+            containerName: container.name,
+          });
+        }
       }
       // Init containers' run time is left out of the start-up SLI; sidecars keep running.
       if (typeName === "init container" && !isRestartableInitContainer(container)) {
@@ -412,6 +496,16 @@ export class KubeRuntimeManager {
           this.#tracker.recordInitContainerFinished(pod.metadata?.uid ?? "", cs.finishedAt);
         }
       }
+    }
+    // Running containers resized in place, before new ones start (upstream SyncPod step 8).
+    const resize = changes.resize;
+    if (
+      resize.containersToUpdate.memory.length > 0 || resize.containersToUpdate.cpu.length > 0 ||
+      resize.updatePodResources
+    ) {
+      const r = result.add("ResizePodInPlace", formatPod(pod));
+      const failed = await doPodResizeAction(this.#resize, signal, pod, sandboxId, resize);
+      if (failed) fail(r, "ResizePodInPlaceError", failed.message);
     }
     const containers = pod.spec?.containers ?? [];
     for (const idx of changes.containersToStart) {

@@ -125,6 +125,59 @@ Deno.test("computePodActions leaves a running pod alone", () => {
   assert.equal(a.sandboxID, "sandbox-0");
 });
 
+Deno.test("computePodActions resizes running containers in place, or restarts them when their resizePolicy says so", () => {
+  const res = (cpu: string, memory: string) => ({
+    requests: { cpu, memory },
+    limits: { cpu, memory },
+  });
+  const restartOnMemory = [{ resourceName: "memory", restartPolicy: "RestartContainer" }];
+  const before = pod({
+    restartPolicy: "Never",
+    containers: [
+      { name: "a", image: IMAGE, resources: res("100m", "100Mi") },
+      { name: "b", image: IMAGE, resources: res("100m", "100Mi"), resizePolicy: restartOnMemory },
+    ],
+  });
+  const actuated = (_uid: string, name: string) =>
+    before.spec!.containers.find((c) => c.name === name)?.resources;
+  const after = pod({
+    restartPolicy: "Never",
+    containers: [
+      { name: "a", image: IMAGE, resources: res("200m", "200Mi"), resizePolicy: restartOnMemory },
+      { name: "b", image: IMAGE, resources: res("200m", "200Mi"), resizePolicy: restartOnMemory },
+    ],
+  });
+  const running = status(
+    [sandbox()],
+    before.spec!.containers.map((c) => cs(before, c, "running")),
+  );
+  // Nothing changed: nothing to do.
+  const same = computePodActions(before, running, { actuated });
+  assert.deepEqual(summary(same), NOTHING);
+  assert.equal(same.resize.containersToUpdate.cpu.length, 0);
+  // a's memory policy is RestartContainer now too: both restart, even under restartPolicy Never.
+  const both = computePodActions(after, running, { actuated });
+  assert.deepEqual(summary(both), {
+    ...NOTHING,
+    start: [0, 1],
+    kill: ["Container a resize requires restart", "Container b resize requires restart"],
+  });
+  assert.equal(both.resize.updatePodResources, true);
+  // cpu alone changes in place; without the actuated record nothing is resized.
+  const cpuOnly = pod({
+    restartPolicy: "Never",
+    containers: before.spec!.containers.map((c) => ({
+      ...c,
+      resources: { ...c.resources, requests: { ...c.resources!.requests, cpu: "50m" } },
+    })),
+  });
+  const inPlace = computePodActions(cpuOnly, running, { actuated });
+  assert.deepEqual(summary(inPlace), NOTHING);
+  // Decreases are prepended (upstream), so the later container comes first.
+  assert.deepEqual(inPlace.resize.containersToUpdate.cpu.map((c) => c.container.name), ["b", "a"]);
+  assert.equal(computePodActions(cpuOnly, running).resize.containersToUpdate.cpu.length, 0);
+});
+
 Deno.test("computePodActions applies the restart policy to exited containers", () => {
   const rows: Array<[string, number, ReturnType<typeof summary>]> = [
     ["Always", 0, { ...NOTHING, start: [0] }],
@@ -359,6 +412,9 @@ async function harness(
     startContainer: (...a) => runtime.startContainer(...a),
     removeContainer: (...a) => runtime.removeContainer(...a),
     containerStatus: (...a) => runtime.containerStatus(...a),
+    updateContainerResources: (...a) => runtime.updateContainerResources(...a),
+    updatePodSandboxResources: (...a) => runtime.updatePodSandboxResources(...a),
+    containerStats: (...a) => runtime.containerStats(...a),
     stopContainer: (id, timeout, signal) => {
       stops.push([fake.service.containers.get(id)?.config.metadata?.name ?? id, timeout]);
       return runtime.stopContainer(id, timeout, signal);

@@ -21,6 +21,12 @@ import {
 } from "./kuberuntime_container.ts";
 import { isRestartableInitContainer } from "../pod/podutil.ts";
 import { podSandboxChanged } from "./sandbox_changed.ts";
+import {
+  type ActuatedLookup,
+  computeContainerResize,
+  emptyResizeActions,
+  type ResizeActions,
+} from "./pod_resize.ts";
 
 /** A container to kill, and why (upstream containerToKillInfo). */
 export interface ContainerToKill {
@@ -50,6 +56,8 @@ export interface PodActions {
   ephemeralContainersToStart: number[];
   /** By container id. */
   containersToKill: Map<string, ContainerToKill>;
+  /** Running containers to resize in place, and whether the pod cgroup follows. */
+  resize: ResizeActions;
 }
 
 /** A probe's last result (upstream proberesults.Result). */
@@ -65,6 +73,11 @@ export interface ProbeResults {
 export interface ComputePodActionsOptions {
   /** Probe results; without them no probe has run, as right after a kubelet start. */
   readonly probeResults?: ProbeResults;
+  /**
+   * What the runtime was last told of each container's resources (the actuated record), to
+   * resize running containers in place. @default none: running containers are not resized
+   */
+  readonly actuated?: ActuatedLookup;
 }
 
 const NO_PROBES: ProbeResults = { liveness: () => undefined, startup: () => undefined };
@@ -122,6 +135,7 @@ export function computePodActions(
     containersToStart: [],
     ephemeralContainersToStart: [],
     containersToKill: new Map(),
+    resize: emptyResizeActions(),
   };
   const containers = pod.spec?.containers ?? [];
 
@@ -154,7 +168,7 @@ export function computePodActions(
     if (!findContainerStatus(statuses, c.name)) changes.ephemeralContainersToStart.push(i);
   });
 
-  const initialized = computeInitContainerActions(pod, statuses, changes, probes);
+  const initialized = computeInitContainerActions(pod, statuses, changes, probes, opts.actuated);
   if (changes.killPod || !initialized) return changes;
 
   let keepCount = 0;
@@ -189,6 +203,19 @@ export function computePodActions(
     } else if (probes.startup(status.id) === "Failure") {
       message = `Container ${container.name} failed startup probe`;
       reason = "StartupProbe";
+    } else if (
+      opts.actuated &&
+      computeContainerResize(pod, container, status, opts.actuated, changes.resize) === "restart"
+    ) {
+      // Its resizePolicy asks for a restart, whatever the pod's restart policy.
+      changes.containersToKill.set(status.id, {
+        name: status.name,
+        container,
+        message: `Container ${container.name} resize requires restart`,
+        reason: "",
+      });
+      changes.containersToStart.push(idx);
+      return;
     } else {
       keepCount++;
       return;
@@ -243,6 +270,7 @@ function computeInitContainerActions(
   statuses: readonly KubeContainerStatus[],
   changes: PodActions,
   probes: ProbeResults,
+  actuated: ActuatedLookup | undefined,
 ): boolean {
   const inits = pod.spec?.initContainers ?? [];
   if (inits.length === 0) return true;
@@ -277,7 +305,11 @@ function computeInitContainerActions(
         toStart.push(i);
         break;
       case "running": {
-        if (!sidecar) break;
+        if (!sidecar) {
+          // A running init container is resized in place (it may not restart for it).
+          if (actuated) computeContainerResize(pod, container, status, actuated, changes.resize);
+          break;
+        }
         if (container.startupProbe) {
           const startup = probes.startup(status.id);
           if (startup === undefined) break;
@@ -312,7 +344,15 @@ function computeInitContainerActions(
               "LivenessProbe",
             );
             toStart.push(i);
+            break;
           }
+        }
+        if (
+          actuated &&
+          computeContainerResize(pod, container, status, actuated, changes.resize) === "restart"
+        ) {
+          kill(status, container, `Container ${container.name} resize requires restart`, "");
+          toStart.push(i);
         }
         break;
       }

@@ -93,6 +93,11 @@ export class KubeletMetrics {
   /** kubelet_started_pods_total: sandboxes the kubelet set out to create. */
   readonly startedPodsTotal: Counter;
   readonly startedPodsErrorsTotal: Counter;
+  /** kubelet_image_volume_requested_total: image volumes of containers set out to start. */
+  readonly imageVolumeRequestedTotal: Counter;
+  /** kubelet_image_volume_mounted_{succeed,errors}_total: per mount of an image volume. */
+  readonly imageVolumeMountedSucceedTotal: Counter;
+  readonly imageVolumeMountedErrorsTotal: Counter;
   /** rest_client_requests_total{code,method,host}: every apiserver answer (or `<error>`). */
   readonly restClientRequests: Counter;
   /** kubelet_graceful_shutdown_{start,end}_time_seconds: the last node shutdown. */
@@ -251,6 +256,27 @@ export class KubeletMetrics {
       new Counter({
         name: "kubelet_started_pods_errors_total",
         help: "Cumulative number of errors when starting pods",
+      }),
+    );
+    this.imageVolumeRequestedTotal = r.register(
+      new Counter({
+        name: "kubelet_image_volume_requested_total",
+        help: "Number of requested image volumes.",
+        stabilityLevel: "BETA",
+      }),
+    );
+    this.imageVolumeMountedSucceedTotal = r.register(
+      new Counter({
+        name: "kubelet_image_volume_mounted_succeed_total",
+        help: "Number of successful image volume mounts.",
+        stabilityLevel: "BETA",
+      }),
+    );
+    this.imageVolumeMountedErrorsTotal = r.register(
+      new Counter({
+        name: "kubelet_image_volume_mounted_errors_total",
+        help: "Number of failed image volume mounts.",
+        stabilityLevel: "BETA",
       }),
     );
     this.restClientRequests = r.register(

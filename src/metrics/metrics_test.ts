@@ -32,12 +32,19 @@ Deno.test("KubeletMetrics exposes upstream's names, types, stability levels and 
     ["kubelet_evictions", "counter", ["eviction_signal"]],
     ["kubelet_started_pods_total", "counter", []],
     ["rest_client_requests_total", "counter", ["code", "host", "method"]],
+    ["kubelet_image_volume_requested_total", "counter", []],
+    ["kubelet_image_volume_mounted_succeed_total", "counter", []],
+    ["kubelet_image_volume_mounted_errors_total", "counter", []],
   ];
   for (const [name, type, labels] of want) {
     const f = families.get(name);
     assert.ok(f, name);
     assert.equal(f.type, type, name);
-    assert.match(f.help, /^\[ALPHA\] /, name);
+    assert.match(
+      f.help,
+      name.startsWith("kubelet_image_volume_") ? /^\[BETA\] / : /^\[ALPHA\] /,
+      name,
+    );
     for (const s of f.samples) {
       const own = Object.keys(s.labels).filter((k) => k !== "le").sort();
       assert.deepEqual(own, labels, name);

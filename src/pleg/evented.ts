@@ -118,9 +118,15 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
     if (!this.#active) this.#generic.poke();
   }
 
-  /** While events flow the start's own event reports it; otherwise the relisting PLEG reads the pod. */
+  /**
+   * While events flow the start's own event reports it; otherwise the relisting PLEG reads the
+   * pod. A reinspection (`sync`, after a resize, which the runtime sends no event for) is read
+   * by the relisting PLEG either way.
+   */
   inspectPod(uid: string, opts?: InspectPodOptions): Promise<boolean> {
-    return this.#active ? Promise.resolve(false) : this.#generic.inspectPod(uid, opts);
+    return this.#active && !opts?.sync
+      ? Promise.resolve(false)
+      : this.#generic.inspectPod(uid, opts);
   }
 
   /** Unhealthy when the event queue is full, else as the relisting PLEG with its current threshold. */

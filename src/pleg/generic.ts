@@ -85,6 +85,11 @@ export interface InspectPodOptions {
    */
   readonly after?: number;
   readonly signal?: AbortSignal;
+  /**
+   * Send a PodSync event when no container changed state (upstream's reinspection, after an
+   * in-place resize: the runtime's new resources reach the status at once). @default false
+   */
+  readonly sync?: boolean;
 }
 
 /** The CRI calls the PLEG needs. */
@@ -410,6 +415,7 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
       record.old = pod;
       record.oldList = list;
     } else this.#records.set(uid, { old: pod, current: undefined, oldList: list });
+    if (events.length === 0 && opts.sync) events.push({ id: uid, type: "PodSync", data: "" });
     this.#sendAll(events);
     return true;
   }

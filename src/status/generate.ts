@@ -22,6 +22,7 @@ import type {
 import type { PodStatus } from "../container/pod_cache.ts";
 import { getContainerStatus, isRestartableInitContainer } from "../pod/podutil.ts";
 import { podSandboxChanged } from "../kuberuntime/sandbox_changed.ts";
+import { POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING } from "./resize_conditions.ts";
 
 /** Reason: every container status is unknown. */
 export const UNKNOWN_CONTAINER_STATUSES = "UnknownContainerStatuses";
@@ -43,8 +44,6 @@ export const POD_INITIALIZED = "Initialized";
 export const CONTAINERS_READY = "ContainersReady";
 export const POD_READY_TO_START_CONTAINERS = "PodReadyToStartContainers";
 export const DISRUPTION_TARGET = "DisruptionTarget";
-const POD_RESIZE_PENDING = "PodResizePending";
-const POD_RESIZE_IN_PROGRESS = "PodResizeInProgress";
 
 const KUBELET_CONDITIONS: ReadonlySet<string> = new Set([
   POD_SCHEDULED,

@@ -866,10 +866,16 @@ function normalizeStatus(pod: V1Pod, status: V1PodStatus): V1PodStatus {
 }
 
 /**
- * Whether two statuses are equal for the kubelet: its own and shared conditions by status,
+ * Whether two statuses are equal for the kubelet: the same own and shared conditions, by status,
  * reason and message, everything else exactly (upstream isPodStatusByKubeletEqual).
  */
 function isPodStatusByKubeletEqual(oldStatus: V1PodStatus, status: V1PodStatus): boolean {
+  // A condition the kubelet dropped (a resize done) is a change too.
+  const owned = (x: V1PodStatus) =>
+    (x.conditions ?? []).filter((c) =>
+      podConditionByKubelet(c.type) || podConditionSharedByKubelet(c.type)
+    ).length;
+  if (owned(oldStatus) !== owned(status)) return false;
   for (const c of status.conditions ?? []) {
     if (!podConditionByKubelet(c.type) && !podConditionSharedByKubelet(c.type)) continue;
     const oc = getPodCondition(oldStatus.conditions, c.type);

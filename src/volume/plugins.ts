@@ -2,12 +2,12 @@
  * @module
  * The volume plugins this kubelet has, built once for the volume manager (upstream
  * `cmd/kubelet/app/plugins.go` ProbeVolumePlugins, in-tree part): emptyDir, hostPath,
- * configMap, secret, downwardAPI and projected. ConfigMaps and Secrets come from the object
- * managers (`client/object_manager.ts`); without a kube client (standalone mode) a configMap, secret
- * or projected volume fails to mount with upstream's "no kubeClient defined" message, like env
- * references do. Other volume types (persistentVolumeClaim, csi, ephemeral, image, the cloud
- * and network ones) have no plugin here: the volume manager fails such pods with FailedMount
- * naming the volume.
+ * configMap, secret, downwardAPI, projected and image. ConfigMaps and Secrets come from the
+ * object managers (`client/object_manager.ts`); without a kube client (standalone mode) a
+ * configMap, secret or projected volume fails to mount with upstream's "no kubeClient defined"
+ * message, like env references do. Other volume types (persistentVolumeClaim, csi, ephemeral,
+ * the cloud and network ones) have no plugin here: the volume manager fails such pods with
+ * FailedMount naming the volume.
  */
 
 import type { V1ConfigMap, V1Secret } from "@kubernetes/client-node";
@@ -20,6 +20,7 @@ import { type ConfigMapGetter, ConfigMapPlugin } from "./configmap.ts";
 import { DownwardApiPlugin, type NodeAllocatableFunc } from "./downward_api.ts";
 import { EmptyDirPlugin } from "./empty_dir.ts";
 import { HostPathPlugin } from "./host_path.ts";
+import { ImagePlugin } from "./image.ts";
 import type { VolumePlugin } from "./plugin.ts";
 import { ProjectedPlugin } from "./projected.ts";
 import { type SecretGetter, SecretPlugin } from "./secret.ts";
@@ -63,6 +64,7 @@ export function probeVolumePlugins(o: VolumePluginsOptions): VolumePlugin[] {
       nodeAllocatable,
       nodeAllocatableMemory,
     }),
+    new ImagePlugin(),
   ];
 }
 

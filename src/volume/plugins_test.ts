@@ -44,7 +44,7 @@ function podWith(volume: V1Volume, limits?: Record<string, string>): V1Pod {
   };
 }
 
-Deno.test("probeVolumePlugins has the six in-tree plugins, each volume type taken by one", () => {
+Deno.test("probeVolumePlugins has the seven in-tree plugins, each volume type taken by one", () => {
   const { list } = plugins();
   assert.deepEqual(list.map((p) => p.name), [
     "kubernetes.io/empty-dir",
@@ -53,6 +53,7 @@ Deno.test("probeVolumePlugins has the six in-tree plugins, each volume type take
     "kubernetes.io/configmap",
     "kubernetes.io/downward-api",
     "kubernetes.io/projected",
+    "kubernetes.io/image",
   ]);
   const volumes: V1Volume[] = [
     { name: "a", emptyDir: {} },
@@ -61,6 +62,7 @@ Deno.test("probeVolumePlugins has the six in-tree plugins, each volume type take
     { name: "d", configMap: { name: "c" } },
     { name: "e", downwardAPI: {} },
     { name: "f", projected: { sources: [] } },
+    { name: "i", image: { reference: "data:1" } },
   ];
   for (const [i, v] of volumes.entries()) {
     assert.deepEqual(list.filter((p) => p.canSupport(v)).map((p) => p.name), [list[i]!.name]);

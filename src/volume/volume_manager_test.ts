@@ -5,6 +5,7 @@ import type { EventRecorder } from "../client/record.ts";
 import { createLogger } from "../klog/klog.ts";
 import { Mounter } from "../util/mount.ts";
 import { VolumeManager, VolumeMountError } from "./volume_manager.ts";
+import { IMAGE_VOLUME, ImagePlugin } from "./image.ts";
 import {
   type MountedVolume,
   podVolumeDir,
@@ -284,6 +285,23 @@ Deno.test("VolumeManager fails a volume type no plugin supports with 'is not sup
     message: "unmounted volumes=[cache], unattached volumes=[], failed to process " +
       "volumes=[cache]: multiple volume plugins matched: kubernetes.io/empty-dir,example.com/other",
   });
+});
+
+Deno.test("VolumeManager accepts image volumes with the image plugin, leaving nothing on disk", async () => {
+  await using f = await fixture();
+  const vm = new VolumeManager({
+    podsDirectory: f.pods,
+    plugins: [f.emptyDir, new ImagePlugin()],
+    recorder: { event: () => {} },
+    logger: createLogger({ write: () => {}, pid: 1 }),
+  });
+  const p = pod("u1", [cache(), { name: "data", image: { reference: "data:1" } }]);
+  await vm.mountPodVolumes(signal, p);
+  assert.deepEqual(vm.podVolumes("u1").get("data"), IMAGE_VOLUME);
+  assert.equal(await exists(join(podVolumesDir(f.pods, "u1"), "kubernetes.io~image")), false);
+  await vm.unmountPodVolumes(signal, "u1");
+  assert.equal(vm.podVolumesExist("u1"), false);
+  assert.deepEqual(f.events, []);
 });
 
 Deno.test("VolumeManager tears down volumes dropped from the spec, also after a restart", async () => {

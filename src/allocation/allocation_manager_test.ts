@@ -1,0 +1,207 @@
+import assert from "node:assert/strict";
+import type { V1Container, V1Pod } from "@kubernetes/client-node";
+import { FakeClock } from "../util/clock.ts";
+import { createLogger } from "../klog/klog.ts";
+import type { ObjectRef } from "../client/record.ts";
+import {
+  AllocationManager,
+  type CanAdmit,
+  INITIAL_RETRY_DELAY_MS,
+  resizeMessage,
+  RETRY_DELAY_MS,
+} from "./allocation_manager.ts";
+import { ResourceState } from "./state_checkpoint.ts";
+import { PodResizeConditions } from "../status/resize_conditions.ts";
+
+function container(name: string, cpu: string, memory = "64Mi"): V1Container {
+  return {
+    name,
+    image: "img",
+    resources: { requests: { cpu, memory }, limits: { cpu, memory } },
+  };
+}
+
+function pod(uid: string, cpu: string, generation = 1): V1Pod {
+  return {
+    metadata: { uid, name: uid, namespace: "ns", generation },
+    spec: { containers: [container("c", cpu)] },
+  };
+}
+
+/** A node with `capacity` millicores; pods fit while their requests sum within it. */
+function cpuFit(capacity: number): CanAdmit {
+  return (p, others) => {
+    const milli = (x: V1Pod) =>
+      (x.spec?.containers ?? []).reduce(
+        (n, c) => n + Number(String(c.resources?.requests?.cpu ?? "0").replace("m", "")),
+        0,
+      );
+    const used = others.reduce((n, o) => n + milli(o), 0);
+    return used + milli(p) <= capacity ? { admit: true } : {
+      admit: false,
+      reason: "OutOfcpu",
+      message: `Node didn't have enough resource: cpu, requested: ${milli(p)}, used: ${used}, ` +
+        `capacity: ${capacity}`,
+    };
+  };
+}
+
+async function advance(clock: FakeClock, ms: number): Promise<void> {
+  for (let i = 0; i < 3; i++) await new Promise((r) => setTimeout(r, 0));
+  clock.step(ms);
+  for (let i = 0; i < 3; i++) await new Promise((r) => setTimeout(r, 0));
+}
+
+function setup(capacity = 1000) {
+  const clock = new FakeClock();
+  const conditions = new PodResizeConditions(clock);
+  const pods = new Map<string, V1Pod>();
+  const synced: string[] = [];
+  const events: Array<{ ref: ObjectRef; type: string; reason: string; message: string }> = [];
+  const m = new AllocationManager({
+    state: ResourceState.inMemory(),
+    conditions,
+    canAdmit: cpuFit(capacity),
+    getActivePods: () => [...pods.values()],
+    getPodByUID: (uid) => pods.get(uid),
+    triggerPodSync: (p) => synced.push(p.metadata?.uid ?? ""),
+    sourcesReady: () => true,
+    recorder: {
+      event: (ref, type, reason, message) => events.push({ ref, type, reason, message }),
+    },
+    clock,
+    logger: createLogger({ write: () => {} }),
+  });
+  const add = (p: V1Pod) => {
+    const r = m.addPod([...pods.values()], p);
+    if (r.admit) pods.set(p.metadata!.uid!, p);
+    return r;
+  };
+  return { m, clock, conditions, pods, synced, events, add };
+}
+
+Deno.test("AllocationManager admits a pod and checkpoints its resources as allocated", () => {
+  const { m, add } = setup();
+  assert.equal(add(pod("a", "600m")).admit, true);
+  const r = add(pod("b", "600m"));
+  assert.equal(r.admit, false);
+  assert.equal(r.reason, "OutOfcpu");
+  assert.deepEqual(m.containerAllocation("a", "c")?.requests, { cpu: "600m", memory: "64Mi" });
+  assert.equal(m.containerAllocation("b", "c"), undefined);
+});
+
+Deno.test("a resize that fits is allocated, InProgress, with a ResizeStarted event and a sync", () => {
+  const { m, add, pods, conditions, synced, events } = setup();
+  add(pod("a", "200m"));
+  const resized = pod("a", "300m", 2);
+  pods.set("a", resized);
+  // Until the resize is decided, the pod runs as allocated.
+  assert.equal(m.updatePodFromAllocation(resized).updated, true);
+  assert.equal(
+    m.updatePodFromAllocation(resized).pod.spec?.containers[0]?.resources?.requests?.cpu,
+    "200m",
+  );
+  m.pushPendingResize("a");
+  const done = m.retryPendingResizes("pod_updated");
+  assert.deepEqual(done.map((p) => p.metadata?.uid), ["a"]);
+  assert.equal(m.updatePodFromAllocation(resized).updated, false);
+  assert.deepEqual(m.containerAllocation("a", "c")?.requests, { cpu: "300m", memory: "64Mi" });
+  assert.deepEqual(synced, ["a"]);
+  const [c] = conditions.get("a");
+  assert.equal(c?.type, "PodResizeInProgress");
+  assert.equal(c?.observedGeneration, 2);
+  assert.equal(events[0]?.reason, "ResizeStarted");
+  assert.equal(
+    events[0]?.message,
+    `Pod resize started: {"containers":[{"name":"c","resources":{"limits":{"cpu":"300m",` +
+      `"memory":"64Mi"},"requests":{"cpu":"300m","memory":"64Mi"}}}],"generation":2}`,
+  );
+  assert.equal(m.hasPendingResizes(), false);
+});
+
+Deno.test("a resize that does not fit is Deferred, and allocated once another pod leaves", () => {
+  const { m, add, pods, conditions, events, clock } = setup();
+  add(pod("a", "500m"));
+  add(pod("b", "400m"));
+  pods.set("a", pod("a", "700m", 2));
+  m.pushPendingResize("a");
+  assert.deepEqual(m.retryPendingResizes("pod_updated"), []);
+  assert.equal(conditions.isDeferred("a"), true);
+  const [c] = conditions.get("a");
+  assert.equal(c?.reason, "Deferred");
+  assert.match(c?.message ?? "", /Node didn't have enough resource: cpu, requested: 700/);
+  assert.equal(events.at(-1)?.reason, "ResizeDeferred");
+  assert.equal(events.at(-1)?.type, "Warning");
+  assert.equal(m.hasPendingResizes(), true);
+  // Nothing changed: a second try sends no second event.
+  m.retryPendingResizes("periodic_retry");
+  assert.equal(events.filter((e) => e.reason === "ResizeDeferred").length, 1);
+  clock.step(1);
+  pods.delete("b");
+  assert.deepEqual(m.retryPendingResizes("pods_removed").map((p) => p.metadata?.uid), ["a"]);
+  assert.equal(conditions.isDeferred("a"), false);
+  assert.deepEqual(conditions.get("a").map((x) => x.type), ["PodResizeInProgress"]);
+});
+
+Deno.test("a pod-level resize is Infeasible and leaves the queue", () => {
+  const { m, add, pods, conditions, events } = setup();
+  add(pod("a", "100m"));
+  const p = pod("a", "100m", 2);
+  p.spec!.resources = { limits: { cpu: "1" } };
+  pods.set("a", p);
+  m.pushPendingResize("a");
+  m.retryPendingResizes("pod_updated");
+  assert.equal(conditions.isInfeasible("a"), true);
+  assert.equal(events.at(-1)?.reason, "ResizeInfeasible");
+  assert.equal(m.hasPendingResizes(), false);
+});
+
+Deno.test("pending resizes that do not raise requests go first, then higher priority", () => {
+  const { m, add, pods } = setup(10_000);
+  for (const uid of ["up-low", "up-high", "down"]) add(pod(uid, "500m"));
+  const upLow = pod("up-low", "600m");
+  const upHigh = pod("up-high", "600m");
+  upHigh.spec!.priority = 100;
+  const down = pod("down", "400m");
+  for (const p of [upLow, upHigh, down]) {
+    pods.set(p.metadata!.uid!, p);
+    m.pushPendingResize(p.metadata!.uid!);
+  }
+  const order = m.retryPendingResizes("pod_updated").map((p) => p.metadata?.uid);
+  assert.deepEqual(order, ["down", "up-high", "up-low"]);
+});
+
+Deno.test("AllocationManager.run retries deferred resizes 30 s after start, then every 3 min", async () => {
+  const { m, add, pods, clock, conditions } = setup();
+  add(pod("a", "500m"));
+  add(pod("b", "500m"));
+  pods.set("a", pod("a", "600m", 2));
+  m.pushPendingResize("a");
+  const ctrl = new AbortController();
+  const running = m.run(ctrl.signal);
+  try {
+    await advance(clock, INITIAL_RETRY_DELAY_MS);
+    assert.equal(conditions.isDeferred("a"), true);
+    pods.delete("b");
+    await advance(clock, RETRY_DELAY_MS - 1);
+    assert.equal(conditions.isDeferred("a"), true, "not before 3 minutes");
+    await advance(clock, 1);
+    assert.equal(m.hasPendingResizes(), false);
+    assert.equal(m.updatePodFromAllocation(pods.get("a")!).updated, false);
+  } finally {
+    ctrl.abort();
+    await running;
+  }
+});
+
+Deno.test("resizeMessage has upstream's shape", () => {
+  const p = pod("a", "1");
+  p.spec!.initContainers = [container("init", "100m")];
+  assert.equal(
+    resizeMessage(p, 3, "boom", "Pod resize error"),
+    `Pod resize error: {"initContainers":[{"name":"init","resources":{"limits":{"cpu":"100m",` +
+      `"memory":"64Mi"},"requests":{"cpu":"100m","memory":"64Mi"}}}],"containers":[{"name":"c",` +
+      `"resources":{"limits":{"cpu":"1","memory":"64Mi"},"requests":{"cpu":"1","memory":"64Mi"}}}],` +
+      `"generation":3,"error":"boom"}`,
+  );
+});

@@ -1,0 +1,110 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import {
+  ALLOCATED_PODS_STATE_FILE,
+  checkpointChecksum,
+  CheckpointError,
+  decodeCheckpoint,
+  encodeCheckpoint,
+  ResourceState,
+} from "./state_checkpoint.ts";
+
+// The checkpoint upstream's state_checkpoint_test.go reads, as the Go kubelet writes it.
+const UPSTREAM =
+  `{"data":"{\\"entries\\":{\\"pod1\\":{\\"ContainerResources\\":{\\"container1\\":{\\"requests\\":{\\"cpu\\":\\"1Ki\\",\\"memory\\":\\"1Ki\\"}}}}}}","checksum":1178570812}`;
+
+Deno.test("checkpointChecksum is the Go kubelet's: FNV-1a 32 over spew's (string) form", () => {
+  const { data } = JSON.parse(UPSTREAM);
+  assert.deepEqual(checkpointChecksum(data), 1178570812);
+  assert.ok(checkpointChecksum(data + " ") !== 1178570812);
+});
+
+Deno.test("decodeCheckpoint reads the Go kubelet's file", () => {
+  const { entries, checksum } = decodeCheckpoint(UPSTREAM);
+  assert.deepEqual(checksum, 1178570812);
+  assert.deepEqual(entries.get("pod1")?.containerResources.get("container1"), {
+    requests: { cpu: "1Ki", memory: "1Ki" },
+  });
+});
+
+Deno.test("encodeCheckpoint writes what Go's encoding/json writes, and reads it back", () => {
+  const pods = new Map([
+    ["b-uid", {
+      containerResources: new Map([
+        ["web", { requests: { memory: "35Mi", cpu: "20m" }, limits: { cpu: "30m" } }],
+        ["app", {}],
+      ]),
+    }],
+    ["a-uid", { containerResources: new Map() }],
+  ]);
+  const { text, checksum } = encodeCheckpoint(pods);
+  const outer = JSON.parse(text);
+  // Keys sorted; ResourceRequirements' fields in declaration order, empty ones left out.
+  assert.deepEqual(
+    outer.data,
+    `{"entries":{"a-uid":{"ContainerResources":{},"PodLevelResources":null},` +
+      `"b-uid":{"ContainerResources":{"app":{},"web":{"limits":{"cpu":"30m"},` +
+      `"requests":{"cpu":"20m","memory":"35Mi"}}},"PodLevelResources":null}}}`,
+  );
+  assert.deepEqual(outer.checksum, checksum);
+  const back = decodeCheckpoint(text).entries;
+  assert.deepEqual(back.get("b-uid")?.containerResources.get("web")?.requests?.cpu, "20m");
+  assert.deepEqual(encodeCheckpoint(new Map()).text.includes(`"data":"{}"`), true);
+});
+
+Deno.test("ResourceState persists every change and a new one restores it", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const a = await ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE });
+    assert.deepEqual(a.uids(), []);
+    await a.set("u1", {
+      containerResources: new Map([["c", { requests: { cpu: "1" } }]]),
+    });
+    await a.setContainer("u1", "d", { limits: { memory: "1Gi" } });
+    await a.set("u2", { containerResources: new Map() });
+    await a.removeOrphans(new Set(["u1"]));
+    const b = await ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE });
+    assert.deepEqual(b.uids(), ["u1"]);
+    assert.deepEqual(b.getContainer("u1", "c"), { requests: { cpu: "1" } });
+    assert.deepEqual(b.getContainer("u1", "d"), { limits: { memory: "1Gi" } });
+    await b.remove("u1");
+    const c = await ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE });
+    assert.deepEqual(c.uids(), []);
+    // No temporary file is left behind.
+    const names = [...Deno.readDirSync(dir)].map((e) => e.name);
+    assert.deepEqual(names, [ALLOCATED_PODS_STATE_FILE]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("ResourceState.open refuses a corrupt checkpoint, naming the file and what to do", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = join(dir, ALLOCATED_PODS_STATE_FILE);
+    await Deno.writeTextFile(path, UPSTREAM.replace("1178570812", "1"));
+    await assert.rejects(
+      () => ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE }),
+      (e: Error) => {
+        assert.ok(e instanceof CheckpointError);
+        assert.match(e.message, /checksum 1 does not match/);
+        assert.match(e.message, /please drain this node and delete/);
+        assert.ok(e.message.includes(JSON.stringify(path)), e.message);
+        return true;
+      },
+    );
+    await Deno.writeTextFile(path, "{not json");
+    await assert.rejects(
+      () => ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE }),
+      CheckpointError,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("ResourceState changes its memory before the write finishes", () => {
+  const s = ResourceState.inMemory();
+  void s.setContainer("u", "c", { requests: { cpu: "2" } });
+  assert.deepEqual(s.getContainer("u", "c"), { requests: { cpu: "2" } });
+});

@@ -1,0 +1,493 @@
+/**
+ * @module
+ * In-place resize of a running pod's containers. computeContainerResize compares a running
+ * container's allocated resources with what the runtime was last told (the actuated record,
+ * `<root-dir>/actuated_pods_state`): equal, nothing to do; a resource whose resizePolicy is
+ * RestartContainer, restart the container; otherwise update it in place, decreases ordered
+ * before increases. doPodResizeAction then updates memory, then cpu: for each, the pod cgroup
+ * first when its value grows and last when it shrinks (limits before requests on the way up,
+ * requests before limits on the way down), so that a container never exceeds its pod; the
+ * runtime is told of the pod's new size first (UpdatePodSandboxResources, best effort) and of
+ * each container's with UpdateContainerResources; a memory limit below what is in use now is
+ * refused before anything changes. Used by `kuberuntime_manager.ts` and, for the status, `kubelet_pods.ts`. Corresponds to
+ * upstream `computePodResizeAction`, `doPodResizeAction`, `validateMemoryResizeAction`,
+ * `updatePodContainerResources`, `IsPodResizeInProgress` (kuberuntime_manager.go) and
+ * `updateContainerResources`, `updatePodSandboxResources`, `toKubeContainerResources`
+ * (kuberuntime_container*.go).
+ */
+
+import type { V1Container, V1Pod, V1ResourceRequirements } from "@kubernetes/client-node";
+import * as api from "../../proto/runtime/v1/api.ts";
+import type { PodCgroups } from "../cm/container_manager.ts";
+import type { ResourceConfig } from "../cm/cgroup_manager.ts";
+import type { RuntimeService } from "../cri/remote_runtime.ts";
+import type { ResourceState } from "../allocation/state_checkpoint.ts";
+import { GrpcCode, isCriCode } from "../cri/connection.ts";
+import { cmpDec, milliValueOf, parseDec, valueOf } from "../qos/resource_helpers.ts";
+
+const ZERO = { n: 0n, s: 0 };
+import { isRestartableInitContainer } from "../pod/podutil.ts";
+import { generateLinuxContainerResources, type LinuxConfigOptions } from "./_container_linux.ts";
+import type { KubeContainerStatus } from "./kuberuntime_container.ts";
+import type { Logger } from "../klog/klog.ts";
+import { kobj } from "../klog/klog.ts";
+
+/** A container's cpu in millicores and memory in bytes (upstream resourceRequirements). */
+export interface ResourceValues {
+  memoryLimit: bigint;
+  memoryRequest: bigint;
+  cpuLimit: bigint;
+  cpuRequest: bigint;
+}
+
+/** A running container to update in place (upstream containerToUpdateInfo). */
+export interface ContainerToUpdate {
+  readonly container: V1Container;
+  readonly containerId: string;
+  readonly desired: ResourceValues;
+  /** What the runtime was last told; updated as each call succeeds. */
+  readonly current: ResourceValues;
+}
+
+/** The resize part of a sync's actions. */
+export interface ResizeActions {
+  /** By resource, decreases first. */
+  readonly containersToUpdate: { memory: ContainerToUpdate[]; cpu: ContainerToUpdate[] };
+  /** A container restarts for its resize: the pod cgroup follows the allocation. */
+  updatePodResources: boolean;
+}
+
+/** No resize to do. */
+export function emptyResizeActions(): ResizeActions {
+  return { containersToUpdate: { memory: [], cpu: [] }, updatePodResources: false };
+}
+
+/** The actuated record of a container, by pod UID and container name. */
+export type ActuatedLookup = (uid: string, name: string) => V1ResourceRequirements | undefined;
+
+function quantity(list: Readonly<Record<string, string>> | undefined, name: string) {
+  const q = list?.[name];
+  return q === undefined ? undefined : parseDec(String(q));
+}
+
+/** upstream containerResourcesFromRequirements (pod-level resources aside). */
+export function resourceValues(r: V1ResourceRequirements | undefined): ResourceValues {
+  return {
+    memoryLimit: valueOf(quantity(r?.limits, "memory")),
+    memoryRequest: valueOf(quantity(r?.requests, "memory")),
+    cpuLimit: milliValueOf(quantity(r?.limits, "cpu")),
+    cpuRequest: milliValueOf(quantity(r?.requests, "cpu")),
+  };
+}
+
+function sameValues(a: ResourceValues, b: ResourceValues): boolean {
+  return a.memoryLimit === b.memoryLimit && a.memoryRequest === b.memoryRequest &&
+    a.cpuLimit === b.cpuLimit && a.cpuRequest === b.cpuRequest;
+}
+
+/**
+ * upstream computePodResizeAction for one running container: "keep" (nothing, or an in-place
+ * update queued in `changes`) or "restart" (a resizePolicy asks for it; the caller kills and
+ * starts the container, and `changes.updatePodResources` is set).
+ */
+export function computeContainerResize(
+  pod: V1Pod,
+  container: V1Container,
+  status: KubeContainerStatus,
+  actuated: ActuatedLookup,
+  changes: ResizeActions,
+): "keep" | "restart" {
+  if (status.state !== "running") return "keep";
+  const desired = resourceValues(container.resources);
+  const current = resourceValues(actuated(pod.metadata?.uid ?? "", container.name));
+  if (sameValues(desired, current)) return "keep";
+  const decide = (name: "cpu" | "memory", want: bigint, have: bigint) => {
+    if (want === have) return { resize: false, restart: false };
+    const policy = container.resizePolicy?.find((p) => p.resourceName === name);
+    return { resize: true, restart: policy?.restartPolicy === "RestartContainer" };
+  };
+  const memLim = decide("memory", desired.memoryLimit, current.memoryLimit);
+  const memReq = decide("memory", desired.memoryRequest, current.memoryRequest);
+  const cpuLim = decide("cpu", desired.cpuLimit, current.cpuLimit);
+  const cpuReq = decide("cpu", desired.cpuRequest, current.cpuRequest);
+  if (memLim.restart || memReq.restart || cpuLim.restart || cpuReq.restart) {
+    changes.updatePodResources = true;
+    return "restart";
+  }
+  const info: ContainerToUpdate = { container, containerId: status.id, desired, current };
+  const mark = (name: "cpu" | "memory", want: bigint, have: bigint) => {
+    const list = changes.containersToUpdate[name];
+    // Decreases first, so that the pod's total never passes its cgroup.
+    if (want > have) list.push(info);
+    else if (want < have) list.unshift(info);
+  };
+  if (memLim.resize) mark("memory", desired.memoryLimit, current.memoryLimit);
+  else if (memReq.resize) mark("memory", desired.memoryRequest, current.memoryRequest);
+  if (cpuLim.resize) mark("cpu", desired.cpuLimit, current.cpuLimit);
+  else if (cpuReq.resize) mark("cpu", desired.cpuRequest, current.cpuRequest);
+  return "keep";
+}
+
+/**
+ * upstream IsPodResizeInProgress: a running resizable container (regular, or a sidecar) whose
+ * actuated cpu or memory differs from its allocation.
+ */
+export function isPodResizeInProgress(
+  allocatedPod: V1Pod,
+  statuses: readonly KubeContainerStatus[],
+  actuated: ActuatedLookup,
+): boolean {
+  const uid = allocatedPod.metadata?.uid ?? "";
+  const containers = [
+    ...(allocatedPod.spec?.initContainers ?? []).filter(isRestartableInitContainer),
+    ...(allocatedPod.spec?.containers ?? []),
+  ];
+  return containers.some((c) => {
+    const s = statuses.find((x) => x.name === c.name);
+    if (!s || s.state !== "running") return false;
+    const a = actuated(uid, c.name);
+    const eq = (x: Readonly<Record<string, string>> | undefined, y: typeof x, n: string) =>
+      cmpDec(quantity(x, n) ?? ZERO, quantity(y, n) ?? ZERO) === 0;
+    return !(eq(c.resources?.requests, a?.requests, "cpu") &&
+      eq(c.resources?.limits, a?.limits, "cpu") &&
+      eq(c.resources?.requests, a?.requests, "memory") &&
+      eq(c.resources?.limits, a?.limits, "memory"));
+  });
+}
+
+/** What {@link doPodResizeAction} needs. */
+export interface ResizeDeps {
+  readonly runtime: Pick<
+    RuntimeService,
+    "updateContainerResources" | "updatePodSandboxResources" | "containerStats"
+  >;
+  /** Without pod cgroups (cgroupsPerQOS off) only the containers are resized. */
+  readonly podCgroups?: Pick<PodCgroups, "getConfig" | "setConfig" | "specConfig" | "memoryUsage">;
+  readonly actuated: ResourceState;
+  readonly linux: LinuxConfigOptions;
+  readonly logger: Logger;
+}
+
+/** The outcome of a resize: undefined when done, else the error to report (ResizePodInPlace). */
+export type ResizeError = { readonly message: string } | undefined;
+
+/** Records the container's resources as actuated (upstream setActuatedContainerResources). */
+export function setActuatedContainerResources(
+  actuated: ResourceState,
+  pod: V1Pod,
+  container: V1Container,
+): Promise<void> {
+  return actuated.setContainer(pod.metadata?.uid ?? "", container.name, container.resources ?? {});
+}
+
+function milliQuantity(m: bigint): string {
+  return m % 1000n === 0n ? `${m / 1000n}` : `${m}m`;
+}
+
+/** The container with cpu from one source and memory from another (updatePodContainerResources). */
+function mixed(c: ContainerToUpdate, resource: "cpu" | "memory"): V1Container {
+  const cpu = resource === "cpu" ? c.desired : c.current;
+  const mem = resource === "memory" ? c.desired : c.current;
+  return {
+    ...c.container,
+    resources: {
+      limits: { cpu: milliQuantity(cpu.cpuLimit), memory: `${mem.memoryLimit}` },
+      requests: { cpu: milliQuantity(cpu.cpuRequest), memory: `${mem.memoryRequest}` },
+    },
+  };
+}
+
+/**
+ * upstream doPodResizeAction: applies `changes` to the running pod in the order the module
+ * documentation describes. Stops at the first failure (a later sync retries the rest).
+ */
+export async function doPodResizeAction(
+  deps: ResizeDeps,
+  signal: AbortSignal,
+  pod: V1Pod,
+  sandboxId: string,
+  changes: ResizeActions,
+): Promise<ResizeError> {
+  const { podCgroups, runtime, logger } = deps;
+  const name = `${pod.metadata?.name ?? ""}_${pod.metadata?.namespace ?? ""}(${
+    pod.metadata?.uid ?? ""
+  })`;
+  const desiredPod: ResourceConfig = podCgroups ? podCgroups.specConfig(pod) : {};
+  let currentPod: ResourceConfig = {};
+  if (podCgroups) {
+    try {
+      currentPod = { ...await podCgroups.getConfig(pod, "memory") };
+    } catch (e) {
+      logger.error(e, "Unable to get pod cgroup memory config", { pod: kobj(pod) });
+      return { message: `unable to get pod cgroup memory config for pod "${name}"` };
+    }
+    try {
+      currentPod = { ...currentPod, ...await podCgroups.getConfig(pod, "cpu") };
+    } catch (e) {
+      logger.error(e, "Unable to get pod cgroup cpu config", { pod: kobj(pod) });
+      return { message: `unable to get pod cgroup cpu config for pod "${name}"` };
+    }
+  }
+  const memoryError = await validateMemoryResize(
+    deps,
+    signal,
+    pod,
+    currentPod,
+    desiredPod,
+    changes,
+  );
+  if (memoryError) {
+    logger.error(new Error(memoryError), "Allocated pod resize is not currently feasible", {
+      pod: kobj(pod),
+    });
+    return { message: memoryError };
+  }
+
+  const setPodCgroup = async (resource: "cpu" | "memory", limit: boolean): Promise<void> => {
+    if (!podCgroups) return;
+    const resized: ResourceConfig = {};
+    if (resource === "cpu") {
+      if (limit) {
+        Object.assign(resized, { cpuQuota: desiredPod.cpuQuota, cpuPeriod: desiredPod.cpuPeriod });
+      } else resized.cpuShares = desiredPod.cpuShares;
+    } else {
+      // Memory requests are not written to cgroups.
+      if (!limit) return;
+      resized.memory = desiredPod.memory;
+    }
+    const merged = { ...currentPod, ...withoutUndefined(resized) };
+    try {
+      await updatePodSandboxResources(deps, signal, sandboxId, merged);
+    } catch (e) {
+      throw new Error(
+        `failed to notify runtime for UpdatePodSandboxResources (resource=${resource}); resize rejected: ${
+          (e as Error).message
+        }`,
+        { cause: e },
+      );
+    }
+    try {
+      await podCgroups.setConfig(pod, withoutUndefined(resized));
+    } catch (e) {
+      logger.error(e, "Failed to set cgroup config", { resource, pod: kobj(pod) });
+      try {
+        await updatePodSandboxResources(deps, signal, sandboxId, currentPod);
+      } catch (rollback) {
+        logger.error(rollback, "Failed to notify runtime to rollback UpdatePodSandboxResources", {
+          resource,
+          pod: kobj(pod),
+        });
+      }
+      throw e;
+    }
+    currentPod = merged;
+  };
+
+  const updateContainers = async (resource: "cpu" | "memory") => {
+    for (const c of changes.containersToUpdate[resource]) {
+      const container = mixed(c, resource);
+      const linux = generateLinuxContainerResources(pod, container, deps.linux);
+      try {
+        await runtime.updateContainerResources(c.containerId, linux, signal);
+        await setActuatedContainerResources(deps.actuated, pod, container);
+      } catch (e) {
+        signal.throwIfAborted();
+        logger.error(e, "updateContainerResources failed", {
+          container: c.container.name,
+          cID: c.containerId,
+          pod: kobj(pod),
+          resourceName: resource,
+        });
+        throw e;
+      }
+      // What the runtime accepted is now current, whatever its status says yet.
+      if (resource === "memory") {
+        c.current.memoryLimit = c.desired.memoryLimit;
+        c.current.memoryRequest = c.desired.memoryRequest;
+      } else {
+        c.current.cpuLimit = c.desired.cpuLimit;
+        c.current.cpuRequest = c.desired.cpuRequest;
+      }
+    }
+  };
+
+  const resize = async (
+    resource: "cpu" | "memory",
+    curLimit: bigint,
+    newLimit: bigint,
+    curRequest: bigint,
+    newRequest: bigint,
+  ) => {
+    // Up: limits before requests; down: requests before limits (requests <= limits throughout).
+    if (newLimit > curLimit) await setPodCgroup(resource, true);
+    if (newRequest > curRequest) await setPodCgroup(resource, false);
+    if (changes.containersToUpdate[resource].length > 0) await updateContainers(resource);
+    if (newRequest < curRequest) await setPodCgroup(resource, false);
+    if (newLimit < curLimit) await setPodCgroup(resource, true);
+  };
+
+  try {
+    if (changes.containersToUpdate.memory.length > 0 || changes.updatePodResources) {
+      // A pod without a memory limit keeps the cgroup's (removing limits is not supported).
+      const cur = currentPod.memory ?? -1n;
+      desiredPod.memory ??= cur;
+      await resize("memory", unlimitedLast(cur), unlimitedLast(desiredPod.memory), 0n, 0n);
+    }
+    if (changes.containersToUpdate.cpu.length > 0 || changes.updatePodResources) {
+      const cur = currentPod.cpuQuota ?? -1n;
+      desiredPod.cpuQuota ??= cur;
+      desiredPod.cpuPeriod ??= currentPod.cpuPeriod;
+      await resize(
+        "cpu",
+        cur,
+        desiredPod.cpuQuota,
+        currentPod.cpuShares ?? 0n,
+        desiredPod.cpuShares ?? 0n,
+      );
+    }
+  } catch (e) {
+    signal.throwIfAborted();
+    return { message: (e as Error).message };
+  }
+  return undefined;
+}
+
+/** -1 (unlimited) compares above every limit. */
+function unlimitedLast(v: bigint): bigint {
+  return v < 0n ? 2n ** 63n : v;
+}
+
+function withoutUndefined(rc: ResourceConfig): ResourceConfig {
+  return Object.fromEntries(
+    Object.entries(rc).filter(([, v]) => v !== undefined),
+  ) as ResourceConfig;
+}
+
+/**
+ * upstream updatePodSandboxResources: best effort; a runtime that does not implement it (as
+ * containerd 1.6 and 2.x, which answer Unimplemented or Unknown "not implemented") is skipped.
+ */
+async function updatePodSandboxResources(
+  deps: ResizeDeps,
+  signal: AbortSignal,
+  sandboxId: string,
+  rc: ResourceConfig,
+): Promise<void> {
+  const resources = api.LinuxContainerResources.create({
+    cpuShares: rc.cpuShares ?? 0n,
+    cpuQuota: rc.cpuQuota ?? 0n,
+    cpuPeriod: rc.cpuPeriod ?? 0n,
+    memoryLimitInBytes: rc.memory !== undefined && rc.memory > 0n ? rc.memory : 0n,
+  });
+  try {
+    await deps.runtime.updatePodSandboxResources(
+      api.UpdatePodSandboxResourcesRequest.create({ podSandboxId: sandboxId, resources }),
+      signal,
+    );
+  } catch (e) {
+    signal.throwIfAborted();
+    const text = (e as Error).message ?? "";
+    if (
+      isCriCode(e, GrpcCode.UNIMPLEMENTED) ||
+      (isCriCode(e, GrpcCode.UNKNOWN) && text.includes("not implemented"))
+    ) {
+      deps.logger.v(3).info(
+        "updatePodSandboxResources failed: unimplemented; this call is best-effort: proceeding with resize",
+        { sandboxID: sandboxId },
+      );
+      return;
+    }
+    throw new Error(`updatePodSandboxResources failed for sanboxID "${sandboxId}": ${text}`, {
+      cause: e,
+    });
+  }
+}
+
+/**
+ * upstream validateMemoryResizeAction: a memory limit that decreases (or is added) must stay
+ * above what the pod, or the container, uses now. Returns the error, if any.
+ */
+async function validateMemoryResize(
+  deps: ResizeDeps,
+  signal: AbortSignal,
+  pod: V1Pod,
+  currentPod: ResourceConfig,
+  desiredPod: ResourceConfig,
+  changes: ResizeActions,
+): Promise<string | undefined> {
+  if (changes.containersToUpdate.memory.length === 0 && !changes.updatePodResources) {
+    return undefined;
+  }
+  const podLimitDecreasing = desiredPod.memory !== undefined && desiredPod.memory > 0n &&
+    (currentPod.memory === undefined || currentPod.memory < 0n ||
+      desiredPod.memory < currentPod.memory);
+  const decreasing = changes.containersToUpdate.memory.filter((c) =>
+    c.desired.memoryLimit !== 0n &&
+    (c.current.memoryLimit === 0n || c.desired.memoryLimit < c.current.memoryLimit)
+  );
+  if (!podLimitDecreasing && decreasing.length === 0) return undefined;
+  const errors: string[] = [];
+  if (podLimitDecreasing && deps.podCgroups) {
+    let usage: bigint | undefined;
+    try {
+      usage = await deps.podCgroups.memoryUsage(pod);
+    } catch {
+      usage = undefined;
+    }
+    if (usage === undefined) errors.push("missing pod memory usage");
+    else if (usage >= desiredPod.memory!) {
+      errors.push(
+        `attempting to set pod memory limit (${desiredPod.memory}) below current usage (${usage})`,
+      );
+    }
+  }
+  for (const c of decreasing) {
+    let usage: bigint | undefined;
+    try {
+      usage = (await deps.runtime.containerStats(c.containerId, signal))?.memory?.usageBytes?.value;
+    } catch {
+      signal.throwIfAborted();
+      usage = undefined;
+    }
+    if (usage === undefined) errors.push(`missing container "${c.container.name}" memory usage`);
+    else if (usage >= c.desired.memoryLimit) {
+      errors.push(
+        `attempting to set container "${c.container.name}" memory limit (${c.desired.memoryLimit}) below current usage (${usage})`,
+      );
+    }
+  }
+  if (errors.length === 0) return undefined;
+  return `cannot decrease memory limits: ${
+    errors.length === 1 ? errors[0] : `[${errors.join(", ")}]`
+  }`;
+}
+
+/** The container's resources as the runtime reports them (upstream toKubeContainerResources). */
+export interface RuntimeResources {
+  /** Millicores. */
+  readonly cpuRequest?: bigint;
+  /** Millicores. */
+  readonly cpuLimit?: bigint;
+  /** Bytes. */
+  readonly memoryLimit?: bigint;
+}
+
+/** upstream toKubeContainerResources from a CRI ContainerResources. */
+export function toRuntimeResources(
+  r: api.ContainerResources | undefined,
+): RuntimeResources | undefined {
+  const l = r?.linux;
+  if (!l) return undefined;
+  const out: { cpuRequest?: bigint; cpuLimit?: bigint; memoryLimit?: bigint } = {};
+  if (l.cpuPeriod > 0n && l.cpuQuota !== -1n) {
+    const m = (l.cpuQuota * 1000n) / l.cpuPeriod;
+    if (m > 0n) out.cpuLimit = m;
+  }
+  if (l.cpuShares >= 2n) {
+    // math.Ceil(shares*1000/1024)
+    const m = (l.cpuShares * 1000n + 1023n) / 1024n;
+    if (m > 0n) out.cpuRequest = m;
+  }
+  if (l.memoryLimitInBytes > 0n) out.memoryLimit = l.memoryLimitInBytes;
+  return Object.keys(out).length === 0 ? undefined : out;
+}

@@ -1,0 +1,300 @@
+import assert from "node:assert/strict";
+import type { V1Container, V1Pod } from "@kubernetes/client-node";
+import * as api from "../../proto/runtime/v1/api.ts";
+import { createLogger } from "../klog/klog.ts";
+import { ResourceState } from "../allocation/state_checkpoint.ts";
+import type { ResourceConfig } from "../cm/cgroup_manager.ts";
+import { resourceConfigForPod } from "../cm/pod_container_manager.ts";
+import { CriError, GrpcCode } from "../cri/connection.ts";
+import {
+  computeContainerResize,
+  doPodResizeAction,
+  emptyResizeActions,
+  isPodResizeInProgress,
+  type ResizeDeps,
+  toRuntimeResources,
+} from "./pod_resize.ts";
+import type { KubeContainerStatus } from "./kuberuntime_container.ts";
+
+function c(name: string, cpu: string, mem: string, policy?: V1Container["resizePolicy"]) {
+  return {
+    name,
+    image: "img",
+    resources: { requests: { cpu, memory: mem }, limits: { cpu, memory: mem } },
+    ...(policy ? { resizePolicy: policy } : {}),
+  } satisfies V1Container;
+}
+
+function pod(containers: V1Container[]): V1Pod {
+  return { metadata: { uid: "u", name: "p", namespace: "ns" }, spec: { containers } };
+}
+
+function running(name: string): KubeContainerStatus {
+  return {
+    id: `id-${name}`,
+    name,
+    state: "running",
+    exitCode: 0,
+    reason: "",
+    hash: 0,
+    restartCount: 0,
+    finishedAt: 0,
+  };
+}
+
+function actuatedFrom(p: V1Pod) {
+  const state = ResourceState.inMemory();
+  for (const x of p.spec?.containers ?? []) void state.setContainer("u", x.name, x.resources!);
+  return state;
+}
+
+Deno.test("computeContainerResize queues decreases before increases, per resource", () => {
+  const before = pod([c("a", "100m", "100Mi"), c("b", "100m", "100Mi"), c("d", "100m", "100Mi")]);
+  const state = actuatedFrom(before);
+  const after = pod([c("a", "200m", "50Mi"), c("b", "50m", "200Mi"), c("d", "100m", "100Mi")]);
+  const changes = emptyResizeActions();
+  for (const x of after.spec!.containers) {
+    const r = computeContainerResize(
+      after,
+      x,
+      running(x.name),
+      (u, n) => state.getContainer(u, n),
+      changes,
+    );
+    assert.equal(r, "keep");
+  }
+  assert.deepEqual(changes.containersToUpdate.cpu.map((x) => x.container.name), ["b", "a"]);
+  assert.deepEqual(changes.containersToUpdate.memory.map((x) => x.container.name), ["a", "b"]);
+  assert.equal(changes.updatePodResources, false);
+});
+
+interface Call {
+  what: string;
+  detail: string;
+}
+
+function harness(opts: {
+  current: ResourceConfig;
+  podMemoryUsage?: bigint;
+  containerMemoryUsage?: bigint;
+  sandboxUnimplemented?: boolean;
+  failUpdate?: string;
+}) {
+  const calls: Call[] = [];
+  const deps: ResizeDeps = {
+    runtime: {
+      updateContainerResources: (id, linux) => {
+        calls.push({
+          what: "container",
+          detail:
+            `${id} shares=${linux?.cpuShares} quota=${linux?.cpuQuota} mem=${linux?.memoryLimitInBytes}`,
+        });
+        if (opts.failUpdate === id) return Promise.reject(new Error("runtime said no"));
+        return Promise.resolve();
+      },
+      updatePodSandboxResources: () => {
+        calls.push({ what: "sandbox", detail: "" });
+        return opts.sandboxUnimplemented === false ? Promise.resolve() : Promise.reject(
+          new CriError(
+            "RuntimeService/UpdatePodSandboxResources",
+            GrpcCode.UNIMPLEMENTED,
+            "not implemented",
+          ),
+        );
+      },
+      containerStats: () =>
+        Promise.resolve(api.ContainerStats.create({
+          memory: api.MemoryUsage.create({
+            usageBytes: api.UInt64Value.create({ value: opts.containerMemoryUsage ?? 1n }),
+          }),
+        })),
+    },
+    podCgroups: {
+      getConfig: (_p, r) =>
+        Promise.resolve(
+          r === "memory" ? { memory: opts.current.memory } : {
+            cpuShares: opts.current.cpuShares,
+            cpuQuota: opts.current.cpuQuota,
+            cpuPeriod: opts.current.cpuPeriod,
+          },
+        ),
+      setConfig: (_p, rc) => {
+        calls.push({
+          what: "pod",
+          detail: Object.entries(rc).map(([k, v]) => `${k}=${v}`).join(" "),
+        });
+        return Promise.resolve();
+      },
+      specConfig: (p) =>
+        resourceConfigForPod(p, {
+          enforceCPULimits: true,
+          cpuPeriodUs: 100_000n,
+          podPidsLimit: -1,
+        }),
+      memoryUsage: () => Promise.resolve(opts.podMemoryUsage ?? 1n),
+    },
+    actuated: ResourceState.inMemory(),
+    linux: { memoryCapacityBytes: 8 * 2 ** 30 },
+    logger: createLogger({ write: () => {} }),
+  };
+  return { calls, deps };
+}
+
+function plan(before: V1Pod, after: V1Pod) {
+  const state = actuatedFrom(before);
+  const changes = emptyResizeActions();
+  for (const x of after.spec!.containers) {
+    computeContainerResize(after, x, running(x.name), (u, n) => state.getContainer(u, n), changes);
+  }
+  return changes;
+}
+
+Deno.test("doPodResizeAction grows the pod cgroup before its containers, and shrinks it after", async () => {
+  const before = pod([c("a", "100m", "100Mi"), c("b", "100m", "100Mi")]);
+  const after = pod([c("a", "300m", "300Mi"), c("b", "50m", "50Mi")]);
+  const current = resourceConfigForPod(before, {
+    enforceCPULimits: true,
+    cpuPeriodUs: 100_000n,
+    podPidsLimit: -1,
+  });
+  const { calls, deps } = harness({ current });
+  const err = await doPodResizeAction(
+    deps,
+    new AbortController().signal,
+    after,
+    "sb",
+    plan(before, after),
+  );
+  assert.equal(err, undefined);
+  const order = calls.filter((x) => x.what !== "sandbox").map((x) => `${x.what}: ${x.detail}`);
+  assert.deepEqual(order, [
+    // memory 200Mi -> 350Mi: the pod first, then b (decrease) before a (increase)
+    `pod: memory=${350 * 2 ** 20}`,
+    `container: id-b shares=102 quota=10000 mem=${50 * 2 ** 20}`,
+    `container: id-a shares=102 quota=10000 mem=${300 * 2 ** 20}`,
+    // cpu 200m -> 350m: quota, then shares, then the containers
+    "pod: cpuQuota=35000 cpuPeriod=100000",
+    "pod: cpuShares=358",
+    `container: id-b shares=51 quota=5000 mem=${50 * 2 ** 20}`,
+    `container: id-a shares=307 quota=30000 mem=${300 * 2 ** 20}`,
+  ]);
+  // What the runtime accepted is recorded as actuated.
+  assert.deepEqual(deps.actuated.getContainer("u", "a")?.limits, {
+    cpu: "300m",
+    memory: `${300 * 2 ** 20}`,
+  });
+  // Each pod cgroup change was announced to the runtime first (best effort: unimplemented).
+  assert.equal(calls.filter((x) => x.what === "sandbox").length, 3);
+
+  // The way back: containers first, then the pod (requests before limits).
+  const { calls: back, deps: deps2 } = harness({
+    current: resourceConfigForPod(after, {
+      enforceCPULimits: true,
+      cpuPeriodUs: 100_000n,
+      podPidsLimit: -1,
+    }),
+  });
+  const err2 = await doPodResizeAction(
+    deps2,
+    new AbortController().signal,
+    before,
+    "sb",
+    plan(after, before),
+  );
+  assert.equal(err2, undefined);
+  assert.deepEqual(back.filter((x) => x.what === "pod").map((x) => x.detail), [
+    `memory=${200 * 2 ** 20}`,
+    "cpuShares=204",
+    "cpuQuota=20000 cpuPeriod=100000",
+  ]);
+  const whats = back.filter((x) => x.what !== "sandbox").map((x) => x.what);
+  assert.deepEqual(whats, [
+    "container",
+    "container",
+    "pod",
+    "container",
+    "container",
+    "pod",
+    "pod",
+  ]);
+});
+
+Deno.test("doPodResizeAction refuses a memory limit below what the container uses", async () => {
+  const before = pod([c("a", "100m", "100Mi")]);
+  const after = pod([c("a", "100m", "50Mi")]);
+  const current = resourceConfigForPod(before, {
+    enforceCPULimits: true,
+    cpuPeriodUs: 100_000n,
+    podPidsLimit: -1,
+  });
+  const { calls, deps } = harness({ current, containerMemoryUsage: 60n * 2n ** 20n });
+  const err = await doPodResizeAction(
+    deps,
+    new AbortController().signal,
+    after,
+    "sb",
+    plan(before, after),
+  );
+  assert.match(
+    err?.message ?? "",
+    /^cannot decrease memory limits: attempting to set container "a" memory limit \(52428800\) below current usage \(62914560\)$/,
+  );
+  assert.deepEqual(calls, [], "nothing changed");
+});
+
+Deno.test("doPodResizeAction stops at a runtime error, leaving the rest to the next sync", async () => {
+  const before = pod([c("a", "100m", "100Mi"), c("b", "100m", "100Mi")]);
+  const after = pod([c("a", "200m", "100Mi"), c("b", "200m", "100Mi")]);
+  const current = resourceConfigForPod(before, {
+    enforceCPULimits: true,
+    cpuPeriodUs: 100_000n,
+    podPidsLimit: -1,
+  });
+  const { deps } = harness({ current, failUpdate: "id-a", sandboxUnimplemented: false });
+  const err = await doPodResizeAction(
+    deps,
+    new AbortController().signal,
+    after,
+    "sb",
+    plan(before, after),
+  );
+  assert.equal(err?.message, "runtime said no");
+  assert.equal(deps.actuated.getContainer("u", "a"), undefined);
+});
+
+Deno.test("isPodResizeInProgress while a running container's actuated resources differ", () => {
+  const before = pod([c("a", "100m", "100Mi")]);
+  const state = actuatedFrom(before);
+  const look = (u: string, n: string) => state.getContainer(u, n);
+  assert.equal(isPodResizeInProgress(before, [running("a")], look), false);
+  const after = pod([c("a", "0.2", "100Mi")]);
+  assert.equal(isPodResizeInProgress(after, [running("a")], look), true);
+  assert.equal(isPodResizeInProgress(after, [{ ...running("a"), state: "exited" }], look), false);
+  // Equal amounts written differently are equal.
+  assert.equal(isPodResizeInProgress(pod([c("a", "0.1", "100Mi")]), [running("a")], look), false);
+});
+
+Deno.test("toRuntimeResources reads the runtime's cgroup values back as upstream", () => {
+  const r = api.ContainerResources.create({
+    linux: api.LinuxContainerResources.create({
+      cpuShares: 25n,
+      cpuQuota: 3500n,
+      cpuPeriod: 100_000n,
+      memoryLimitInBytes: 50n * 2n ** 20n,
+    }),
+  });
+  assert.deepEqual(toRuntimeResources(r), {
+    cpuRequest: 25n,
+    cpuLimit: 35n,
+    memoryLimit: 50n * 2n ** 20n,
+  });
+  const unlimited = api.ContainerResources.create({
+    linux: api.LinuxContainerResources.create({
+      cpuShares: 2n,
+      cpuQuota: -1n,
+      cpuPeriod: 100_000n,
+    }),
+  });
+  assert.deepEqual(toRuntimeResources(unlimited), { cpuRequest: 2n });
+  assert.equal(toRuntimeResources(undefined), undefined);
+});
