@@ -82,6 +82,13 @@ export interface BenchAgentOptions {
   /** containerd's CRI endpoint. */
   readonly endpoint: string;
   readonly signal?: AbortSignal;
+  /** Our agent only: its label in the bench's tables. @default "agent" */
+  readonly label?: string;
+  /**
+   * Our agent only: KubeletConfiguration lines after {@link sharedConfigLines}, for a variant
+   * of the agent (e.g. `featureGates: {EventedPLEG: false}`). @default []
+   */
+  readonly configLines?: readonly string[];
 }
 
 /** The KubeletConfiguration lines both agents get besides the harness's own. */
@@ -108,12 +115,12 @@ export async function startOurAgent(opts: BenchAgentOptions): Promise<BenchAgent
     dir: opts.dir,
     nodeName: opts.nodeName,
     endpoint: opts.endpoint,
-    configLines: sharedConfigLines(opts.dir),
+    configLines: [...sharedConfigLines(opts.dir), ...(opts.configLines ?? [])],
     executable,
   });
   await waitNodeReady(opts.cp, opts.nodeName, 120_000);
   return {
-    label: "agent",
+    label: opts.label ?? "agent",
     nodeName: opts.nodeName,
     pid: agent.process.pid,
     stderr: () => agent.stderr(),

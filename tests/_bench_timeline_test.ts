@@ -87,6 +87,25 @@ Deno.test("parseBenchArgs: the mode, the agents, --help, and errors that name th
   assert.throws(() => parseBenchArgs(["--out"]), /--out/);
   assert.throws(
     () => parseBenchArgs(["--agents", "agent,go"]),
-    /--agents must list 'agent' and\/or 'upstream': current value is 'go'/,
+    /--agents must list some of 'agent', 'agent-relist', 'upstream': current value is 'go'/,
   );
+});
+
+Deno.test("parseBenchArgs: --agents with the relisting variant, --runtime and its default", () => {
+  const a = parseBenchArgs(["--agents", "agent,agent-relist,upstream", "--runtime", "containerd2"]);
+  assert.deepEqual(a.agents, ["agent", "agent-relist", "upstream"]);
+  assert.equal(a.runtime, "containerd2");
+  assert.equal(parseBenchArgs([]).runtime, "containerd");
+  assert.equal(parseBenchArgs([], { runtime: "containerd2" }).runtime, "containerd2");
+  assert.equal(
+    parseBenchArgs(["--runtime", "containerd"], { runtime: "containerd2" }).runtime,
+    "containerd",
+    "the flag over KUBELET_TS_RUNTIME",
+  );
+  assert.throws(
+    () => parseBenchArgs(["--runtime", "crio"]),
+    /--runtime must be 'containerd' .* or 'containerd2' .*: current value is 'crio'/,
+  );
+  assert.match(USAGE, /--runtime NAME/);
+  assert.match(USAGE, /agent-relist/);
 });

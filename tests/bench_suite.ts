@@ -28,6 +28,13 @@
  * - the fake-CRI scale test, our agent only (the upstream kubelet cannot run on our fake
  *   runtime): src/testing/pod_density.ts with many pods, in its own process.
  *
+ * The kubelets (`--agents`, tests/_bench_pleg.ts): `agent` (ours as it ships, with its evented
+ * PLEG), `agent-relist` (ours with the EventedPLEG gate off: the generic PLEG relisting every
+ * second) and `upstream`; with both of ours the report puts their PLEGs' relists, idle CPU and pod
+ * start latency side by side with the Go kubelet's. `--runtime containerd2` runs everything on
+ * containerd 2.x built from its Go module (tests/runtime_build.ts) instead of Debian's 1.6, which
+ * has no container events (so there the evented PLEG relists too).
+ *
  * Modes: full (default: 20 sequential, bursts of 30 and 110, 2-minute windows, fake CRI at 110
  * and 1000 pods) and `--short` (or KUBELET_TS_BENCH=short: 5 sequential, a burst of 10,
  * 10-second windows, fake CRI at 50 and 200 pods), which fits CI; `--sequential`, `--bursts`,
@@ -78,11 +85,25 @@ import {
   type WindowFigures,
 } from "./_bench_measure.ts";
 import { PodWatch } from "./_bench_pod_watch.ts";
+import {
+  AGENT_KINDS,
+  type AgentKind,
+  isOurs,
+  plegMode,
+  plegTable,
+  RELIST_CONFIG_LINES,
+  scrapeRelists,
+} from "./_bench_pleg.ts";
 import { AGENT_V8_FLAGS } from "../deploy/compile.ts";
 import { breakdownTable, fetchTimelines, stepDurations } from "./_bench_timeline.ts";
 import { opDelta, opsTable, type OpTotals, scrapeRuntimeOps } from "./_bench_cri_ops.ts";
 import { REPO_ROOT } from "./agent_process.ts";
-import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
+import {
+  type ContainerdHandle,
+  runtimeFromEnv,
+  type RuntimeKind,
+  startContainerd,
+} from "./containerd_harness.ts";
 import {
   ensureControlPlaneBinaries,
   ensureUpstreamKubelet,
@@ -218,6 +239,10 @@ interface AgentResult {
   /** VmHWM at the end, in MiB. */
   readonly peakMiB: number;
   readonly errorLines: string;
+  /** Which PLEG it ran (tests/_bench_pleg.ts plegMode). */
+  readonly pleg: string;
+  /** PLEG relists per minute over the two windows at 0 pods; NaN when /metrics was not read. */
+  readonly relistsPerMinute: number;
 }
 
 /** The CRI floor's figures. */
@@ -433,10 +458,14 @@ async function benchAgent(
     await sleep(SETTLE_MS);
     // Two windows at 0 pods: the first still holds start-up work (V8's optimizing compiles,
     // our launcher's page-out 60 s after start, the first passes of the GC managers), so it
-    // says what starting costs; the second is the steady figure, as at 30 and 110 pods.
+    // says what starting costs; the second is the steady figure, as at 30 and 110 pods. The
+    // PLEG's relists are counted over both, scraped outside them.
+    const relistsBefore = await scrapeRelists(client, agent.nodeName).catch(() => NaN);
     log(`bench: ${agent.label}: two ${mode.windowMs / 1000} s windows at 0 pods`);
     const startup = await measureWindow(agent.pid, mode.windowMs);
     const idle = await measureWindow(agent.pid, mode.windowMs);
+    const relistsAfter = await scrapeRelists(client, agent.nodeName).catch(() => NaN);
+    const relistsPerMinute = (relistsAfter - relistsBefore) / (2 * mode.windowMs / 60_000);
 
     const sequential: Latencies = { client: [], sli: [] };
     const sequentialSteps: Map<string, number>[] = [];
@@ -447,7 +476,7 @@ async function benchAgent(
       const r = await startPods(client, watch, agent.nodeName, [name]);
       sequential.client.push(...r.latency.client);
       sequential.sli.push(...r.latency.sli);
-      if (agent.label === "agent") {
+      if (isOurs(agent.label)) {
         sequentialSteps.push(
           ...await burstSteps(client, watch, agent.nodeName, [name], r.sentWall),
         );
@@ -474,7 +503,7 @@ async function benchAgent(
         () => startPods(client, watch!, agent.nodeName, names),
       );
       log(`bench: ${agent.label}: burst of ${size} running after ${ms(r.lastRunningMs)}`);
-      const steps = agent.label === "agent"
+      const steps = isOurs(agent.label)
         ? await burstSteps(client, watch, agent.nodeName, names, r.sentWall)
         : undefined;
       await sleep(SETTLE_MS);
@@ -497,10 +526,12 @@ async function benchAgent(
       idle,
       sequential,
       sequentialOps,
-      sequentialSteps: agent.label === "agent" ? sequentialSteps : undefined,
+      sequentialSteps: isOurs(agent.label) ? sequentialSteps : undefined,
       bursts,
       peakMiB: (await residentMiB(agent.pid)).peak,
       errorLines: errorSummary(agent.stderr()),
+      pleg: plegMode(agent.label, agent.stderr()),
+      relistsPerMinute,
     };
   } catch (e) {
     console.error(
@@ -601,8 +632,13 @@ export function report(r: SuiteResult): string {
     } s CPU/memory windows). kube-apiserver ${r.server}, ${r.runtime}. ` +
       `Kubelets: ${
         r.agents.map((a) =>
-          `${a.label} = ${a.label === "agent" ? "kubelet-ts" : "Go kubelet"} ` +
-          `reporting ${a.kubeletVersion}`
+          `${a.label} = ${
+            a.label === "agent"
+              ? "kubelet-ts"
+              : a.label === "agent-relist"
+              ? "kubelet-ts with EventedPLEG=false"
+              : "Go kubelet"
+          } reporting ${a.kubeletVersion}`
         ).join(", ")
       }, run one after the other in that order. ${r.buildNote}`,
     "",
@@ -791,22 +827,47 @@ export function report(r: SuiteResult): string {
     }
     out.push("");
   }
-  if (agent?.sequentialSteps?.length) {
-    out.push(
-      `### Where our agent's time goes, 1 pod × ${r.mode.sequential} sequential (its /debug/pods timelines, bracketed by the bench's create and watch times)`,
-      "",
-      breakdownTable(agent.sequentialSteps),
-      "",
-    );
+  for (const a of r.agents.filter((a) => isOurs(a.label))) {
+    // "our agent" for the agent as it ships, as in earlier records; its variants by label.
+    const who = a.label === "agent" ? "our agent" : a.label;
+    if (a.sequentialSteps?.length) {
+      out.push(
+        `### Where ${who}'s time goes, 1 pod × ${r.mode.sequential} sequential (its /debug/pods timelines, bracketed by the bench's create and watch times)`,
+        "",
+        breakdownTable(a.sequentialSteps),
+        "",
+      );
+    }
+    for (const [i, b] of a.bursts.entries()) {
+      if (!b.steps) continue;
+      out.push(
+        `### Where ${who}'s time goes, burst of ${
+          r.mode.bursts[i]
+        } (its /debug/pods timelines, bracketed by the bench's create and watch times)`,
+        "",
+        breakdownTable(b.steps),
+        "",
+      );
+    }
   }
-  for (const [i, b] of (agent?.bursts ?? []).entries()) {
-    if (!b.steps) continue;
+
+  if (r.agents.some((a) => a.label === "agent-relist")) {
     out.push(
-      `### Where our agent's time goes, burst of ${
-        r.mode.bursts[i]
-      } (its /debug/pods timelines, bracketed by the bench's create and watch times)`,
+      "### PLEG: evented against relisting (relists from each kubelet's kubelet_pleg_relist_duration_seconds over the two 0-pod windows; CPU and latency as above)",
       "",
-      breakdownTable(b.steps),
+      plegTable(r.agents.map((a) => ({
+        label: a.label,
+        pleg: a.pleg,
+        relistsPerMinute: a.relistsPerMinute,
+        startupCores: a.startup.cores,
+        idleCores: a.idle.cores,
+        sequential: a.sequential.client,
+        bursts: a.bursts.map((b) => ({
+          size: b.size,
+          latency: b.latency.client,
+          cores: b.window.cores,
+        })),
+      }))),
       "",
     );
   }
@@ -929,9 +990,15 @@ async function machineHeader(started: Date, loadBefore: string): Promise<string>
 /** Runs the suite; returns the report. */
 export async function runSuite(
   mode: BenchMode,
-  agents: readonly ("agent" | "upstream")[],
-  log: (line: string) => void = (l) => console.error(l),
+  agents: readonly AgentKind[],
+  opts: {
+    /** @default console.error */
+    log?: (line: string) => void;
+    /** @default $KUBELET_TS_RUNTIME, else "containerd" */
+    runtime?: RuntimeKind;
+  } = {},
 ): Promise<SuiteResult> {
+  const log = opts.log ?? ((l: string) => console.error(l));
   const buildStarted = performance.now();
   const binaries = await ensureControlPlaneBinaries({ log });
   if (agents.includes("upstream")) await ensureUpstreamKubelet({ log });
@@ -957,7 +1024,10 @@ export async function runSuite(
     const nodeNames = agents.map((a) => `kts-bench-${a}`);
     const cp = await startControlPlane({ dir: join(dir, "cp"), nodeNames, binaries });
     stack.defer(() => cp.stop());
-    const containerd: ContainerdHandle = await startContainerd({ dir: join(dir, "containerd") });
+    const containerd: ContainerdHandle = await startContainerd({
+      dir: join(dir, "containerd"),
+      runtime: opts.runtime ?? runtimeFromEnv(),
+    });
     stack.defer(() => containerd.stop());
     await importImages({ containerdSocket: containerd.socket, images: [BUSYBOX, PAUSE] });
     const conn = new CriConnection({ endpoint: containerd.endpoint });
@@ -988,9 +1058,14 @@ export async function runSuite(
           nodeName: `kts-bench-${label}`,
           endpoint: containerd.endpoint,
         };
-        const start = label === "agent"
-          ? () => startOurAgent(opts)
-          : () => startUpstreamKubelet({ ...opts, log });
+        const start = label === "upstream"
+          ? () => startUpstreamKubelet({ ...opts, log })
+          : () =>
+            startOurAgent({
+              ...opts,
+              label,
+              configLines: label === "agent-relist" ? RELIST_CONFIG_LINES : [],
+            });
         results.push(await benchAgent(mode, cp, containerd.pid, start, log));
       }
       await clearRuntime(runtime);
@@ -998,7 +1073,7 @@ export async function runSuite(
       // cgroups) go too; what fails here the next run's sweep removes.
       for (const n of agentNames) await removeCgroupTree(`${TEST_CGROUP_PARENT}/${n}`);
       const density: DensityResult[] = [];
-      if (agents.includes("agent")) {
+      if (agents.some(isOurs)) {
         for (const pods of mode.fakePods) {
           log(`bench: fake CRI, ${pods} pods`);
           density.push(await fakeCriDensity(pods));
@@ -1033,7 +1108,11 @@ and Go. See tests/bench_suite.ts for what each figure means.
 Options:
   --short            CI's mode: 5 sequential pods, a burst of 10, 10 s windows
                      (also KUBELET_TS_BENCH=short); the default is the full mode
-  --agents LIST      agent, upstream or agent,upstream (default)
+  --agents LIST      comma-separated, run in that order: agent (ours as it ships, evented
+                     PLEG), agent-relist (ours with EventedPLEG=false, relisting), upstream
+                     (default: agent,upstream); with both of ours, a PLEG table compares them
+  --runtime NAME     containerd (Debian's 1.6, no container events) or containerd2 (2.x
+                     built from its Go module); default $KUBELET_TS_RUNTIME, else containerd
   --sequential N     pods started one at a time
   --bursts A,B       burst sizes ("" for none)
   --window-s S       CPU and memory windows, seconds
@@ -1047,7 +1126,8 @@ Options:
 export interface BenchArgs {
   readonly help: boolean;
   readonly mode: BenchMode;
-  readonly agents: ("agent" | "upstream")[];
+  readonly agents: AgentKind[];
+  readonly runtime: RuntimeKind;
   readonly out?: string;
   readonly note?: string;
 }
@@ -1056,7 +1136,10 @@ export interface BenchArgs {
  * The bench's command line; throws an error naming the option and value for an unknown option,
  * a missing value or a bad count or agent.
  */
-export function parseBenchArgs(args: string[], env: { short?: boolean } = {}): BenchArgs {
+export function parseBenchArgs(
+  args: string[],
+  env: { short?: boolean; runtime?: string } = {},
+): BenchArgs {
   // node:util's own errors ("Unknown option '--x'", "Option '--out <value>' argument missing")
   // name the option already.
   const { values } = parseArgs({
@@ -1065,6 +1148,7 @@ export function parseBenchArgs(args: string[], env: { short?: boolean } = {}): B
       help: { type: "boolean", default: false },
       short: { type: "boolean", default: false },
       agents: { type: "string", default: "agent,upstream" },
+      runtime: { type: "string" },
       out: { type: "string" },
       note: { type: "string" },
       sequential: { type: "string" },
@@ -1077,14 +1161,26 @@ export function parseBenchArgs(args: string[], env: { short?: boolean } = {}): B
   const mode = withOverrides(short ? SHORT : FULL, values);
   const agents = values.agents.split(",").map((a) => a.trim());
   for (const a of agents) {
-    if (a !== "agent" && a !== "upstream") {
-      throw new Error(`--agents must list 'agent' and/or 'upstream': current value is '${a}'`);
+    if (!(AGENT_KINDS as readonly string[]).includes(a)) {
+      throw new Error(
+        `--agents must list some of ${
+          AGENT_KINDS.map((k) => `'${k}'`).join(", ")
+        }: current value is '${a}'`,
+      );
     }
+  }
+  const runtime = values.runtime ?? env.runtime ?? "containerd";
+  if (runtime !== "containerd" && runtime !== "containerd2") {
+    throw new Error(
+      `--runtime must be 'containerd' (Debian's 1.6) or 'containerd2' (2.x built from its Go ` +
+        `module): current value is '${runtime}'`,
+    );
   }
   return {
     help: values.help,
     mode,
-    agents: agents as ("agent" | "upstream")[],
+    agents: agents as AgentKind[],
+    runtime,
     out: values.out,
     note: values.note,
   };
@@ -1095,6 +1191,7 @@ if (import.meta.main) {
   try {
     parsed = parseBenchArgs(Deno.args, {
       short: Deno.env.get("KUBELET_TS_BENCH") === "short",
+      runtime: Deno.env.get("KUBELET_TS_RUNTIME"),
     });
   } catch (e) {
     console.error(`bench: ${e instanceof Error ? e.message : e}\n\n${USAGE}`);
@@ -1104,14 +1201,14 @@ if (import.meta.main) {
     console.log(USAGE);
     Deno.exit(0);
   }
-  const { mode, agents, out, note } = parsed;
+  const { mode, agents, runtime, out, note } = parsed;
   const why = await whyNotRunnable(["containerd", "ctr", "runc", "openssl", "go"]);
   if (why) {
     console.warn(`bench_suite: SKIPPED, nothing measured: ${why}`);
   } else {
     const started = new Date();
     const loadBefore = Deno.loadavg().map((v) => v.toFixed(2)).join(" ");
-    const result = await runSuite(mode, agents);
+    const result = await runSuite(mode, agents, { runtime });
     const text = report(result);
     console.log(`\n${text}`);
     if (out) {

@@ -119,14 +119,14 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
   }
 
   /**
-   * While events flow the start's own event reports it; otherwise the relisting PLEG reads the
-   * pod. A reinspection (`sync`, after a resize, which the runtime sends no event for) is read
-   * by the relisting PLEG either way.
+   * Reads the pod now through the relisting PLEG, events or not: the runtime stamps a
+   * container's STARTED event before the sync that started it ends, and the pod's worker waits
+   * for a status newer than that end, so the event alone would leave the pod Pending until the
+   * cache's 2 s tick (bench/results/2026-12-06-vm-containerd2-evented-pleg.md: 1.7 s more per
+   * pod start). A resize, which the runtime sends no event for, is read the same way.
    */
   inspectPod(uid: string, opts?: InspectPodOptions): Promise<boolean> {
-    return this.#active && !opts?.sync
-      ? Promise.resolve(false)
-      : this.#generic.inspectPod(uid, opts);
+    return this.#generic.inspectPod(uid, opts);
   }
 
   /** Unhealthy when the event queue is full, else as the relisting PLEG with its current threshold. */

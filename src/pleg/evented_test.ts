@@ -147,6 +147,31 @@ Deno.test("EventedPLEG: a container exit reaches the cache and the sync loop wit
   await waiting;
 });
 
+Deno.test("EventedPLEG.inspectPod reads the pod now and stamps it after the sync, events or not", async () => {
+  await using h = await harness();
+  await settle(h);
+  const { container } = await runPod(h);
+  await until("ContainerStarted", () => has(h.events, "ContainerStarted", container));
+  // The sync that started it ends later than the event's stamp: a worker waiting for a status
+  // newer than that end gets one from the inspection, not from the 2 s cache tick.
+  const syncEnd = h.clock.now() + 5;
+  const waiting = h.cache.getNewerThan(UID, syncEnd);
+  assert.equal(await h.pleg.inspectPod(UID, { after: syncEnd }), true);
+  // No clock step: only the inspection can satisfy the waiter.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const entry = await Promise.race([
+    waiting,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error("the waiter was not woken")), 2_000);
+    }),
+  ]).finally(() => clearTimeout(timer));
+  assert.equal(entry.status.containerStatuses[0]?.id, container);
+  // After a resize (no state changed) it asks for a sync anyway.
+  const n = h.events.length;
+  assert.equal(await h.pleg.inspectPod(UID, { sync: true }), true);
+  await until("PodSync", () => h.events.slice(n).some((e) => e.type === "PodSync"));
+});
+
 Deno.test("EventedPLEG: when the stream is cut, relisting every second takes over and still reports the exit; events come back", async () => {
   await using h = await harness();
   await settle(h);

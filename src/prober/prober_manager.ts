@@ -369,6 +369,14 @@ export class ProberManager {
     }
     if (w.onHold) return true;
 
+    if (c.state === api.ContainerState.CONTAINER_CREATED) {
+      // Created and not started yet: its start is under way in the sync that created it. This
+      // prober reads the runtime's view, which shows that window; upstream's reads the API
+      // status, which practically never does. Marking it failed there would have the next sync
+      // kill the container as it starts ("failed liveness probe" with no probe run).
+      this.#log.v(3).info("Probe target container not started yet", log);
+      return true;
+    }
     if (c.state !== api.ContainerState.CONTAINER_RUNNING) {
       this.#log.v(3).info("Non-running container probed", log);
       results.set(w.containerId, "Failure", w.podUID);

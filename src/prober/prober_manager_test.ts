@@ -205,6 +205,28 @@ Deno.test("ProberManager holds a liveness failure until the container restarts",
   await t.stop();
 });
 
+Deno.test("ProberManager waits for a created container to start instead of failing it", async () => {
+  const t = setup();
+  const created = api.ContainerStatus.fromPartial({
+    id: "id1",
+    metadata: { name: "c", attempt: 0 },
+    state: api.ContainerState.CONTAINER_CREATED,
+  });
+  t.statuses.set("u1", status("u1", [created]));
+  t.manager.addPod(pod("u1", [container("c", { liveness: { periodSeconds: 10 } })]));
+  await t.settle();
+  // Not "Failure": the sync that created it is starting it, and a Failure now would kill it.
+  assert.equal(t.manager.liveness("id1"), "Success");
+  await t.step(10 * S);
+  assert.equal(t.manager.liveness("id1"), "Success");
+  assert.equal(t.calls.length, 0);
+  t.statuses.set("u1", status("u1", [running("c", "id1", t.clock.now())]));
+  await t.step(10 * S);
+  assert.equal(t.calls.length, 1);
+  assert.equal(t.manager.liveness("id1"), "Success");
+  await t.stop();
+});
+
 Deno.test("ProberManager gates liveness and readiness on the startup probe", async () => {
   const t = setup();
   t.statuses.set("u1", status("u1", [running("c", "id1", t.t0)]));
