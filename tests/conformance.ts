@@ -7,8 +7,11 @@
  *
  * It builds e2e.test, kube-controller-manager, kube-scheduler and the ginkgo CLI from their Go
  * modules (tests/control_plane_build.ts), builds the images the suite names offline under
- * upstream's exact names (tests/conformance_images.ts, which says which are stand-ins), starts
- * containerd with upstream's `test-handler` runtime handler, etcd, kube-apiserver, the
+ * upstream's exact names (tests/conformance_images.ts, which says which are stand-ins), imports
+ * them into containerd and pushes those of {@link MIRRORED_REGISTRY} into a local registry
+ * (tests/registry_harness.ts, on 127.0.0.1) that serves that host for containerd, so the specs
+ * that pull (pullPolicy Always) pull them there and nowhere else. It starts containerd with
+ * upstream's `test-handler` runtime handler and that registry mirror, etcd, kube-apiserver, the
  * controller manager (service-account tokens, namespace deletion, CSR signing, the root CA
  * publisher) and the scheduler, then the kubelet, and runs e2e.test through ginkgo in parallel
  * processes. The results go to tests/results/conformance-<date>-<runtime>-<agent>.md (one row
@@ -19,7 +22,8 @@
  * for the [sig-node] and [sig-storage] focus with 4 processes on 2 CPUs.
  */
 
-import { join } from "node:path";
+import { basename, join } from "node:path";
+import { unmountUnder } from "../src/privilege/host_view.ts";
 import { parseArgs } from "node:util";
 import { type BenchAgent, startOurAgent, startUpstreamKubelet } from "./_bench_agents.ts";
 import { REPO_ROOT } from "./agent_process.ts";
@@ -33,6 +37,7 @@ import {
   KUBERNETES_VERSION,
 } from "./control_plane_build.ts";
 import { ensureImagePackages, importImages, PAUSE } from "./images.ts";
+import { ensureRegistryPackages, startRegistry } from "./registry_harness.ts";
 
 /** The kubelet-facing conformance tests: sig-node's and sig-storage's. */
 export const DEFAULT_FOCUS = "\\[sig-(node|storage)\\].*\\[Conformance\\]";
@@ -40,6 +45,8 @@ export const DEFAULT_FOCUS = "\\[sig-(node|storage)\\].*\\[Conformance\\]";
 export const DEFAULT_SKIP = "\\[Serial\\]|\\[Disruptive\\]";
 /** The node the kubelet registers. */
 export const NODE_NAME = "conformance-node";
+/** The registry host the harness's local registry serves: upstream's, for its test images. */
+export const MIRRORED_REGISTRY = "registry.k8s.io";
 
 /** The harness's options, as `--help` lists them. */
 export interface ConformanceArgs {
@@ -151,16 +158,20 @@ export async function runConformance(
   const started = new Date();
   await ensureRuntimePackages();
   await ensureImagePackages();
+  await ensureRegistryPackages();
   const cpBins = await ensureControlPlaneBinaries({ signal, log });
   const bins = await ensureConformanceBinaries({ signal, log });
   const dir = await Deno.makeTempDir({ prefix: "kubelet-ts-conformance-" });
   log(`conformance: work directory ${dir}`);
   const stops: (() => Promise<unknown>)[] = [];
   try {
+    const registry = await startRegistry({ dir: join(dir, "registry"), signal });
+    stops.push(() => registry.stop());
     const containerd = await startContainerd({
       dir: join(dir, "containerd"),
       runtimeHandlers: ["test-handler"],
       runtime: opts.runtime,
+      registryMirrors: { [MIRRORED_REGISTRY]: registry.url },
       signal,
     });
     stops.push(() => containerd.stop());
@@ -170,9 +181,11 @@ export async function runConformance(
     const images = await ensureConformanceImages({
       names,
       ctr: { address: containerd.socket },
+      mirror: { host: MIRRORED_REGISTRY, registry: registry.host },
       signal,
       log,
     });
+    const pushed = images.images.filter((i) => i.pushed).length;
 
     const cp = await startControlPlane({
       dir: join(dir, "control-plane"),
@@ -213,7 +226,9 @@ export async function runConformance(
 
     const agentOpts = {
       cp,
-      dir: join(dir, "node"),
+      // The agent's cgroupRoot is named after this directory: unique, so that two runs on one
+      // machine never take each other's pod cgroups for orphans.
+      dir: join(dir, `node-${basename(dir).split("-").at(-1)}`),
       nodeName: NODE_NAME,
       endpoint: containerd.endpoint,
       signal,
@@ -281,6 +296,9 @@ export async function runConformance(
       ),
       command:
         `deno task conformance --agent ${opts.agent} --runtime ${opts.runtime} --procs ${opts.procs}`,
+      registry: `${MIRRORED_REGISTRY} is a local registry (Debian's docker-registry on ` +
+        `127.0.0.1, tests/registry_harness.ts) holding the ${pushed} images above that were ` +
+        `made under it; containerd pulls that host from there alone`,
     }, specs);
     await Deno.writeTextFile(file, text);
     const ran = specs.filter((s) => s.state !== "skipped" && !isSuiteNode(s));
@@ -290,8 +308,15 @@ export async function runConformance(
     for (const stop of stops.reverse()) {
       await stop().catch((e) => log(`conformance: stopping: ${e}`));
     }
+    // What the kubelets left mounted (projected volumes, the Go kubelet's root) goes first, or
+    // the directory cannot be removed; a kept one keeps its logs but not its mounts.
+    await unmountUnder(dir);
     if (opts.keep) log(`conformance: kept ${dir}`);
-    else await Deno.remove(dir, { recursive: true }).catch(() => {});
+    else {
+      await Deno.remove(dir, { recursive: true }).catch((e) =>
+        log(`conformance: could not remove ${dir}: ${e}`)
+      );
+    }
   }
 }
 

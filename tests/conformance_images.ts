@@ -11,6 +11,9 @@
  * - "stand-in": a substitute (busybox, pause, nginx, httpd), `reason` saying how it differs;
  * - "missing": not built, `reason` saying why.
  * The report is what the conformance harness writes into its results, so stand-ins are named.
+ * With {@link ConformanceImagesOptions.mirror}, the images of one registry host are also pushed
+ * to a local registry that serves that host for containerd, for the specs that pull them
+ * (pullPolicy Always: the ImageVolume spec pulls kitten).
  *
  * Go programs come from `test/images/` of the k8s.io/kubernetes module with CGO off, in a
  * wrapper module made as tests/control_plane_build.ts makes kube-apiserver's (its
@@ -21,7 +24,8 @@
  * with test/images/image-util.sh and docker buildx on alpine or debian-base instead. Stand-ins
  * are tests/images.ts images. Built images are cached under `<cache>/images/`.
  *
- * It talks to `go` (module download, build), `ctr` (import, list) and the file system.
+ * It talks to `go` (module download, build), `ctr` (import, list), the mirror registry (push,
+ * tests/registry_harness.ts) and the file system.
  */
 
 import { gunzipSync } from "node:zlib";
@@ -42,6 +46,7 @@ import {
   stagingReplaces,
 } from "./control_plane_build.ts";
 import { buildImage, buildImageLayout, ctrOrThrow, type ImageSpec, PAUSE } from "./images.ts";
+import { pushImage } from "./registry_harness.ts";
 
 /** How one requested image ends up. */
 export type ImageStatus = "built" | "stand-in" | "missing";
@@ -58,6 +63,8 @@ export interface ImageOutcome {
    * built: how the image around the program differs from upstream's, if it does.
    */
   reason?: string;
+  /** The reference it was pushed as into the mirror registry, if it was. */
+  pushed?: string;
 }
 
 /** What {@link ensureConformanceImages} did, one entry per distinct requested name, in order. */
@@ -131,6 +138,14 @@ export interface ConformanceImagesOptions {
   signal?: AbortSignal;
   /** Receives progress lines. @default console.error */
   log?: (line: string) => void;
+  /**
+   * A local registry that serves registry host `host` in its place (tests/containerd_harness.ts's
+   * registryMirrors): each image made whose name is on `host` is pushed there too, under the same
+   * repository path and tag (`registry.k8s.io/e2e-test-images/kitten:1.8` as
+   * `127.0.0.1:PORT/e2e-test-images/kitten:1.8`). `registry` is its `host:port`.
+   * @default none: images are only imported
+   */
+  mirror?: { host: string; registry: string };
 }
 
 /** A program or image could not be built. */
@@ -149,6 +164,19 @@ export const E2E_REGISTRY = "registry.k8s.io/e2e-test-images";
 export const AGNHOST_VERSION = "2.63.0";
 /** What nginx's default `index.html` says, and so what the nginx stand-in serves. */
 export const NGINX_WELCOME = "Welcome to nginx!";
+/**
+ * `/etc/os-release` of the images upstream builds on agnhost (kitten, nautilus): the fields of
+ * alpine 3.21's, which agnhost's base gives them upstream, over this harness's busybox userland.
+ * The ImageVolume conformance spec reads "Alpine Linux" from kitten's.
+ */
+export const ALPINE_OS_RELEASE =
+  `# kubelet-ts stand-in (tests/conformance_images.ts): alpine 3.21's fields; the userland
+# is Debian's busybox-static.
+NAME="Alpine Linux"
+ID=alpine
+PRETTY_NAME="Alpine Linux v3.21"
+HOME_URL="https://alpinelinux.org/"
+`;
 
 /** agnhost (`test/images/agnhost`), versioned the way its Makefile does it. */
 export const AGNHOST: GoProgram = {
@@ -287,10 +315,11 @@ function agnhostWithFiles(dir: string, picture: string): Recipe {
     status: "built",
     source: `agnhost ${AGNHOST_VERSION} and test/images/${dir}/html (VERSION 1.9 in the tree) ` +
       `of ${KUBERNETES_MODULE} ${KUBERNETES_VERSION}`,
-    reason: `${AGNHOST_DIFFERS}; no /etc/os-release (upstream's says Alpine Linux, which the ` +
-      `ImageVolume conformance spec reads from kitten)`,
+    reason: `${AGNHOST_DIFFERS}; /etc/os-release is a stand-in with alpine 3.21's NAME, ID and ` +
+      `PRETTY_NAME ('Alpine Linux', which the ImageVolume conformance spec reads from kitten)`,
     recipe: {
       ...AGNHOST_IMAGE,
+      files: { ...AGNHOST_IMAGE.files, "/etc/os-release": ALPINE_OS_RELEASE },
       moduleFiles: {
         ...AGNHOST_IMAGE.moduleFiles,
         [`test/images/${dir}/html/${picture}`]: `/${picture}`,
@@ -488,6 +517,11 @@ export function planConformanceImage(name: string): ImagePlan {
   return { name, ...recipe(ref.tag) };
 }
 
+/** `e2e-test-images/kitten:1.8` of `registry.k8s.io/e2e-test-images/kitten:1.8` on that host. */
+export function mirroredPath(name: string, host: string): string | undefined {
+  return name.startsWith(`${host}/`) ? name.slice(host.length + 1) : undefined;
+}
+
 /** The distinct image names in the output of `e2e.test --list-images`, in order. */
 export function parseImageList(stdout: string): string[] {
   return [...new Set(stdout.split("\n").map((l) => l.trim()).filter(Boolean))];
@@ -554,15 +588,33 @@ export async function ensureConformanceImages(
         what: `import ${name}`,
         signal: opts.signal,
       });
+      // The registry serves the same manifest as the import, so a pull finds it unpacked.
+      const path = opts.mirror ? mirroredPath(name, opts.mirror.host) : undefined;
+      let pushed: string | undefined;
+      if (opts.mirror && path !== undefined) {
+        const to = { registry: opts.mirror.registry, image: { tarball }, ref: path };
+        pushed = (await pushImage({ ...to, signal: opts.signal })).ref;
+      }
       log(
-        `conformance-images: ${status} ${name} in ${formatDuration(performance.now() - started)}`,
+        `conformance-images: ${status} ${name}${pushed ? `, pushed as ${pushed},` : ""} in ` +
+          formatDuration(performance.now() - started),
       );
-      outcomes.push({ name, status, source, ...(reason ? { reason } : {}) });
+      outcomes.push({
+        name,
+        status,
+        source,
+        ...(reason ? { reason } : {}),
+        ...(pushed ? { pushed } : {}),
+      });
     } catch (err) {
       if (opts.signal?.aborted) throw err;
       const why = err instanceof Error ? err.message : String(err);
       log(`conformance-images: cannot make ${name}: ${why}`);
-      outcomes.push({ name, status: "missing", reason: `build or import failed: ${oneLine(why)}` });
+      outcomes.push({
+        name,
+        status: "missing",
+        reason: `build, import or push failed: ${oneLine(why)}`,
+      });
     }
   }
   if (outcomes.some((o) => o.status !== "missing")) {

@@ -3,7 +3,7 @@
  * The results file of `deno task conformance`: reads the JUnit report ginkgo writes for
  * upstream's e2e.test and renders one Markdown table, a row per spec that ran (passed or
  * failed) with its duration and the failure's first line, plus the counts and the run's setup
- * (agent, runtime, focus, stand-in images). Pure: no I/O.
+ * (agent, runtime, focus, stand-in images, the registry). Pure: no I/O.
  */
 
 /** One spec of the JUnit report. */
@@ -91,6 +91,8 @@ export interface RunSetup {
   readonly images: ReadonlyMap<string, string>;
   /** The command that reproduces the run. */
   readonly command: string;
+  /** What serves the registry the specs pull from, when one does (one line). */
+  readonly registry?: string;
 }
 
 function cell(s: string): string {
@@ -128,6 +130,7 @@ export function renderResults(setup: RunSetup, all: readonly SpecResult[]): stri
     `- started ${setup.started}, ${Math.round(setup.wallSeconds)} s, at commit ${setup.commit}`,
     `- focus \`${setup.focus}\`, skip \`${setup.skip}\``,
     `- command: \`${setup.command}\``,
+    ...(setup.registry ? [`- registry: ${cell(setup.registry)}`] : []),
     `- **${passed} passed, ${failed} failed** (${skipped} specs of the suite not run)`,
     "",
     "## Images",

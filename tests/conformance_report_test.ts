@@ -62,6 +62,23 @@ Deno.test("renderResults lists failures first and counts what ran", () => {
   );
 });
 
+Deno.test("renderResults names the registry the specs pull from when there is one", () => {
+  const setup = {
+    agent: "agent",
+    runtime: "containerd 2.4.2",
+    focus: "ImageVolume",
+    skip: "",
+    started: "2026-12-06T05:00:00Z",
+    wallSeconds: 1,
+    commit: "abc1234",
+    images: new Map<string, string>(),
+    command: "deno task conformance",
+  };
+  assert.doesNotMatch(renderResults(setup, []), /registry:/);
+  const text = renderResults({ ...setup, registry: "registry.k8s.io is a local | registry" }, []);
+  assert.match(text, /^- registry: registry\.k8s\.io is a local \\\| registry$/m);
+});
+
 Deno.test("firstLine skips blank lines and shortens long ones", () => {
   assert.equal(firstLine("\n\n  boom\nmore"), "boom");
   assert.equal(firstLine("x".repeat(300)).length, 200);
