@@ -12,12 +12,17 @@
  * rather than left behind.
  *
  * Nothing is read at run time from the repository (the CRI types are generated TypeScript,
- * lazy imports are static specifiers `deno compile` follows), so no `--include` is needed.
+ * lazy imports are static specifiers `deno compile` follows); the Worker modules, which are
+ * loaded by URL and which `deno compile` does not follow, are embedded with `--include`
+ * (their list comes from release_graph.ts). `deno task release` compiles the same way from the
+ * agent's runtime tree, which leaves out the npm packages the agent only takes types from.
  *
  * Run as `deno task compile [--output kubelet] [--target x86_64-unknown-linux-gnu]`.
  */
 
 import { parseArgs } from "node:util";
+import { fileURLToPath } from "node:url";
+import { runtimeGraph } from "./release_graph.ts";
 
 /**
  * The flags the agent runs with: `deno task start`, the demo, the e2e harness
@@ -65,6 +70,10 @@ export interface CompileOptions {
   readonly output: string;
   /** A Rust target triple, as `deno compile --target`; the host's when unset. */
   readonly target?: string;
+  /** More entry points to embed (`--include`): modules loaded by URL, as Workers are. */
+  readonly include?: readonly string[];
+  /** Skip type checking (a tree without its type-only packages cannot be checked). */
+  readonly noCheck?: boolean;
 }
 
 /** The `deno` arguments that compile the agent. */
@@ -73,6 +82,8 @@ export function compileArgs(opts: CompileOptions): string[] {
     "compile",
     ...AGENT_RUN_FLAGS,
     ...(opts.target ? ["--target", opts.target] : []),
+    ...(opts.noCheck ? ["--no-check"] : []),
+    ...(opts.include ?? []).flatMap((path) => ["--include", path]),
     "--output",
     opts.output,
     "main.ts",
@@ -136,10 +147,18 @@ async function checkBinary(output: string, denortBin: string | undefined): Promi
   );
 }
 
-/** Compiles the agent and checks the result; returns what `--version` printed and the size. */
+/**
+ * Compiles the agent and checks the result (unless `check` is false: another platform's
+ * executable does not run here); returns what `--version` printed and the size.
+ */
 export async function compileKubelet(
-  opts: CompileOptions & { readonly cwd?: string; readonly signal?: AbortSignal },
-): Promise<{ version: string; bytes: number }> {
+  opts: CompileOptions & {
+    readonly cwd?: string;
+    readonly signal?: AbortSignal;
+    /** Run `<output> --version` to prove it is the agent. @default true */
+    readonly check?: boolean;
+  },
+): Promise<{ version?: string; bytes: number }> {
   const denortBin = Deno.env.get("DENORT_BIN") || undefined;
   const out = await new Deno.Command(Deno.execPath(), {
     args: compileArgs(opts),
@@ -158,8 +177,8 @@ export async function compileKubelet(
     ? `${opts.cwd}/${opts.output}`
     : opts.output;
   try {
-    const version = await checkBinary(path, denortBin);
-    return { version, bytes: (await Deno.stat(path)).size };
+    const version = opts.check === false ? undefined : await checkBinary(path, denortBin);
+    return { ...(version ? { version } : {}), bytes: (await Deno.stat(path)).size };
   } catch (e) {
     await Deno.remove(path).catch(() => {});
     throw e;
@@ -172,7 +191,12 @@ if (import.meta.main) {
     options: { output: { type: "string", default: "kubelet" }, target: { type: "string" } },
   });
   try {
-    const r = await compileKubelet({ output: values.output!, target: values.target });
+    const graph = await runtimeGraph(fileURLToPath(new URL("..", import.meta.url)));
+    const r = await compileKubelet({
+      output: values.output!,
+      target: values.target,
+      include: graph.roots.slice(1),
+    });
     const mib = (r.bytes / (1 << 20)).toFixed(1);
     console.log(`${values.output}: ${r.version}, ${mib} MiB (${r.bytes} bytes)`);
   } catch (e) {

@@ -58,3 +58,21 @@ Deno.test("deno task start runs the agent with the same flags as the binary", as
   ) as { tasks: Record<string, string> };
   assert.equal(json.tasks.start, `deno run ${AGENT_RUN_FLAGS.join(" ")} main.ts`);
 });
+
+Deno.test("compileArgs embeds the modules given to include and can skip the type check", () => {
+  assert.deepEqual(
+    compileArgs({ output: "k", include: ["src/a_worker.ts", "src/b_worker.ts"], noCheck: true }),
+    [
+      "compile",
+      ...AGENT_RUN_FLAGS,
+      "--no-check",
+      "--include",
+      "src/a_worker.ts",
+      "--include",
+      "src/b_worker.ts",
+      "--output",
+      "k",
+      "main.ts",
+    ],
+  );
+});
