@@ -233,9 +233,17 @@ Deno.test("the DaemonSet runs the installer image privileged on every node with 
   assert.equal(mounts.get(`${env.HOST_ROOT}${binDir}`), binDir);
   assert.equal(mounts.get(`${env.HOST_ROOT}${env.SYSTEMD_DIR}`), env.SYSTEMD_DIR);
   assert.equal(env.RESTART_KUBELET, "true");
+  assert.equal(env.PREPARE_KUBELET, "true");
   // The installer's own defaults are what the manifest spells out.
   const script = read("install.sh");
-  for (const name of ["HOST_ROOT", "KUBELET_PATH", "SYSTEMD_DIR", "RESTART_KUBELET"]) {
+  const settings = [
+    "HOST_ROOT",
+    "KUBELET_PATH",
+    "SYSTEMD_DIR",
+    "RESTART_KUBELET",
+    "PREPARE_KUBELET",
+  ];
+  for (const name of settings) {
     assert.ok(script.includes(`${name}=\${${name}:-${env[name]}}`), `install.sh defaults ${name}`);
   }
   assert.ok(INSTALL_DIR.startsWith("/"));

@@ -5,6 +5,12 @@
 # host's systemd reload its units, enable kubelet.service and restart it, and (for a DaemonSet,
 # whose pods must keep running) sleeps until it is stopped.
 #
+# The binary is the release file (deno task release) or any other executable the image was
+# built from; SHA256SUMS beside it in the image names it, and the installer checks it first.
+# A new binary is run once on the host with --version before it takes the old one's place: a
+# release file extracts itself then (into /var/lib/kubelet-ts), so the service's first start
+# does not, and a binary that does not run there is not installed.
+#
 # Idempotent: a binary with the same sha256 and mode is left alone; a unit file is written when
 # absent, or replaced when it still has the "Managed by the kubelet-ts installer" line and its
 # content differs; one without that line was edited on the host and is kept. A second run with
@@ -15,15 +21,18 @@
 #   KUBELET_PATH     the binary's path on the host, also put in ExecStart (default /usr/local/bin/kubelet)
 #   SYSTEMD_DIR      the host's unit directory                            (default /etc/systemd/system)
 #   RESTART_KUBELET  true: daemon-reload, enable and restart on a change  (default true)
+#   PREPARE_KUBELET  true: run a new binary on the host (--version) first (default true)
 #   KEEP_RUNNING     true: sleep after installing, until SIGTERM          (default true)
 #   HOST_EXEC        how to run a command on the host                     (default nsenter -t 1 -m -u -i -n -p --)
-#   SOURCE_DIR       where kubelet, kubelet.service and 10-kubeadm.conf are (default: this script's directory)
+#   SOURCE_DIR       where kubelet, SHA256SUMS, kubelet.service and 10-kubeadm.conf are
+#                    (default: this script's directory)
 set -eu
 
 HOST_ROOT=${HOST_ROOT:-/host}
 KUBELET_PATH=${KUBELET_PATH:-/usr/local/bin/kubelet}
 SYSTEMD_DIR=${SYSTEMD_DIR:-/etc/systemd/system}
 RESTART_KUBELET=${RESTART_KUBELET:-true}
+PREPARE_KUBELET=${PREPARE_KUBELET:-true}
 KEEP_RUNNING=${KEEP_RUNNING:-true}
 HOST_EXEC=${HOST_EXEC:-nsenter -t 1 -m -u -i -n -p --}
 SOURCE_DIR=${SOURCE_DIR:-$(dirname "$0")}
@@ -45,14 +54,14 @@ for setting in KUBELET_PATH SYSTEMD_DIR; do
 	*) fail "$setting must be an absolute path: current value is '$value'" ;;
 	esac
 done
-for setting in RESTART_KUBELET KEEP_RUNNING; do
+for setting in RESTART_KUBELET PREPARE_KUBELET KEEP_RUNNING; do
 	eval "value=\$$setting"
 	case "$value" in
 	true | false) ;;
 	*) fail "$setting must be true or false: current value is '$value'" ;;
 	esac
 done
-for file in kubelet kubelet.service 10-kubeadm.conf; do
+for file in kubelet SHA256SUMS kubelet.service 10-kubeadm.conf; do
 	[ -f "$SOURCE_DIR/$file" ] || fail "$SOURCE_DIR/$file is missing from the image"
 done
 # The host's directories must be mounted: creating them here would install into the container.
@@ -77,13 +86,28 @@ put() {
 	changed=true
 }
 
-# The binary.
+# The binary, checked against the SHA256SUMS it came with.
 want=$(sha256 "$SOURCE_DIR/kubelet")
+grep -q "^$want [ *]kubelet\$" "$SOURCE_DIR/SHA256SUMS" ||
+	fail "$SOURCE_DIR/kubelet does not match $SOURCE_DIR/SHA256SUMS (its sha256 is $want): the image is damaged"
 dest=$HOST_ROOT$KUBELET_PATH
 if [ -f "$dest" ] && [ "$(sha256 "$dest")" = "$want" ] && [ "$(stat -c %a "$dest")" = 755 ]; then
 	log "$KUBELET_PATH is up to date (sha256 $want)"
 else
-	put "$SOURCE_DIR/kubelet" "$dest" 0755
+	mkdir -p "$(dirname "$dest")"
+	cp "$SOURCE_DIR/kubelet" "$dest.kubelet-ts-new"
+	chmod 0755 "$dest.kubelet-ts-new"
+	if [ "$PREPARE_KUBELET" = true ]; then
+		# HOST_EXEC is a command line: split on purpose.
+		# shellcheck disable=SC2086
+		if ! version=$($HOST_EXEC "$KUBELET_PATH.kubelet-ts-new" --version 2>&1); then
+			rm -f "$dest.kubelet-ts-new"
+			fail "the new binary does not run on the host, so it is not installed: '$KUBELET_PATH.kubelet-ts-new --version' printed: $version"
+		fi
+		log "the new binary runs on the host: $version"
+	fi
+	mv -f "$dest.kubelet-ts-new" "$dest"
+	changed=true
 	log "installed $KUBELET_PATH (sha256 $want)"
 fi
 

@@ -2,17 +2,23 @@
  * @module
  * The DaemonSet bootstrap image: Debian's static busybox (`/bin/busybox` with a link per
  * applet, so the installer has `sh`, `sha256sum`, `nsenter`...), and under {@link INSTALL_DIR}
- * the agent's binary, `install.sh`, `kubelet.service` and `10-kubeadm.conf` from `deploy/`.
- * The entrypoint runs the installer (see `deploy/install.sh`, and `deploy/daemonset.yaml` for
- * the manifest that runs it). Built by {@link buildOciImage} without a container engine, so
- * the same binary always gives the same image digest.
+ * the agent's executable with a `SHA256SUMS` naming it, `install.sh`, `kubelet.service` and
+ * `10-kubeadm.conf` from `deploy/`. The entrypoint runs the installer (see `deploy/install.sh`,
+ * and `deploy/daemonset.yaml` for the manifest that runs it). Built by {@link buildOciImage}
+ * without a container engine, so the same executable always gives the same image digest.
  *
- * Run as `deno task image --binary ./kubelet [--output kubelet-installer.tar] [--name ref]`:
- * the binary comes from `deno task compile` (or any executable standing in for it). Talks to
- * the file system and runs `busybox --list`; nothing else.
+ * The executable is the release file by default (`deno task release`: `dist/<platform>/kubelet`
+ * with `SHA256SUMS` beside it), or any other given with `--binary` (`deno task compile`'s
+ * `./kubelet`, a stand-in in tests). A `SHA256SUMS` beside it must name it with its sha256;
+ * the image's own `SHA256SUMS` is written from the executable, so the installer checks its copy
+ * either way.
+ *
+ * Run as `deno task image [--binary dist/linux-amd64/kubelet] [--output kubelet-installer.tar]
+ * [--name ref]`. Talks to the file system and runs `busybox --list`; nothing else.
  */
 
 import { parseArgs } from "node:util";
+import { basename, dirname, join } from "node:path";
 import { AGENT_VERSION } from "../src/util/version.ts";
 import { buildOciImage, type OciImage, sha256Hex, type TarEntry } from "./oci_layout.ts";
 
@@ -24,10 +30,14 @@ export const INSTALL_DIR = "/opt/kubelet-ts";
 export const DEFAULT_BUSYBOX = "/bin/busybox";
 /** Label on the image config holding the sha256 of the binary inside. */
 export const BINARY_SHA256_LABEL = "io.kubelet-ts.binary.sha256";
+/** The release file of this host's platform, where `deno task release` writes it. */
+export const DEFAULT_BINARY = `dist/linux-${
+  Deno.build.arch === "aarch64" ? "arm64" : "amd64"
+}/kubelet`;
 
 /** What {@link buildInstallerImage} needs. */
 export interface InstallerImageOptions {
-  /** The agent's executable (the output of `deno task compile`). */
+  /** The agent's executable: the release file, or the output of `deno task compile`. */
   binary: string;
   /** @default INSTALLER_IMAGE */
   name?: string;
@@ -54,6 +64,8 @@ const DEPLOY_FILES: readonly { from: string; to: string; mode: number }[] = [
 /** Builds the installer image in memory from the binary, busybox and the files in `deploy/`. */
 export async function buildInstallerImage(opts: InstallerImageOptions): Promise<OciImage> {
   const binary = await readExecutable(opts.binary, "--binary");
+  const sha256 = sha256Hex(binary);
+  await checkSums(opts.binary, sha256);
   const busyboxPath = opts.busybox ?? DEFAULT_BUSYBOX;
   const busybox = await readExecutable(busyboxPath, "busybox");
   if (hasInterpreter(busybox)) {
@@ -80,6 +92,7 @@ export async function buildInstallerImage(opts: InstallerImageOptions): Promise<
     { path: "opt/", type: "dir", mode: 0o755 },
     { path: `${dir}/`, type: "dir", mode: 0o755 },
     { path: `${dir}/kubelet`, type: "file", mode: 0o755, data: binary },
+    { path: `${dir}/SHA256SUMS`, type: "file", mode: 0o644, data: utf8(`${sha256}  kubelet\n`) },
     { path: "tmp/", type: "dir", mode: 0o1777 },
   ];
   for (const f of DEPLOY_FILES) {
@@ -95,7 +108,7 @@ export async function buildInstallerImage(opts: InstallerImageOptions): Promise<
       Labels: {
         "org.opencontainers.image.title": "kubelet-ts installer",
         "org.opencontainers.image.version": AGENT_VERSION,
-        [BINARY_SHA256_LABEL]: sha256Hex(binary),
+        [BINARY_SHA256_LABEL]: sha256,
       },
     },
     createdBy: "kubelet-ts deploy/installer_image.ts",
@@ -113,15 +126,49 @@ export async function writeInstallerImage(
   return image;
 }
 
+/**
+ * When a `SHA256SUMS` sits beside `binary` (as `deno task release` writes it), checks that it
+ * names the file with `sha256`; a file it does not name, or names with another sum, is refused.
+ */
+async function checkSums(binary: string, sha256: string): Promise<void> {
+  const sums = join(dirname(binary), "SHA256SUMS");
+  let text: string;
+  try {
+    text = await Deno.readTextFile(sums);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return;
+    throw new InstallerImageError(`Cannot build the installer image: ${sums}: ${err}`, {
+      cause: err,
+    });
+  }
+  const name = basename(binary);
+  const listed = text.split("\n").map((l) => /^([0-9a-f]{64}) [ *](.+)$/.exec(l.trim()))
+    .find((m) => m?.[2] === name)?.[1];
+  if (listed === undefined) {
+    throw new InstallerImageError(
+      `Cannot build the installer image: ${sums} does not name '${name}'`,
+    );
+  }
+  if (listed !== sha256) {
+    throw new InstallerImageError(
+      `Cannot build the installer image: ${binary} does not match ${sums}: its sha256 is ` +
+        `${sha256}, the file says ${listed}`,
+    );
+  }
+}
+
 async function readExecutable(path: string, what: string): Promise<Uint8Array> {
   let info: Deno.FileInfo;
   try {
     info = await Deno.stat(path);
   } catch (err) {
+    const hint = path === DEFAULT_BINARY
+      ? ": run 'deno task release' first, or name the executable with --binary"
+      : "";
     throw new InstallerImageError(
       `Cannot build the installer image: ${what} '${path}' cannot be read: ${
         (err as Error).message
-      }`,
+      }${hint}`,
       { cause: err },
     );
   }
@@ -188,10 +235,11 @@ function utf8(s: string): Uint8Array {
 }
 
 const USAGE =
-  `Usage: deno task image --binary <path> [--output <file>] [--name <ref>] [--busybox <path>]
+  `Usage: deno task image [--binary <path>] [--output <file>] [--name <ref>] [--busybox <path>]
 
-Builds the kubelet-ts installer image (an OCI layout tarball) from the agent's binary.
-  --binary   the agent's executable, from 'deno task compile' (required)
+Builds the kubelet-ts installer image (an OCI layout tarball) from the agent's executable.
+  --binary   the agent's executable (default ${DEFAULT_BINARY}, from 'deno task release'; a
+             SHA256SUMS beside it must name it)
   --output   where to write the tarball (default kubelet-installer.tar)
   --name     image reference (default ${INSTALLER_IMAGE})
   --busybox  a statically linked busybox (default ${DEFAULT_BUSYBOX}, package busybox-static)`;
@@ -202,7 +250,7 @@ async function main(args: string[]): Promise<number> {
     ({ values } = parseArgs({
       args,
       options: {
-        binary: { type: "string" },
+        binary: { type: "string", default: DEFAULT_BINARY },
         output: { type: "string", default: "kubelet-installer.tar" },
         name: { type: "string", default: INSTALLER_IMAGE },
         busybox: { type: "string", default: DEFAULT_BUSYBOX },
@@ -218,10 +266,6 @@ async function main(args: string[]): Promise<number> {
   if (values.help) {
     console.log(USAGE);
     return 0;
-  }
-  if (!values.binary) {
-    console.error(`--binary is required\n\n${USAGE}`);
-    return 2;
   }
   try {
     const image = await writeInstallerImage({

@@ -1,7 +1,8 @@
 /**
  * @module
  * The two kubelets the benchmark suite (tests/bench_suite.ts) compares, started the same way:
- * this agent (`main.ts`, through tests/node_harness.ts) and the upstream kubelet of the pinned
+ * this agent (`main.ts`, through tests/node_harness.ts, or the release file of `deno task
+ * release` with the same arguments) and the upstream kubelet of the pinned
  * release (`k8s.io/kubernetes/cmd/kubelet` {@link KUBERNETES_VERSION}, built by
  * tests/control_plane_build.ts). Both get the same KubeletConfiguration lines
  * ({@link sharedConfigLines}), the same containerd, the same control plane and a client
@@ -45,6 +46,7 @@
 import { join } from "node:path";
 import { ownDenoBinary, REPO_ROOT, type RunningAgent } from "./agent_process.ts";
 import { freePort } from "./child_process.ts";
+import { residentMiB } from "./_bench_measure.ts";
 import { ensureUpstreamKubelet, KUBERNETES_VERSION } from "./control_plane_build.ts";
 import type { ControlPlane } from "./control_plane.ts";
 import type { V1Node } from "@kubernetes/client-node";
@@ -64,6 +66,13 @@ export interface BenchAgent {
   /** The Node it registers. */
   readonly nodeName: string;
   readonly pid: number;
+  /** Spawned → its sync loop started, ms. */
+  readonly startMs: number;
+  /**
+   * From a release file: its first start, which extracted the file and filled Deno's transpile
+   * cache (spawned → sync loop; VmHWM then), before the start measured.
+   */
+  readonly firstStart?: { readonly ms: number; readonly peakMiB: number };
   /** Its stderr so far (the upstream kubelet's: the last {@link STDERR_KEEP} bytes). */
   stderr(): string;
   /** SIGTERM, SIGKILL after 20 s; resolves to the exit code. Idempotent. */
@@ -89,6 +98,16 @@ export interface BenchAgentOptions {
    * of the agent (e.g. `featureGates: {EventedPLEG: false}`). @default []
    */
   readonly configLines?: readonly string[];
+  /**
+   * Our agent only: the release file (`deno task release`) to run in place of `deno run main.ts`;
+   * it extracts itself into {@link releaseExtractDir} of `dir`. @default undefined
+   */
+  readonly releaseFile?: string;
+}
+
+/** Where the release file of {@link BenchAgentOptions.releaseFile} extracts itself. */
+export function releaseExtractDir(dir: string): string {
+  return join(dir, "extract");
 }
 
 /** The KubeletConfiguration lines both agents get besides the harness's own. */
@@ -103,26 +122,56 @@ export function sharedConfigLines(dir: string): string[] {
 }
 
 /**
- * Starts this agent (`main.ts`) as node `nodeName`, up to its sync loop, on a copy of this
- * process's deno binary in `dir` (agent_process.ts {@link ownDenoBinary}), as a node runs it
- * from a binary of its own.
+ * Starts this agent (`main.ts`) as node `nodeName`, up to its sync loop and its Node Ready, on a
+ * copy of this process's deno binary in `dir` (agent_process.ts {@link ownDenoBinary}), as a node
+ * runs it from a binary of its own. Or the release file, whose runtime is a file of its own
+ * already: started, stopped once its node is Ready, and started again, so the process measured
+ * finds its tree extracted and Deno's transpile cache filled, as after any restart on a node (the
+ * agent from the repository finds its cache filled by earlier runs).
  */
 export async function startOurAgent(opts: BenchAgentOptions): Promise<BenchAgent> {
   await Deno.mkdir(opts.dir, { recursive: true });
-  const executable = await ownDenoBinary(opts.dir);
-  const { agent } = await startNodeAgent({
-    cp: opts.cp,
-    dir: opts.dir,
-    nodeName: opts.nodeName,
-    endpoint: opts.endpoint,
-    configLines: [...sharedConfigLines(opts.dir), ...(opts.configLines ?? [])],
-    executable,
-  });
-  await waitNodeReady(opts.cp, opts.nodeName, 120_000);
+  const run = opts.releaseFile
+    ? {
+      command: [opts.releaseFile],
+      env: { KUBELET_TS_EXTRACT_DIR: releaseExtractDir(opts.dir) },
+    }
+    : { executable: await ownDenoBinary(opts.dir) };
+  const start = async () => {
+    const spawned = performance.now();
+    const { agent } = await startNodeAgent({
+      cp: opts.cp,
+      dir: opts.dir,
+      nodeName: opts.nodeName,
+      endpoint: opts.endpoint,
+      configLines: [...sharedConfigLines(opts.dir), ...(opts.configLines ?? [])],
+      ...run,
+    });
+    const ms = performance.now() - spawned;
+    await waitNodeReady(opts.cp, opts.nodeName, 120_000);
+    return { agent, ms };
+  };
+  let firstStart: BenchAgent["firstStart"];
+  if (opts.releaseFile) {
+    const first = await start();
+    const { peak } = await residentMiB(first.agent.process.pid);
+    const code = await stopChild(first.agent.process);
+    if (code !== 0) {
+      throw new Error(
+        `the release file's first start exited ${code}:\n${
+          first.agent.stderr().split("\n").slice(-40).join("\n")
+        }`,
+      );
+    }
+    firstStart = { ms: first.ms, peakMiB: peak };
+  }
+  const { agent, ms } = await start();
   return {
     label: opts.label ?? "agent",
     nodeName: opts.nodeName,
     pid: agent.process.pid,
+    startMs: ms,
+    ...(firstStart ? { firstStart } : {}),
     stderr: () => agent.stderr(),
     stop: once(() => stopChild(agent.process)),
   };
@@ -184,6 +233,7 @@ export async function startUpstreamKubelet(
     ],
   });
   const saved = await readTunables();
+  const spawned = performance.now();
   const child = new Deno.Command(binary, {
     args: [
       ...["--config", config, "--kubeconfig", opts.cp.nodeKubeconfig(opts.nodeName)],
@@ -233,8 +283,10 @@ export async function startUpstreamKubelet(
     const restored = await restoreTunables(saved);
     if (restored.length > 0) opts.log?.(`bench: restored sysctls ${restored.join(", ")}`);
   };
+  let startMs = NaN;
   try {
     await running.waitFor(UPSTREAM_STARTED, 120_000);
+    startMs = performance.now() - spawned;
     // The container manager runs setupKernelTunables before the runtime-dependent modules
     // start; a Ready node has been through it.
     await waitNodeReady(opts.cp, opts.nodeName, 120_000);
@@ -248,6 +300,7 @@ export async function startUpstreamKubelet(
     label: "upstream",
     nodeName: opts.nodeName,
     pid: child.pid,
+    startMs,
     stderr: () => err,
     stop: once(async () => {
       const code = await stopChild(child);

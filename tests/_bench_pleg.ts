@@ -15,8 +15,11 @@
 import type { KubeClient } from "../src/client/kube_client.ts";
 import { millicores, ms, percentile, table } from "./_bench_measure.ts";
 
-/** The kubelets the suite can run. */
-export const AGENT_KINDS = ["agent", "agent-relist", "upstream"] as const;
+/**
+ * The kubelets the suite can run; `agent-release` is `agent` started from the release file
+ * (`deno task release`) instead of `deno run main.ts`, for its memory and start-up.
+ */
+export const AGENT_KINDS = ["agent", "agent-relist", "agent-release", "upstream"] as const;
 
 /** One of {@link AGENT_KINDS}. */
 export type AgentKind = typeof AGENT_KINDS[number];

@@ -87,7 +87,7 @@ Deno.test("parseBenchArgs: the mode, the agents, --help, and errors that name th
   assert.throws(() => parseBenchArgs(["--out"]), /--out/);
   assert.throws(
     () => parseBenchArgs(["--agents", "agent,go"]),
-    /--agents must list some of 'agent', 'agent-relist', 'upstream': current value is 'go'/,
+    /--agents must list some of 'agent', 'agent-relist', 'agent-release', 'upstream': current value is 'go'/,
   );
 });
 
@@ -108,4 +108,9 @@ Deno.test("parseBenchArgs: --agents with the relisting variant, --runtime and it
   );
   assert.match(USAGE, /--runtime NAME/);
   assert.match(USAGE, /agent-relist/);
+  assert.deepEqual(parseBenchArgs(["--agents", "agent,agent-release"]).agents, [
+    "agent",
+    "agent-release",
+  ]);
+  assert.match(USAGE, /agent-release \(ours from the release file/);
 });

@@ -18,6 +18,13 @@ export interface AgentOptions {
   readonly env?: Record<string, string>;
   /** The deno binary the agent runs on. @default this process's (Deno.execPath()) */
   readonly executable?: string;
+  /**
+   * The program and its first arguments, run in place of `deno run <flags> main.ts`: the agent's
+   * arguments follow. For the release file (`deno task release`), which carries its runtime and
+   * flags, e.g. `["nsenter", "--net=/run/netns/x", "--", "dist/linux-amd64/kubelet"]`.
+   * `permissions`, `executable` and the V8 and deno flags of the environment do not apply.
+   */
+  readonly command?: readonly string[];
 }
 
 /** The whitespace-separated words of environment variable `name` (none when unset). */
@@ -46,8 +53,10 @@ function command(args: readonly string[], opts: AgentOptions): Deno.Command {
   // KUBELET_TS_LEAST_PRIVILEGE=0 (the kubelet then runs in the inspected isolate): deno's own
   // flags, before main.ts.
   const deno = envWords("KUBELET_TS_AGENT_DENO_FLAGS");
-  return new Deno.Command(opts.executable ?? Deno.execPath(), {
-    args: ["run", "--quiet", ...flags, ...deno, "main.ts", ...args, ...sandbox, ...more],
+  const [program, ...first] = opts.command ??
+    [opts.executable ?? Deno.execPath(), "run", "--quiet", ...flags, ...deno, "main.ts"];
+  return new Deno.Command(program!, {
+    args: [...first, ...args, ...sandbox, ...more],
     cwd: REPO_ROOT,
     env: { NO_COLOR: "1", ...opts.env },
     stdin: "null",

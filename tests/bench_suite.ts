@@ -30,7 +30,10 @@
  *
  * The kubelets (`--agents`, tests/_bench_pleg.ts): `agent` (ours as it ships, with its evented
  * PLEG), `agent-relist` (ours with the EventedPLEG gate off: the generic PLEG relisting every
- * second) and `upstream`; with both of ours the report puts their PLEGs' relists, idle CPU and pod
+ * second), `agent-release` (ours started from the release file of `deno task release` instead of
+ * `deno run main.ts`: tests/_bench_release.ts builds it, and the report gives its size, the size
+ * of its extracted tree, and the two agents' start-up, RSS and CPU side by side) and `upstream`;
+ * with both `agent` and `agent-relist` the report puts their PLEGs' relists, idle CPU and pod
  * start latency side by side with the Go kubelet's. `--runtime containerd2` runs everything on
  * containerd 2.x built from its Go module (tests/runtime_build.ts) instead of Debian's 1.6, which
  * has no container events (so there the evented PLEG relists too).
@@ -63,10 +66,17 @@ import { Semaphore } from "../src/util/semaphore.ts";
 import {
   type BenchAgent,
   type BenchAgentOptions,
+  releaseExtractDir,
   settledWithin,
   startOurAgent,
   startUpstreamKubelet,
 } from "./_bench_agents.ts";
+import {
+  buildBenchRelease,
+  type ReleaseFigures,
+  releaseSection,
+  withExtracted,
+} from "./_bench_release.ts";
 import {
   cpuDuring,
   measureWindow,
@@ -226,6 +236,10 @@ interface BurstResult {
 interface AgentResult {
   readonly label: string;
   readonly kubeletVersion: string;
+  /** Spawned → its sync loop started, ms. */
+  readonly startMs: number;
+  /** From the release file: its first start (tests/_bench_agents.ts BenchAgent.firstStart). */
+  readonly firstStart?: BenchAgent["firstStart"];
   /** 0 pods, the first window after the node is Ready: start-up work still running. */
   readonly startup: WindowFigures;
   /** 0 pods, the window after {@link startup}: the steady figure the targets compare. */
@@ -522,6 +536,8 @@ async function benchAgent(
     return {
       label: agent.label,
       kubeletVersion: node.status?.nodeInfo?.kubeletVersion ?? "?",
+      startMs: agent.startMs,
+      firstStart: agent.firstStart,
       startup,
       idle,
       sequential,
@@ -611,6 +627,8 @@ interface SuiteResult {
   readonly sandboxStarts: number;
   readonly agents: AgentResult[];
   readonly density: DensityResult[];
+  /** With `agent-release`: the release file and the tree it extracted. */
+  readonly release?: ReleaseFigures;
   readonly buildNote: string;
   readonly server: string;
   readonly runtime: string;
@@ -637,6 +655,8 @@ export function report(r: SuiteResult): string {
               ? "kubelet-ts"
               : a.label === "agent-relist"
               ? "kubelet-ts with EventedPLEG=false"
+              : a.label === "agent-release"
+              ? "kubelet-ts from the release file"
               : "Go kubelet"
           } reporting ${a.kubeletVersion}`
         ).join(", ")
@@ -810,6 +830,24 @@ export function report(r: SuiteResult): string {
     "",
   );
   out.push(...r.agents.map((a) => `- ${a.label} error lines: ${a.errorLines}`), "");
+
+  const fromRelease = r.agents.find((a) => a.label === "agent-release");
+  if (r.release && fromRelease) {
+    const figures = (a: AgentResult) => ({
+      label: a.label,
+      startMs: a.startMs,
+      firstStart: a.firstStart,
+      windows: [
+        { what: `0 pods, first ${r.mode.windowMs / 1000} s after Ready`, ...a.startup },
+        ...counts.map((n, i) => ({ what: `${n} pods`, ...windowOf(a, i)! })),
+      ],
+      peakMiB: a.peakMiB,
+    });
+    out.push(
+      ...releaseSection(r.release, agent && figures(agent), figures(fromRelease)),
+      "",
+    );
+  }
 
   if (r.mode.sequential > 0) {
     out.push(
@@ -1045,6 +1083,9 @@ export async function runSuite(
         mode,
         containerd.pid,
       );
+      let release = agents.includes("agent-release")
+        ? await buildBenchRelease(join(dir, "release"), log)
+        : undefined;
       const results: AgentResult[] = [];
       const agentNames: string[] = [];
       for (const label of agents) {
@@ -1065,8 +1106,12 @@ export async function runSuite(
               ...opts,
               label,
               configLines: label === "agent-relist" ? RELIST_CONFIG_LINES : [],
+              releaseFile: label === "agent-release" ? release?.path : undefined,
             });
         results.push(await benchAgent(mode, cp, containerd.pid, start, log));
+        if (label === "agent-release" && release) {
+          release = await withExtracted(release, releaseExtractDir(opts.dir));
+        }
       }
       await clearRuntime(runtime);
       // With every pod gone, the agents' cgroup roots (pods outlive a kubelet, so do their
@@ -1088,6 +1133,7 @@ export async function runSuite(
         sandboxStarts: SANDBOX_STARTS,
         agents: results,
         density,
+        release,
         buildNote,
         server,
         runtime: `${version.runtimeName} ${version.runtimeVersion}`,
@@ -1109,8 +1155,10 @@ Options:
   --short            CI's mode: 5 sequential pods, a burst of 10, 10 s windows
                      (also KUBELET_TS_BENCH=short); the default is the full mode
   --agents LIST      comma-separated, run in that order: agent (ours as it ships, evented
-                     PLEG), agent-relist (ours with EventedPLEG=false, relisting), upstream
-                     (default: agent,upstream); with both of ours, a PLEG table compares them
+                     PLEG), agent-relist (ours with EventedPLEG=false, relisting),
+                     agent-release (ours from the release file of 'deno task release'),
+                     upstream (default: agent,upstream); with agent and agent-relist, a PLEG
+                     table compares them; with agent-release, a table of its sizes and memory
   --runtime NAME     containerd (Debian's 1.6, no container events) or containerd2 (2.x
                      built from its Go module); default $KUBELET_TS_RUNTIME, else containerd
   --sequential N     pods started one at a time

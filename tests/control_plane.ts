@@ -45,6 +45,11 @@ export interface ControlPlaneOptions {
   /** Extra kube-apiserver flags, after (so overriding) the harness's own. @default [] */
   readonly apiserverArgs?: readonly string[];
   /**
+   * More SANs on the apiserver's serving certificate (tests/pki.ts), for an apiserver reached
+   * at another address than 127.0.0.1 (with `--bind-address` in `apiserverArgs`). @default []
+   */
+  readonly apiserverSans?: readonly string[];
+  /**
    * How long etcd, then the apiserver (each) may take to be ready.
    * @default 60000
    */
@@ -130,7 +135,11 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   await Deno.mkdir(dir, { recursive: true });
 
   const binaries = opts.binaries ?? await ensureControlPlaneBinaries();
-  const pki = await createPki(`${dir}/pki`, { nodeNames, signal: opts.signal });
+  const pki = await createPki(`${dir}/pki`, {
+    nodeNames,
+    apiserverSans: opts.apiserverSans,
+    signal: opts.signal,
+  });
   log(`control plane: PKI ready after ${elapsed(started)}`);
 
   let etcd: Child | undefined;

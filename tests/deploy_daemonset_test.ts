@@ -5,8 +5,9 @@
  * manager runs here: the test creates it bound to the node) runs on the agent with hostPID,
  * privileged and hostPath mounts, installs the (stand-in) binary and the units into a test
  * root standing in for the host's directories, keeps running, and stops on deletion. The
- * restart of kubelet.service is off here (RESTART_KUBELET=false): on this machine it would reach
- * the real host's systemd. Needs root, containerd, runc, openssl, go (for the control plane
+ * restart of kubelet.service and the run of the new binary on the host are off here
+ * (RESTART_KUBELET=false, PREPARE_KUBELET=false): on this machine they would reach the real
+ * host through nsenter. Needs root, containerd, runc, openssl, go (for the control plane
  * binaries) and busybox-static.
  */
 
@@ -117,7 +118,9 @@ suite.test("the DaemonSet's pod installs into the host paths and keeps running",
   }
   const container = spec.containers[0] as V1Container;
   assert.equal(container.image, INSTALLER_IMAGE, "the image imported above");
-  for (const e of container.env ?? []) if (e.name === "RESTART_KUBELET") e.value = "false";
+  for (const e of container.env ?? []) {
+    if (e.name === "RESTART_KUBELET" || e.name === "PREPARE_KUBELET") e.value = "false";
+  }
   const name = `kubelet-ts-installer-${NODE}`;
   const pod: V1Pod = {
     apiVersion: "v1",

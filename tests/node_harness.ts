@@ -269,6 +269,8 @@ export interface NodeAgentOptions {
   readonly env?: Record<string, string>;
   /** The deno binary the agent runs on. @default this process's */
   readonly executable?: string;
+  /** What runs in place of `deno run main.ts` (agent_process.ts AgentOptions.command). */
+  readonly command?: readonly string[];
 }
 
 /** An agent started by {@link startNodeAgent}. */
@@ -348,7 +350,11 @@ export async function startNodeAgent(opts: NodeAgentOptions): Promise<NodeAgent>
     ...["--root-dir", join(dir, "root"), "--cert-dir", join(dir, "pki")],
     ...(opts.extraArgs ?? []),
   ];
-  const agent = spawnAgent(args, { env: opts.env, executable: opts.executable });
+  const agent = spawnAgent(args, {
+    env: opts.env,
+    executable: opts.executable,
+    command: opts.command,
+  });
   const waitFor = opts.waitFor === undefined ? SYNC_LOOP_STARTED : opts.waitFor;
   if (waitFor !== null) {
     try {

@@ -46,6 +46,11 @@ export interface PkiOptions {
   readonly keyType?: KeyType;
   /** Validity of every certificate, in days from now. @default 30 */
   readonly days?: number;
+  /**
+   * More SANs on the apiserver's serving certificate than {@link APISERVER_SANS}, e.g. the
+   * address a kubelet in another network namespace reaches it at. @default []
+   */
+  readonly apiserverSans?: readonly string[];
   readonly signal?: AbortSignal;
 }
 
@@ -88,7 +93,10 @@ export async function createPki(dir: string, opts: PkiOptions = {}): Promise<Pki
     issueCertificate({ ...common, ca, name, subject, usage, sans, days });
   // One Promise.all, so a failure of any leaves no other rejection unhandled.
   const [apiserver, apiserverKubeletClient, admin, serviceAccount, nodes] = await Promise.all([
-    issue("apiserver", { commonName: "kube-apiserver" }, "server", APISERVER_SANS),
+    issue("apiserver", { commonName: "kube-apiserver" }, "server", [
+      ...APISERVER_SANS,
+      ...(opts.apiserverSans ?? []),
+    ]),
     issue("apiserver-kubelet-client", {
       commonName: "kube-apiserver-kubelet-client",
       organizations: ["system:masters"],
