@@ -75,6 +75,8 @@ export interface PodRuntime {
 /** What the syncer asks of the prober manager (upstream prober.Manager), all optional. */
 export interface PodProber {
   addPod(pod: V1Pod): void;
+  /** Stops the liveness and startup probes of a pod being terminated. */
+  stopLivenessAndStartup(pod: V1Pod): void;
   removePod(pod: V1Pod): void;
   cleanupPods(desiredUIDs: ReadonlySet<string>): void;
   /** Readiness/startup by container id, for the status (undefined: no result yet). */
@@ -323,17 +325,18 @@ export class PodSyncer implements SyncHandler {
     // The API object's status changed under the kubelet: the status manager writes its own back
     // at its next reconcile, nothing has to run for it.
     const allocation = this.#o.allocation;
-    let retry = false;
+    let retry: "pod_terminated" | "pod_resized" | undefined;
     for (const pod of pods) {
       const old = this.#o.podManager.getPodByUID(uidOf(pod));
       this.#o.podManager.updatePod(pod);
-      // A pod that turned terminal frees its resources for deferred resizes.
-      if (
-        allocation?.hasPendingResizes() && old && podIsTerminalPhase(pod.status) &&
-        !podIsTerminalPhase(old.status)
-      ) retry = true;
+      if (!allocation?.hasPendingResizes() || !old || retry) continue;
+      // A pod that turned terminal, or whose running size shrank, frees resources for
+      // deferred resizes.
+      if (podIsTerminalPhase(pod.status) && !podIsTerminalPhase(old.status)) {
+        retry = "pod_terminated";
+      } else if (allocation.requestsShrank(old, pod)) retry = "pod_resized";
     }
-    if (retry) allocation!.retryPendingResizes("pod_terminated");
+    if (retry) allocation!.retryPendingResizes(retry);
   }
 
   handlePodSyncs(pods: readonly V1Pod[]): void {
@@ -669,7 +672,11 @@ export class PodSyncer implements SyncHandler {
     const done = result.results.filter((r) => r.error === undefined);
     // After a resize, even a failed one, the pod is read again: the runtime sends no event for
     // it (upstream RequestPodReinspect).
-    if (result.results.some((r) => r.action === "ResizePodInPlace")) this.#reinspect.add(uid);
+    const resize = result.results.find((r) => r.action === "ResizePodInPlace");
+    if (resize?.error !== undefined) {
+      // This sync fails and backs off: the pod is read now, for what did change.
+      void this.#o.containersStarted?.(uid, this.#o.clock.now(), this.#o.signal, true);
+    } else if (resize) this.#reinspect.add(uid);
     if (
       this.#o.containersStarted &&
       (this.#reinspect.has(uid) || done.some((r) => r.action === "StartContainer"))
@@ -703,6 +710,9 @@ export class PodSyncer implements SyncHandler {
     const orphan = this.#orphans.has(uid);
     logger.v(4).info("SyncTerminatingPod enter", { pod: kobj(pod), podUID: uid, gracePeriod });
     const status = podStatus ?? podCache.get(uid).status;
+    // No liveness or startup probe runs against containers being stopped (upstream
+    // SyncTerminatingPod's StopLivenessAndStartup); readiness keeps running.
+    if (!orphan) this.#o.prober?.stopLivenessAndStartup(pod);
     if (!orphan) {
       statusManager.setPodStatus(pod, await this.#generateStatus(pod, status, false, signal));
     }
@@ -979,6 +989,18 @@ export class PodSyncer implements SyncHandler {
     }
   }
 
+  /** upstream determinePodResizeStatus: a terminal pod's resize conditions are cleared. */
+  #resizeConditionsFor(uid: string, podIsTerminal: boolean): V1PodCondition[] {
+    const conditions = this.#o.resizeConditions;
+    if (!conditions) return [];
+    if (podIsTerminal) {
+      conditions.clearInProgress(uid);
+      conditions.clearPending(uid);
+      return [];
+    }
+    return conditions.get(uid);
+  }
+
   async #generateStatus(
     pod: V1Pod,
     status: PodStatus,
@@ -1012,7 +1034,7 @@ export class PodSyncer implements SyncHandler {
       hostIPs: this.#o.nodeIPs,
       now: new Date(this.#o.clock.now()),
       syncHandlers: this.#o.syncHandlers,
-      resizeConditions: podIsTerminal ? [] : this.#o.resizeConditions?.get(uid),
+      resizeConditions: this.#resizeConditionsFor(uid, podIsTerminal),
       actuated: this.#o.runtime.actuatedResources
         ? (u, n) => this.#o.runtime.actuatedResources!(u, n)
         : undefined,

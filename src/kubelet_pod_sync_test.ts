@@ -11,7 +11,7 @@ import { createLogger } from "./klog/klog.ts";
 import { RemoteImageService } from "./cri/remote_image.ts";
 import { RemoteRuntimeService } from "./cri/remote_runtime.ts";
 import { initialNode } from "./nodestatus/node_status.ts";
-import { newPodLifecycle } from "./kubelet_pod_lifecycle.ts";
+import { newPodLifecycle, type PodLifecycle } from "./kubelet_pod_lifecycle.ts";
 import type { PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
 import type { PodCgroups } from "./cm/container_manager.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
@@ -37,6 +37,7 @@ interface Harness extends AsyncDisposable {
   readonly clock: FakeClock;
   readonly loop: SyncLoop;
   readonly syncer: PodSyncer;
+  readonly prober: PodLifecycle["prober"];
   readonly statuses: StatusManager;
   /** The lifecycle's PLEG; relisted by {@link step}, not running unless a test runs it. */
   readonly pleg: PodLifecycleEventGenerator;
@@ -171,6 +172,7 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
     clock,
     loop,
     syncer,
+    prober: lifecycle.prober,
     statuses,
     pleg,
     volumes: lifecycle.volumeManager as RecordingVolumes,
@@ -952,4 +954,20 @@ Deno.test("PodSyncer resizes a running pod in place and reports it done, as upst
     h.events.filter((e) => e.reason.startsWith("Resize")).map((e) => e.reason),
     ["ResizeStarted", "ResizeCompleted"],
   );
+});
+
+Deno.test("PodSyncer stops a terminating pod's liveness and startup probes, not its readiness", async () => {
+  await using h = await harness();
+  const exec = { exec: { command: ["true"] }, periodSeconds: 10 };
+  const p = pod("probed", "Always", {
+    terminationGracePeriodSeconds: 30,
+    containers: [{ name: "main", image: IMAGE, livenessProbe: exec, readinessProbe: exec }],
+  });
+  h.add(p);
+  await h.until("Running", () => h.status("probed")?.phase === "Running");
+  assert.equal(h.prober.workerCount, 2);
+  // The container ignores SIGTERM: it is stopped only after the 30 s grace period.
+  h.loop.push({ op: "REMOVE", pods: [p], source: "api" });
+  await h.until("Killing", () => h.events.some((e) => e.reason === "Killing"), 5_000);
+  assert.equal(h.prober.workerCount, 1, "readiness only, while the container stops");
 });

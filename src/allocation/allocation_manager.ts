@@ -217,12 +217,27 @@ export class AllocationManager {
     this.#wake?.();
   }
 
-  /** The other active pods, as allocated. */
+  /**
+   * The other active pods as allocated, each container counted at the larger of its allocation
+   * and what its status says it runs with (a shrink not yet actuated still holds the old size).
+   */
   #allocatedOthers(activePods: readonly V1Pod[], pod: V1Pod): V1Pod[] {
     const uid = pod.metadata?.uid;
     return activePods
       .filter((p) => p.metadata?.uid !== uid)
-      .map((p) => this.updatePodFromAllocation(p).pod);
+      .map((p) => withStatusResources(this.updatePodFromAllocation(p).pod));
+  }
+
+  /**
+   * Whether the pod's requests, counted with its status as admission counts them, shrank
+   * between two versions (upstream HandlePodReconcile's pod_resized trigger).
+   */
+  requestsShrank(oldPod: V1Pod, pod: V1Pod): boolean {
+    const before = podRequests(withStatusResources(this.updatePodFromAllocation(oldPod).pod));
+    const after = podRequests(withStatusResources(this.updatePodFromAllocation(pod).pod));
+    const less = (name: string) =>
+      cmpDec(after.get(name) ?? { n: 0n, s: 0 }, before.get(name) ?? { n: 0n, s: 0 }) < 0;
+    return less("memory") || less("cpu");
   }
 
   /** upstream handlePodResourcesResize: returns whether the resize was allocated. */
@@ -270,12 +285,8 @@ export class AllocationManager {
         podRef(pod),
         "Warning",
         infeasible ? "ResizeInfeasible" : "ResizeDeferred",
-        resizeMessage(
-          pod,
-          generation,
-          answer.message ?? "",
-          `Pod resize ${infeasible ? REASON_INFEASIBLE : "Deferred"}`,
-        ),
+        // The admission's own reason (OutOfcpu, ...), as upstream's PodResizePendingMsg.
+        resizeMessage(pod, generation, answer.message ?? "", `Pod resize ${reason}`),
       );
     }
     return false;
@@ -361,6 +372,46 @@ export function allocationFromPod(pod: V1Pod): PodResourceInfo {
     containerResources: containers,
     ...(pl ? { podLevelResources: copyRequirements(pl) } : {}),
   };
+}
+
+/**
+ * The pod with each container's cpu and memory requests raised to what its status reports
+ * (`resources.requests`, `allocatedResources`) where that is more: upstream PodRequests with
+ * UseStatusResources, as the admission's NodeInfo counts the other pods.
+ */
+export function withStatusResources(pod: V1Pod): V1Pod {
+  const statuses = [
+    ...(pod.status?.containerStatuses ?? []),
+    ...(pod.status?.initContainerStatuses ?? []),
+  ];
+  if (statuses.length === 0) return pod;
+  let changed = false;
+  const raise = (containers: readonly V1Container[] | undefined) =>
+    containers?.map((c) => {
+      const s = statuses.find((x) => x.name === c.name);
+      if (!s) return c;
+      const requests = { ...(c.resources?.requests ?? {}) };
+      let raised = false;
+      for (const name of ["cpu", "memory"]) {
+        for (const q of [s.resources?.requests?.[name], s.allocatedResources?.[name]]) {
+          if (q === undefined) continue;
+          const have = requests[name];
+          if (have === undefined || cmpDec(parseDec(String(q)), parseDec(String(have))) > 0) {
+            requests[name] = String(q);
+            raised = true;
+          }
+        }
+      }
+      if (!raised) return c;
+      changed = true;
+      return { ...c, resources: { ...c.resources, requests } };
+    });
+  const containers = raise(pod.spec?.containers);
+  const inits = raise(pod.spec?.initContainers);
+  if (!changed) return pod;
+  const spec = { ...pod.spec!, containers: containers ?? [] };
+  if (inits) spec.initContainers = inits;
+  return { ...pod, spec };
 }
 
 /** Quantities equal as numbers, a missing list equal to an empty one (apiequality.Semantic). */

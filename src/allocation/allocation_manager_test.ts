@@ -132,6 +132,8 @@ Deno.test("a resize that does not fit is Deferred, and allocated once another po
   assert.match(c?.message ?? "", /Node didn't have enough resource: cpu, requested: 700/);
   assert.equal(events.at(-1)?.reason, "ResizeDeferred");
   assert.equal(events.at(-1)?.type, "Warning");
+  // The event names the admission's reason; the condition says Deferred (upstream).
+  assert.match(events.at(-1)?.message ?? "", /^Pod resize OutOfcpu: \{"containers":/);
   assert.equal(m.hasPendingResizes(), true);
   // Nothing changed: a second try sends no second event.
   m.retryPendingResizes("periodic_retry");
@@ -204,4 +206,32 @@ Deno.test("resizeMessage has upstream's shape", () => {
       `"resources":{"limits":{"cpu":"1","memory":"64Mi"},"requests":{"cpu":"1","memory":"64Mi"}}}],` +
       `"generation":3,"error":"boom"}`,
   );
+});
+
+Deno.test("admission counts another pod at the size it still runs with, not only its allocation", () => {
+  const { m, add, pods, conditions } = setup();
+  add(pod("a", "600m"));
+  // a was shrunk to 200m, but its container still runs with 600m (status.resources).
+  const shrunk = pod("a", "200m", 2);
+  pods.set("a", shrunk);
+  m.pushPendingResize("a");
+  m.retryPendingResizes("pod_updated");
+  shrunk.status = {
+    containerStatuses: [{
+      name: "c",
+      image: "img",
+      imageID: "",
+      ready: true,
+      restartCount: 0,
+      resources: { requests: { cpu: "600m", memory: "64Mi" } },
+    }],
+  };
+  // b fits beside a's allocation (200m + 700m) but not beside what a runs with (600m + 700m).
+  const r = add(pod("b", "700m"));
+  assert.equal(r.admit, false);
+  assert.equal(r.reason, "OutOfcpu");
+  // Once a's status shows the new size, b fits.
+  shrunk.status.containerStatuses![0]!.resources = { requests: { cpu: "200m", memory: "64Mi" } };
+  assert.equal(add(pod("b", "700m")).admit, true);
+  assert.equal(conditions.isDeferred("a"), false);
 });

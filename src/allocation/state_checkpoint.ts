@@ -148,8 +148,18 @@ export class ResourceState {
     const write = async () => {
       if (checksum === this.#lastChecksum) return;
       // Written aside and renamed, so a crash leaves the old file or the new one, never half.
+      // Synced before the rename (upstream's filestore), so a power loss never leaves a file
+      // that stops the next start as corrupt.
       const tmp = join(dirname(path), `.${path.split("/").pop()}.tmp`);
-      await Deno.writeTextFile(tmp, text, { mode: 0o600 });
+      const file = await Deno.open(tmp, { write: true, create: true, truncate: true, mode: 0o600 });
+      try {
+        const bytes = new TextEncoder().encode(text);
+        let written = 0;
+        while (written < bytes.length) written += await file.write(bytes.subarray(written));
+        await file.syncData();
+      } finally {
+        file.close();
+      }
       await Deno.rename(tmp, path);
       this.#lastChecksum = checksum;
     };

@@ -68,9 +68,9 @@ export function generateLinuxContainerResources(
     throw new CreateContainerConfigError("pod-level resources are not supported yet");
   }
   const cpuLimit = milliCPU(limits.cpu);
-  // A missing (or zero) request defaults to the limit, as the apiserver does for new pods.
-  const cpuRequest = milliCPU(requests.cpu);
-  const cpuShares = milliCPUToShares(cpuRequest === 0n ? cpuLimit : cpuRequest);
+  // A missing request defaults to the limit, as the apiserver does for new pods; an explicit 0
+  // is the kernel's minimum (v1.36 calculateLinuxResources).
+  const cpuShares = milliCPUToShares("cpu" in requests ? milliCPU(requests.cpu) : cpuLimit);
   const r = api.LinuxContainerResources.create({
     cpuShares,
     memoryLimitInBytes: BigInt(quantityValue(limits.memory)),

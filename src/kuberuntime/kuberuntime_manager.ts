@@ -59,6 +59,7 @@ import {
   doPodResizeAction,
   isPodResizeInProgress,
   type ResizeDeps,
+  seedActuatedResources,
   setActuatedContainerResources,
 } from "./pod_resize.ts";
 
@@ -272,6 +273,13 @@ export class KubeRuntimeManager {
   ): Promise<PodSyncResult> {
     const result = new PodSyncResult();
     const log = this.#log.with({ pod: kobj(pod) });
+    // Running containers the actuated record does not know (a kubelet without it ran them).
+    seedActuatedResources(
+      this.#resize.actuated,
+      pod,
+      podStatus,
+      toKubeContainerStatuses(podStatus),
+    );
     const changes = computePodActions(pod, podStatus, {
       probeResults: this.#probes,
       actuated: (uid, name) => this.#resize.actuated.getContainer(uid, name),

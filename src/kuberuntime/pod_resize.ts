@@ -28,6 +28,7 @@ import { cmpDec, milliValueOf, parseDec, valueOf } from "../qos/resource_helpers
 const ZERO = { n: 0n, s: 0 };
 import { isRestartableInitContainer } from "../pod/podutil.ts";
 import { generateLinuxContainerResources, type LinuxConfigOptions } from "./_container_linux.ts";
+import { milliCPUToQuota, milliCPUToShares } from "../cm/helpers_linux.ts";
 import type { KubeContainerStatus } from "./kuberuntime_container.ts";
 import type { Logger } from "../klog/klog.ts";
 import { kobj } from "../klog/klog.ts";
@@ -442,13 +443,15 @@ async function validateMemoryResize(
     }
   }
   for (const c of decreasing) {
-    let usage: bigint | undefined;
+    let stats: api.ContainerStats | undefined;
     try {
-      usage = (await deps.runtime.containerStats(c.containerId, signal))?.memory?.usageBytes?.value;
+      stats = await deps.runtime.containerStats(c.containerId, signal);
     } catch {
       signal.throwIfAborted();
-      usage = undefined;
+      // No statistics for it: not checked, as upstream skips a container absent from them.
+      continue;
     }
+    const usage = stats?.memory?.usageBytes?.value;
     if (usage === undefined) errors.push(`missing container "${c.container.name}" memory usage`);
     else if (usage >= c.desired.memoryLimit) {
       errors.push(
@@ -490,4 +493,75 @@ export function toRuntimeResources(
   }
   if (l.memoryLimitInBytes > 0n) out.memoryLimit = l.memoryLimitInBytes;
   return Object.keys(out).length === 0 ? undefined : out;
+}
+
+/**
+ * Records what a running container was started with when there is no actuated record for it
+ * (the kubelet ran without the file before, or a record was lost): from what the runtime
+ * reports, each value kept as allocated where the runtime's agrees with it at the kernel's
+ * granularity; as allocated when the runtime reports nothing. Upstream takes a missing record as
+ * zeros, which would update every running container once and restart those whose resizePolicy
+ * asks for it, on the first start after an upgrade.
+ */
+export function seedActuatedResources(
+  actuated: ResourceState,
+  allocatedPod: V1Pod,
+  podStatus: { readonly containerStatuses: readonly api.ContainerStatus[] },
+  statuses: readonly KubeContainerStatus[],
+  quotaPeriod: bigint = 100_000n,
+): void {
+  const uid = allocatedPod.metadata?.uid ?? "";
+  const containers = [
+    ...(allocatedPod.spec?.initContainers ?? []),
+    ...(allocatedPod.spec?.containers ?? []),
+  ];
+  for (const container of containers) {
+    if (actuated.getContainer(uid, container.name)) continue;
+    const s = statuses.find((x) => x.name === container.name);
+    if (!s || s.state !== "running") continue;
+    const linux = podStatus.containerStatuses.find((c) => c.id === s.id)?.resources?.linux;
+    const seed = seedFrom(container.resources ?? {}, linux, quotaPeriod);
+    void actuated.setContainer(uid, container.name, seed).catch(() => {});
+  }
+}
+
+function seedFrom(
+  allocated: V1ResourceRequirements,
+  linux: api.LinuxContainerResources | undefined,
+  period: bigint,
+): V1ResourceRequirements {
+  const seed: V1ResourceRequirements = {
+    ...(allocated.limits ? { limits: { ...allocated.limits } } : {}),
+    ...(allocated.requests ? { requests: { ...allocated.requests } } : {}),
+  };
+  if (!linux) return seed;
+  const v = resourceValues(allocated);
+  const set = (list: "limits" | "requests", name: string, value: string | undefined) => {
+    const l = seed[list] ?? {};
+    if (value === undefined) delete l[name];
+    else l[name] = value;
+    seed[list] = l;
+  };
+  // Shares: the request (or, without one, the limit) as the kernel got it.
+  const wantShares = milliCPUToShares(
+    "cpu" in (allocated.requests ?? {}) ? v.cpuRequest : v.cpuLimit,
+  );
+  if (linux.cpuShares !== 0n && linux.cpuShares !== wantShares) {
+    set("requests", "cpu", milliQuantity((linux.cpuShares * 1000n + 1023n) / 1024n));
+  }
+  if (linux.cpuPeriod > 0n) {
+    const have = linux.cpuQuota > 0n ? linux.cpuQuota : 0n;
+    const want = v.cpuLimit > 0n ? milliCPUToQuota(v.cpuLimit, period) : 0n;
+    if (have !== want) {
+      set("limits", "cpu", have > 0n ? milliQuantity((have * 1000n) / linux.cpuPeriod) : undefined);
+    }
+  }
+  if (linux.memoryLimitInBytes !== v.memoryLimit) {
+    set(
+      "limits",
+      "memory",
+      linux.memoryLimitInBytes > 0n ? `${linux.memoryLimitInBytes}` : undefined,
+    );
+  }
+  return seed;
 }

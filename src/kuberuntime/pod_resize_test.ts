@@ -6,12 +6,14 @@ import { ResourceState } from "../allocation/state_checkpoint.ts";
 import type { ResourceConfig } from "../cm/cgroup_manager.ts";
 import { resourceConfigForPod } from "../cm/pod_container_manager.ts";
 import { CriError, GrpcCode } from "../cri/connection.ts";
+import { generateLinuxContainerResources } from "./_container_linux.ts";
 import {
   computeContainerResize,
   doPodResizeAction,
   emptyResizeActions,
   isPodResizeInProgress,
   type ResizeDeps,
+  seedActuatedResources,
   toRuntimeResources,
 } from "./pod_resize.ts";
 import type { KubeContainerStatus } from "./kuberuntime_container.ts";
@@ -297,4 +299,48 @@ Deno.test("toRuntimeResources reads the runtime's cgroup values back as upstream
   });
   assert.deepEqual(toRuntimeResources(unlimited), { cpuRequest: 2n });
   assert.equal(toRuntimeResources(undefined), undefined);
+});
+
+Deno.test("a cpu request of 0 is the kernel's minimum shares; a missing one takes the limit (v1.36)", () => {
+  const opts = { memoryCapacityBytes: 8 * 2 ** 30 };
+  const withRequest = (requests: Record<string, string>) =>
+    generateLinuxContainerResources(pod([]), {
+      name: "c",
+      resources: { requests, limits: { cpu: "500m" } },
+    }, opts).cpuShares;
+  assert.equal(withRequest({ cpu: "0" }), 2n);
+  assert.equal(withRequest({}), 512n);
+});
+
+Deno.test("seedActuatedResources records what a running container runs with, at the kernel's granularity", () => {
+  const p = pod([c("a", "1m", "64Mi"), c("b", "100m", "64Mi")]);
+  const state = ResourceState.inMemory();
+  const linux = (shares: bigint, quota: bigint, mem: bigint) =>
+    api.ContainerResources.create({
+      linux: api.LinuxContainerResources.create({
+        cpuShares: shares,
+        cpuQuota: quota,
+        cpuPeriod: 100_000n,
+        memoryLimitInBytes: mem,
+      }),
+    });
+  const statuses = [
+    api.ContainerStatus.create({ id: "id-a", resources: linux(2n, 1000n, 64n * 2n ** 20n) }),
+    api.ContainerStatus.create({ id: "id-b", resources: linux(51n, 5000n, 32n * 2n ** 20n) }),
+  ];
+  seedActuatedResources(state, p, { containerStatuses: statuses }, [running("a"), running("b")]);
+  // a runs as allocated (1m is 2 shares and a 1000 µs quota, the kernel's floors).
+  assert.deepEqual(state.getContainer("u", "a"), p.spec!.containers[0]!.resources);
+  // b runs smaller than allocated: the record says so, and a resize follows.
+  assert.deepEqual(state.getContainer("u", "b"), {
+    requests: { cpu: "50m", memory: "64Mi" },
+    limits: { cpu: "50m", memory: `${32 * 2 ** 20}` },
+  });
+  const changes = emptyResizeActions();
+  const b = p.spec!.containers[1]!;
+  computeContainerResize(p, b, running("b"), (u, n) => state.getContainer(u, n), changes);
+  assert.deepEqual(changes.containersToUpdate.cpu.map((x) => x.container.name), ["b"]);
+  // A record, once there, is not overwritten.
+  seedActuatedResources(state, p, { containerStatuses: [] }, [running("b")]);
+  assert.equal(state.getContainer("u", "b")?.requests?.cpu, "50m");
 });
