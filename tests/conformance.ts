@@ -156,6 +156,8 @@ export async function runConformance(
 ): Promise<{ file: string; passed: number; failed: number }> {
   const log = (line: string) => console.error(line);
   const started = new Date();
+  // The commit the agent starts from (a commit made while the run lasts is not in it).
+  const commit = (await output("git", ["-C", REPO_ROOT, "rev-parse", "--short", "HEAD"])).trim();
   await ensureRuntimePackages();
   await ensureImagePackages();
   await ensureRegistryPackages();
@@ -270,7 +272,6 @@ export async function runConformance(
     }).output();
     log(`conformance: ginkgo exited ${run.code}`);
     const specs = parseJUnit(await Deno.readTextFile(join(reportDir, "junit.xml")));
-    const commit = (await output("git", ["-C", REPO_ROOT, "rev-parse", "--short", "HEAD"])).trim();
     const day = started.toISOString().slice(0, 10);
     const file = opts.out ??
       join(
