@@ -148,6 +148,8 @@ else
 fi
 
 if [ "$KEEP_RUNNING" = true ]; then
+	# The pod's readiness probe: everything is in place.
+	: >/tmp/kubelet-ts-installed
 	log "done; sleeping until stopped"
 	trap 'exit 0' TERM INT
 	while :; do

@@ -966,8 +966,21 @@ Deno.test("PodSyncer stops a terminating pod's liveness and startup probes, not 
   h.add(p);
   await h.until("Running", () => h.status("probed")?.phase === "Running");
   assert.equal(h.prober.workerCount, 2);
-  // The container ignores SIGTERM: it is stopped only after the 30 s grace period.
+  // What is left when the termination stops the probes, and whether the container still runs.
+  const seen: Array<{ workers: number; running: boolean }> = [];
+  const stop = h.prober.stopLivenessAndStartup.bind(h.prober);
+  h.prober.stopLivenessAndStartup = (x) => {
+    stop(x);
+    seen.push({
+      workers: h.prober.workerCount,
+      running: [...h.fake.service.containers.values()].some((c) =>
+        c.state === api.ContainerState.CONTAINER_RUNNING
+      ),
+    });
+  };
   h.loop.push({ op: "REMOVE", pods: [p], source: "api" });
-  await h.until("Killing", () => h.events.some((e) => e.reason === "Killing"), 5_000);
-  assert.equal(h.prober.workerCount, 1, "readiness only, while the container stops");
+  await h.until("terminated", () => h.syncer.workers.isPodKnownTerminated(p.metadata!.uid!));
+  // Before the container was stopped, only readiness was left.
+  assert.deepEqual(seen[0], { workers: 1, running: true });
+  assert.equal(h.prober.workerCount, 0);
 });

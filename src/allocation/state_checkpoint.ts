@@ -150,17 +150,30 @@ export class ResourceState {
       // Written aside and renamed, so a crash leaves the old file or the new one, never half.
       // Synced before the rename (upstream's filestore), so a power loss never leaves a file
       // that stops the next start as corrupt.
+      // A failed write (a full disk) leaves neither a half file nor the temporary one.
       const tmp = join(dirname(path), `.${path.split("/").pop()}.tmp`);
-      const file = await Deno.open(tmp, { write: true, create: true, truncate: true, mode: 0o600 });
       try {
-        const bytes = new TextEncoder().encode(text);
-        let written = 0;
-        while (written < bytes.length) written += await file.write(bytes.subarray(written));
-        await file.syncData();
-      } finally {
-        file.close();
+        const file = await Deno.open(tmp, {
+          write: true,
+          create: true,
+          truncate: true,
+          mode: 0o600,
+        });
+        try {
+          const bytes = new TextEncoder().encode(text);
+          let written = 0;
+          while (written < bytes.length) written += await file.write(bytes.subarray(written));
+          await file.syncData();
+        } finally {
+          file.close();
+        }
+        await Deno.rename(tmp, path);
+      } catch (e) {
+        await Deno.remove(tmp).catch(() => {});
+        throw new CheckpointError(`could not write checkpoint ${path}: ${(e as Error).message}`, {
+          cause: e,
+        });
       }
-      await Deno.rename(tmp, path);
       this.#lastChecksum = checksum;
     };
     const next = this.#writing.then(write);

@@ -108,3 +108,20 @@ Deno.test("ResourceState changes its memory before the write finishes", () => {
   void s.setContainer("u", "c", { requests: { cpu: "2" } });
   assert.deepEqual(s.getContainer("u", "c"), { requests: { cpu: "2" } });
 });
+
+Deno.test("ResourceState leaves no temporary file when a write fails", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const s = await ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE });
+    // The checkpoint's path is a directory: the rename fails after the temporary file is written.
+    await Deno.mkdir(join(dir, ALLOCATED_PODS_STATE_FILE, "x"), { recursive: true });
+    await assert.rejects(
+      () => s.set("u", { containerResources: new Map([["c", { requests: { cpu: "1" } }]]) }),
+      CheckpointError,
+    );
+    const names = [...Deno.readDirSync(dir)].map((e) => e.name);
+    assert.deepEqual(names, [ALLOCATED_PODS_STATE_FILE]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
