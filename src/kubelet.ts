@@ -106,6 +106,11 @@ const RUN_ONCE_MANIFEST_DELAY_MS = 1_000;
 const RUN_ONCE_MAX_RETRIES = 10;
 const RUN_ONCE_RETRY_DELAY_MS = 1_000;
 
+/** Upstream cm.CgroupV1DeprecatedWarning, the CgroupV1 event's message. */
+const CGROUP_V1_DEPRECATED_WARNING = "cgroup v1 detected. cgroup v1 support is deprecated and " +
+  "will be removed in a future release. Please migrate to cgroup v2. More information at " +
+  "https://git.k8s.io/enhancements/keps/sig-node/5573-remove-cgroup-v1";
+
 /** A requested mode or feature that this build does not implement yet. */
 export class NotSupportedError extends Error {
   override name = "NotSupportedError";
@@ -244,6 +249,13 @@ export class Kubelet {
     }
     const runtime = deps.runtimeService;
     if (!runtime) throw new Error("the kubelet needs a runtime service (preInitRuntimeService)");
+    // Upstream BirthCry, as startKubelet calls it before Run.
+    deps.recorder.event(
+      { apiVersion: "v1", kind: "Node", name: this.#opts.nodeName },
+      "Normal",
+      "Starting",
+      "Starting kubelet.",
+    );
     if (deps.kubeClient && deps.heartbeatClient) stopped.push(...this.#startNodeHeartbeats(signal));
     let version;
     try {
@@ -352,6 +364,19 @@ export class Kubelet {
       });
     }
 
+    // Upstream cgroupVersionCheck (kubelet_linux.go), as Run's initializeModules runs it
+    // (RunOnce does not).
+    const cgroupV2 = await hostIsCgroup2UnifiedMode();
+    if (!cgroupV2 && mode === "loop") {
+      recorder.event(
+        { apiVersion: "v1", kind: "Node", name: nodeName },
+        "Warning",
+        "CgroupV1",
+        CGROUP_V1_DEPRECATED_WARNING,
+      );
+      logger.v(2).info("Warning: cgroup check", { error: CGROUP_V1_DEPRECATED_WARNING });
+    }
+
     const sources: string[] = [];
     const podConfig = new PodConfig({
       now: () => clock.now(),
@@ -380,7 +405,7 @@ export class Kubelet {
       nodeIPs,
       rootDirectory: flags.rootDirectory,
       memoryCapacityBytes: machine.memoryCapacity,
-      cgroupV2: await hostIsCgroup2UnifiedMode(),
+      cgroupV2,
       getNode: () => this.getNode(),
       runtimeErrors: () => this.runtimeState.runtimeErrors(),
       networkErrors: () => this.runtimeState.networkErrors(),
@@ -1022,6 +1047,7 @@ export class Kubelet {
         };
       },
       cachedNode: () => informer.hasSynced ? informer.node : undefined,
+      recorder: deps.recorder,
     });
     this.nodeStatus = status;
     const informer = new NodeInformer({

@@ -13,9 +13,11 @@ import type * as api from "../proto/runtime/v1/api.ts";
 import type { Clock } from "./util/clock.ts";
 import type { Logger } from "./klog/klog.ts";
 import { isStatus, type KubeClient } from "./client/kube_client.ts";
+import type { EventRecorder, ObjectRef } from "./client/record.ts";
 import type { KubeletConfiguration } from "./apis/config_types.ts";
 import type { MachineInfo } from "./stats/machine_info.ts";
 import {
+  conditionEvents,
   initialNode,
   type InitialNodeOptions,
   nodeStatus,
@@ -53,6 +55,8 @@ export interface NodeStatusOptions extends InitialNodeOptions {
    * apiserver; retries GET the Node. @default none: every try GETs the Node
    */
   readonly cachedNode?: () => V1Node | undefined;
+  /** Where the node status events go (upstream recordNodeStatusEvent). @default none */
+  readonly recorder?: EventRecorder;
 }
 
 /** Registers the node and reports its status. */
@@ -65,6 +69,8 @@ export class NodeStatusManager {
   #failing = false;
   #wake: AbortController | undefined;
   #poked = false;
+  /** Upstream lastNodeUnschedulable: the schedulability the last event reported. */
+  #lastUnschedulable = false;
 
   constructor(opts: NodeStatusOptions) {
     this.#o = opts;
@@ -177,6 +183,7 @@ export class NodeStatusManager {
       signal,
     });
     const now = o.clock.now();
+    const previous = this.#lastStatus ?? this.#node?.status;
     const status = nodeStatus({
       config: o.config,
       machine: await o.machineInfo(),
@@ -189,7 +196,12 @@ export class NodeStatusManager {
       notReadyReasons: o.notReadyReasons(),
       pressure: o.pressure?.(),
       now,
-    }, this.#lastStatus ?? this.#node?.status);
+    }, previous);
+    // The setters record their events as they compute, before the patch, as upstream's.
+    for (const reason of conditionEvents(previous?.conditions, status.conditions ?? [])) {
+      this.#recordNodeStatusEvent(reason);
+    }
+    this.#recordNodeSchedulableEvent(this.#node?.spec?.unschedulable ?? false);
     const due = now - this.#lastReport >= (o.config.nodeStatusReportFrequency ?? 300_000);
     if (!due && !nodeStatusHasChanged(this.#lastStatus, status)) return;
     this.#node = await o.heartbeatClient.patch<V1Node>(
@@ -200,6 +212,22 @@ export class NodeStatusManager {
     );
     this.#lastStatus = status;
     this.#lastReport = now;
+  }
+
+  /** Upstream recordNodeStatusEvent: a Normal event on the Node naming its new state. */
+  #recordNodeStatusEvent(reason: string): void {
+    const o = this.#o;
+    o.logger.v(2).info("Recording event message for node", { node: o.nodeName, event: reason });
+    // Upstream's kl.nodeRef: apiVersion v1, kind Node, the node's name, no namespace or uid.
+    const ref: ObjectRef = { apiVersion: "v1", kind: "Node", name: o.nodeName };
+    o.recorder?.event(ref, "Normal", reason, `Node ${o.nodeName} status is now: ${reason}`);
+  }
+
+  /** Upstream recordNodeSchedulableEvent: an event each time spec.unschedulable changes. */
+  #recordNodeSchedulableEvent(unschedulable: boolean): void {
+    if (this.#lastUnschedulable === unschedulable) return;
+    this.#recordNodeStatusEvent(unschedulable ? "NodeNotSchedulable" : "NodeSchedulable");
+    this.#lastUnschedulable = unschedulable;
   }
 
   /** Registers (when --register-node), then reports status until `signal` aborts. */

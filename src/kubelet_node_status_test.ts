@@ -5,7 +5,12 @@ import { applyDefaults } from "./apis/config_schema.ts";
 import { createLogger } from "./klog/klog.ts";
 import { KubeClient } from "./client/kube_client.ts";
 import { applyDependentDefaults, kubeletConfigurationFields } from "./apis/config_types.ts";
-import { NodeStatusManager, reconcileExisting } from "./kubelet_node_status.ts";
+import {
+  NodeStatusManager,
+  type NodeStatusOptions,
+  reconcileExisting,
+} from "./kubelet_node_status.ts";
+import type { EventRecorder, ObjectRef } from "./client/record.ts";
 import { initialNode } from "./nodestatus/node_status.ts";
 
 /** A loopback stand-in for the apiserver's node endpoints. */
@@ -52,6 +57,7 @@ function manager(
   clock: FakeClock,
   notReady: string[] = [],
   cachedNode?: () => V1Node | undefined,
+  extra: Partial<NodeStatusOptions> = {},
 ) {
   const client = new KubeClient({
     config: { server: url, insecureSkipTLSVerify: false, source: "t" },
@@ -91,6 +97,7 @@ function manager(
     listImages: () => Promise.resolve([]),
     notReadyReasons: () => notReady,
     cachedNode,
+    ...extra,
   });
   return { client, m };
 }
@@ -130,6 +137,64 @@ Deno.test("NodeStatusManager registers, skips unchanged reports until the report
     assert.equal(m.registered, false);
     assert.equal(await m.tryRegister(), true);
     assert.equal(s.nodes.get("node-a")?.metadata?.uid, "uid-2");
+  } finally {
+    client.close();
+    await s.server.shutdown();
+  }
+});
+
+Deno.test("NodeStatusManager records the node status events upstream's setters record", async () => {
+  const s = nodeServer();
+  const clock = new FakeClock(Date.UTC(2026, 11, 2, 12, 0, 0));
+  const recorded: { ref: ObjectRef; type: string; reason: string; message: string }[] = [];
+  const recorder: EventRecorder = {
+    event: (ref, type, reason, message) => recorded.push({ ref, type, reason, message }),
+  };
+  const notReady = ["container runtime is down"];
+  let memoryPressure = false;
+  const { client, m } = manager(s.url, clock, notReady, undefined, {
+    recorder,
+    pressure: () => ({ memory: memoryPressure, disk: false, pid: false }),
+  });
+  const reasons = () => recorded.splice(0).map((e) => e.reason);
+  try {
+    await m.tryRegister();
+    await m.updateNodeStatus();
+    // New pressure conditions start Unknown upstream, so each records; a new Ready does not.
+    assert.deepEqual(recorded[0], {
+      ref: { apiVersion: "v1", kind: "Node", name: "node-a" },
+      type: "Normal",
+      reason: "NodeHasSufficientMemory",
+      message: "Node node-a status is now: NodeHasSufficientMemory",
+    });
+    assert.deepEqual(reasons(), [
+      "NodeHasSufficientMemory",
+      "NodeHasNoDiskPressure",
+      "NodeHasSufficientPID",
+    ]);
+    clock.step(10_000);
+    await m.updateNodeStatus();
+    assert.deepEqual(reasons(), [], "nothing changed: no events");
+
+    notReady.length = 0;
+    clock.step(10_000);
+    await m.updateNodeStatus();
+    assert.deepEqual(reasons(), ["NodeReady"]);
+
+    memoryPressure = true;
+    notReady.push("PLEG is not healthy");
+    clock.step(10_000);
+    await m.updateNodeStatus();
+    assert.deepEqual(reasons(), ["NodeHasInsufficientMemory", "NodeNotReady"]);
+
+    s.nodes.get("node-a")!.spec!.unschedulable = true;
+    clock.step(10_000);
+    await m.updateNodeStatus();
+    assert.deepEqual(reasons(), ["NodeNotSchedulable"]);
+    s.nodes.get("node-a")!.spec!.unschedulable = false;
+    clock.step(10_000);
+    await m.updateNodeStatus();
+    assert.deepEqual(reasons(), ["NodeSchedulable"]);
   } finally {
     client.close();
     await s.server.shutdown();

@@ -12,6 +12,7 @@ import type { KubeletConfiguration } from "../apis/config_types.ts";
 import type { MachineInfo } from "../stats/machine_info.ts";
 import { formatBinarySI, parseQuantity } from "../util/quantity.ts";
 import { aggregate } from "../runtime_state.ts";
+import { getThresholdQuantity, parseThresholdConfig } from "../eviction/thresholds.ts";
 
 /** What initialNode needs. */
 export interface InitialNodeOptions {
@@ -117,10 +118,18 @@ export function capacityAndAllocatable(inputs: StatusInputs): {
     }
     return sum;
   };
+  // Upstream hardEvictionReservation (cm/helpers.go) over the hard thresholds only, as
+  // cmd/kubelet parses them: a percentage is a float32 fraction, so "10%" of 100 GB reserves
+  // 149 bytes more than a tenth.
+  const hard = parseThresholdConfig({ evictionHard: config.evictionHard });
   const eviction = (signal: string, capacity: number): number => {
-    const v = config.evictionHard?.[signal];
-    if (v === undefined) return 0;
-    return v.endsWith("%") ? capacity * Number(v.slice(0, -1)) / 100 : parseQuantity(v);
+    let v = 0;
+    for (const t of hard) {
+      if (t.signal === signal && t.operator === "LessThan") {
+        v = getThresholdQuantity(t.value, capacity);
+      }
+    }
+    return v;
   };
   const alloc: Record<string, number> = { ...cap };
   alloc.cpu = Math.max(0, cap.cpu! - reserved("cpu"));
@@ -279,6 +288,36 @@ export function nodeStatus(inputs: StatusInputs, previous?: V1NodeStatus): V1Nod
     },
     images,
   };
+}
+
+/** The events each condition's setter records for its new status (upstream `events`). */
+const CONDITION_EVENTS: Readonly<Record<string, { True: string; False: string }>> = {
+  MemoryPressure: { True: "NodeHasInsufficientMemory", False: "NodeHasSufficientMemory" },
+  DiskPressure: { True: "NodeHasDiskPressure", False: "NodeHasNoDiskPressure" },
+  PIDPressure: { True: "NodeHasInsufficientPID", False: "NodeHasSufficientPID" },
+  Ready: { True: "NodeReady", False: "NodeNotReady" },
+};
+
+/**
+ * The reasons of the Normal events the condition setters record going from `previous` to
+ * `next`, in the setters' order: a pressure condition's when it is new or its status changed
+ * (upstream MemoryPressureCondition, DiskPressureCondition and PIDPressureCondition start a new
+ * condition as Unknown), Ready's only when an existing condition changed status (upstream
+ * ReadyCondition's needToRecordEvent).
+ */
+export function conditionEvents(
+  previous: readonly V1NodeCondition[] | undefined,
+  next: readonly V1NodeCondition[],
+): string[] {
+  const reasons: string[] = [];
+  for (const c of next) {
+    const events = CONDITION_EVENTS[c.type];
+    if (!events || (c.status !== "True" && c.status !== "False")) continue;
+    const old = previous?.find((p) => p.type === c.type);
+    if (old ? old.status === c.status : c.type === "Ready") continue;
+    reasons.push(events[c.status]);
+  }
+  return reasons;
 }
 
 /** True when two statuses differ in more than heartbeat times (upstream nodeStatusHasChanged). */

@@ -8,6 +8,7 @@ import {
 import type { MachineInfo } from "../stats/machine_info.ts";
 import {
   capacityAndAllocatable,
+  conditionEvents,
   GOARCH,
   hugePageResourceName,
   initialNode,
@@ -93,7 +94,9 @@ Deno.test("capacityAndAllocatable subtracts reservations and hard eviction thres
   });
   assert.equal(allocatable.cpu, "1500m");
   assert.equal(allocatable.memory, "6556Mi", "8Gi - 1Gi - 512Mi - 100Mi");
-  assert.equal(allocatable["ephemeral-storage"], "90Gi", "100Gi less the 10% threshold");
+  // Upstream's value: nodefs.available<10% is the float32 0.1 (0.10000000149...), so the
+  // threshold is int64(107374182400 × 0.10000000149) = 10737418400, 160 bytes over 10Gi.
+  assert.equal(allocatable["ephemeral-storage"], "96636764000", "100Gi less the 10% threshold");
   assert.equal(allocatable.pods, "110");
   assert.equal(hugePageResourceName(2 ** 30), "hugepages-1Gi");
 });
@@ -189,5 +192,65 @@ Deno.test("nodeStatus reports the eviction manager's pressure with upstream's re
   assert.notEqual(
     String(mem?.lastTransitionTime),
     String(byType.MemoryPressure?.lastTransitionTime),
+  );
+});
+
+Deno.test("capacityAndAllocatable takes percentage thresholds off as upstream's float32", () => {
+  // Values from Go: int64(float64(c) * float64(float32(10) / 100)) and its difference.
+  const ephemeral = (rootfsCapacity: number, evictionHard?: Record<string, string>) =>
+    capacityAndAllocatable(inputs({ rootfsCapacity, config: config({ evictionHard }) }))
+      .allocatable["ephemeral-storage"];
+  assert.equal(ephemeral(82_000_000_000), "73799999878", "122 bytes under 90 %");
+  assert.equal(
+    ephemeral(82_000_000_000, { "nodefs.available": "2Gi" }),
+    "77980973Ki",
+    "82000000000 - 2Gi, BinarySI",
+  );
+  assert.equal(
+    ephemeral(82_000_000_000, { "nodefs.available": "0%", "memory.available": "1Gi" }),
+    "80078125Ki",
+    "0% disables the threshold: all of 82000000000",
+  );
+  const memory = capacityAndAllocatable(inputs({
+    config: config({ evictionHard: { "memory.available": "5%" } }),
+  })).allocatable.memory;
+  assert.equal(memory, "8160437856", "8Gi less int64(8589934592 × float32(0.05)) = 429496736");
+});
+
+Deno.test("conditionEvents records as upstream's condition setters", () => {
+  const c = (type: string, status: string) => ({ type, status });
+  const next = [
+    c("MemoryPressure", "False"),
+    c("DiskPressure", "True"),
+    c("PIDPressure", "False"),
+    c("Ready", "True"),
+  ];
+  assert.deepEqual(conditionEvents(undefined, next), [
+    "NodeHasSufficientMemory",
+    "NodeHasDiskPressure",
+    "NodeHasSufficientPID",
+  ]);
+  // The node lifecycle controller set every condition Unknown while the kubelet was away.
+  const unknown = next.map((x) => c(x.type, "Unknown"));
+  assert.deepEqual(conditionEvents(unknown, next), [
+    "NodeHasSufficientMemory",
+    "NodeHasDiskPressure",
+    "NodeHasSufficientPID",
+    "NodeReady",
+  ]);
+  assert.deepEqual(conditionEvents(next, next), []);
+  assert.deepEqual(
+    conditionEvents(next, [
+      c("MemoryPressure", "True"),
+      c("DiskPressure", "False"),
+      c("PIDPressure", "True"),
+      c("Ready", "False"),
+    ]),
+    [
+      "NodeHasInsufficientMemory",
+      "NodeHasNoDiskPressure",
+      "NodeHasInsufficientPID",
+      "NodeNotReady",
+    ],
   );
 });

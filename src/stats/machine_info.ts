@@ -71,6 +71,20 @@ function clockSpeedKhz(maxFreq: string | undefined, cpuinfo: string): number | u
   return mhz === undefined ? undefined : Math.floor(Number(mhz) * 1000);
 }
 
+/**
+ * The system UUID as cAdvisor's `sysfs.GetSystemUUID` reads it, unchanged (no case folding):
+ * the DMI product UUID, else POWER's device-tree system-id or vm,uuid (NULs trimmed), else
+ * s390x's /etc/machine-id, which is also what a machine without DMI (a VM such as gVisor's)
+ * reports; "" when none is readable.
+ */
+async function systemUUID(root: string): Promise<string> {
+  const nul = (s: string | undefined) => s?.replace(/\0+$/, "").trim();
+  return (await read(root, "sys/class/dmi/id/product_uuid")) ??
+    nul(await read(root, "proc/device-tree/system-id")) ??
+    nul(await read(root, "proc/device-tree/vm,uuid")) ??
+    (await read(root, "etc/machine-id")) ?? "";
+}
+
 /** Reads machine info under `root` (default "/"). */
 export async function readMachineInfo(root = hostRoot()): Promise<MachineInfo> {
   const online = await read(root, "sys/devices/system/cpu/online");
@@ -102,7 +116,7 @@ export async function readMachineInfo(root = hostRoot()): Promise<MachineInfo> {
     hugePages,
     machineID: (await read(root, "etc/machine-id")) ??
       (await read(root, "var/lib/dbus/machine-id")) ?? "",
-    systemUUID: ((await read(root, "sys/class/dmi/id/product_uuid")) ?? "").toLowerCase(),
+    systemUUID: await systemUUID(root),
     bootID: (await read(root, "proc/sys/kernel/random/boot_id")) ?? "",
     kernelVersion: (await read(root, "proc/sys/kernel/osrelease")) ?? "",
     osImage: pretty ?? "Linux",

@@ -40,7 +40,7 @@ Deno.test("readMachineInfo reads a fixture tree as cAdvisor would", async () => 
     assert.deepEqual([...m.hugePages.entries()].sort(), [[1073741824, 0], [2097152, 4]]);
     assert.equal(m.osImage, "Debian GNU/Linux 12 (bookworm)");
     assert.equal(m.machineID, "0123456789abcdef0123456789abcdef");
-    assert.equal(m.systemUUID, "4c4c4544-0042-3510-8052-b4c04f5a4d32");
+    assert.equal(m.systemUUID, "4C4C4544-0042-3510-8052-B4C04F5A4D32", "as read, not case-folded");
     assert.equal(m.bootID, "b6a0e6a4-6e0a-4bcb-a4a8-0d0d55e2b7b9");
     assert.equal(m.kernelVersion, "6.18.0-test");
     assert.equal(m.cpuModel, "AMD EPYC 7B13");
@@ -74,6 +74,36 @@ Deno.test("readMachineInfo falls back to cpuinfo's clock and reports no swap as 
   } finally {
     await Deno.remove(bare, { recursive: true });
   }
+});
+
+Deno.test("readMachineInfo's system UUID falls back as cAdvisor's GetSystemUUID", async () => {
+  const uuidOf = async (files: Record<string, string>) => {
+    const root = await fixture(files);
+    try {
+      return (await readMachineInfo(root)).systemUUID;
+    } finally {
+      await Deno.remove(root, { recursive: true });
+    }
+  };
+  const machineID = { "etc/machine-id": "3d1219c7c4c5404aaa1f6d2a48adfda4\n" };
+  // No DMI (a VM such as gVisor's): s390x's /etc/machine-id path answers.
+  assert.equal(await uuidOf(machineID), "3d1219c7c4c5404aaa1f6d2a48adfda4");
+  assert.equal(
+    await uuidOf({
+      ...machineID,
+      "proc/device-tree/vm,uuid": "b1a2c3d4-0000-1111-2222-333344445555\0",
+    }),
+    "b1a2c3d4-0000-1111-2222-333344445555",
+  );
+  assert.equal(
+    await uuidOf({
+      ...machineID,
+      "proc/device-tree/system-id": "IBM,02ABCDEF\0\0",
+      "proc/device-tree/vm,uuid": "unused",
+    }),
+    "IBM,02ABCDEF",
+  );
+  assert.equal(await uuidOf({}), "");
 });
 
 Deno.test("readMachineInfo matches this machine", async () => {
