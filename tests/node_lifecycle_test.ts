@@ -104,8 +104,20 @@ e2e(
     const readText = async (p: string) => (await Deno.readTextFile(p)).trim();
     assert.equal(info?.machineID, await readText("/etc/machine-id"));
     assert.equal(info?.bootID, await readText("/proc/sys/kernel/random/boot_id"));
-    const uuid = await readText("/sys/class/dmi/id/product_uuid").catch(() => "");
-    assert.equal(info?.systemUUID, uuid.toLowerCase());
+    // cAdvisor's GetSystemUUID: product_uuid as read, else the device tree's, else machine-id.
+    let uuid = "";
+    for (
+      const p of [
+        "/sys/class/dmi/id/product_uuid",
+        "/proc/device-tree/system-id",
+        "/proc/device-tree/vm,uuid",
+        "/etc/machine-id",
+      ]
+    ) {
+      uuid = (await readText(p).catch(() => "")).replace(/\0+$/, "").trim();
+      if (uuid !== "") break;
+    }
+    assert.equal(info?.systemUUID, uuid);
     assert.equal(info?.kernelVersion, Deno.osRelease());
     const pretty = /^PRETTY_NAME="?([^"\n]*)"?$/m.exec(await Deno.readTextFile("/etc/os-release"))
       ?.[1];
