@@ -70,6 +70,9 @@ Deno.test("computeContainerResize queues decreases before increases, per resourc
   assert.equal(changes.updatePodResources, false);
 });
 
+/** The container manager's pod cgroup settings these tests size pods with. */
+const POD_OPTS = { enforceCPULimits: true, cpuPeriodUs: 100_000n, podPidsLimit: -1 };
+
 interface Call {
   what: string;
   detail: string;
@@ -127,12 +130,7 @@ function harness(opts: {
         });
         return Promise.resolve();
       },
-      specConfig: (p) =>
-        resourceConfigForPod(p, {
-          enforceCPULimits: true,
-          cpuPeriodUs: 100_000n,
-          podPidsLimit: -1,
-        }),
+      specConfig: (p) => resourceConfigForPod(p, POD_OPTS),
       memoryUsage: () => Promise.resolve(opts.podMemoryUsage ?? 1n),
     },
     actuated: ResourceState.inMemory(),
@@ -154,11 +152,7 @@ function plan(before: V1Pod, after: V1Pod) {
 Deno.test("doPodResizeAction grows the pod cgroup before its containers, and shrinks it after", async () => {
   const before = pod([c("a", "100m", "100Mi"), c("b", "100m", "100Mi")]);
   const after = pod([c("a", "300m", "300Mi"), c("b", "50m", "50Mi")]);
-  const current = resourceConfigForPod(before, {
-    enforceCPULimits: true,
-    cpuPeriodUs: 100_000n,
-    podPidsLimit: -1,
-  });
+  const current = resourceConfigForPod(before, POD_OPTS);
   const { calls, deps } = harness({ current });
   const err = await doPodResizeAction(
     deps,
@@ -190,11 +184,7 @@ Deno.test("doPodResizeAction grows the pod cgroup before its containers, and shr
 
   // The way back: containers first, then the pod (requests before limits).
   const { calls: back, deps: deps2 } = harness({
-    current: resourceConfigForPod(after, {
-      enforceCPULimits: true,
-      cpuPeriodUs: 100_000n,
-      podPidsLimit: -1,
-    }),
+    current: resourceConfigForPod(after, POD_OPTS),
   });
   const err2 = await doPodResizeAction(
     deps2,
@@ -224,11 +214,7 @@ Deno.test("doPodResizeAction grows the pod cgroup before its containers, and shr
 Deno.test("doPodResizeAction refuses a memory limit below what the container uses", async () => {
   const before = pod([c("a", "100m", "100Mi")]);
   const after = pod([c("a", "100m", "50Mi")]);
-  const current = resourceConfigForPod(before, {
-    enforceCPULimits: true,
-    cpuPeriodUs: 100_000n,
-    podPidsLimit: -1,
-  });
+  const current = resourceConfigForPod(before, POD_OPTS);
   const { calls, deps } = harness({ current, containerMemoryUsage: 60n * 2n ** 20n });
   const err = await doPodResizeAction(
     deps,
@@ -247,11 +233,7 @@ Deno.test("doPodResizeAction refuses a memory limit below what the container use
 Deno.test("doPodResizeAction stops at a runtime error, leaving the rest to the next sync", async () => {
   const before = pod([c("a", "100m", "100Mi"), c("b", "100m", "100Mi")]);
   const after = pod([c("a", "200m", "100Mi"), c("b", "200m", "100Mi")]);
-  const current = resourceConfigForPod(before, {
-    enforceCPULimits: true,
-    cpuPeriodUs: 100_000n,
-    podPidsLimit: -1,
-  });
+  const current = resourceConfigForPod(before, POD_OPTS);
   const { deps } = harness({ current, failUpdate: "id-a", sandboxUnimplemented: false });
   const err = await doPodResizeAction(
     deps,
