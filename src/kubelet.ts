@@ -61,6 +61,8 @@ import { StaticPodFileSource } from "./config/file.ts";
 import { StaticPodURLSource } from "./config/http.ts";
 import { newSourceApiserver } from "./config/apiserver.ts";
 import { type KubeletMetrics, newKubeletMetrics } from "./metrics/metrics.ts";
+import { nodeRef } from "./client/record.ts";
+import { NodeStartupLatencyTracker, readBootTime } from "./util/node_startup_latency_tracker.ts";
 import {
   instrumentImageService,
   instrumentRuntimeService,
@@ -163,12 +165,18 @@ export class Kubelet {
 
   /** The kubelet's own metrics, served on /metrics. */
   readonly metrics: KubeletMetrics;
+  readonly #nodeStartupTracker: NodeStartupLatencyTracker;
 
   constructor(opts: KubeletOptions) {
     const { deps } = opts;
     const metrics = deps.metrics ?? newKubeletMetrics(deps.logger);
     this.metrics = metrics;
     metrics.setNodeName(opts.nodeName);
+    this.#nodeStartupTracker = new NodeStartupLatencyTracker({
+      clock: deps.clock,
+      metrics,
+      bootTimeMs: readBootTime(deps.clock.now()),
+    });
     // Every CRI call is counted, as upstream's instrumented services do.
     this.#opts = {
       ...opts,
@@ -251,7 +259,7 @@ export class Kubelet {
     if (!runtime) throw new Error("the kubelet needs a runtime service (preInitRuntimeService)");
     // Upstream BirthCry, as startKubelet calls it before Run.
     deps.recorder.event(
-      { apiVersion: "v1", kind: "Node", name: this.#opts.nodeName },
+      nodeRef(this.#opts.nodeName),
       "Normal",
       "Starting",
       "Starting kubelet.",
@@ -361,15 +369,17 @@ export class Kubelet {
         clock,
         logger,
         signal,
+        metrics: this.metrics,
       });
     }
 
     // Upstream cgroupVersionCheck (kubelet_linux.go), as Run's initializeModules runs it
     // (RunOnce does not).
     const cgroupV2 = await hostIsCgroup2UnifiedMode();
+    this.metrics.cgroupVersion.set(cgroupV2 ? 2 : 1);
     if (!cgroupV2 && mode === "loop") {
       recorder.event(
-        { apiVersion: "v1", kind: "Node", name: nodeName },
+        nodeRef(nodeName),
         "Warning",
         "CgroupV1",
         CGROUP_V1_DEPRECATED_WARNING,
@@ -421,6 +431,8 @@ export class Kubelet {
       metrics: this.metrics,
       maxParallelSandboxStarts: flags.maxParallelSandboxStarts ??
         DEFAULT_SANDBOX_STARTS_PER_CPU * Math.max(1, machine.numCores),
+      // Upstream ORs the deprecated flag with the field (cmd/kubelet/app/server.go).
+      seccompDefault: config.seccompDefault === true || flags.seccompDefault,
     });
     built.lifecycle = pods;
     const { pleg, syncer, loop, podManager, podCache } = pods;
@@ -501,6 +513,7 @@ export class Kubelet {
         monitorIntervalMs: config.containerLogMonitorInterval,
         clock,
         logger,
+        workqueue: this.metrics.workqueue,
       });
       running.push(this.containerLogManager.run(signal));
       running.push(this.#startNodeShutdownManager(signal, syncer, activePods));
@@ -586,7 +599,7 @@ export class Kubelet {
       syncNodeStatus: () => this.nodeStatus?.poke(),
       stateFile: join(flags.rootDirectory, LOCAL_STORAGE_STATE_FILE),
       recorder: deps.recorder,
-      nodeRef: { kind: "Node", name: nodeName, uid: nodeName },
+      nodeRef: nodeRef(nodeName),
       clock: deps.clock,
       logger,
       metrics: this.metrics && {
@@ -629,7 +642,7 @@ export class Kubelet {
     const { server, deps, nodeName } = this.#opts;
     const { config, flags } = server;
     const { clock, logger, recorder } = deps;
-    const nodeRef = { kind: "Node", name: nodeName, uid: nodeName };
+    const ref = nodeRef(nodeName);
     const imageGC = new ImageGCManager({
       imageService: deps.imageService!,
       runtime: deps.runtimeService!,
@@ -641,7 +654,7 @@ export class Kubelet {
         maxAgeMs: config.imageMaximumGCAge,
       },
       recorder,
-      nodeRef,
+      nodeRef: ref,
       clock,
       logger,
     });
@@ -656,7 +669,7 @@ export class Kubelet {
       },
       podLogsDirectory: config.podLogsDir,
       recorder,
-      nodeRef,
+      nodeRef: ref,
       clock,
       logger,
     });
@@ -694,7 +707,7 @@ export class Kubelet {
         const capacity = this.#machine?.memoryCapacity;
         return capacity === undefined ? undefined : capacity - reserved;
       },
-      nodeRef,
+      nodeRef: ref,
       recorder,
       clock,
       logger,
@@ -882,6 +895,7 @@ export class Kubelet {
       clock,
       logger,
       fineGrainedAuthz: config.featureGates?.KubeletFineGrainedAuthz ?? true,
+      metrics: this.metrics,
     });
     const caReload = auth.runClientCAReload(signal);
     const findPod = (namespace: string, name: string) => podManager.getPodByName(namespace, name);
@@ -934,6 +948,7 @@ export class Kubelet {
       routes,
       logger,
       signal,
+      metrics: this.metrics,
     });
     logger.info("Starting to listen", { address: config.address, port: listening.port });
     const finished = [listening.finished, caReload];
@@ -951,6 +966,7 @@ export class Kubelet {
         routes: ownRoutes.filter((r) => READ_ONLY_PATTERN.test(r.pattern)),
         logger,
         signal,
+        metrics: this.metrics,
       });
       logger.info("Starting to listen read-only", {
         address: config.address,
@@ -1026,6 +1042,7 @@ export class Kubelet {
       kubeletVersion: KUBELET_VERSION,
       clock: deps.clock,
       logger: deps.logger,
+      startupTracker: this.#nodeStartupTracker,
       machineInfo: () => machine,
       rootfsCapacity: () => filesystemCapacity(flags.rootDirectory),
       containerRuntimeVersion: () => this.#runtimeVersion,

@@ -233,7 +233,6 @@ export class KubeletMounts {
       path: mountHosts,
     });
     const volumes = this.#podVolumes(podUid);
-    const relabeled = new Set<string>();
     const supportsRRO = this.#supportsRRO(pod);
     const mounts: api.Mount[] = [];
     const volumeMounts = container.volumeMounts ?? [];
@@ -253,12 +252,10 @@ export class KubeletMounts {
           }`,
         );
       }
-      // Only the first mount of a volume asks the runtime to relabel it.
-      let selinuxRelabel = false;
-      if (vol.selinuxRelabel && !relabeled.has(m.name)) {
-        relabeled.add(m.name);
-        selinuxRelabel = true;
-      }
+      // Every mount of a volume that wants it asks the runtime to relabel: upstream marks the
+      // volume labelled on a copy of its VolumeInfo, so its second mount asks again.
+      // kuberuntime_container.ts clears the flag on hosts without SELinux, as upstream does.
+      const selinuxRelabel = vol.selinuxRelabel;
 
       let subPath = m.subPath ?? "";
       if (m.subPathExpr) subPath = expandSubPathExpr(m.subPathExpr, req.envs);

@@ -118,12 +118,13 @@ Deno.test("KubeletMounts maps each volumeMount to a CRI mount", async () => {
       selinuxRelabel: true,
       propagation: api.MountPropagation.PROPAGATION_PRIVATE,
     }),
-    // Only the first mount of a volume relabels it; a relative mountPath becomes absolute.
+    // Every mount of a volume asks for the relabel, as upstream's (its makeMounts marks a copy
+    // of the volume as labelled); a relative mountPath becomes absolute.
     api.Mount.create({
       containerPath: "/relative/dir",
       hostPath: e.data,
       readonly: true,
-      selinuxRelabel: false,
+      selinuxRelabel: true,
     }),
     // The volume's own read-only wins over the volumeMount.
     api.Mount.create({

@@ -13,9 +13,10 @@ import type * as api from "../proto/runtime/v1/api.ts";
 import type { Clock } from "./util/clock.ts";
 import type { Logger } from "./klog/klog.ts";
 import { isStatus, type KubeClient } from "./client/kube_client.ts";
-import type { EventRecorder, ObjectRef } from "./client/record.ts";
+import { type EventRecorder, nodeRef } from "./client/record.ts";
 import type { KubeletConfiguration } from "./apis/config_types.ts";
 import type { MachineInfo } from "./stats/machine_info.ts";
+import type { NodeStartupLatencyTracker } from "./util/node_startup_latency_tracker.ts";
 import {
   conditionEvents,
   initialNode,
@@ -57,6 +58,8 @@ export interface NodeStatusOptions extends InitialNodeOptions {
   readonly cachedNode?: () => V1Node | undefined;
   /** Where the node status events go (upstream recordNodeStatusEvent). @default none */
   readonly recorder?: EventRecorder;
+  /** Told of the first registration attempt, the Node's creation and its first Ready status. */
+  readonly startupTracker?: NodeStartupLatencyTracker;
 }
 
 /** Registers the node and reports its status. */
@@ -105,9 +108,20 @@ export class NodeStatusManager {
   /** One registration attempt (upstream tryRegisterWithAPIServer); true when registered. */
   async tryRegister(signal?: AbortSignal): Promise<boolean> {
     const { client, logger } = this.#o;
+    // Upstream's initialNode runs the status setters (recording their events) as it builds the
+    // Node it registers. Readiness is read first, before anything is awaited: registration
+    // starts before the runtime's first status check, so a new node is registered NotReady
+    // and turns Ready (a NodeReady event) once the runtime is checked, as upstream's does.
+    const notReadyReasons = [...this.#o.notReadyReasons()];
     const node = initialNode(this.#o);
+    const status = await this.#computeStatus(undefined, notReadyReasons, signal);
+    for (const reason of conditionEvents(undefined, status.conditions ?? [])) {
+      this.#recordNodeStatusEvent(reason);
+    }
+    node.status = { ...node.status, ...status };
     try {
       this.#node = await client.create("/api/v1/nodes", node, signal);
+      this.#o.startupTracker?.recordRegisteredNewNode();
       logger.info("Successfully registered node", { node: this.#o.nodeName });
       return (this.#registered = true);
     } catch (e) {
@@ -126,6 +140,7 @@ export class NodeStatusManager {
   async registerWithAPIServer(signal: AbortSignal): Promise<void> {
     let delay = 100;
     let logged = false;
+    this.#o.startupTracker?.recordAttemptRegisterNode();
     while (!signal.aborted && !this.#registered) {
       try {
         await this.tryRegister(signal);
@@ -184,19 +199,7 @@ export class NodeStatusManager {
     });
     const now = o.clock.now();
     const previous = this.#lastStatus ?? this.#node?.status;
-    const status = nodeStatus({
-      config: o.config,
-      machine: await o.machineInfo(),
-      rootfsCapacity: await o.rootfsCapacity(),
-      hostname: o.hostname,
-      nodeIPs: o.nodeIPs,
-      kubeletVersion: o.kubeletVersion,
-      containerRuntimeVersion: o.containerRuntimeVersion(),
-      images: await o.listImages(signal).catch(() => []),
-      notReadyReasons: o.notReadyReasons(),
-      pressure: o.pressure?.(),
-      now,
-    }, previous);
+    const status = await this.#computeStatus(previous, undefined, signal);
     // The setters record their events as they compute, before the patch, as upstream's.
     for (const reason of conditionEvents(previous?.conditions, status.conditions ?? [])) {
       this.#recordNodeStatusEvent(reason);
@@ -212,6 +215,30 @@ export class NodeStatusManager {
     );
     this.#lastStatus = status;
     this.#lastReport = now;
+    const ready = this.#node.status?.conditions?.find((c) => c.type === "Ready");
+    if (ready?.status === "True") o.startupTracker?.recordNodeReady();
+  }
+
+  /** The status setters' output over `previous`; readiness as given, else as it is now. */
+  async #computeStatus(
+    previous: V1NodeStatus | undefined,
+    notReadyReasons: string[] | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<V1NodeStatus> {
+    const o = this.#o;
+    return nodeStatus({
+      config: o.config,
+      machine: await o.machineInfo(),
+      rootfsCapacity: await o.rootfsCapacity(),
+      hostname: o.hostname,
+      nodeIPs: o.nodeIPs,
+      kubeletVersion: o.kubeletVersion,
+      containerRuntimeVersion: o.containerRuntimeVersion(),
+      images: await o.listImages(signal).catch(() => []),
+      notReadyReasons: notReadyReasons ?? o.notReadyReasons(),
+      pressure: o.pressure?.(),
+      now: o.clock.now(),
+    }, previous);
   }
 
   /** Upstream recordNodeStatusEvent: a Normal event on the Node naming its new state. */
@@ -219,7 +246,7 @@ export class NodeStatusManager {
     const o = this.#o;
     o.logger.v(2).info("Recording event message for node", { node: o.nodeName, event: reason });
     // Upstream's kl.nodeRef: apiVersion v1, kind Node, the node's name, no namespace or uid.
-    const ref: ObjectRef = { apiVersion: "v1", kind: "Node", name: o.nodeName };
+    const ref = nodeRef(o.nodeName);
     o.recorder?.event(ref, "Normal", reason, `Node ${o.nodeName} status is now: ${reason}`);
   }
 

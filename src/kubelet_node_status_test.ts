@@ -12,6 +12,8 @@ import {
 } from "./kubelet_node_status.ts";
 import type { EventRecorder, ObjectRef } from "./client/record.ts";
 import { initialNode } from "./nodestatus/node_status.ts";
+import { KubeletMetrics } from "./metrics/metrics.ts";
+import { NodeStartupLatencyTracker } from "./util/node_startup_latency_tracker.ts";
 
 /** A loopback stand-in for the apiserver's node endpoints. */
 function nodeServer() {
@@ -271,4 +273,120 @@ Deno.test("reconcileExisting patches only what differs", () => {
       annotations: { "volumes.kubernetes.io/controller-managed-attach-detach": "true" },
     },
   });
+});
+
+/** The tracker, noting each call with the number of apiserver requests made before it. */
+class CallLog extends NodeStartupLatencyTracker {
+  readonly calls: string[] = [];
+  constructor(readonly requests: readonly string[], clock: FakeClock, metrics: KubeletMetrics) {
+    super({ clock, metrics, bootTimeMs: undefined });
+  }
+  override recordAttemptRegisterNode(): void {
+    this.calls.push(`attempt after ${this.requests.length}`);
+    super.recordAttemptRegisterNode();
+  }
+  override recordRegisteredNewNode(): void {
+    this.calls.push(`registered after ${this.requests.length}`);
+    super.recordRegisteredNewNode();
+  }
+  override recordNodeReady(): void {
+    this.calls.push(`ready after ${this.requests.length}`);
+    super.recordNodeReady();
+  }
+}
+
+Deno.test("NodeStatusManager tells the start-up tracker of the first attempt, the Node it created and the first Ready posted", async () => {
+  const s = nodeServer();
+  const clock = new FakeClock(Date.UTC(2026, 11, 2, 12, 0, 0));
+  const metrics = new KubeletMetrics({ process: false });
+  const tracker = new CallLog(s.requests, clock, metrics);
+  const notReady = ["container runtime is down"];
+  const { client, m } = manager(s.url, clock, notReady, undefined, { startupTracker: tracker });
+  try {
+    clock.step(1_500);
+    await m.registerWithAPIServer(new AbortController().signal);
+    assert.deepEqual(s.requests, ["POST /api/v1/nodes"]);
+    assert.deepEqual(tracker.calls, ["attempt after 0", "registered after 1"]);
+    assert.equal(metrics.nodeStartupPreRegistration.get(), 1.5);
+    // A status that is not Ready: posted, but the node is not ready yet.
+    clock.step(2_000);
+    await m.updateNodeStatus();
+    assert.equal(s.requests.at(-1), "PATCH /api/v1/nodes/node-a/status");
+    assert.deepEqual(tracker.calls.slice(2), []);
+    notReady.length = 0;
+    clock.step(3_000);
+    await m.updateNodeStatus();
+    assert.deepEqual(tracker.calls.slice(2), [`ready after ${s.requests.length}`]);
+    assert.equal(metrics.nodeStartupPostRegistration.get(), 5);
+  } finally {
+    client.close();
+    await s.server.shutdown();
+  }
+});
+
+Deno.test("NodeStatusManager does not count a Node that already existed as registered by it", async () => {
+  const s = nodeServer();
+  const clock = new FakeClock(0);
+  const metrics = new KubeletMetrics({ process: false });
+  const tracker = new CallLog(s.requests, clock, metrics);
+  const { client, m } = manager(s.url, clock, [], undefined, { startupTracker: tracker });
+  try {
+    s.nodes.set("node-a", { metadata: { name: "node-a", uid: "uid-0" } });
+    await m.registerWithAPIServer(new AbortController().signal);
+    assert.equal(m.registered, true);
+    assert.equal(s.requests[0], "POST /api/v1/nodes", "the create was answered 409");
+    assert.deepEqual(tracker.calls, ["attempt after 0"]);
+    clock.step(1_000);
+    await m.updateNodeStatus();
+    // Ready is reported as upstream's patchNodeStatus does; the tracker ignores it unregistered.
+    assert.deepEqual(tracker.calls.slice(1), [`ready after ${s.requests.length}`]);
+    assert.equal(metrics.nodeStartupRegistration.get(), 0);
+    assert.equal(metrics.nodeStartupPostRegistration.get(), 0);
+  } finally {
+    client.close();
+    await s.server.shutdown();
+  }
+});
+
+Deno.test("NodeStatusManager registers the Node with its status as readiness stood when registration began, recording the setters' events", async () => {
+  const s = nodeServer();
+  const clock = new FakeClock(Date.UTC(2026, 11, 2, 12, 0, 0));
+  const recorded: string[] = [];
+  const recorder: EventRecorder = { event: (_ref, _type, reason) => recorded.push(reason) };
+  const notReady = ["container runtime status check may not have completed yet"];
+  const { client, m } = manager(s.url, clock, notReady, undefined, {
+    recorder,
+    // The runtime's first check completes while the registration gathers the machine's facts.
+    machineInfo: () => {
+      notReady.length = 0;
+      return Promise.resolve({
+        numCores: 2,
+        memoryCapacity: 2 ** 33,
+        hugePages: new Map(),
+        machineID: "m",
+        systemUUID: "s",
+        bootID: "b",
+        kernelVersion: "k",
+        osImage: "o",
+      });
+    },
+  });
+  try {
+    await m.tryRegister();
+    const created = s.nodes.get("node-a")!;
+    const ready = created.status?.conditions?.find((c) => c.type === "Ready");
+    assert.equal(ready?.status, "False", "registered NotReady: the runtime was not yet checked");
+    assert.equal(ready?.reason, "KubeletNotReady");
+    assert.equal(created.status?.conditions?.length, 4);
+    assert.deepEqual(recorded.splice(0), [
+      "NodeHasSufficientMemory",
+      "NodeHasNoDiskPressure",
+      "NodeHasSufficientPID",
+    ]);
+    await m.updateNodeStatus();
+    assert.deepEqual(recorded, ["NodeReady"]);
+  } finally {
+    client.close();
+    await s.server.shutdown();
+  }
 });

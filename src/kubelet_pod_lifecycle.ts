@@ -13,7 +13,7 @@ import { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
 import type { V1ConfigMap, V1Node, V1Secret } from "@kubernetes/client-node";
 import type { Clock } from "./util/clock.ts";
-import type { EventRecorder } from "./client/record.ts";
+import { type EventRecorder, nodeRef } from "./client/record.ts";
 import { DnsConfigurer } from "./network/dns.ts";
 import { type CredentialVerificationPolicy, ImageManager } from "./images/image_manager.ts";
 import type { Logger } from "./klog/klog.ts";
@@ -43,6 +43,7 @@ import { TOKEN_GC_PERIOD_MS, TokenManager } from "./token/token_manager.ts";
 import { VolumeManager, type VolumeManagerOptions } from "./volume/volume_manager.ts";
 import type { VolumePlugin } from "./volume/plugin.ts";
 import { probeVolumePlugins } from "./volume/plugins.ts";
+import { DraManager } from "./cm/dra_manager.ts";
 import { ActiveDeadlineHandler } from "./active_deadline.ts";
 import { AllocationManager } from "./allocation/allocation_manager.ts";
 import { ResourceState } from "./allocation/state_checkpoint.ts";
@@ -114,6 +115,8 @@ export interface PodLifecycleOptions {
   readonly metrics?: KubeletMetrics;
   /** RunPodSandbox calls in flight at once; 0 = no limit. @default 0 */
   readonly maxParallelSandboxStarts?: number;
+  /** RuntimeDefault seccomp for containers naming no profile (seccompDefault). @default false */
+  readonly seccompDefault?: boolean;
   /** The pods' allocated resources (`allocated_pods_state`). @default in memory */
   readonly allocatedState?: ResourceState;
   /** The containers' actuated resources (`actuated_pods_state`). @default in memory */
@@ -158,7 +161,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
   // container events leaves it relisting as the generic PLEG does.
   const pleg: PodLifecycleEventGenerator = config.featureGates?.EventedPLEG === false
     ? generic
-    : new EventedPLEG({ runtime, cache: podCache, generic, clock, logger });
+    : new EventedPLEG({ runtime, cache: podCache, generic, clock, logger, metrics });
   const podManager = new PodManager();
   const reasonCache = new ReasonCache();
   const syncerRef: { syncer?: PodSyncer } = {};
@@ -166,6 +169,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     client: o.kubeClient,
     clock,
     logger,
+    metrics,
     // The status of a static pod goes to its mirror pod.
     translatePodUID: (uid) => {
       const pod = podManager.getPodByUID(uid);
@@ -198,12 +202,14 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     allowlist: config.preloadedImagesVerificationAllowlist,
     logger,
     pullingTimeRecorder: startupTracker,
+    metrics: metrics?.image,
   });
   const dns = new DnsConfigurer({
     clusterDNS: config.clusterDNS ?? [],
     clusterDomain: config.clusterDomain ?? "",
     resolvConf: config.resolvConf,
     recorder,
+    nodeRef: nodeRef(o.nodeName),
     logger,
   });
   const podsDirectory = join(o.rootDirectory, "pods");
@@ -248,6 +254,8 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     recorder,
     logger,
     references: [configMaps, secrets].filter((m) => m !== undefined),
+    metrics: metrics?.volume,
+    clock,
   };
   const volumeManager = (o.newVolumeManager ?? ((v) => new VolumeManager(v)))(volumeOptions);
   const podVolumes = (uid: string) => volumeManager.podVolumes(uid);
@@ -265,6 +273,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     // Probe results reach the pod's worker through the sync loop, as upstream's channels.
     onUpdate: (_kind, podUID) => loopRef.loop?.pushProbeUpdate(podUID),
   });
+  const dra = new DraManager({ clock, logger, metrics: metrics?.dra });
   const runtimeManager = new KubeRuntimeManager({
     runtime,
     imageService,
@@ -298,15 +307,17 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     startupTracker,
     metrics,
     maxParallelSandboxStarts: o.maxParallelSandboxStarts,
+    seccompDefault: o.seccompDefault,
     actuatedState: o.actuatedState,
     podCgroups: o.podCgroups,
+    dra,
   });
-  const resizeConditions = new PodResizeConditions(clock);
+  const resizeConditions = new PodResizeConditions(clock, metrics);
   const allocation = new AllocationManager({
     state: o.allocatedState ?? ResourceState.inMemory(),
     conditions: resizeConditions,
-    canAdmit: (pod, others) => {
-      const r = syncerRef.syncer?.canAdmit(pod, others);
+    canAdmit: (pod, others, operation) => {
+      const r = syncerRef.syncer?.canAdmit(pod, others, operation);
       return r ? { admit: false, ...r } : { admit: true };
     },
     getActivePods: () => syncerRef.syncer?.activePods() ?? [],
@@ -316,6 +327,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     recorder,
     clock,
     logger,
+    metrics,
   });
   const mirrorClient = o.kubeClient
     ? new MirrorClient({
@@ -356,6 +368,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     signal: o.signal,
     prober,
     volumes: volumeManager,
+    dra,
     admitHandlers: o.admitHandlers,
     syncLoopHandlers: [activeDeadline],
     syncHandlers: [activeDeadline],

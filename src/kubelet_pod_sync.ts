@@ -32,12 +32,13 @@ import { generateAPIPodStatus, podIsTerminalPhase } from "./kubelet_pods.ts";
 import { readTerminationMessage } from "./kuberuntime/kuberuntime_manager.ts";
 import { admitPod } from "./lifecycle/predicate.ts";
 import type { PodCgroups } from "./cm/container_manager.ts";
+import type { DraManager } from "./cm/dra_manager.ts";
 import { isMirrorPod, isMirrorPodOf, isStaticPod, type MirrorClient } from "./pod/mirror_client.ts";
 import { CONFIG_FIRST_SEEN_ANNOTATION } from "./config/pod_config.ts";
 import type { PodLifecycleEvent } from "./pleg/generic.ts";
 import type { PodCache, PodStatus } from "./container/pod_cache.ts";
 import type { PodManager } from "./pod/pod_manager.ts";
-import { PodWorkers, type SyncPodType } from "./pod_workers.ts";
+import { PodWorkers, type PodWorkerSync, type SyncPodType } from "./pod_workers.ts";
 import type { ReasonCache } from "./reason_cache.ts";
 import type { StatusManager } from "./status/status_manager.ts";
 import type { PodSyncResult } from "./container/sync_result.ts";
@@ -46,7 +47,7 @@ import type { SyncHandler } from "./kubelet_sync_loop.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { PodSyncHandler, PodSyncLoopHandler } from "./lifecycle/interfaces.ts";
 import type { AllocationManager } from "./allocation/allocation_manager.ts";
-import { isResizableContainer, requirementsEqual } from "./allocation/allocation_manager.ts";
+import { recordResizeOperations } from "./allocation/resize_operations.ts";
 import { type PodResizeConditions, REASON_ERROR } from "./status/resize_conditions.ts";
 import { resizeMessage } from "./allocation/allocation_manager.ts";
 
@@ -148,12 +149,30 @@ export interface PodSyncerOptions {
   readonly syncHandlers?: readonly PodSyncHandler[];
   /** Pod volumes; without one, no volume is set up and no pod directory is cleaned up. */
   readonly volumes?: PodVolumes;
+  /** Unprepares a stopped pod's ResourceClaims. @default none */
+  readonly dra?: Pick<DraManager, "unprepareResources">;
   /** Stops the pod workers. */
   readonly signal?: AbortSignal;
   /** The pods' start-up timelines: seen, admitted, volumes, running, ready. @default none */
   readonly startupTracker?: Pick<PodStartupLatencyTracker, "recordPhase" | "retain">;
   /** kubelet_pod_start_duration_seconds and the pod workers' durations. @default none */
-  readonly metrics?: Pick<KubeletMetrics, "podStartDuration" | "podWorkerDuration">;
+  readonly metrics?: Pick<
+    KubeletMetrics,
+    | "podStartDuration"
+    | "podWorkerDuration"
+    | "containersPerPodCount"
+    | "podWorkerStartDuration"
+    | "desiredPods"
+    | "activePods"
+    | "mirrorPods"
+    | "workingPods"
+    | "restartedPodsTotal"
+    | "orphanedRuntimePodsTotal"
+    | "managedEphemeralContainers"
+    | "containerRequestedResizes"
+    | "topologyAdmissionRequests"
+    | "topologyAdmissionDuration"
+  >;
   /**
    * The pods' allocated resources and pending resizes. @default none: pods are admitted as
    * their specs say and resizes are not taken (the containers keep their resources)
@@ -165,6 +184,16 @@ export interface PodSyncerOptions {
 
 /** Upstream's minimal grace period when killing pods the kubelet no longer knows (orphans). */
 const ORPHAN_GRACE_SECONDS = 1;
+
+/**
+ * The `config` and `static` label values of kubelet_working_pods upstream sets each
+ * housekeeping (zero included), for each `lifecycle`.
+ */
+const WORKING_POD_KINDS: readonly (readonly [string, readonly string[]])[] = [
+  ["desired", ["", "true"]],
+  ["orphan", ["", "true"]],
+  ["runtime_only", ["unknown"]],
+];
 
 function uidOf(pod: V1Pod): string {
   return pod.metadata?.uid ?? "";
@@ -289,7 +318,8 @@ export class PodSyncer implements SyncHandler {
         continue;
       }
       const allocation = this.#o.allocation;
-      if (allocation && (oldPod === undefined || resized(oldPod, pod))) {
+      const { metrics } = this.#o;
+      if (allocation && (oldPod === undefined || recordResizeOperations(oldPod, pod, metrics))) {
         if (allocation.updatePodFromAllocation(pod).updated) {
           allocation.pushPendingResize(uidOf(pod));
           allocation.retryPendingResizes("pod_updated");
@@ -393,7 +423,7 @@ export class PodSyncer implements SyncHandler {
    * sync loop does not wait for it; pods dispatched meanwhile are kept.
    */
   async handlePodCleanups(signal: AbortSignal): Promise<void> {
-    const { pods: allPods, orphanedMirrorPodFullnames } = this.#o.podManager
+    const { pods: allPods, mirrorPods, orphanedMirrorPodFullnames } = this.#o.podManager
       .getPodsAndMirrorPods();
     const working = this.workers.syncKnownPods(allPods);
 
@@ -403,6 +433,7 @@ export class PodSyncer implements SyncHandler {
     this.#housekeepingKeeps.add(keep);
     try {
       await this.#cleanup(signal, allPods, orphanedMirrorPodFullnames, working, keep);
+      this.#recordPodCounts(allPods, mirrorPods.length, working);
     } finally {
       this.#housekeepingKeeps.clear();
     }
@@ -412,7 +443,7 @@ export class PodSyncer implements SyncHandler {
     signal: AbortSignal,
     allPods: readonly V1Pod[],
     orphanedMirrorPodFullnames: readonly string[],
-    working: ReadonlyMap<string, unknown>,
+    working: Map<string, PodWorkerSync>,
     keep: ReadonlySet<string>,
   ): Promise<void> {
     const { podManager, statusManager, podCache, logger, clock } = this.#o;
@@ -433,6 +464,7 @@ export class PodSyncer implements SyncHandler {
 
     // Runtime pods the kubelet has no worker for (such as pods deleted while it was down).
     const start = clock.now();
+    let orphans = 0;
     for (const uid of this.#o.runtimePodIds()) {
       if (this.workers.podWorkerState(uid) !== undefined) continue;
       const status = podCache.get(uid).status;
@@ -445,10 +477,14 @@ export class PodSyncer implements SyncHandler {
       this.workers.updatePod({
         updateType: "kill",
         pod,
+        runtimeOnly: true,
         startTime: start,
         killPodOptions: { podTerminationGracePeriodSecondsOverride: ORPHAN_GRACE_SECONDS },
       });
+      working.set(uid, { state: "terminating", orphan: true, hasConfig: false, static: false });
+      orphans++;
     }
+    this.#o.metrics?.orphanedRuntimePodsTotal.inc(undefined, orphans);
 
     // Directories of pods neither desired, nor working, nor running: their volumes are
     // torn down, then the directories go (upstream cleanupOrphanedPodDirs).
@@ -496,6 +532,7 @@ export class PodSyncer implements SyncHandler {
 
     // Desired pods without a worker (a UID reused after termination): start them again, unless
     // removed while the cleanups above ran.
+    const restarts = { "": 0, "true": 0 };
     for (const pod of allPods) {
       const uid = uidOf(pod);
       if (working.has(uid) || this.#isAdmittedPodTerminal(pod)) continue;
@@ -507,6 +544,56 @@ export class PodSyncer implements SyncHandler {
         podUID: uid,
       });
       this.#dispatch(pod, "create", mirrorPod, start);
+      const isStatic = isStaticPod(pod);
+      working.set(uid, { state: "sync", orphan: false, hasConfig: true, static: isStatic });
+      restarts[isStatic ? "true" : ""]++;
+    }
+    for (const [label, n] of Object.entries(restarts)) {
+      this.#o.metrics?.restartedPodsTotal.inc({ static: label }, n);
+    }
+  }
+
+  /**
+   * The pod counts upstream's HandlePodCleanups sets after its cleanups: desired and active pods
+   * (regular, static), mirror pods, ephemeral containers, and the pod workers' pods by phase and
+   * whether their pod is desired, orphaned or known only from the runtime.
+   */
+  #recordPodCounts(
+    allPods: readonly V1Pod[],
+    mirrorPods: number,
+    working: ReadonlyMap<string, PodWorkerSync>,
+  ): void {
+    const m = this.#o.metrics;
+    if (!m) return;
+    const active = this.activePods();
+    for (const [label, isStatic] of [["", false], ["true", true]] as const) {
+      m.desiredPods.set(allPods.filter((p) => isStaticPod(p) === isStatic).length, {
+        static: label,
+      });
+      m.activePods.set(active.filter((p) => isStaticPod(p) === isStatic).length, {
+        static: label,
+      });
+    }
+    m.mirrorPods.set(mirrorPods);
+    m.managedEphemeralContainers.set(
+      allPods.reduce((n, p) => n + (p.spec?.ephemeralContainers?.length ?? 0), 0),
+    );
+    const counts = new Map<string, number>();
+    for (const w of working.values()) {
+      const config = !w.hasConfig ? "runtime_only" : w.orphan ? "orphan" : "desired";
+      const key = `${w.state}|${config}|${!w.hasConfig ? "unknown" : w.static ? "true" : ""}`;
+      counts.set(key, (counts.get(key) ?? 0) + 1);
+    }
+    for (const state of ["sync", "terminating", "terminated"] as const) {
+      for (const [config, statics] of WORKING_POD_KINDS) {
+        for (const st of statics) {
+          m.workingPods.set(counts.get(`${state}|${config}|${st}`) ?? 0, {
+            lifecycle: state,
+            config,
+            static: st,
+          });
+        }
+      }
     }
   }
 
@@ -572,6 +659,12 @@ export class PodSyncer implements SyncHandler {
     const uid = uidOf(pod);
     const status = podStatus ?? this.#o.podCache.get(uid).status;
     logger.v(4).info("SyncPod enter", { pod: kobj(pod), podUID: uid, updateType });
+    if (updateType === "create") {
+      const seen = Date.parse(pod.metadata?.annotations?.[CONFIG_FIRST_SEEN_ANNOTATION] ?? "");
+      if (!Number.isNaN(seen)) {
+        this.#o.metrics?.podWorkerStartDuration.observe((this.#o.clock.now() - seen) / 1000);
+      }
+    }
     this.#updateResizeInProgress(pod, status);
     const apiStatus = await this.#generateStatus(pod, status, false, signal);
     this.#recordStart(pod, statusManager.getPodStatus(uid), apiStatus);
@@ -734,6 +827,8 @@ export class PodSyncer implements SyncHandler {
     if (hasRunningContainers(after)) {
       throw new Error("detected running containers after a successful KillPod");
     }
+    // After every container stopped and before the status changes (upstream's order).
+    if (!orphan) this.#o.dra?.unprepareResources(pod);
     if (!orphan) {
       statusManager.setPodStatus(pod, await this.#generateStatus(pod, after, true, signal));
     }
@@ -865,7 +960,11 @@ export class PodSyncer implements SyncHandler {
   }
 
   /** The admission checks (predicates, then the admit handlers) against `others`. */
-  canAdmit(pod: V1Pod, others: readonly V1Pod[]): { reason: string; message: string } | undefined {
+  canAdmit(
+    pod: V1Pod,
+    others: readonly V1Pod[],
+    operation: "add" | "resize" = "add",
+  ): { reason: string; message: string } | undefined {
     const node = this.#o.getNode();
     if (!node) return undefined;
     const r = admitPod({ pod, otherPods: [...others], node });
@@ -875,6 +974,11 @@ export class PodSyncer implements SyncHandler {
       const h = handler(pod);
       if (!h.admit) return { reason: h.reason ?? "", message: h.message ?? "" };
     }
+    // Upstream's topology manager is asked about every pod added; under the none policy (this
+    // agent's only one) nothing is aligned: counted, in 0 whole ms.
+    if (operation !== "add") return undefined;
+    this.#o.metrics?.topologyAdmissionRequests.inc();
+    this.#o.metrics?.topologyAdmissionDuration.observe(0);
     return undefined;
   }
 
@@ -1056,39 +1160,6 @@ export class PodSyncer implements SyncHandler {
       conditions,
     };
   }
-}
-
-/**
- * Whether a resizable container's cpu or memory changed between two versions of the pod
- * (upstream recordResizeOperations), or its pod-level resources did.
- */
-export function resized(oldPod: V1Pod, pod: V1Pod): boolean {
-  if (!requirementsEqual(oldPod.spec?.resources, pod.spec?.resources)) return true;
-  const pick = (r: V1ResourceRequirements | undefined) => ({
-    limits: pickCpuMemory(r?.limits),
-    requests: pickCpuMemory(r?.requests),
-  });
-  const lists = [
-    ["init", oldPod.spec?.initContainers, pod.spec?.initContainers],
-    ["regular", oldPod.spec?.containers, pod.spec?.containers],
-  ] as const;
-  for (const [type, olds, news] of lists) {
-    for (const c of olds ?? []) {
-      if (!isResizableContainer(c, type)) continue;
-      const n = news?.find((x) => x.name === c.name);
-      if (n && !requirementsEqual(pick(c.resources), pick(n.resources))) return true;
-    }
-  }
-  return false;
-}
-
-function pickCpuMemory(
-  list: Readonly<Record<string, string>> | undefined,
-): Record<string, string> | undefined {
-  if (!list) return undefined;
-  const out: Record<string, string> = {};
-  for (const k of ["cpu", "memory"]) if (list[k] !== undefined) out[k] = list[k]!;
-  return out;
 }
 
 function hasRunningContainers(status: PodStatus): boolean {

@@ -15,6 +15,12 @@ import { newPodLifecycle, type PodLifecycle } from "./kubelet_pod_lifecycle.ts";
 import type { PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
 import type { PodCgroups } from "./cm/container_manager.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
+import { KubeletMetrics } from "./metrics/metrics.ts";
+import {
+  CONFIG_FIRST_SEEN_ANNOTATION,
+  CONFIG_MIRROR_ANNOTATION,
+  CONFIG_SOURCE_ANNOTATION,
+} from "./config/pod_config.ts";
 import { EventedPLEG } from "./pleg/evented.ts";
 import type { PodLifecycleEventGenerator } from "./pleg/generic.ts";
 import type { StatusManager } from "./status/status_manager.ts";
@@ -69,6 +75,8 @@ interface HarnessOptions {
   readonly volumePlugins?: readonly VolumePlugin[];
   readonly admitHandlers?: readonly PodAdmitHandler[];
   readonly podCgroups?: PodCgroups;
+  /** Where the lifecycle records. @default none */
+  readonly metrics?: KubeletMetrics;
 }
 
 /** Pod cgroup calls of in-place resize, which these tests never make. */
@@ -147,6 +155,7 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
     admitHandlers: opts.admitHandlers,
     podCgroups: opts.podCgroups,
     newVolumeManager: (v) => new RecordingVolumes(v),
+    metrics: opts.metrics,
   });
   const { pleg, statusManager: statuses, podManager, loop, syncer } = lifecycle;
   const podsDirectory = join(dir, "pods");
@@ -982,5 +991,151 @@ Deno.test("PodSyncer stops a terminating pod's liveness and startup probes, not 
   await h.until("terminated", () => h.syncer.workers.isPodKnownTerminated(p.metadata!.uid!));
   // Before the container was stopped, only readiness was left.
   assert.deepEqual(seen[0], { workers: 1, running: true });
-  assert.equal(h.prober.workerCount, 0);
+  // Then the readiness worker goes too, once it has seen its stop (it ends on its own loop).
+  await h.until("no probe workers", () => h.prober.workerCount === 0);
+});
+
+/** A runtime pod no pod stands for (started by an earlier life of the agent), running. */
+async function startOrphan(h: Harness, name: string): Promise<void> {
+  const labels = {
+    "io.kubernetes.pod.name": name,
+    "io.kubernetes.pod.namespace": "default",
+    "io.kubernetes.pod.uid": `uid-${name}`,
+  };
+  const sandboxConfig = api.PodSandboxConfig.create({
+    metadata: { name, namespace: "default", uid: `uid-${name}`, attempt: 0 },
+    labels,
+  });
+  const sandbox = await h.runtime.runPodSandbox(sandboxConfig, "");
+  const id = await h.runtime.createContainer(
+    sandbox,
+    api.ContainerConfig.create({
+      metadata: { name: "main", attempt: 0 },
+      image: { image: IMAGE },
+      labels: { ...labels, "io.kubernetes.container.name": "main" },
+    }),
+    sandboxConfig,
+  );
+  await h.runtime.startContainer(id);
+}
+
+/** kubelet_working_pods as rendered: `lifecycle/config/static value`, in upstream's order. */
+async function workingPods(m: KubeletMetrics): Promise<string[]> {
+  return (await m.render()).split("\n").flatMap((l) => {
+    const r = /^kubelet_working_pods\{config="(.*)",lifecycle="(.*)",static="(.*)"\} (\d+)$/
+      .exec(l);
+    return r ? [`${r[2]}/${r[1]}/${r[3]} ${r[4]}`] : [];
+  });
+}
+
+Deno.test("PodSyncer.handlePodCleanups sets upstream's pod counts and every kubelet_working_pods series", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  await using h = await harness({ metrics });
+  const web = pod("web", "Always", {
+    ephemeralContainers: [{ name: "debug", image: IMAGE }, { name: "debug2", image: IMAGE }],
+  });
+  const fromFile = pod("static-web");
+  fromFile.metadata!.annotations = { [CONFIG_SOURCE_ANNOTATION]: "file" };
+  const mirror = pod("static-web");
+  mirror.metadata!.annotations = {
+    [CONFIG_SOURCE_ANNOTATION]: "api",
+    [CONFIG_MIRROR_ANNOTATION]: "hash",
+  };
+  h.add(web, mirror);
+  h.loop.push({ op: "ADD", pods: [fromFile], source: "file" });
+  await h.until(
+    "both pods running",
+    () => !!main(h.status("web"))?.state?.running && !!main(h.status("static-web"))?.state?.running,
+  );
+  const signal = new AbortController().signal;
+  await h.syncer.handlePodCleanups(signal);
+  for (const g of [metrics.desiredPods, metrics.activePods]) {
+    assert.deepEqual([g.get({ static: "" }), g.get({ static: "true" })], [1, 1], g.name);
+  }
+  assert.equal(metrics.mirrorPods.get(), 1);
+  assert.equal(metrics.managedEphemeralContainers.get(), 2);
+  // All 15 combinations upstream sets, zero included.
+  const all = (nonZero: Record<string, number>) =>
+    ["sync", "terminating", "terminated"].flatMap((l) =>
+      ["desired/", "desired/true", "orphan/", "orphan/true", "runtime_only/unknown"].map((k) =>
+        `${l}/${k} ${nonZero[`${l}/${k}`] ?? 0}`
+      )
+    ).sort();
+  assert.deepEqual(
+    (await workingPods(metrics)).sort(),
+    all({ "sync/desired/": 1, "sync/desired/true": 1 }),
+  );
+  assert.equal(metrics.orphanedRuntimePodsTotal.get(), 0);
+
+  // A runtime pod the workers never knew: killed, counted once, runtime only.
+  await startOrphan(h, "orphan");
+  await h.pleg.relist();
+  await h.syncer.handlePodCleanups(signal);
+  assert.equal(metrics.orphanedRuntimePodsTotal.get(), 1);
+  assert.deepEqual(
+    (await workingPods(metrics)).sort(),
+    all({ "sync/desired/": 1, "sync/desired/true": 1, "terminating/runtime_only/unknown": 1 }),
+  );
+  // Known to the workers from now on (as a pod without config): not counted again.
+  await h.syncer.handlePodCleanups(signal);
+  assert.equal(metrics.orphanedRuntimePodsTotal.get(), 1);
+  const runtimeOnly = (await workingPods(metrics)).filter((l) => /runtime_only\S* 1$/.test(l));
+  assert.equal(runtimeOnly.length, 1, runtimeOnly.join());
+});
+
+Deno.test("PodSyncer.handlePodCleanups restarts a static pod whose UID was reused and counts it", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  await using h = await harness({ metrics });
+  const fromFile = pod("static-web");
+  fromFile.metadata!.annotations = { [CONFIG_SOURCE_ANNOTATION]: "file" };
+  h.loop.push({ op: "ADD", pods: [fromFile], source: "file" });
+  await h.until("the pod running", () => !!main(h.status("static-web"))?.state?.running);
+  const uid = fromFile.metadata!.uid!;
+  // Deleted and created again with the same UID while it terminates (a static pod's edit).
+  h.syncer.workers.updatePod({ updateType: "kill", pod: fromFile, startTime: h.clock.now() });
+  h.syncer.workers.updatePod({ updateType: "create", pod: fromFile, startTime: h.clock.now() });
+  await h.until(
+    "the old pod terminated",
+    () => h.syncer.workers.podWorkerState(uid) === "terminated",
+  );
+  await h.syncer.handlePodCleanups(new AbortController().signal);
+  assert.equal(metrics.restartedPodsTotal.get({ static: "true" }), 1);
+  assert.equal(metrics.restartedPodsTotal.get({ static: "" }), 0);
+  assert.equal(h.syncer.workers.podWorkerState(uid), "sync");
+  assert.ok((await workingPods(metrics)).includes("sync/desired/true 1"));
+  await h.syncer.handlePodCleanups(new AbortController().signal);
+  assert.equal(metrics.restartedPodsTotal.get({ static: "true" }), 1, "restarted once");
+});
+
+Deno.test("PodSyncer observes kubelet_pod_worker_start_duration_seconds from the pod's first-seen time, on create only", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  await using h = await harness({ metrics });
+  const seen = pod("seen");
+  seen.metadata!.annotations = {
+    [CONFIG_FIRST_SEEN_ANNOTATION]: new Date(h.clock.now() - 1_500).toISOString(),
+  };
+  h.add(pod("unseen"), seen);
+  // The workers wait for the pod cache's first read of the pods: a relist, at the same time.
+  await settle();
+  await h.pleg.relist();
+  await settle();
+  assert.equal(metrics.podWorkerStartDuration.count(), 1, "only the pod with a first-seen time");
+  assert.match(await metrics.render(), /^kubelet_pod_worker_start_duration_seconds_sum 1\.5$/m);
+  await h.until("the pod running", () => !!main(h.status("seen"))?.state?.running);
+  await h.step(70_000); // a resync
+  assert.equal(metrics.podWorkerStartDuration.count(), 1, "later syncs are not starts");
+});
+
+Deno.test("PodSyncer counts a topology manager admission request for each pod added, none for a resize", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  await using h = await harness({ metrics });
+  h.add(pod("a"), pod("b"));
+  await h.until("both admitted", () => !!h.status("a") && !!h.status("b"));
+  assert.equal(metrics.topologyAdmissionRequests.get(), 2);
+  assert.equal(metrics.topologyAdmissionDuration.count(), 2);
+  assert.equal(h.syncer.canAdmit(pod("c"), [], "resize"), undefined);
+  assert.equal(metrics.topologyAdmissionRequests.get(), 2);
+  assert.equal(h.syncer.canAdmit(pod("d"), []), undefined);
+  assert.equal(metrics.topologyAdmissionRequests.get(), 3);
+  assert.equal(metrics.topologyAdmissionErrors.get(), 0);
 });

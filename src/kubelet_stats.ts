@@ -36,6 +36,13 @@ import { getPodQOS } from "./qos/qos.ts";
 /** The sampler id of the kubepods cgroup (the "pods" system container). */
 const POD_CGROUPS_ID = "system:pods";
 
+/** The QoS-class cgroups under kubepods (Guaranteed pods sit in kubepods itself). */
+const QOS_CLASSES = ["burstable", "besteffort"] as const;
+
+function qosCgroupId(qos: string): string {
+  return `qos:${qos}`;
+}
+
 /** The sampler id of a pod's cgroup. */
 function podCgroupId(uid: string): string {
   return `pod:${uid}`;
@@ -58,10 +65,22 @@ export interface KubeletStatsOptions {
   readonly runtimePods: () => readonly PodStatus[];
   readonly rootDirectory: string;
   readonly podLogsDirectory: string;
-  readonly machine: Pick<
-    MachineInfo,
-    "numCores" | "memoryCapacity" | "machineID" | "systemUUID" | "bootID" | "swapCapacity"
-  >;
+  readonly machine:
+    & Pick<
+      MachineInfo,
+      "numCores" | "memoryCapacity" | "machineID" | "systemUUID" | "bootID" | "swapCapacity"
+    >
+    & Partial<
+      Pick<
+        MachineInfo,
+        | "kernelVersion"
+        | "osImage"
+        | "numPhysicalCores"
+        | "numSockets"
+        | "numBooks"
+        | "numDrawers"
+      >
+    >;
   readonly volumeStatsAggPeriodMs?: number;
   readonly clock: Clock;
   readonly logger: Logger;
@@ -133,6 +152,8 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     });
   }
   const targets = new Map<string, { pod: PodStatus; container?: api.ContainerStatus }>();
+  /** Sandbox id to its image (the runtime's verbose status), for cAdvisor's image label. */
+  const sandboxImages = new Map<string, string>();
   const cadvisor = new Cadvisor({
     layout,
     root: o.root,
@@ -144,6 +165,14 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
       const out: SampleTarget[] = [...system];
       if (kubepodsExists()) {
         out.push({ id: POD_CGROUPS_ID, kind: "container", podUid: "", cgroupPath: kubepods });
+        for (const qos of QOS_CLASSES) {
+          out.push({
+            id: qosCgroupId(qos),
+            kind: "container",
+            podUid: "",
+            cgroupPath: nameOf(["kubepods", qos]),
+          });
+        }
         for (const { pod } of o.pods()) {
           const uid = pod.metadata?.uid ?? "";
           const qos = getPodQOS(pod);
@@ -177,6 +206,10 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
       const res = t.kind === "sandbox"
         ? await o.runtime.podSandboxStatus(t.id, true, signal)
         : await o.runtime.containerStatus(t.id, true, signal);
+      if (t.kind === "sandbox") {
+        const image = imageFromVerboseInfo(res.info);
+        if (image !== undefined) sandboxImages.set(t.id, image);
+      }
       return pidFromVerboseInfo(res.info);
     },
   });
@@ -189,6 +222,7 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     rootDirectory: o.rootDirectory,
     podLogsDirectory: o.podLogsDirectory,
     memoryCapacityBytes: o.machine.memoryCapacity,
+    swapCapacityBytes: o.machine.swapCapacity,
     volumeStatsAggPeriodMs: o.volumeStatsAggPeriodMs,
     clock: o.clock,
     logger: o.logger,
@@ -199,25 +233,34 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     ],
     podCgroupId,
   });
+  // cAdvisor's series: the root, the kubepods and QoS cgroups and every pod cgroup (raw
+  // cgroups: no name or image; a pod cgroup carries its pod's name and namespace, as the
+  // kubelet's label function finds the pod by cgroup), and every container and sandbox (the
+  // containerd handler: name is the id, image the runtime's, container "" for a sandbox).
   const cadvisorEntries = (): CadvisorEntry[] => {
     const entries: CadvisorEntry[] = [];
     const node = cadvisor.node();
     if (node) entries.push(toEntry("/", "", "", "", "", "", node));
+    for (const id of [POD_CGROUPS_ID, ...QOS_CLASSES.map(qosCgroupId)]) {
+      const s = cadvisor.latest(id);
+      if (s?.cgroup.cpu || s?.cgroup.memory) {
+        entries.push(toEntry(s.cgroupPath ?? "", "", "", "", "", "", s));
+      }
+    }
+    for (const { pod } of o.pods()) {
+      const s = cadvisor.latest(podCgroupId(pod.metadata?.uid ?? ""));
+      if (!s || (!s.cgroup.cpu && !s.cgroup.memory)) continue;
+      const m = pod.metadata ?? {};
+      entries.push(toEntry(s.cgroupPath ?? "", "", "", "", m.name ?? "", m.namespace ?? "", s));
+    }
+    for (const id of sandboxImages.keys()) if (!targets.has(id)) sandboxImages.delete(id);
     for (const [id, { pod, container }] of targets) {
       const sample = cadvisor.latest(id);
       if (!sample) continue;
-      const name = container ? container.labels[CONTAINER_NAME_LABEL] ?? "" : "POD";
+      const name = container ? container.labels[CONTAINER_NAME_LABEL] ?? "" : "";
+      const image = container ? container.image?.image ?? "" : sandboxImages.get(id) ?? "";
       entries.push(
-        toEntry(
-          sample.cgroupPath ?? "",
-          id,
-          container?.image?.image ?? "",
-          name,
-          pod.name,
-          pod.namespace,
-          sample,
-          container ? Number(container.startedAt / 1_000_000_000n) : undefined,
-        ),
+        toEntry(sample.cgroupPath ?? "", id, image, name, pod.name, pod.namespace, sample),
       );
     }
     return entries;
@@ -229,14 +272,30 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
       summary: (signal) => provider.summary(signal),
       cpuAndMemory: () => provider.cpuAndMemory(),
       cadvisorEntries,
+      // The kubelet's cached MachineInfo carries no timestamp: samples are unstamped.
       machine: {
         numCores: o.machine.numCores,
+        numPhysicalCores: o.machine.numPhysicalCores,
+        numSockets: o.machine.numSockets,
+        numBooks: o.machine.numBooks ?? 0,
+        numDrawers: o.machine.numDrawers ?? 0,
         memoryBytes: o.machine.memoryCapacity,
         swapBytes: o.machine.swapCapacity,
         machineID: o.machine.machineID,
         systemUUID: o.machine.systemUUID,
         bootID: o.machine.bootID,
-        timestampMs: machineReadAt,
+        // No NVM support in the kubelet's cAdvisor build (no ipmctl): zeros, as upstream's.
+        nvm: { memoryModeCapacity: 0, appDirectModeCapacity: 0, avgPowerBudget: 0 },
+      },
+      cadvisorOptions: {
+        versionInfo: {
+          kernelVersion: o.machine.kernelVersion ?? "",
+          osVersion: o.machine.osImage ?? "",
+          dockerVersion: "",
+          cadvisorVersion: "",
+          cadvisorRevision: "",
+        },
+        pressure: layout.mode === "v2" && psiAvailable(layout.unified),
       },
       logger: o.logger,
     }),
@@ -251,6 +310,28 @@ export function statsUnavailableRoutes(reason: string): Route[] {
     handler: (_r, res) =>
       httpError(res, 500, `Internal Error: statistics are unavailable: ${reason}`),
   }));
+}
+
+/** cAdvisor registers the pressure families only where the cgroup2 root has cpu.pressure. */
+function psiAvailable(unified: string | undefined): boolean {
+  if (unified === undefined) return false;
+  try {
+    return Deno.statSync(join(unified, "cpu.pressure")).isFile;
+  } catch {
+    return false;
+  }
+}
+
+/** The image of a sandbox in a CRI verbose status: containerd's `info` JSON has `"image"`. */
+export function imageFromVerboseInfo(info: Readonly<Record<string, string>>): string | undefined {
+  const raw = info["info"];
+  if (raw === undefined) return undefined;
+  try {
+    const image = (JSON.parse(raw) as { image?: unknown }).image;
+    return typeof image === "string" && image !== "" ? image : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The pid in a CRI verbose status: containerd's `info` JSON has `"pid"`. */
@@ -273,9 +354,15 @@ function toEntry(
   pod: string,
   namespace: string,
   s: Sample,
-  startTimeSeconds?: number,
 ): CadvisorEntry {
   const m = s.cgroup.memory;
+  const d = s.cgroup.detail;
+  const cfs = d?.cpu.cfs;
+  const p = s.processes;
+  const pids = s.cgroup.pids;
+  const ns = (v: number | undefined) => v === undefined ? undefined : v / 1e9;
+  const psi = (x: { some: { total: number }; full: { total: number } } | undefined) =>
+    x && { someUs: x.some.total, fullUs: x.full.total };
   return {
     id,
     name,
@@ -284,7 +371,19 @@ function toEntry(
     pod,
     namespace,
     timestampMs: s.time,
-    cpu: s.cgroup.cpu && { usageSecondsTotal: Number(s.cgroup.cpu.usageCoreNanoSeconds) / 1e9 },
+    cpu: s.cgroup.cpu && {
+      usageSecondsTotal: Number(s.cgroup.cpu.usageCoreNanoSeconds) / 1e9,
+      userSecondsTotal: ns(d?.cpu.userNanoSeconds),
+      systemSecondsTotal: ns(d?.cpu.systemNanoSeconds),
+      cfs: cfs && {
+        periods: cfs.periods,
+        throttledPeriods: cfs.throttledPeriods,
+        throttledSecondsTotal: cfs.throttledNanoSeconds / 1e9,
+        burstPeriods: cfs.bursts,
+        burstSecondsTotal: ns(cfs.burstNanoSeconds),
+      },
+    },
+    loadStats: s.cgroup.cpu !== undefined,
     memory: m && {
       usageBytes: m.usageBytes,
       workingSetBytes: m.workingSetBytes,
@@ -292,9 +391,44 @@ function toEntry(
       pageFaults: m.pageFaults,
       majorPageFaults: m.majorPageFaults,
       limitBytes: m.limitBytes ?? Infinity,
+      cacheBytes: d?.memory.cacheBytes,
+      swapBytes: d?.memory.swapBytes,
+      failcnt: d?.memory.failcnt,
+      kernelUsageBytes: d?.memory.kernelUsageBytes,
+      mappedFileBytes: d?.memory.mappedFileBytes,
+      maxUsageBytes: d?.memory.maxUsageBytes,
+      totalActiveFileBytes: d?.memory.activeFileBytes,
+      totalInactiveFileBytes: d?.memory.inactiveFileBytes,
     },
+    spec: d?.spec,
+    blkio: d?.blkio?.map((b) => ({ ...b, device: blockDeviceName(b.major, b.minor) })),
+    oomEvents: d?.oomKills,
     network: s.network?.map((n) => ({ ...n })),
-    startTimeSeconds,
-    processes: s.cgroup.pids?.current,
+    startTimeSeconds: d?.creationTimeMs === undefined ? undefined : d.creationTimeMs / 1000,
+    processes: p?.processes,
+    fileDescriptors: p?.fileDescriptors,
+    sockets: p?.sockets,
+    ulimits: p?.ulimits,
+    threads: pids?.current,
+    threadsMax: pids === undefined ? undefined : pids.limit ?? 0,
+    pressure: d?.psi &&
+      { cpu: psi(d.psi.cpu), memory: psi(d.psi.memory), io: psi(d.psi.io) },
   };
+}
+
+const deviceNames = new Map<string, string>();
+
+/** "/dev/<name>" of a block device by number (sysfs), as cAdvisor's disk map names it. */
+function blockDeviceName(major: number, minor: number): string {
+  const key = `${major}:${minor}`;
+  let name = deviceNames.get(key);
+  if (name === undefined) {
+    try {
+      name = `/dev/${Deno.readLinkSync(`/sys/dev/block/${key}`).split("/").at(-1)}`;
+    } catch {
+      name = key;
+    }
+    deviceNames.set(key, name);
+  }
+  return name;
 }

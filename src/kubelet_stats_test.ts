@@ -25,7 +25,9 @@ async function world(podPath: string | undefined) {
     cgroups.push(cg(podPath, 5_000_000_000n, 60_000_000), cg("/kubepods", 9_000_000_000n, 1e8));
   }
   const fixture = await buildCgroupFixture(root, "hybrid", cgroups);
-  const info = (path: string) => ({ info: JSON.stringify({ pid: fixture.pids.get(path) }) });
+  const info = (path: string, image?: string) => ({
+    info: JSON.stringify({ pid: fixture.pids.get(path), image }),
+  });
   const pod: V1Pod = {
     metadata: { name: "web", namespace: "default", uid: UID },
     spec: { containers: [{ name: "main", resources: { requests: { cpu: "100m" } } }] },
@@ -53,7 +55,9 @@ async function world(podPath: string | undefined) {
       containerStatus: () =>
         Promise.resolve(api.ContainerStatusResponse.create({ info: info(cPath) })),
       podSandboxStatus: () =>
-        Promise.resolve(api.PodSandboxStatusResponse.create({ info: info(sbPath) })),
+        Promise.resolve(
+          api.PodSandboxStatusResponse.create({ info: info(sbPath, "registry.k8s.io/pause:3.10") }),
+        ),
       listContainerStats: () => Promise.resolve([]),
     },
     imageService: { imageFsInfo: () => Promise.resolve(api.ImageFsInfoResponse.create({})) },
@@ -109,5 +113,42 @@ Deno.test("newKubeletStats gives /metrics/cadvisor an entry per container and sa
     body,
     /^container_memory_usage_bytes\{container="main",id="\/k8s.io\/main",image="",name="c1",namespace="default",pod="web"\} 4e\+07 /m,
   );
-  assert.match(body, /^container_memory_usage_bytes\{container="POD",id="\/k8s.io\/sandbox",/m);
+  // A sandbox as cAdvisor's containerd handler labels it: no container name, the pause image.
+  assert.match(
+    body,
+    /^container_memory_usage_bytes\{container="",id="\/k8s.io\/sandbox",image="registry.k8s.io\/pause:3.10",name="sb",namespace="default",pod="web"\} /m,
+  );
+});
+
+Deno.test("newKubeletStats gives /metrics/cadvisor series for the pod, QoS and kubepods cgroups", async () => {
+  await using w = await world(BURSTABLE_POD);
+  await w.stats.cadvisor.housekeep();
+  const route = w.stats.routes.find((r) => r.pattern === "/metrics/cadvisor")!;
+  let body = "";
+  await route.handler!(
+    { url: new URL("https://k/metrics/cadvisor") } as never,
+    { writeHead: () => {}, end: (t: string) => void (body = t) } as never,
+  );
+  const ids = [
+    ...body.matchAll(
+      /^container_memory_usage_bytes\{container="([^"]*)",id="([^"]*)",image="[^"]*",name="[^"]*",namespace="([^"]*)",pod="([^"]*)"/gm,
+    ),
+  ]
+    .map((m) => `${m[2]} ${m[1]}/${m[3]}/${m[4]}`);
+  assert.deepEqual(ids, [
+    "/ //",
+    "/kubepods //",
+    `${BURSTABLE_POD} /default/web`,
+    `${BURSTABLE_POD}/sandbox /default/web`,
+    `${BURSTABLE_POD}/main main/default/web`,
+  ]);
+  // The fixture has no burstable/besteffort cgroup files of its own: no series for them.
+  assert.match(body, /^container_spec_cpu_shares\{/m);
+  assert.match(body, /^container_threads\{container="main",.*\} 1 /m);
+  assert.match(body, /^machine_cpu_books\{/m);
+  assert.doesNotMatch(
+    body,
+    /^machine_cpu_cores\{[^}]*\} \d+ \d+$/m,
+    "machine samples are unstamped",
+  );
 });

@@ -69,7 +69,10 @@ export interface PodStartupLatencyTrackerOptions {
   readonly clock: Pick<Clock, "now">;
   readonly logger: Logger;
   /** Where the SLI is observed. @default none: only the timeline is kept */
-  readonly metrics?: Pick<KubeletMetrics, "podStartSLIDuration" | "podStartTotalDuration">;
+  readonly metrics?: Pick<
+    KubeletMetrics,
+    "podStartSLIDuration" | "podStartTotalDuration" | "firstNetworkPodStartSLIDuration"
+  >;
 }
 
 interface SliState {
@@ -148,6 +151,8 @@ export class PodStartupLatencyTracker {
   /** Pods excluded for having been unschedulable; never tracked again. */
   readonly #excluded = new Set<string>();
   readonly #timelines = new Map<string, Timeline>();
+  /** A pod off the host network has had its start observed (upstream firstNetworkPodSeen). */
+  #firstNetworkPodSeen = false;
 
   constructor(opts: PodStartupLatencyTrackerOptions) {
     this.#o = opts;
@@ -221,7 +226,14 @@ export class PodStartupLatencyTracker {
     });
     const m = this.#o.metrics;
     m?.podStartTotalDuration.observe(e2eMs / 1000, {});
-    if (!stateful) m?.podStartSLIDuration.observe(sloMs / 1000, {});
+    if (!stateful) {
+      m?.podStartSLIDuration.observe(sloMs / 1000, {});
+      // The first pod on the pod network: a slow CNI plugin shows here.
+      if (!pod.spec?.hostNetwork && !this.#firstNetworkPodSeen) {
+        m?.firstNetworkPodStartSLIDuration.set(sloMs / 1000);
+        this.#firstNetworkPodSeen = true;
+      }
+    }
     state.recorded = true;
   }
 

@@ -221,3 +221,32 @@ Deno.test("PodStartupLatencyTracker does not count a start shown by another writ
   tracker.observedPodOnWatch(written, clock.now());
   assert.equal(metrics.podStartSLIDuration.count({}), 1);
 });
+
+Deno.test("PodStartupLatencyTracker sets the first network pod's SLI duration from the first pod off the host network only", () => {
+  const { clock, metrics, tracker } = world();
+  /** Sees pod `uid` created now, then running `ms` later. */
+  const start = (uid: string, ms: number, spec: Partial<NonNullable<V1Pod["spec"]>> = {}) => {
+    const created = clock.now();
+    const pod = (status: V1Pod["status"]) => {
+      const p = apiPod(uid, status, { containers: [{ name: "a" }], ...spec });
+      p.metadata!.creationTimestamp = new Date(created);
+      return p;
+    };
+    tracker.observedPodOnWatch(pod({}), clock.now());
+    clock.step(ms);
+    tracker.recordStatusUpdated(pod(RUNNING));
+    tracker.observedPodOnWatch(pod(RUNNING), clock.now());
+  };
+  const first = () => metrics.firstNetworkPodStartSLIDuration.get();
+  start("host", 1_000, { hostNetwork: true });
+  start("stateful", 2_000, {
+    volumes: [{ name: "data", persistentVolumeClaim: { claimName: "c" } }],
+  });
+  assert.equal(metrics.podStartTotalDuration.count({}), 2);
+  assert.equal(first(), 0, "neither a host-network pod nor a stateful one");
+  start("net", 3_000);
+  assert.equal(first(), 3);
+  start("net-2", 4_000);
+  assert.equal(metrics.podStartSLIDuration.count({}), 3);
+  assert.equal(first(), 3, "only the first one");
+});

@@ -17,6 +17,7 @@
 
 import type { KubeletMetrics } from "./metrics/metrics.ts";
 import type { V1Pod } from "@kubernetes/client-node";
+import { isStaticPod } from "./config/pod_config.ts";
 import { type Clock, realClock } from "./util/clock.ts";
 import { createLogger, kobj, type Logger } from "./klog/klog.ts";
 
@@ -44,6 +45,11 @@ export interface UpdatePodOptions {
   updateType: SyncPodType;
   /** The pod; `metadata.uid` is required. */
   pod: V1Pod;
+  /**
+   * The pod is known only from the runtime (upstream's RunningPod update without a Pod): `pod`
+   * holds just its identity. @default false
+   */
+  runtimeOnly?: boolean;
   /** The mirror pod of a static pod. */
   mirrorPod?: V1Pod;
   /** When the change was first seen, milliseconds since the epoch; the oldest is kept on collapse. */
@@ -57,6 +63,10 @@ export interface PodWorkerSync {
   state: PodWorkerState;
   /** The pod is no longer in the desired set. */
   orphan: boolean;
+  /** The worker has the pod's spec (not a pod known only from the runtime). */
+  hasConfig: boolean;
+  /** The pod is a static pod (only meaningful with hasConfig). */
+  static: boolean;
 }
 
 /**
@@ -106,7 +116,7 @@ export interface PodWorkersOptions<S = never> {
   /** Source of jitter in [0, 1). @default Math.random */
   random?: () => number;
   /** kubelet_pod_worker_duration_seconds, from each update's start time. @default none */
-  metrics?: Pick<KubeletMetrics, "podWorkerDuration">;
+  metrics?: Pick<KubeletMetrics, "podWorkerDuration" | "containersPerPodCount">;
   /**
    * Called after each SyncPod that did not throw, once the worker took `at` as the sync's end:
    * a runtime status observed after `at` satisfies the pod's next sync. @default none
@@ -477,7 +487,14 @@ export class PodWorkers<S = never> {
       ) {
         continue;
       }
-      workers.set(uid, { state: workType(status), orphan });
+      const update = status.active ?? status.pending;
+      const hasConfig = update !== undefined && !update.runtimeOnly;
+      workers.set(uid, {
+        state: workType(status),
+        orphan,
+        hasConfig,
+        static: hasConfig && isStaticPod(update.pod),
+      });
     }
     return workers;
   }
@@ -596,7 +613,15 @@ export class PodWorkers<S = never> {
         status.controller = new AbortController();
       }
       const signal = AbortSignal.any([this.#root, status.controller.signal]);
-      status.startedAt ??= this.#clock.now();
+      if (status.startedAt === undefined) {
+        status.startedAt = this.#clock.now();
+        // Upstream records the count of a new pod's containers as the pod is let start.
+        if (!update.runtimeOnly) {
+          this.#opts.metrics?.containersPerPodCount.observe(
+            update.pod.spec?.containers?.length ?? 0,
+          );
+        }
+      }
       this.#mergeLastUpdate(status, update);
       if (!(await this.#syncOnce(uid, status, update, signal))) return;
     }

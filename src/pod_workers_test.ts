@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import type { V1Pod } from "@kubernetes/client-node";
 import { FakeClock } from "./util/clock.ts";
 import { createLogger } from "./klog/klog.ts";
+import { KubeletMetrics } from "./metrics/metrics.ts";
+import { CONFIG_SOURCE_ANNOTATION } from "./config/pod_config.ts";
 import {
   effectiveGracePeriod,
   PodWorkers,
@@ -383,7 +385,12 @@ Deno.test("PodWorkers syncKnownPods terminates a running orphan", async () => {
   update(pod("a", "1", { spec: { containers: [], terminationGracePeriodSeconds: 12 } }), "create");
   await workers.drain();
   const known = workers.syncKnownPods([]);
-  assert.deepEqual(known.get("a"), { state: "terminating", orphan: true });
+  assert.deepEqual(known.get("a"), {
+    state: "terminating",
+    orphan: true,
+    hasConfig: true,
+    static: false,
+  });
   await workers.drain();
   assert.deepEqual(summary(syncer.calls).slice(1), [
     "syncTerminatingPod:a:1:12",
@@ -463,4 +470,62 @@ Deno.test("PodWorkers calls synced after each SyncPod that did not throw, with t
   await workers.drain();
   assert.deepEqual(synced.map(([uid]) => uid), ["a", "a"], "the terminal SyncPod, not the kill");
   assert.ok(syncer.calls.some((c) => c.fn === "syncTerminatingPod"));
+});
+
+Deno.test("PodWorkers observes kubelet_containers_per_pod_count once per pod, as its worker first starts", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  const { workers, update } = setup({ metrics });
+  const perPod = metrics.containersPerPodCount;
+  const two = { spec: { containers: [{ name: "a" }, { name: "b" }] } };
+  update(pod("a", "1", two), "create");
+  await workers.drain();
+  assert.equal(perPod.count(), 1);
+  // Later updates and syncs of the same pod are not new pods.
+  update(pod("a", "2", two));
+  await workers.drain();
+  assert.equal(perPod.count(), 1);
+  // A pod known only from the runtime is killed, never started: not counted.
+  update(pod("orphan"), "kill", { runtimeOnly: true });
+  await workers.drain();
+  assert.equal(perPod.count(), 1);
+  update(pod("b", "1", { spec: { containers: [{ name: "c" }, { name: "d" }, { name: "e" }] } }));
+  await workers.drain();
+  const text = await metrics.render();
+  assert.match(text, /^kubelet_containers_per_pod_count_count 2$/m);
+  assert.match(text, /^kubelet_containers_per_pod_count_sum 5$/m);
+  assert.match(text, /^kubelet_containers_per_pod_count_bucket\{le="2"\} 1$/m);
+  assert.match(text, /^kubelet_containers_per_pod_count_bucket\{le="4"\} 2$/m);
+});
+
+Deno.test("PodWorkers syncKnownPods says which workers have the pod's config and which are static", async () => {
+  const { syncer, workers, update } = setup();
+  const fromFile = { metadata: { annotations: { [CONFIG_SOURCE_ANNOTATION]: "file" } } };
+  const fromApi = { metadata: { annotations: { [CONFIG_SOURCE_ANNOTATION]: "api" } } };
+  const staticPod = pod("s");
+  staticPod.metadata = { ...staticPod.metadata, ...fromFile.metadata };
+  const apiPod = pod("a");
+  apiPod.metadata = { ...apiPod.metadata, ...fromApi.metadata };
+  update(staticPod, "create");
+  update(apiPod, "create");
+  update(pod("r"), "kill", { runtimeOnly: true });
+  // Held open: the runtime-only kill is still terminating when the workers are listed.
+  syncer.hold = true;
+  await syncer.waitForCalls(3);
+  const known = workers.syncKnownPods([staticPod, apiPod]);
+  assert.deepEqual(known.get("s"), { state: "sync", orphan: false, hasConfig: true, static: true });
+  assert.deepEqual(known.get("a"), {
+    state: "sync",
+    orphan: false,
+    hasConfig: true,
+    static: false,
+  });
+  assert.deepEqual(known.get("r"), {
+    state: "terminating",
+    orphan: true,
+    hasConfig: false,
+    static: false,
+  });
+  syncer.hold = false;
+  for (let i = 0; i < 3; i++) syncer.release();
+  await workers.drain();
 });

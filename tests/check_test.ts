@@ -1,7 +1,8 @@
 /**
  * `kubelet --check` as an operator runs it, against real containerd and a real kube-apiserver:
  * on a node set up as the e2e agents are, it finds no problem and says who the apiserver takes
- * it for; with misconfigurations planted (the runtime's socket wrong, cgroup v1 refused on a v1
+ * it for; deploy/'s sample configuration passes every CIS v1.12 item it checks; with
+ * misconfigurations planted (the runtime's socket wrong, cgroup v1 refused on a v1
  * host, a serving key that is not the certificate's, a client CA file that holds no
  * certificate, a client certificate from another CA), one run names each, with its fix, and
  * exits 1.
@@ -55,6 +56,33 @@ Deno.test({
     assert.match(good.stdout, /^\[ok\] {6}runtime: containerd \S+ serves CRI v1 at unix:\/\//m);
     assert.match(good.stdout, new RegExp(`accepts .* as system:node:${NODE}$`, "m"));
     assert.match(good.stdout, /^no problems found/m);
+
+    // deploy/'s sample as an operator installs it (root's, mode 0600), pointed at this node's
+    // runtime and cluster CA: every CIS v1.12 item checked here passes, 4.2.14 (seccompDefault)
+    // and 4.2.12 (ECDHE suites only) included; the CA file stays 0644, as v1.12 allows.
+    const v1Host = !(await hostIsCgroup2UnifiedMode());
+    const sample = (await Deno.readTextFile(new URL("../deploy/kubelet.yaml", import.meta.url)))
+      .replace(
+        /^containerRuntimeEndpoint: .*$/m,
+        `containerRuntimeEndpoint: ${containerd.endpoint}`,
+      )
+      .replace(/^( +clientCAFile: ).*$/m, `$1${cp.pki.ca.cert}`)
+      .concat(`failCgroupV1: ${v1Host}\n`);
+    const deployed = join(dir, "deployed.yaml");
+    await Deno.writeTextFile(deployed, sample, { mode: 0o600 });
+    await Deno.chmod(deployed, 0o600);
+    // No --hostname-override here: 4.2.7 asks for none (the apiserver check may then name
+    // another node; only the CIS lines matter to this run).
+    const cis = await runAgent([
+      ...["--check", "--config", deployed, "--kubeconfig", cp.nodeKubeconfig(NODE)],
+    ]);
+    assert.doesNotMatch(cis.stdout, /^\[warning\] cis:/m, cis.stdout);
+    // 14 of 4.2, and 4.1's mode and owner of the kubeconfig, the client CA and the config file.
+    assert.match(
+      cis.stdout,
+      /^\[ok\] {6}cis: the CIS Benchmark's 20 kubelet items checked here pass$/m,
+      cis.stdout,
+    );
 
     // Planted: each of these alone would stop the kubelet or leave it unable to work.
     const planted = join(dir, "planted");

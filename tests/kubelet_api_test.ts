@@ -2,11 +2,13 @@
  * The kubelet API on its port, end to end: kubectl through the real apiserver (which reaches the
  * agent with its kubelet client certificate) reads logs, execs, port-forwards and reads the
  * node proxy endpoints; direct requests without a valid identity get 401, identities the
- * SubjectAccessReview denies get 403, and node log paths cannot leave /var/log.
+ * SubjectAccessReview denies get 403, and node log paths cannot leave /var/log; /metrics/slis
+ * shows the health checks' SLIs, and a request head past Go's limit gets net/http's 431.
  */
 
 import assert from "node:assert/strict";
 import { request } from "node:https";
+import { connect } from "node:tls";
 import { join } from "node:path";
 import type { ContainerdHandle } from "./containerd_harness.ts";
 import { startContainerd } from "./containerd_harness.ts";
@@ -368,6 +370,63 @@ e2e("direct requests: 401 without a trusted identity, 403 when denied", async (w
     assert.doesNotMatch(r.body, /root:/, path);
   }
 });
+
+e2e(
+  "/metrics/slis: the /healthz checks' SLIs through the node proxy, as nodes/metrics",
+  async (w) => {
+    const raw = (path: string) =>
+      w.cp.kubectl(["get", "--raw", `/api/v1/nodes/${NODE}/proxy${path}`]);
+    assert.equal((await raw("/healthz")).stdout, "ok");
+    const slis = await raw("/metrics/slis");
+    assert.equal(slis.code, 0, slis.stderr);
+    for (const check of ["ping", "log", "syncloop"]) {
+      assert.match(
+        slis.stdout,
+        new RegExp(`^kubernetes_healthcheck\\{name="${check}",type="healthz"\\} 1$`, "m"),
+      );
+      assert.match(
+        slis.stdout,
+        new RegExp(
+          `^kubernetes_healthchecks_total\\{name="${check}",status="success",type="healthz"\\} [1-9]`,
+          "m",
+        ),
+      );
+    }
+    assert.match(
+      slis.stdout,
+      /^# HELP kubernetes_healthcheck \[STABLE\] This metric records the result of a single healthcheck\.$/m,
+    );
+    assert.match(slis.stdout, /^process_start_time_seconds \d/m);
+    const denied = await direct(w, "/metrics/slis", w.nobody);
+    assert.deepEqual(denied, {
+      status: 403,
+      body: "Forbidden (user=nobody, verb=get, resource=nodes, subresource(s)=[metrics])\n",
+    });
+  },
+);
+
+e2e(
+  "a request head past Go's 1 MiB + 4096 limit gets net/http's 431, before authentication",
+  async (w) => {
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect({ host: "127.0.0.1", port: w.port, rejectUnauthorized: false });
+      let got = "";
+      socket.on(
+        "secureConnect",
+        () =>
+          socket.write(`GET /pods HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(2 << 20)}\r\n\r\n`),
+      );
+      socket.on("data", (d) => (got += d));
+      socket.on("close", () => resolve(got));
+      socket.on("error", reject);
+    });
+    assert.equal(
+      answer,
+      "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n" +
+        "Connection: close\r\n\r\n431 Request Header Fields Too Large",
+    );
+  },
+);
 
 e2e("the read-only port serves /healthz and /pods over plain HTTP, and nothing else", async (w) => {
   const base = `http://127.0.0.1:${w.readOnlyPort}`;

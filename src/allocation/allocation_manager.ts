@@ -9,12 +9,15 @@
  * event); one that does not is PodResizePending, Deferred (retried when resources free up, when
  * pods are added or removed, and every 3 minutes) or Infeasible (never retried), with a
  * ResizeDeferred or ResizeInfeasible event. The pod workers sync the pod as allocated, never
- * its spec. Corresponds to upstream `pkg/kubelet/allocation` (allocation_manager.go,
- * handlers.go, features_linux.go) and `pkg/kubelet/events/resize.go`.
+ * its spec. kubelet_pod_infeasible_resizes_total counts each time the resize admit handler finds
+ * a resize infeasible, and kubelet_pod_deferred_accepted_resizes_total each Deferred resize
+ * accepted, by what retried it. Corresponds to upstream `pkg/kubelet/allocation`
+ * (allocation_manager.go, handlers.go, features_linux.go) and `pkg/kubelet/events/resize.go`.
  */
 
 import type { V1Container, V1Pod, V1ResourceRequirements } from "@kubernetes/client-node";
 import type { Clock } from "../util/clock.ts";
+import type { KubeletMetrics } from "../metrics/metrics.ts";
 import { type EventRecorder, podRef } from "../client/record.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import { getPodQOS } from "../qos/qos.ts";
@@ -34,6 +37,12 @@ export type ResizeTrigger =
   | "pods_removed"
   | "pod_terminated"
   | "periodic_retry";
+
+/** The counters {@link AllocationManager} moves. */
+export type AllocationMetrics = Pick<
+  KubeletMetrics,
+  "podInfeasibleResizes" | "podDeferredAcceptedResizes"
+>;
 
 /** What an admission (add or resize) answers. */
 export interface AdmitAnswer {
@@ -64,6 +73,8 @@ export interface AllocationManagerOptions {
   readonly recorder: EventRecorder;
   readonly clock: Clock;
   readonly logger: Logger;
+  /** Infeasible and deferred-then-accepted resizes. @default none recorded */
+  readonly metrics?: AllocationMetrics;
 }
 
 /** The pod's allocated resources and pending resizes; see the module documentation. */
@@ -168,6 +179,7 @@ export class AllocationManager {
         continue;
       }
       const before = JSON.stringify(conditions.get(uid).map(withoutTimes));
+      const wasDeferred = conditions.isDeferred(uid);
       let done = false;
       try {
         done = this.#handlePodResourcesResize(pod);
@@ -179,6 +191,9 @@ export class AllocationManager {
         } else {
           logger.v(4).info("Pod resize successfully allocated", { pod: kobj(pod), trigger });
           allocated.push(pod);
+          if (wasDeferred) {
+            this.#o.metrics?.podDeferredAcceptedResizes.inc({ retry_trigger: trigger });
+          }
         }
       } catch (e) {
         logger.error(e, "Failed to handle pod resources resize", { pod: kobj(pod) });
@@ -250,7 +265,7 @@ export class AllocationManager {
       conditions.clearPending(uid);
       return false;
     }
-    let answer = resizeAdmit(pod, allocatedPod);
+    let answer = resizeAdmit(pod, allocatedPod, this.#o.metrics);
     if (answer.admit) {
       answer = this.#o.canAdmit(
         pod,
@@ -466,13 +481,28 @@ export function applyAllocation(
 }
 
 /**
- * The resize admit handler (upstream podResizesAdmitHandler on Linux, swap off): pod-level
- * resources cannot be resized by this kubelet (it does not run pods that set them).
+ * kubelet_pod_infeasible_resizes_total's reason_detail for a pod-level resize, which this
+ * kubelet cannot do. Upstream v1.36 resizes pod-level resources (its reasons are
+ * feature_gate_off, swap_limitation, plr_feature_gate_off,
+ * guaranteed_pod_cpu_manager_static_policy and guaranteed_pod_memory_manager_static_policy,
+ * none of which can occur here: the gates are on, and there is no swap, CPU or memory manager).
  */
-export function resizeAdmit(pod: V1Pod, allocatedPod: V1Pod): AdmitAnswer {
+export const INFEASIBLE_POD_LEVEL_RESOURCES = "pod_level_resources_unsupported";
+
+/**
+ * The resize admit handler (upstream podResizesAdmitHandler on Linux, swap off): pod-level
+ * resources cannot be resized by this kubelet (it does not run pods that set them). An
+ * infeasible resize is counted each time it is found, as upstream.
+ */
+export function resizeAdmit(
+  pod: V1Pod,
+  allocatedPod: V1Pod,
+  metrics?: Pick<AllocationMetrics, "podInfeasibleResizes">,
+): AdmitAnswer {
   const want = pod.spec?.resources;
   const have = allocatedPod.spec?.resources;
   if ((want || have) && !requirementsEqual(want, have)) {
+    metrics?.podInfeasibleResizes.inc({ reason_detail: INFEASIBLE_POD_LEVEL_RESOURCES });
     return {
       admit: false,
       reason: REASON_INFEASIBLE,

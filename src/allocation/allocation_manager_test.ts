@@ -6,12 +6,14 @@ import type { ObjectRef } from "../client/record.ts";
 import {
   AllocationManager,
   type CanAdmit,
+  INFEASIBLE_POD_LEVEL_RESOURCES,
   INITIAL_RETRY_DELAY_MS,
   resizeMessage,
   RETRY_DELAY_MS,
 } from "./allocation_manager.ts";
 import { ResourceState } from "./state_checkpoint.ts";
 import { PodResizeConditions } from "../status/resize_conditions.ts";
+import { KubeletMetrics } from "../metrics/metrics.ts";
 
 function container(name: string, cpu: string, memory = "64Mi"): V1Container {
   return {
@@ -55,6 +57,7 @@ async function advance(clock: FakeClock, ms: number): Promise<void> {
 function setup(capacity = 1000) {
   const clock = new FakeClock();
   const conditions = new PodResizeConditions(clock);
+  const metrics = new KubeletMetrics({ process: false });
   const pods = new Map<string, V1Pod>();
   const synced: string[] = [];
   const events: Array<{ ref: ObjectRef; type: string; reason: string; message: string }> = [];
@@ -71,13 +74,21 @@ function setup(capacity = 1000) {
     },
     clock,
     logger: createLogger({ write: () => {} }),
+    metrics,
   });
   const add = (p: V1Pod) => {
     const r = m.addPod([...pods.values()], p);
     if (r.admit) pods.set(p.metadata!.uid!, p);
     return r;
   };
-  return { m, clock, conditions, pods, synced, events, add };
+  return { m, clock, conditions, pods, synced, events, add, metrics };
+}
+
+/** Every non-zero series of the two resize counters, as `name{label}=n`, sorted. */
+async function resizeCounts(metrics: KubeletMetrics): Promise<string[]> {
+  const text = await metrics.render();
+  const re = /^kubelet_pod_(infeasible|deferred_accepted)_resizes_total\{\w+="(\w+)"\} (\d+)$/gm;
+  return [...text.matchAll(re)].map(([, name, label, n]) => `${name}{${label}}=${n}`).sort();
 }
 
 Deno.test("AllocationManager admits a pod and checkpoints its resources as allocated", () => {
@@ -174,7 +185,7 @@ Deno.test("pending resizes that do not raise requests go first, then higher prio
 });
 
 Deno.test("AllocationManager.run retries deferred resizes 30 s after start, then every 3 min", async () => {
-  const { m, add, pods, clock, conditions } = setup();
+  const { m, add, pods, clock, conditions, metrics } = setup();
   add(pod("a", "500m"));
   add(pod("b", "500m"));
   pods.set("a", pod("a", "600m", 2));
@@ -190,6 +201,7 @@ Deno.test("AllocationManager.run retries deferred resizes 30 s after start, then
     await advance(clock, 1);
     assert.equal(m.hasPendingResizes(), false);
     assert.equal(m.updatePodFromAllocation(pods.get("a")!).updated, false);
+    assert.deepEqual(await resizeCounts(metrics), ["deferred_accepted{periodic_retry}=1"]);
   } finally {
     ctrl.abort();
     await running;
@@ -234,4 +246,51 @@ Deno.test("admission counts another pod at the size it still runs with, not only
   shrunk.status.containerStatuses![0]!.resources = { requests: { cpu: "200m", memory: "64Mi" } };
   assert.equal(add(pod("b", "700m")).admit, true);
   assert.equal(conditions.isDeferred("a"), false);
+});
+
+Deno.test("AllocationManager counts no infeasible or deferred resize for one accepted at once", async () => {
+  const { m, add, pods, metrics } = setup();
+  add(pod("a", "200m"));
+  pods.set("a", pod("a", "300m", 2));
+  m.pushPendingResize("a");
+  assert.equal(m.retryPendingResizes("pod_updated").length, 1);
+  assert.deepEqual(await resizeCounts(metrics), []);
+});
+
+Deno.test("AllocationManager counts a Deferred resize once, when accepted, by what retried it", async () => {
+  const { m, add, pods, conditions, metrics } = setup();
+  add(pod("a", "500m"));
+  add(pod("b", "400m"));
+  pods.set("a", pod("a", "700m", 2));
+  m.pushPendingResize("a");
+  m.retryPendingResizes("pod_updated");
+  m.retryPendingResizes("periodic_retry");
+  assert.equal(conditions.isDeferred("a"), true);
+  // Deferred is not infeasible, and not accepted yet.
+  assert.deepEqual(await resizeCounts(metrics), []);
+  pods.delete("b");
+  assert.equal(m.retryPendingResizes("pods_removed").length, 1);
+  assert.deepEqual(await resizeCounts(metrics), ["deferred_accepted{pods_removed}=1"]);
+  // Accepted: a later retry has nothing left to count.
+  m.retryPendingResizes("pod_terminated");
+  assert.deepEqual(await resizeCounts(metrics), ["deferred_accepted{pods_removed}=1"]);
+});
+
+Deno.test("AllocationManager counts an infeasible resize each time the handler finds it", async () => {
+  const { m, add, pods, metrics } = setup();
+  add(pod("a", "100m"));
+  const p = pod("a", "100m", 2);
+  p.spec!.resources = { limits: { cpu: "1" } };
+  pods.set("a", p);
+  m.pushPendingResize("a");
+  m.retryPendingResizes("pod_updated");
+  const label = `infeasible{${INFEASIBLE_POD_LEVEL_RESOURCES}}`;
+  assert.deepEqual(await resizeCounts(metrics), [`${label}=1`]);
+  // Infeasible leaves the queue: a retry does not count it again...
+  m.retryPendingResizes("periodic_retry");
+  assert.deepEqual(await resizeCounts(metrics), [`${label}=1`]);
+  // ...another update of the pod, admitted again, does (upstream Admit counts every call).
+  m.pushPendingResize("a");
+  m.retryPendingResizes("pod_updated");
+  assert.deepEqual(await resizeCounts(metrics), [`${label}=2`]);
 });

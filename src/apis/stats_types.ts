@@ -27,6 +27,7 @@ export interface NodeStats {
   startTime: string;
   cpu?: CPUStats;
   memory?: MemoryStats;
+  io?: IOStats;
   network?: NetworkStats;
   fs?: FsStats;
   runtime?: RuntimeStats;
@@ -59,6 +60,7 @@ export interface PodStats {
   containers: ContainerStats[];
   cpu?: CPUStats;
   memory?: MemoryStats;
+  io?: IOStats;
   network?: NetworkStats;
   volume?: VolumeStats[];
   "ephemeral-storage"?: FsStats;
@@ -72,6 +74,7 @@ export interface ContainerStats {
   startTime: string;
   cpu?: CPUStats;
   memory?: MemoryStats;
+  io?: IOStats;
   accelerators?: AcceleratorStats[];
   rootfs?: FsStats;
   logs?: FsStats;
@@ -108,6 +111,7 @@ export interface CPUStats {
   usageNanoCores?: number;
   /** Cumulative CPU time since the container started. */
   usageCoreNanoSeconds?: number;
+  psi?: PSIStats;
 }
 
 /** Memory usage. */
@@ -120,6 +124,30 @@ export interface MemoryStats {
   rssBytes?: number;
   pageFaults?: number;
   majorPageFaults?: number;
+  psi?: PSIStats;
+}
+
+/** IO: its pressure stall information (the only IO figure the Summary API carries). */
+export interface IOStats {
+  time: string;
+  psi?: PSIStats;
+}
+
+/** Pressure stall information of one resource. */
+export interface PSIStats {
+  /** All non-idle tasks stalled at once. */
+  full: PSIData;
+  /** Some tasks stalled. */
+  some: PSIData;
+}
+
+/** One line of a pressure file. */
+export interface PSIData {
+  /** Total stall time as the kernel counts it (µs; upstream's comment says ns). */
+  total: number;
+  avg10: number;
+  avg60: number;
+  avg300: number;
 }
 
 /** Swap usage. */
@@ -198,10 +226,19 @@ const FS: Schema = {
   inodes: opt("uint64"),
   inodesUsed: opt("uint64"),
 };
+const PSI_DATA: Schema = {
+  total: req("uint64"),
+  avg10: req("float64"),
+  avg60: req("float64"),
+  avg300: req("float64"),
+};
+const PSI: Schema = { full: req(obj(PSI_DATA)), some: req(obj(PSI_DATA)) };
+const IO: Schema = { time: req("time"), psi: opt(obj(PSI)) };
 const CPU: Schema = {
   time: req("time"),
   usageNanoCores: opt("uint64"),
   usageCoreNanoSeconds: opt("uint64"),
+  psi: opt(obj(PSI)),
 };
 const MEMORY: Schema = {
   time: req("time"),
@@ -211,6 +248,7 @@ const MEMORY: Schema = {
   rssBytes: opt("uint64"),
   pageFaults: opt("uint64"),
   majorPageFaults: opt("uint64"),
+  psi: opt(obj(PSI)),
 };
 const SWAP: Schema = {
   time: req("time"),
@@ -247,6 +285,7 @@ const CONTAINER: Schema = {
   startTime: req("time"),
   cpu: opt(obj(CPU)),
   memory: opt(obj(MEMORY)),
+  io: opt(obj(IO)),
   accelerators: opt(arr(obj(ACCELERATOR))),
   rootfs: opt(obj(FS)),
   logs: opt(obj(FS)),
@@ -265,6 +304,7 @@ const POD: Schema = {
   containers: req(arr(obj(CONTAINER))),
   cpu: opt(obj(CPU)),
   memory: opt(obj(MEMORY)),
+  io: opt(obj(IO)),
   network: opt(obj(NETWORK)),
   volume: opt(arr(obj(VOLUME))),
   "ephemeral-storage": opt(obj(FS)),
@@ -277,6 +317,7 @@ const NODE: Schema = {
   startTime: req("time"),
   cpu: opt(obj(CPU)),
   memory: opt(obj(MEMORY)),
+  io: opt(obj(IO)),
   network: opt(obj(NETWORK)),
   fs: opt(obj(FS)),
   runtime: opt(obj({ imageFs: opt(obj(FS)), containerFs: opt(obj(FS)) })),

@@ -83,6 +83,7 @@ export async function run(
   const stopBackground = new AbortController();
   const metrics = deps.metrics ?? newKubeletMetrics(deps.logger);
   deps = { ...deps, metrics };
+  metrics.component.recordFeatureGates(s.config.featureGates);
   if (s.flags.kubeConfig !== "" && !deps.kubeClient) {
     const nodeName = nodeHostname(s.flags.hostnameOverride, deps.os.hostname);
     const built = await buildKubeletClientConfig(
@@ -99,7 +100,7 @@ export async function run(
       qps: s.config.kubeAPIQPS,
       burst: s.config.kubeAPIBurst,
       userAgent: USER_AGENT,
-      metrics,
+      metrics: metrics.restClient,
     });
     // Upstream's heartbeat client: no throttling, and a deadline of the shorter of the status
     // period and the lease duration, so a hung request never outlives a heartbeat.
@@ -126,6 +127,7 @@ export async function run(
       imageService: services.imageService,
     };
   }
+  background.push(metrics.runtime.run(stopBackground.signal));
   try {
     await runKubelet(s, deps, signal);
   } finally {
@@ -179,6 +181,7 @@ export async function buildKubeletClientConfig(
         clock,
         qps: -1,
         userAgent: USER_AGENT,
+        metrics: deps.metrics?.restClient,
       });
       clients.push(c);
       return c;

@@ -6,10 +6,12 @@
  * calls a kubelet makes (nodes, leases, pods, events) at a fraction of the memory that
  * `@kubernetes/client-node`'s generated clients cost; object types still come from client-node,
  * imported as types only. Corresponds to client-go's `rest.RESTClient` as the kubelet configures
- * it (kubeAPIQPS/kubeAPIBurst, user agent, a separate unthrottled heartbeat client).
+ * it (kubeAPIQPS/kubeAPIBurst, user agent, a separate unthrottled heartbeat client), with
+ * client-go's request metrics (rest_client_*; watches, as upstream's, are neither throttled nor
+ * timed).
  */
 
-import type { KubeletMetrics } from "../metrics/metrics.ts";
+import type { RestClientMetrics } from "../metrics/rest_client_metrics.ts";
 import type { Clock } from "../util/clock.ts";
 import type { RestConfig } from "./kubeconfig.ts";
 import { TokenBucket } from "./rate_limiter.ts";
@@ -62,8 +64,8 @@ export interface KubeClientOptions {
   readonly clientCertificate?: () =>
     | { readonly certPem: string; readonly keyPem: string }
     | undefined;
-  /** rest_client_requests_total, counted for every answer or transport failure. @default none */
-  readonly metrics?: Pick<KubeletMetrics, "restClientRequests">;
+  /** Where requests are recorded (rest_client_*). @default none */
+  readonly metrics?: RestClientMetrics;
 }
 
 /** Request options. */
@@ -73,6 +75,8 @@ export interface RequestOptions {
   /** Content type of the body. @default "application/json" */
   readonly contentType?: string;
   readonly signal?: AbortSignal;
+  /** Told the HTTP status of the answer, success or not (client-go's Result.StatusCode). */
+  readonly onStatus?: (status: number) => void;
 }
 
 /**
@@ -86,6 +90,7 @@ export interface RequestOptions {
 export const BODY_PIECE_BYTES = 1000;
 
 const utf8 = new TextEncoder();
+const utf8Decoder = new TextDecoder();
 
 /**
  * The body fetch sends for `text`: its bytes when they fit one piece, else a stream of pieces
@@ -94,7 +99,12 @@ const utf8 = new TextEncoder();
 export function requestBody(
   text: string,
 ): Uint8Array<ArrayBuffer> | ReadableStream<Uint8Array<ArrayBuffer>> {
-  const bytes = utf8.encode(text);
+  return bodyOf(utf8.encode(text));
+}
+
+function bodyOf(
+  bytes: Uint8Array<ArrayBuffer>,
+): Uint8Array<ArrayBuffer> | ReadableStream<Uint8Array<ArrayBuffer>> {
   if (bytes.length <= BODY_PIECE_BYTES) return bytes;
   return new ReadableStream<Uint8Array<ArrayBuffer>>({
     start(controller) {
@@ -154,6 +164,8 @@ export class KubeClient {
   }
 
   #newHttp(cert: { certPem: string; keyPem: string } | undefined): Deno.HttpClient {
+    // client-go would reuse a cached transport for the same TLS settings; none is kept here.
+    this.#opts.metrics?.transportCreateCalls.inc({ result: "uncacheable" });
     return Deno.createHttpClient({
       caCerts: this.#opts.config.caPem ? [this.#opts.config.caPem] : undefined,
       cert: cert?.certPem,
@@ -203,42 +215,65 @@ export class KubeClient {
     return url.toString();
   }
 
+  /** Waits for the rate limiter, timing the wait when there is a limit (client-go tryThrottle). */
+  async #throttle(method: string, signal: AbortSignal | undefined): Promise<void> {
+    const m = this.#opts.metrics;
+    if (!m || !this.#limiter.limited) return await this.#limiter.wait(signal);
+    const start = this.#opts.clock.now();
+    try {
+      await this.#limiter.wait(signal);
+    } finally {
+      m.rateLimiterDuration.observe(seconds(this.#opts.clock.now() - start), {
+        verb: method,
+        host: this.#host,
+      });
+    }
+  }
+
+  /**
+   * Sends one request and returns the answer with its status checked. A watch (`watch`) is not
+   * throttled, has no deadline and records only its result, as client-go's Watch.
+   */
   async #fetch(
     method: string,
     path: string,
     opts: RequestOptions,
-    deadline: boolean,
+    watch: boolean,
   ): Promise<Response> {
-    await this.#limiter.wait(opts.signal);
+    if (!watch) await this.#throttle(method, opts.signal);
     const signals = [
       opts.signal,
-      deadline && this.#opts.timeoutMs ? AbortSignal.timeout(this.#opts.timeoutMs) : undefined,
+      !watch && this.#opts.timeoutMs ? AbortSignal.timeout(this.#opts.timeoutMs) : undefined,
     ]
       .filter((s): s is AbortSignal => s !== undefined);
     const headers = { ...this.#headers };
     if (opts.body !== undefined) headers["content-type"] = opts.contentType ?? "application/json";
+    const bytes = opts.body === undefined ? undefined : utf8.encode(JSON.stringify(opts.body));
+    const m = this.#opts.metrics;
     let res: Response;
     const http = this.#acquire();
     try {
       res = await fetch(this.#url(path, opts.query), {
         method,
         headers,
-        body: opts.body === undefined ? undefined : requestBody(JSON.stringify(opts.body)),
+        body: bytes === undefined ? undefined : bodyOf(bytes),
         client: http,
         signal: signals.length === 0 ? undefined : AbortSignal.any(signals),
       });
     } catch (e) {
-      if (opts.signal?.aborted) throw opts.signal.reason;
       this.#count("<error>", method);
+      if (opts.signal?.aborted) throw opts.signal.reason;
       throw new KubeApiError(method, path, 0, "", e instanceof Error ? e.message : String(e), {
         cause: e,
       });
     } finally {
       this.#release(http);
+      if (!watch) m?.requestSize.observe(bytes?.length ?? 0, { verb: method, host: this.#host });
     }
     this.#count(String(res.status), method);
+    opts.onStatus?.(res.status);
     if (!res.ok) {
-      const text = await res.text();
+      const text = await this.#readText(res, method, true);
       let status: { reason?: string; message?: string } = {};
       try {
         status = JSON.parse(text);
@@ -258,19 +293,50 @@ export class KubeClient {
 
   /** client-go's request result metric: code (or `<error>`), verb and host. */
   #count(code: string, method: string): void {
-    this.#opts.metrics?.restClientRequests.inc({ code, method, host: this.#host });
+    this.#opts.metrics?.requests.inc({ code, method, host: this.#host });
+  }
+
+  /**
+   * Reads an answer's body, recording its size as client-go's Do and DoRaw do: always for a
+   * success, for an error status only when it has a body.
+   */
+  async #readText(res: Response, method: string, failed = false): Promise<string> {
+    const body = await res.arrayBuffer();
+    if (!failed || body.byteLength > 0) {
+      this.#opts.metrics?.responseSize.observe(body.byteLength, { verb: method, host: this.#host });
+    }
+    return utf8Decoder.decode(body);
+  }
+
+  /** Runs a request whose latency counts from throttling to its body read (client-go request). */
+  async #timed<T>(method: string, run: () => Promise<T>): Promise<T> {
+    const m = this.#opts.metrics;
+    if (!m) return await run();
+    const start = this.#opts.clock.now();
+    try {
+      return await run();
+    } finally {
+      m.requestDuration.observe(seconds(this.#opts.clock.now() - start), {
+        verb: method,
+        host: this.#host,
+      });
+    }
   }
 
   /** One request; resolves to the decoded JSON answer. */
-  async request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
-    const res = await this.#fetch(method, path, opts, true);
-    return await res.json() as T;
+  request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+    return this.#timed(method, async () => {
+      const res = await this.#fetch(method, path, opts, false);
+      return JSON.parse(await this.#readText(res, method)) as T;
+    });
   }
 
   /** GET of a non-JSON path such as /healthz; resolves to the body text. */
-  async getText(path: string, signal?: AbortSignal): Promise<string> {
-    const res = await this.#fetch("GET", path, { signal }, true);
-    return await res.text();
+  getText(path: string, signal?: AbortSignal): Promise<string> {
+    return this.#timed("GET", async () => {
+      const res = await this.#fetch("GET", path, { signal }, false);
+      return await this.#readText(res, "GET");
+    });
   }
 
   get<T>(path: string, signal?: AbortSignal): Promise<T> {
@@ -317,7 +383,7 @@ export class KubeClient {
         timeoutSeconds: opts.timeoutSeconds,
       },
       signal: opts.signal,
-    }, false);
+    }, true);
     if (!res.body) return;
     const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
@@ -355,6 +421,10 @@ export class KubeClient {
     for (const http of this.#retired) closeQuietly(http);
     this.#retired.clear();
   }
+}
+
+function seconds(ms: number): number {
+  return Math.max(0, ms) / 1000;
 }
 
 function closeQuietly(http: Deno.HttpClient): void {

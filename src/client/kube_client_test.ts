@@ -3,6 +3,9 @@ import { concat } from "../certificate/asn1.ts";
 import { testCA, testServerCert } from "../testing/cert_fixtures.ts";
 import { FakeClock } from "../util/clock.ts";
 import { BODY_PIECE_BYTES, KubeClient, requestBody } from "./kube_client.ts";
+import { MetricsRegistry } from "../metrics/metrics.ts";
+import { parseExposition } from "../metrics/prometheus.ts";
+import { RestClientMetrics } from "../metrics/rest_client_metrics.ts";
 
 async function bytesOf(body: Uint8Array | ReadableStream<Uint8Array>): Promise<Uint8Array[]> {
   if (body instanceof Uint8Array) return [body];
@@ -151,5 +154,102 @@ Deno.test("KubeClient sends a long body over HTTP/2 in DATA frames under 1024 by
     client.close();
     await server.close();
     await ca.remove();
+  }
+});
+
+/** Lets pending promise chains run until `cond` holds (bounded; no fake time passes). */
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !cond(); i++) await new Promise((r) => setTimeout(r, 2));
+  assert.ok(cond(), "condition not reached");
+}
+
+Deno.test("KubeClient records client-go's rest_client metrics per verb, code and host", async () => {
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    const url = new URL(req.url);
+    await req.arrayBuffer();
+    if (url.searchParams.get("watch") === "true") {
+      return new Response('{"type":"ADDED","object":{}}\n', { status: 200 });
+    }
+    if (url.pathname === "/missing") {
+      return Response.json({ kind: "Status", reason: "NotFound", message: "gone" }, {
+        status: 404,
+      });
+    }
+    if (req.method === "POST") return new Response('{"made":true}', { status: 201 });
+    return new Response('{"a":1}', { status: 200 });
+  });
+  const port = (server.addr as Deno.NetAddr).port;
+  const host = `127.0.0.1:${port}`;
+  const registry = new MetricsRegistry();
+  const m = new RestClientMetrics(registry);
+  const clock = new FakeClock(0);
+  const client = new KubeClient({
+    config: { server: `http://${host}`, insecureSkipTLSVerify: false, source: "t" },
+    clock,
+    qps: 1,
+    burst: 1,
+    userAgent: "test",
+    metrics: m,
+  });
+  try {
+    assert.equal(m.transportCreateCalls.get({ result: "uncacheable" }), 1);
+    assert.deepEqual(await client.get("/ok"), { a: 1 });
+    // The bucket is empty now: the POST waits a second on the rate limiter.
+    const created = client.create("/things", { x: "y" });
+    await until(() => clock.waiters === 1);
+    clock.step(1000);
+    assert.deepEqual(await created, { made: true });
+    // A watch is neither throttled (no token left) nor timed; its answer is counted.
+    const events = await Array.fromAsync(client.watch("/things"));
+    assert.equal(events.length, 1);
+    const missing = client.get("/missing");
+    await until(() => clock.waiters === 1);
+    clock.step(1000);
+    await assert.rejects(missing, /404 NotFound: gone/);
+
+    const get = { verb: "GET", host };
+    const post = { verb: "POST", host };
+    assert.equal(m.requests.get({ code: "200", method: "GET", host }), 2);
+    assert.equal(m.requests.get({ code: "201", method: "POST", host }), 1);
+    assert.equal(m.requests.get({ code: "404", method: "GET", host }), 1);
+    assert.equal(m.requestDuration.count(get), 2, "the watch is not timed");
+    assert.equal(m.requestDuration.count(post), 1);
+    assert.equal(m.rateLimiterDuration.count(get), 2);
+    assert.equal(m.requestSize.count(post), 1);
+    const text = await registry.render();
+    const families = new Map(parseExposition(text).map((f) => [f.name, f]));
+    const sum = (family: string, labels: Record<string, string>) =>
+      families.get(family)?.samples.find((s) =>
+        s.suffix === "_sum" && Object.entries(labels).every(([k, v]) => s.labels[k] === v)
+      )?.value;
+    // Throttling counts into the request's latency, as client-go's request() times it.
+    assert.equal(sum("rest_client_rate_limiter_duration_seconds", post), 1);
+    assert.equal(sum("rest_client_request_duration_seconds", post), 1);
+    assert.equal(sum("rest_client_rate_limiter_duration_seconds", get), 1);
+    assert.equal(sum("rest_client_request_size_bytes", post), JSON.stringify({ x: "y" }).length);
+    assert.equal(sum("rest_client_request_size_bytes", get), 0);
+    const notFound = JSON.stringify({ kind: "Status", reason: "NotFound", message: "gone" });
+    assert.equal(sum("rest_client_response_size_bytes", get), 7 + notFound.length);
+    assert.equal(sum("rest_client_response_size_bytes", post), 13);
+    assert.equal(families.get("rest_client_exec_plugin_ttl_seconds")?.samples[0]?.value, Infinity);
+    assert.equal(families.get("rest_client_transport_cache_entries")?.samples[0]?.value, 0);
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+  // No answer at all: `<error>`.
+  const down = new KubeClient({
+    config: { server: `http://${host}`, insecureSkipTLSVerify: false, source: "t" },
+    clock,
+    qps: -1,
+    userAgent: "test",
+    metrics: m,
+  });
+  try {
+    await assert.rejects(down.get("/ok"));
+    assert.equal(m.requests.get({ code: "<error>", method: "GET", host }), 1);
+    assert.equal(m.rateLimiterDuration.count({ verb: "GET", host }), 2, "no limiter, no wait");
+  } finally {
+    down.close();
   }
 });

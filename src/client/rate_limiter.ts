@@ -23,6 +23,11 @@ export class TokenBucket {
     this.#last = clock.now();
   }
 
+  /** Whether callers can be made to wait (client-go has a rate limiter only then). */
+  get limited(): boolean {
+    return this.qps > 0;
+  }
+
   /** Changes the rate from now on; the tokens held are kept, up to the new burst. */
   setRate(qps: number, burst: number): void {
     this.#refill();

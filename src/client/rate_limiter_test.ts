@@ -43,3 +43,11 @@ Deno.test("TokenBucket drops an aborted waiter without stalling the queue", asyn
   clock.step(1000);
   await second;
 });
+
+Deno.test("TokenBucket is limited only with a positive qps, as client-go has a limiter", () => {
+  const bucket = new TokenBucket(new FakeClock(0), 5, 10);
+  assert.equal(bucket.limited, true);
+  bucket.setRate(-1, 0);
+  assert.equal(bucket.limited, false);
+  assert.equal(new TokenBucket(new FakeClock(0), 0, 10).limited, false);
+});

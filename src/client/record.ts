@@ -25,6 +25,14 @@ export interface ObjectRef {
 }
 
 /**
+ * The kubelet's reference to its Node (upstream's kl.nodeRef): apiVersion v1, kind Node and the
+ * node's name; no namespace and no uid, so `kubectl describe node` finds every event of it.
+ */
+export function nodeRef(nodeName: string): ObjectRef {
+  return { apiVersion: "v1", kind: "Node", name: nodeName };
+}
+
+/**
  * The reference to a pod, as client-go's `reference.GetReference` makes it from the scheme: kind
  * `Pod`, apiVersion `v1`, and the pod's name, namespace, uid and resourceVersion.
  */

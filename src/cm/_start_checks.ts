@@ -13,6 +13,7 @@ import type { CgroupDriver } from "./cgroup_manager.ts";
 import { type Clock, realClock } from "../util/clock.ts";
 import { GrpcCode, isCriCode } from "../cri/connection.ts";
 import type { Logger } from "../klog/klog.ts";
+import type { Gauge } from "../metrics/metrics.ts";
 
 /** The CRI call {@link checkCgroupDriver} makes. */
 export interface RuntimeConfigService {
@@ -25,6 +26,11 @@ export interface CheckCgroupDriverOptions {
   /** Paces the retries. @default realClock */
   clock?: Clock;
   signal?: AbortSignal;
+  /**
+   * kubelet_cri_losing_support{version}: set to 1 for "1.37.0" when the runtime lacks
+   * RuntimeConfig, as upstream's getCgroupDriverFromCRI registers and sets it. @default none
+   */
+  criLosingSupport?: Gauge;
 }
 
 /**
@@ -45,8 +51,9 @@ export async function checkCgroupDriver(
       response = await runtime.runtimeConfig(opts.signal);
     } catch (e) {
       if (isCriCode(e, GrpcCode.UNIMPLEMENTED)) {
+        opts.criLosingSupport?.set(1, { version: "1.37.0" });
         opts.logger.info(
-          "CRI implementation should be updated to support RuntimeConfig when KubeletCgroupDriverFromCRI feature gate has been enabled. Falling back to using cgroupDriver from kubelet config.",
+          "CRI implementation should be updated to support RuntimeConfig. Falling back to using cgroupDriver from kubelet config.",
         );
         return configured;
       }

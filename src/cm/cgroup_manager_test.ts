@@ -9,6 +9,7 @@ import {
 } from "./cgroup_manager.ts";
 import type { SystemdUnits } from "./cgroup_systemd.ts";
 import { FakeClock } from "../util/clock.ts";
+import { KubeletMetrics } from "../metrics/metrics.ts";
 import {
   canUseRealCgroups,
   captureLogger,
@@ -507,5 +508,50 @@ Deno.test("CgroupManager inheritCpusets makes a real v1 cpuset child start with 
     assert.notEqual(await read(`${top}/c/g`, "cpuset.cpus"), "");
   } finally {
     await drive(clock, cm.destroy([top]));
+  }
+});
+
+Deno.test("CgroupManager observes kubelet_cgroup_manager_duration_seconds per operation, failed ones too", async () => {
+  const host = await makeCmHost("v1");
+  const { logger } = captureLogger();
+  const clock = new FakeClock();
+  const { cgroupManagerDuration: durations } = new KubeletMetrics({ process: false });
+  const count = () =>
+    ["create", "update", "destroy"].map((op) => durations.count({ operation_type: op }));
+  try {
+    const cm = new CgroupManager({
+      layout: host.layout,
+      logger,
+      fs: host.fs,
+      hugePagesDir: host.hugePagesDir,
+      clock,
+      durations,
+    });
+    await cm.create(POD);
+    assert.deepEqual(count(), [1, 0, 0]);
+    await cm.update(POD, { cpuShares: 512n });
+    await assert.rejects(cm.update(POD, { cpuShares: 1n }), /minimum allowed cpu-shares/);
+    assert.deepEqual(count(), [1, 2, 0]);
+    const child = "/kubepods/burstable/pod1234/ctr1";
+    await host.fs.mkdir(host.dir("memory", child));
+    await host.poke("memory", child, "cgroup.procs", "4242\n");
+    await assert.rejects(drive(clock, cm.destroy(POD)), /Device or resource busy/);
+    assert.deepEqual(count(), [1, 2, 1]);
+    await host.poke("memory", child, "cgroup.procs", "");
+    await drive(clock, cm.destroy(POD));
+    assert.deepEqual(count(), [1, 2, 2]);
+    // A create that fails (systemd unreachable) is timed as well.
+    const sd = new CgroupManager({
+      layout: host.layout,
+      logger,
+      fs: host.fs,
+      driver: "systemd",
+      systemd: () => Promise.reject(new Error("cannot connect to the bus")),
+      durations,
+    });
+    await assert.rejects(sd.create(POD), /cannot connect to the bus/);
+    assert.deepEqual(count(), [2, 2, 2]);
+  } finally {
+    await host.cleanup();
   }
 });

@@ -28,6 +28,7 @@ import {
 } from "./node_container_manager.ts";
 import { PodContainerManager } from "./pod_container_manager.ts";
 import { QOSContainerManager } from "./qos_container_manager.ts";
+import type { KubeletMetrics } from "../metrics/metrics.ts";
 
 /** How often the QoS cgroups follow the pods (upstream periodicQOSCgroupUpdateInterval). */
 export const QOS_UPDATE_INTERVAL_MS = 60_000;
@@ -88,6 +89,8 @@ export interface ContainerManagerOptions {
   readonly cgroupFs?: CgroupFs;
   /** Where hugepage sizes are listed, for tests. @default /sys/kernel/mm/hugepages */
   readonly hugePagesDir?: string;
+  /** Cgroup operation durations and the runtime's RuntimeConfig support. @default none */
+  readonly metrics?: Pick<KubeletMetrics, "cgroupManagerDuration" | "criLosingSupport">;
 }
 
 /** The built container manager. */
@@ -107,7 +110,7 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
   const driver = await checkCgroupDriver(
     (config.cgroupDriver || "cgroupfs") as CgroupDriver,
     o.runtime,
-    { logger, clock: o.clock, signal: o.signal },
+    { logger, clock: o.clock, signal: o.signal, criLosingSupport: o.metrics?.criLosingSupport },
   );
   const cgroupManager = new CgroupManager({
     layout: o.layout,
@@ -116,6 +119,7 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
     clock: o.clock,
     fs: o.cgroupFs,
     hugePagesDir: o.hugePagesDir,
+    durations: o.metrics?.cgroupManagerDuration,
   });
   const node = new NodeContainerManager({
     cgroupManager,

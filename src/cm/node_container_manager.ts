@@ -18,7 +18,7 @@ import {
   type ResourceConfig,
 } from "./cgroup_manager.ts";
 import { type Clock, realClock } from "../util/clock.ts";
-import type { EventRecorder, ObjectRef } from "../client/record.ts";
+import { type EventRecorder, nodeRef } from "../client/record.ts";
 import type { Logger } from "../klog/klog.ts";
 import { allocatableAbsolute, cgroupConfigOf } from "./_node_allocatable.ts";
 import { resourceList, valueOf } from "../qos/resource_helpers.ts";
@@ -248,7 +248,7 @@ export class NodeContainerManager {
   }
 
   #event(type: "Normal" | "Warning", reason: string, message: string): void {
-    const ref: ObjectRef = { kind: "Node", name: this.#o.nodeName, apiVersion: "v1" };
+    const ref = nodeRef(this.#o.nodeName);
     this.#o.recorder.event(ref, type, reason, message);
   }
 }

@@ -3,6 +3,7 @@ import * as grpc from "@grpc/grpc-js";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { CgroupManager } from "./cgroup_manager.ts";
 import { FakeClock } from "../util/clock.ts";
+import { KubeletMetrics } from "../metrics/metrics.ts";
 import { CriError } from "../cri/connection.ts";
 import type { EventRecorder } from "../client/record.ts";
 import { FakeRuntimeService } from "../testing/fake_runtime_service.ts";
@@ -322,4 +323,26 @@ Deno.test("NodeContainerManager validates the configured cgroup root", async () 
     await ncm.enforceNodeAllocatable();
     assert.deepEqual(events, [], "the root cgroup is never limited");
   });
+});
+
+Deno.test("checkCgroupDriver sets kubelet_cri_losing_support only for a runtime without RuntimeConfig", async () => {
+  const { logger } = captureLogger();
+  const rendered = async (m: KubeletMetrics) =>
+    (await m.render()).split("\n").filter((l) => l.startsWith("kubelet_cri_losing_support"));
+  // A runtime that answers: nothing registered, nothing rendered.
+  const current = new KubeletMetrics({ process: false });
+  await checkCgroupDriver("cgroupfs", fakeRuntime(api.CgroupDriver.SYSTEMD), {
+    logger,
+    criLosingSupport: current.criLosingSupport,
+  });
+  assert.deepEqual(await rendered(current), []);
+  const old = {
+    runtimeConfig: () =>
+      Promise.reject(
+        new CriError("RuntimeService/RuntimeConfig", grpc.status.UNIMPLEMENTED, "unknown method"),
+      ),
+  };
+  const m = new KubeletMetrics({ process: false });
+  await checkCgroupDriver("cgroupfs", old, { logger, criLosingSupport: m.criLosingSupport });
+  assert.deepEqual(await rendered(m), ['kubelet_cri_losing_support{version="1.37.0"} 1']);
 });

@@ -31,6 +31,7 @@ import type { Clock } from "../util/clock.ts";
 import type { Logger } from "../klog/klog.ts";
 import { goJsonString } from "../util/go_json.ts";
 import { parseImageName } from "./_docker_keyring.ts";
+import type { ImageMetrics, MustPullCheckResult } from "../metrics/image_metrics.ts";
 
 /** The API version of the records on disk. */
 export const RECORDS_API_VERSION = "kubelet.config.k8s.io/v1alpha1";
@@ -323,6 +324,11 @@ export interface PullRecordsStoreOptions {
   readonly intentsCacheSize?: number;
   /** Pulled records kept in memory (at most 2000). @default 100 */
   readonly pulledRecordsCacheSize?: number;
+  /**
+   * Told the record files on disk and the caches' usage after each write or removal (upstream's
+   * metering accessors). @default none
+   */
+  readonly metrics?: ImageMetrics;
 }
 
 /** What {@link PullRecordsStore.getPulledRecord} found. */
@@ -340,11 +346,13 @@ export class PullRecordsStore {
   readonly #log: Logger;
   readonly #intents: LruCache<ImagePullIntent>;
   readonly #pulled: LruCache<ImagePulledRecord>;
+  readonly #metrics: ImageMetrics | undefined;
 
   private constructor(opts: PullRecordsStoreOptions) {
     this.pullingDir = join(opts.directory, "pulling");
     this.pulledDir = join(opts.directory, "pulled");
     this.#log = opts.logger;
+    this.#metrics = opts.metrics;
     this.#intents = new LruCache(Math.min(opts.intentsCacheSize ?? 50, 1024));
     this.#pulled = new LruCache(Math.min(opts.pulledRecordsCacheSize ?? 100, 2000));
   }
@@ -380,11 +388,13 @@ export class PullRecordsStore {
     const intent = { image };
     await writeAtomically(this.pullingDir, cacheFilename(image), encodeIntent(intent));
     this.#intents.set(image, intent);
+    await this.#meterIntents();
   }
 
   async deleteIntent(image: string): Promise<void> {
     await removeIfExists(join(this.pullingDir, cacheFilename(image)));
     this.#intents.delete(image);
+    await this.#meterIntents();
   }
 
   /** Every readable pulled record; unreadable files are logged and skipped. */
@@ -428,11 +438,44 @@ export class PullRecordsStore {
       encodePulledRecord(record),
     );
     this.#pulled.set(record.imageRef, record);
+    await this.#meterPulledRecords();
   }
 
   async deletePulledRecord(imageRef: string): Promise<void> {
     await removeIfExists(join(this.pulledDir, cacheFilename(imageRef)));
     this.#pulled.delete(imageRef);
+    await this.#meterPulledRecords();
+  }
+
+  async #meterIntents(): Promise<void> {
+    const m = this.#metrics;
+    if (!m) return;
+    const files = await this.#countCacheFiles(this.pullingDir);
+    if (files !== undefined) m.onDiskPullIntents.set(files);
+    m.inMemoryPullIntentsUsage.set(usagePercent(this.#intents));
+  }
+
+  async #meterPulledRecords(): Promise<void> {
+    const m = this.#metrics;
+    if (!m) return;
+    const files = await this.#countCacheFiles(this.pulledDir);
+    if (files !== undefined) m.onDiskPulledRecords.set(files);
+    m.inMemoryPulledRecordsUsage.set(usagePercent(this.#pulled));
+  }
+
+  /** Record files in `dir` (temporary files left out); undefined, logged, when unreadable. */
+  async #countCacheFiles(dir: string): Promise<number | undefined> {
+    let n = 0;
+    try {
+      for await (const entry of Deno.readDir(dir)) if (isCacheFile(entry)) n++;
+    } catch (e) {
+      this.#log.v(4).info("failed to count image pull records, can't update metric", {
+        path: dir,
+        error: errorText(e),
+      });
+      return undefined;
+    }
+    return n;
   }
 
   /** Upstream `cacheRefreshingList`: a full list may make the cache authoritative again. */
@@ -480,6 +523,11 @@ export class PullRecordsStore {
     }
     return { items, failed };
   }
+}
+
+/** Whole percent of the cache in use, as upstream's integer arithmetic gives it. */
+function usagePercent(cache: LruCache<unknown>): number {
+  return Math.floor(cache.size * 100 / cache.maxSize);
 }
 
 function isCacheFile(entry: Deno.DirEntry): boolean {
@@ -618,6 +666,8 @@ export interface ImagePullManagerOptions {
   readonly requireVerification: RequireVerification;
   readonly clock: Clock;
   readonly logger: Logger;
+  /** Counts each credential check by result. @default none */
+  readonly metrics?: ImageMetrics;
 }
 
 /** Upstream `PullManager`: pull intents, pulled records and the credential check. */
@@ -630,8 +680,10 @@ export class ImagePullManager {
   readonly #intentCounters = new Map<string, number>();
   readonly #intentLocks = new KeyedMutex();
   readonly #pulledLocks = new KeyedMutex();
+  readonly #metrics: ImageMetrics | undefined;
 
   constructor(opts: ImagePullManagerOptions) {
+    this.#metrics = opts.metrics;
     this.#store = opts.store;
     this.#require = opts.requireVerification;
     this.#clock = opts.clock;
@@ -723,6 +775,18 @@ export class ImagePullManager {
     podSecrets: () => readonly ImagePullSecret[],
   ): Promise<boolean> {
     if (imageRef === "") return true;
+    const { mustPull, result } = await this.#mustAttemptImagePull(image, imageRef, podSecrets);
+    this.#metrics?.recordMustPullCheck(result);
+    return mustPull;
+  }
+
+  /** The decision of {@link mustAttemptImagePull}, with the result the checks counter counts. */
+  async #mustAttemptImagePull(
+    image: string,
+    imageRef: string,
+    podSecrets: () => readonly ImagePullSecret[],
+  ): Promise<{ mustPull: boolean; result: MustPullCheckResult }> {
+    const decided = (mustPull: boolean, result: MustPullCheckResult) => ({ mustPull, result });
     let record: ImagePulledRecord | undefined;
     let pulledByKubelet = false;
     try {
@@ -736,10 +800,10 @@ export class ImagePullManager {
         }));
     } catch (e) {
       this.#log.error(e, "Unable to access cache records about image pulls");
-      return true;
+      return decided(true, "error");
     }
-    if (!this.#require(image, pulledByKubelet)) return false;
-    if (!record) return true;
+    if (!this.#require(image, pulledByKubelet)) return decided(false, "credentialPolicyAllowed");
+    if (!record) return decided(true, "mustAuthenticate");
 
     let sanitized: string;
     try {
@@ -748,13 +812,13 @@ export class ImagePullManager {
       this.#log.error(e, "failed to parse image name, forcing image credentials reverification", {
         image,
       });
-      return true;
+      return decided(true, "error");
     }
     const cached = record.credentialMapping[sanitized];
-    if (!cached) return true;
-    if (cached.nodePodsAccessible) return false;
+    if (!cached) return decided(true, "mustAuthenticate");
+    if (cached.nodePodsAccessible) return decided(false, "credentialRecordFound");
     const cachedSecrets = cached.kubernetesSecrets ?? [];
-    if (cachedSecrets.length === 0) return true;
+    if (cachedSecrets.length === 0) return decided(true, "mustAuthenticate");
 
     for (const podSecret of podSecrets()) {
       for (const c of cachedSecrets) {
@@ -771,16 +835,16 @@ export class ImagePullManager {
         if (hashesMatch) {
           // Known credentials in another secret: remember that secret too.
           if (!coordinatesMatch && underLimit) await remember();
-          return false;
+          return decided(false, "credentialRecordFound");
         }
         // The same secret with new credentials counts (and is remembered) only under the limit.
         if (coordinatesMatch && underLimit) {
           await remember();
-          return false;
+          return decided(false, "credentialRecordFound");
         }
       }
     }
-    return true;
+    return decided(true, "mustAuthenticate");
   }
 
   /**

@@ -36,6 +36,7 @@ import {
   type RequireVerification,
   verificationPolicy,
 } from "./_pull_records.ts";
+import type { ImageMetrics } from "../metrics/image_metrics.ts";
 
 export type { CredentialVerificationPolicy };
 
@@ -122,6 +123,11 @@ export interface ImageManagerOptions {
     PodStartupLatencyTracker,
     "recordImageStartedPulling" | "recordImageFinishedPulling"
   >;
+  /**
+   * Where each ensure-image request, each credential check and the pull records' sizes are
+   * recorded. @default none
+   */
+  readonly metrics?: ImageMetrics;
 }
 
 /** Options that cannot work, found when the {@link ImageManager} is built. */
@@ -217,8 +223,10 @@ export class ImageManager {
 
   /** Throws {@link ImageManagerOptionsError} for an unknown policy or a bad allowlist pattern. */
   readonly #pulling: ImageManagerOptions["pullingTimeRecorder"];
+  readonly #metrics: ImageMetrics | undefined;
 
   constructor(opts: ImageManagerOptions) {
+    this.#metrics = opts.metrics;
     this.#images = opts.imageService;
     this.#recorder = opts.recorder;
     this.#clock = opts.clock;
@@ -291,12 +299,14 @@ export class ImageManager {
     const requireVerification = this.#requireVerification;
     if (directory === undefined || !requireVerification) return undefined;
     this.#pullManager ??= (async () => {
-      const store = await PullRecordsStore.open({ directory, logger: this.#log });
+      const metrics = this.#metrics;
+      const store = await PullRecordsStore.open({ directory, logger: this.#log, metrics });
       const manager = new ImagePullManager({
         store,
         requireVerification,
         clock: this.#clock,
         logger: this.#log,
+        metrics,
       });
       await manager.initialize(() => this.#images.listImages());
       return manager;
@@ -313,6 +323,21 @@ export class ImageManager {
   async ensureImageExists(
     signal: AbortSignal,
     req: EnsureImageRequest,
+  ): Promise<EnsureImageResult> {
+    const { policy } = imageTarget(req);
+    // What the request found, as kubelet_image_manager_ensure_image_requests_total labels it.
+    const outcome: EnsureOutcome = {};
+    try {
+      return await this.#ensureImageExists(signal, req, outcome);
+    } finally {
+      this.#metrics?.recordEnsureImageRequest(policy, outcome.presentLocally, outcome.pullRequired);
+    }
+  }
+
+  async #ensureImageExists(
+    signal: AbortSignal,
+    req: EnsureImageRequest,
+    outcome: EnsureOutcome,
   ): Promise<EnsureImageResult> {
     const { pod } = req;
     const podUID = pod.metadata?.uid ?? "";
@@ -349,6 +374,8 @@ export class ImageManager {
       return fail("ImageInspectError", msg);
     }
 
+    // Upstream does not look for the image under Always: whether it is present stays unknown.
+    if (policy !== "Always") outcome.presentLocally = present !== "";
     if (policy === "Never" && present === "") {
       return this.#neverPulled(ref, imgRef);
     }
@@ -372,6 +399,7 @@ export class ImageManager {
     }
 
     if (present !== "" && policy !== "Always") {
+      outcome.pullRequired = false;
       if (!records) {
         const msg = `Container image ${q(imgRef)} already present on machine`;
         this.#recorder.event(ref, "Normal", "Pulled", msg);
@@ -392,9 +420,11 @@ export class ImageManager {
         this.#pulling?.recordImageFinishedPulling(podUID);
         return { imageRef: present, image: found };
       }
+      outcome.pullRequired = true;
       // Present but not shown to be this pod's: with Never it is as if it were absent.
       if (policy === "Never") return this.#neverPulled(ref, imgRef);
     }
+    outcome.pullRequired = true;
 
     const backOffKey = `${pod.metadata?.uid ?? ""}_${imgRef}`;
     if (this.#backOff.isInBackOffSinceUpdate(backOffKey)) {
@@ -515,6 +545,12 @@ export class ImageManager {
     // utilerrors.NewAggregate: one error prints alone, several as "[a, b]".
     throw new Error(errors.length === 1 ? errors[0] : `[${errors.join(", ")}]`);
   }
+}
+
+/** Whether the image was found present and had to be pulled; unset while not known. */
+interface EnsureOutcome {
+  presentLocally?: boolean;
+  pullRequired?: boolean;
 }
 
 /** A successful pull: the runtime's reference, timings, size and the credential used. */

@@ -15,6 +15,8 @@ import {
 import { createLogger } from "../klog/klog.ts";
 import { type ImageManagerService, RemoteImageService } from "../cri/remote_image.ts";
 import { cacheFilename, PullRecordsStore } from "./_pull_records.ts";
+import { MetricsRegistry } from "../metrics/metrics.ts";
+import { ImageMetrics } from "../metrics/image_metrics.ts";
 
 const PRESENT = "docker.io/library/busybox:1.36";
 
@@ -539,5 +541,59 @@ Deno.test("ImageManager rejects an unknown verification policy or a bad allowlis
     () =>
       h.verifying({ verificationPolicy: "NeverVerifyAllowlistedImages", allowlist: ["nginx:1"] }),
     /neither tag nor digest is accepted in an image reference: nginx:1/,
+  );
+});
+
+/** kubelet_image_manager_ensure_image_requests_total of one label set. */
+function requests(m: ImageMetrics, policy: string, present: string, required: string): number {
+  return m.ensureImageRequests.get({
+    pull_policy: policy,
+    present_locally: present,
+    pull_required: required,
+  });
+}
+
+Deno.test("ImageManager counts each ensure-image request by policy, presence and pull, as upstream labels it", async () => {
+  await using h = await harness();
+  const metrics = new ImageMetrics(new MetricsRegistry());
+  const m = h.manager({ metrics });
+  await ensure(m, { name: "c", image: "busybox:1.36" });
+  await ensure(m, { name: "c", image: "nginx:2", imagePullPolicy: "Never" });
+  await ensure(m, { name: "c", image: "nginx:1" });
+  // Always never looks for the image first: its presence is unknown.
+  await ensure(m, { name: "c", image: "busybox:1.36", imagePullPolicy: "Always" });
+  await ensure(m, { name: "c", image: "Not A Valid Name" });
+  assert.equal(requests(metrics, "ifnotpresent", "true", "false"), 1);
+  assert.equal(requests(metrics, "never", "false", "unknown"), 1);
+  assert.equal(requests(metrics, "ifnotpresent", "false", "true"), 1);
+  assert.equal(requests(metrics, "always", "unknown", "true"), 1);
+  assert.equal(requests(metrics, "ifnotpresent", "unknown", "unknown"), 1);
+});
+
+Deno.test("ImageManager counts each credential check by result and sizes the pull records", async () => {
+  await using h = await harness();
+  const metrics = new ImageMetrics(new MetricsRegistry());
+  const checks = (result: string) => metrics.mustPullChecks.get({ result });
+  // A preloaded image under NeverVerifyPreloadedImages needs no credentials.
+  await ensure(h.verifying({ metrics }), { name: "c", image: "busybox:1.36" });
+  assert.equal(checks("credentialPolicyAllowed"), 1);
+  // Nothing written yet: the record gauges have not been set.
+  assert.equal(metrics.onDiskPulledRecords.get(), 0);
+  h.events.length = 0;
+
+  const { m } = await pulledPrivate(h, { metrics });
+  // One record on disk, one of the 100 the cache holds; the pull's intent is gone again.
+  assert.equal(metrics.onDiskPulledRecords.get(), 1);
+  assert.equal(metrics.inMemoryPulledRecordsUsage.get(), 1);
+  assert.equal(metrics.onDiskPullIntents.get(), 0);
+  assert.equal(metrics.inMemoryPullIntentsUsage.get(), 0);
+  await ensure(m, { name: "c", image: PRIVATE }, [dockerSecret("quay.io", "bob", "pw")]);
+  assert.equal(checks("credentialRecordFound"), 1);
+  await ensure(m, { name: "c", image: PRIVATE }, [], pod("uid-2"));
+  assert.equal(checks("mustAuthenticate"), 1);
+  assert.equal(
+    requests(metrics, "ifnotpresent", "true", "true"),
+    1,
+    "the pod without the secret had to pull",
   );
 });

@@ -1,12 +1,14 @@
 /**
  * @module
  * The Linux part of a container's CRI config: cgroup resources (CPU shares and CFS quota,
- * memory limit, oom_score_adj) and the effective security context (user, groups, capabilities,
+ * memory limit, oom_score_adj, a limit for every hugepage size of the node, swap as
+ * memorySwap.swapBehavior says) and the effective security context (user, groups, capabilities,
  * privileged, read-only rootfs, no_new_privs, masked and read-only /proc paths, seccomp,
- * AppArmor, SELinux, namespaces), plus the runAsNonRoot check against the image's user.
- * Private to `kuberuntime_container.ts`. Corresponds to upstream
- * `kuberuntime_container_linux.go`, `security_context.go`, `security_context_others.go`,
- * `kuberuntime_security_profile.go`, `helpers_linux.go` (its CPU conversions are cm/helpers_linux.ts) and
+ * AppArmor, SELinux, namespaces), plus the runAsNonRoot check against the image's user. What it
+ * reads from the host comes through `_host_linux.ts`. Private to `kuberuntime_container.ts`
+ * (and `pod_resize.ts`). Corresponds to upstream `kuberuntime_container_linux.go`,
+ * `security_context.go`, `security_context_others.go`, `kuberuntime_security_profile.go`,
+ * `helpers_linux.go` (its CPU conversions are cm/helpers_linux.ts) and
  * `pkg/securitycontext/util.go`.
  */
 
@@ -18,11 +20,13 @@ import type {
 } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { CreateContainerConfigError } from "./expansion.ts";
-import { getContainerOOMScoreAdjust } from "../qos/qos.ts";
+import { getContainerOOMScoreAdjust, getPodQOS, isCriticalPod } from "../qos/qos.ts";
 import { parseQuantity } from "../util/quantity.ts";
 import { milliCPUToQuota, milliCPUToShares, QUOTA_PERIOD } from "../cm/helpers_linux.ts";
-import { milliValueOf, parseDec } from "../qos/resource_helpers.ts";
+import { hugePageUnitSize } from "../cm/hugepages.ts";
+import { cmpDec, isZeroDec, milliValueOf, parseDec, valueOf } from "../qos/resource_helpers.ts";
 import { namespacesForPod } from "./namespaces.ts";
+import { type HostLinux, hostLinux } from "./_host_linux.ts";
 
 /** A CPU quantity in millicores, exact and rounded up (resource.Quantity's MilliValue). */
 function milliCPU(q: string | undefined): bigint {
@@ -43,6 +47,17 @@ export interface LinuxConfigOptions {
   readonly cgroupV2?: boolean;
   /** Kill only the offending process on OOM instead of the container's cgroup (config singleProcessOOMKill). @default false */
   readonly singleProcessOOMKill?: boolean;
+  /**
+   * Swap for containers (config memorySwap.swapBehavior): "NoSwap" (also "") or "LimitedSwap",
+   * a share of the node's swap proportional to a Burstable container's memory request, on v2.
+   * @default "NoSwap"
+   */
+  readonly swapBehavior?: string;
+  /**
+   * What the host says: hugepage sizes, swap accounting, SELinux, masked paths.
+   * @default the host's, each read once through the host view
+   */
+  readonly host?: HostLinux;
 }
 
 /** resource.Quantity's Value: whole units rounded up. */
@@ -51,7 +66,7 @@ export function quantityValue(q: string | undefined): number {
   return Math.ceil(Number(parseQuantity(q).toPrecision(15)));
 }
 
-/** upstream generateLinuxContainerResources, without swap, hugepages and MemoryQoS. */
+/** upstream generateLinuxContainerResources, without MemoryQoS (an alpha feature gate). */
 export function generateLinuxContainerResources(
   pod: V1Pod,
   container: V1Container,
@@ -59,11 +74,6 @@ export function generateLinuxContainerResources(
 ): api.LinuxContainerResources {
   const limits = container.resources?.limits ?? {};
   const requests = container.resources?.requests ?? {};
-  for (const name of [...Object.keys(limits), ...Object.keys(requests)]) {
-    if (name.startsWith("hugepages-")) {
-      throw new CreateContainerConfigError(`${name}: hugepages are not supported yet`);
-    }
-  }
   if (pod.spec?.resources?.limits || pod.spec?.resources?.requests) {
     throw new CreateContainerConfigError("pod-level resources are not supported yet");
   }
@@ -81,7 +91,93 @@ export function generateLinuxContainerResources(
     r.cpuQuota = milliCPUToQuota(cpuLimit, QUOTA_PERIOD);
   }
   if (opts.cgroupV2 && !opts.singleProcessOOMKill) r.unified = { "memory.oom.group": "1" };
+  const host = opts.host ?? hostLinux();
+  r.hugepageLimits = hugepageLimits(limits, host.hugePageSizes());
+  configureContainerSwapResources(r, pod, container, opts, host);
   return r;
+}
+
+/**
+ * upstream GetHugepageLimitsFromResources: every page size of the node, limited to what the
+ * container's `hugepages-<size>` limit says, else 0 (no hugepages without asking).
+ */
+function hugepageLimits(
+  limits: Readonly<Record<string, string>>,
+  sizes: readonly string[],
+): api.HugepageLimit[] {
+  const required = new Map<string, bigint>();
+  for (const [name, amount] of Object.entries(limits)) {
+    if (!name.startsWith("hugepages-")) continue;
+    try {
+      const pageSize = hugePageUnitSize(Number(valueOf(parseDec(name.slice("hugepages-".length)))));
+      required.set(pageSize, valueOf(parseDec(amount)));
+    } catch {
+      // upstream logs and skips a size it cannot name; validation keeps such names out.
+    }
+  }
+  return sizes.map((pageSize) => ({ pageSize, limit: required.get(pageSize) ?? 0n }));
+}
+
+type SwapBehavior = "NoSwap" | "LimitedSwap";
+
+/**
+ * upstream GetContainerSwapBehavior: LimitedSwap only for a Burstable, non-critical pod's
+ * container that requests memory below its limit, on cgroup v2 with swap accounting.
+ */
+function containerSwapBehavior(
+  pod: V1Pod,
+  container: V1Container,
+  opts: LinuxConfigOptions,
+  host: HostLinux,
+): SwapBehavior {
+  if (opts.swapBehavior !== "LimitedSwap") return "NoSwap";
+  const v2 = opts.cgroupV2 ?? false;
+  // NodeSwap is locked on since v1.34.
+  if (!host.swapControllerAvailable(v2) || !v2 || isCriticalPod(pod)) return "NoSwap";
+  const request = parseDec(container.resources?.requests?.memory ?? "0");
+  const limit = parseDec(container.resources?.limits?.memory ?? "0");
+  if (getPodQOS(pod) !== "Burstable") return "NoSwap";
+  if (isZeroDec(request) && isZeroDec(limit)) return "NoSwap";
+  if (cmpDec(request, limit) === 0) return "NoSwap";
+  return "LimitedSwap";
+}
+
+/**
+ * upstream configureContainerSwapResources, with swap accounting only: no swap is memory+swap
+ * equal to the memory limit on v1 and memory.swap.max 0 on v2; LimitedSwap is memory.swap.max
+ * of the container's share of the node's memory, times the node's swap.
+ */
+function configureContainerSwapResources(
+  r: api.LinuxContainerResources,
+  pod: V1Pod,
+  container: V1Container,
+  opts: LinuxConfigOptions,
+  host: HostLinux,
+): void {
+  const v2 = opts.cgroupV2 ?? false;
+  if (!host.swapControllerAvailable(v2)) return;
+  let swap = 0n;
+  if (containerSwapBehavior(pod, container, opts, host) === "LimitedSwap") {
+    const request = valueOf(parseDec(container.resources?.requests?.memory ?? "0"));
+    const capacity = opts.memoryCapacityBytes;
+    // upstream calcSwapForBurstablePods refuses these, and the container gets no swap.
+    if (capacity > 0 && Number(request) <= capacity) {
+      swap = BigInt(Math.trunc(Number(request) / capacity * host.swapCapacityBytes()));
+    }
+  }
+  if (!v2) {
+    r.memorySwapLimitInBytes = r.memoryLimitInBytes;
+    return;
+  }
+  r.unified = { ...r.unified, "memory.swap.max": String(swap) };
+}
+
+/**
+ * Whether mounts may ask the runtime to relabel them (upstream ANDs every mount's flag with
+ * selinux.GetEnabled).
+ */
+export function selinuxRelabelAllowed(opts: LinuxConfigOptions): boolean {
+  return (opts.host ?? hostLinux()).selinuxEnabled();
 }
 
 /**
@@ -143,20 +239,6 @@ export function verifyRunAsNonRoot(
   return undefined;
 }
 
-// These must stay in sync with moby's defaults, as upstream's do.
-const DEFAULT_MASKED_PATHS = [
-  "/proc/asound",
-  "/proc/acpi",
-  "/proc/kcore",
-  "/proc/keys",
-  "/proc/latency_stats",
-  "/proc/timer_list",
-  "/proc/timer_stats",
-  "/proc/sched_debug",
-  "/proc/scsi",
-  "/sys/firmware",
-  "/sys/devices/virtual/powercap",
-];
 const DEFAULT_READONLY_PATHS = [
   "/proc/bus",
   "/proc/fs",
@@ -231,7 +313,7 @@ export function determineEffectiveSecurityContext(
   }
   sc.noNewPrivs = eff.allowPrivilegeEscalation === false;
   const unmasked = eff.procMount === "Unmasked";
-  sc.maskedPaths = unmasked ? [] : [...DEFAULT_MASKED_PATHS];
+  sc.maskedPaths = unmasked ? [] : [...(opts.host ?? hostLinux()).defaultMaskedPaths()];
   sc.readonlyPaths = unmasked ? [] : [...DEFAULT_READONLY_PATHS];
   return sc;
 }

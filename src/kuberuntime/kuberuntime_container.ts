@@ -22,7 +22,7 @@ import type { EventRecorder } from "../client/record.ts";
 import { containerRef } from "../container/ref.ts";
 import type { ImageManager } from "../images/image_manager.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
-import { HandlerRunner } from "../lifecycle/handlers.ts";
+import { type HandlerMetrics, HandlerRunner } from "../lifecycle/handlers.ts";
 import {
   getContainerInfoFromAnnotations,
   getContainerInfoFromLabels,
@@ -41,6 +41,7 @@ import {
   generateLinuxContainerResources,
   type ImageUser,
   type LinuxConfigOptions,
+  selinuxRelabelAllowed,
   verifyRunAsNonRoot,
 } from "./_container_linux.ts";
 import { TerminationOrdering } from "./_termination_order.ts";
@@ -83,6 +84,8 @@ export interface ContainerDeps {
   readonly imageService?: Pick<ImageManagerService, "imageStatus">;
   readonly imageManager: Pick<ImageManager, "ensureImageExists">;
   readonly recorder: EventRecorder;
+  /** The lifecycle hooks' HTTPS-to-HTTP fallbacks and interrupted sleeps. @default none */
+  readonly metrics?: HandlerMetrics;
   readonly logger: Logger;
   readonly clock: Clock;
   /** `<rootDirectory>/pods`: termination-message files live in `<uid>/containers/<name>/`. */
@@ -138,7 +141,13 @@ function handlerRunnerOf(deps: ContainerDeps): HandlerRunner {
         Promise.reject(
           new Error("exec lifecycle hooks need ExecSync on the runtime: not supported yet"),
         );
-    runner = new HandlerRunner({ runtime: { execSync }, logger: deps.logger, clock: deps.clock });
+    runner = new HandlerRunner({
+      runtime: { execSync },
+      logger: deps.logger,
+      clock: deps.clock,
+      recorder: deps.recorder,
+      metrics: deps.metrics,
+    });
     defaultRunners.set(deps, runner);
   }
   return runner;
@@ -341,10 +350,7 @@ export async function generateContainerConfig(
     workingDir: container.workingDir ?? "",
     envs: envs.map((e) => ({ key: e.name, value: encoder.encode(e.value) })),
     // Volume mounts and /etc/hosts first, then the termination log, as upstream appends it.
-    mounts: [
-      ...volumeMounts,
-      ...makeMounts(deps, pod, container),
-    ],
+    mounts: makeMounts(deps, pod, container, volumeMounts),
     labels: newContainerLabels(container, pod),
     annotations: newContainerAnnotations(container, pod, restartCount),
     logPath: buildContainerLogsPath(container.name, restartCount),
@@ -461,17 +467,21 @@ async function makeKubeletMounts(
 }
 
 /**
- * The termination-message mount: an empty file, world-writable as upstream makes it, under
- * `<podsDirectory>/<uid>/containers/<name>/`, named at random per container instance.
+ * upstream makeMounts: the kubelet's mounts, each relabelled only when SELinux is enabled on the
+ * host, then the termination-message mount: an empty file, world-writable as upstream makes it,
+ * under `<podsDirectory>/<uid>/containers/<name>/`, named at random per container instance.
  * Failing to create it is logged and the container runs without it, as upstream.
  */
 function makeMounts(
   deps: ContainerDeps,
   pod: V1Pod,
   container: V1Container,
+  kubeletMounts: readonly api.Mount[],
 ): api.Mount[] {
+  const selinux = selinuxRelabelAllowed(deps.linux);
+  const mounts = kubeletMounts.map((m) => ({ ...m, selinuxRelabel: m.selinuxRelabel && selinux }));
   const path = container.terminationMessagePath;
-  if (!path) return [];
+  if (!path) return mounts;
   const dir = `${deps.podsDirectory}/${pod.metadata?.uid ?? ""}/containers/${container.name}`;
   const file = `${dir}/${randomUid()}`;
   try {
@@ -480,9 +490,10 @@ function makeMounts(
     Deno.chmodSync(file, 0o666);
   } catch (e) {
     deps.logger.error(e, "Error on creating termination-log file", { path: file });
-    return [];
+    return mounts;
   }
-  return [api.Mount.create({ hostPath: file, containerPath: path })];
+  mounts.push(api.Mount.create({ hostPath: file, containerPath: path, selinuxRelabel: selinux }));
+  return mounts;
 }
 
 /** upstream makeUID: 8 random hex digits. */

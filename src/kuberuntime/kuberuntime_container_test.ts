@@ -38,9 +38,42 @@ import { RemoteImageService } from "../cri/remote_image.ts";
 import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
 import { expand, mappingFuncFor } from "./expansion.ts";
 import { verifyRunAsNonRoot } from "./_container_linux.ts";
+import type { HostLinux } from "./_host_linux.ts";
 
 const IMAGE = "busybox:1.36";
 const UID = "uid-web";
+
+/** upstream's default masked paths on a host whose CPUs have no thermal_throttle. */
+const MASKED_PATHS = [
+  "/proc/asound",
+  "/proc/acpi",
+  "/proc/interrupts",
+  "/proc/kcore",
+  "/proc/keys",
+  "/proc/latency_stats",
+  "/proc/timer_list",
+  "/proc/timer_stats",
+  "/proc/sched_debug",
+  "/proc/scsi",
+  "/sys/firmware",
+  "/sys/devices/virtual/powercap",
+];
+
+/** A host as _host_linux.ts would read it: 2 MiB and 1 GiB pages, swap accounting, no SELinux. */
+function fakeHost(over: Partial<Record<keyof HostLinux, unknown>> = {}): HostLinux {
+  const host: HostLinux = {
+    hugePageSizes: () => ["2MB", "1GB"],
+    swapControllerAvailable: () => true,
+    selinuxEnabled: () => false,
+    defaultMaskedPaths: () => MASKED_PATHS,
+    swapCapacityBytes: () => 4 * 2 ** 30,
+  };
+  const out = { ...host };
+  for (const [k, v] of Object.entries(over)) {
+    (out as Record<string, unknown>)[k] = () => v;
+  }
+  return out;
+}
 
 interface Recorded {
   readonly ref: ObjectRef;
@@ -114,7 +147,7 @@ async function harness(): Promise<Harness> {
     podsDirectory: join(dir, "pods"),
     podLogsDirectory,
     legacyContainerLogsDirectory: join(dir, "containers"),
-    linux: { memoryCapacityBytes: 8 * 2 ** 30 },
+    linux: { memoryCapacityBytes: 8 * 2 ** 30, host: fakeHost() },
   };
   return {
     dir,
@@ -261,7 +294,7 @@ Deno.test("generateContainerConfig builds the CRI config as upstream", async () 
   assert.equal(sc?.privileged, false);
   assert.deepEqual(sc?.capabilities?.addCapabilities, ["NET_ADMIN"]);
   assert.deepEqual(sc?.capabilities?.dropCapabilities, ["ALL"]);
-  assert.ok(sc?.maskedPaths.includes("/proc/kcore"));
+  assert.deepEqual(sc?.maskedPaths, MASKED_PATHS, "the host's, /proc/interrupts included");
   assert.deepEqual(sc?.readonlyPaths, [
     "/proc/bus",
     "/proc/fs",
@@ -326,12 +359,6 @@ Deno.test("generateContainerConfig fails loudly for what is not supported yet", 
     securityContext: { runAsNonRoot: true },
   };
   cases.push([pod([nonRoot]), nonRoot, /container has runAsNonRoot and image will run as root/]);
-  const huge: V1Container = {
-    name: "main",
-    image: IMAGE,
-    resources: { limits: { "hugepages-2Mi": "4Mi", memory: "8Mi" } },
-  };
-  cases.push([pod([huge]), huge, /hugepages are not supported yet/]);
   const block: V1Container = {
     name: "main",
     image: IMAGE,
@@ -1197,4 +1224,172 @@ Deno.test("startContainer reports a runtime that cannot mount images with the ru
   h.fake.injectError("CreateContainer", grpc.status.UNKNOWN, failed);
   assert.deepEqual(await start(), { reason: "CreateContainerError", message: failed });
   assert.deepEqual(counts, { requested: 2, succeeded: 1, failed: 1 });
+});
+
+/** The container's Linux resources under `linux` options over the harness's. */
+async function resourcesOf(
+  h: Harness,
+  p: V1Pod,
+  linux: Partial<ContainerDeps["linux"]>,
+): Promise<api.LinuxContainerResources | undefined> {
+  const deps = { ...h.deps, linux: { ...h.deps.linux, ...linux } };
+  const container = p.spec!.containers[0]!;
+  const config = await generateContainerConfig(deps, {
+    pod: p,
+    container,
+    restartCount: 0,
+    imageRef: "x",
+  });
+  return config.linux?.resources;
+}
+
+Deno.test("generateContainerConfig limits every hugepage size of the node", async () => {
+  await using h = await harness();
+  const none: V1Container = { name: "main", image: IMAGE };
+  assert.deepEqual((await resourcesOf(h, pod([none]), {}))?.hugepageLimits, [
+    { pageSize: "2MB", limit: 0n },
+    { pageSize: "1GB", limit: 0n },
+  ]);
+  const huge: V1Container = {
+    name: "main",
+    image: IMAGE,
+    resources: {
+      requests: { "hugepages-2Mi": "4Mi", memory: "8Mi" },
+      limits: { "hugepages-2Mi": "4Mi", memory: "8Mi" },
+    },
+  };
+  assert.deepEqual((await resourcesOf(h, pod([huge]), {}))?.hugepageLimits, [
+    { pageSize: "2MB", limit: 4n * 2n ** 20n },
+    { pageSize: "1GB", limit: 0n },
+  ]);
+  // A size the node does not have is not limited, as upstream.
+  const host = fakeHost({ hugePageSizes: ["1GB"] });
+  assert.deepEqual((await resourcesOf(h, pod([huge]), { host }))?.hugepageLimits, [
+    { pageSize: "1GB", limit: 0n },
+  ]);
+  assert.deepEqual(
+    (await resourcesOf(h, pod([none]), { host: fakeHost({ hugePageSizes: [] }) }))
+      ?.hugepageLimits,
+    [],
+  );
+});
+
+Deno.test("generateContainerConfig sets no swap as upstream on cgroup v1", async () => {
+  await using h = await harness();
+  const limited: V1Container = {
+    name: "main",
+    image: IMAGE,
+    resources: { requests: { memory: "32Mi" }, limits: { memory: "64Mi" } },
+  };
+  // memory+swap equal to the memory limit: nothing above the limit may be swapped.
+  const r = await resourcesOf(h, pod([limited]), { swapBehavior: "LimitedSwap" });
+  assert.equal(r?.memorySwapLimitInBytes, 64n * 2n ** 20n);
+  assert.deepEqual(r?.unified, {}, "v1 has no memory.swap.max");
+  const none: V1Container = { name: "main", image: IMAGE };
+  assert.equal((await resourcesOf(h, pod([none]), {}))?.memorySwapLimitInBytes, 0n);
+  // Without swap accounting (no memory.memsw.* files) upstream sets nothing.
+  const host = fakeHost({ swapControllerAvailable: false });
+  assert.equal((await resourcesOf(h, pod([limited]), { host }))?.memorySwapLimitInBytes, 0n);
+});
+
+Deno.test("generateContainerConfig sets memory.swap.max as upstream on cgroup v2", async () => {
+  await using h = await harness();
+  const v2 = { cgroupV2: true, singleProcessOOMKill: false };
+  const burstable: V1Container = {
+    name: "main",
+    image: IMAGE,
+    resources: { requests: { memory: "1Gi" }, limits: { memory: "2Gi" } },
+  };
+  const noSwap = await resourcesOf(h, pod([burstable]), v2);
+  assert.deepEqual(noSwap?.unified, { "memory.oom.group": "1", "memory.swap.max": "0" });
+  assert.equal(noSwap?.memorySwapLimitInBytes, 0n);
+
+  // LimitedSwap: request / node memory × node swap = 1 GiB / 8 GiB × 4 GiB.
+  const limited = { ...v2, swapBehavior: "LimitedSwap" };
+  assert.deepEqual((await resourcesOf(h, pod([burstable]), limited))?.unified, {
+    "memory.oom.group": "1",
+    "memory.swap.max": String(512 * 2 ** 20),
+  });
+  const cases: Array<[string, V1Pod]> = [
+    ["BestEffort", pod([{ name: "main", image: IMAGE }])],
+    [
+      "Guaranteed",
+      pod([{
+        name: "main",
+        image: IMAGE,
+        resources: {
+          requests: { cpu: "1", memory: "1Gi" },
+          limits: { cpu: "1", memory: "1Gi" },
+        },
+      }]),
+    ],
+    [
+      "request equal to limit",
+      pod([{
+        name: "main",
+        image: IMAGE,
+        resources: { requests: { memory: "1Gi" }, limits: { memory: "1Gi", cpu: "1" } },
+      }]),
+    ],
+    [
+      "no memory request",
+      pod([{ name: "main", image: IMAGE, resources: { requests: { cpu: "1" } } }]),
+    ],
+    ["critical", pod([burstable], { priority: 2_000_000_000 })],
+  ];
+  for (const [what, p] of cases) {
+    assert.equal(
+      (await resourcesOf(h, p, limited))?.unified["memory.swap.max"],
+      "0",
+      `${what} gets no swap`,
+    );
+  }
+  // A request above the node's memory cannot be given a share: no swap.
+  const big: V1Container = {
+    name: "main",
+    image: IMAGE,
+    resources: { requests: { memory: "16Gi" }, limits: { memory: "32Gi" } },
+  };
+  assert.equal((await resourcesOf(h, pod([big]), limited))?.unified["memory.swap.max"], "0");
+  // Without swap accounting upstream leaves swap alone.
+  const host = fakeHost({ swapControllerAvailable: false });
+  assert.deepEqual((await resourcesOf(h, pod([burstable]), { ...limited, host }))?.unified, {
+    "memory.oom.group": "1",
+  });
+});
+
+Deno.test("generateContainerConfig relabels mounts only where SELinux is enabled", async () => {
+  await using h = await harness();
+  const container: V1Container = { name: "main", image: IMAGE };
+  const mounts = [
+    api.Mount.create({ containerPath: "/data", hostPath: "/vol/data", selinuxRelabel: true }),
+    api.Mount.create({ containerPath: "/host", hostPath: "/srv", selinuxRelabel: false }),
+    api.Mount.create({ containerPath: "/etc/hosts", hostPath: "/p/hosts", selinuxRelabel: true }),
+  ];
+  const relabels = async (selinux: boolean) => {
+    const deps = {
+      ...h.deps,
+      kubeletMounts: fakeMounter(mounts),
+      linux: { ...h.deps.linux, host: fakeHost({ selinuxEnabled: selinux }) },
+    };
+    const config = await generateContainerConfig(deps, {
+      pod: pod([container]),
+      container,
+      restartCount: 0,
+      imageRef: "x",
+    });
+    return config.mounts.map((m) => [m.containerPath, m.selinuxRelabel]);
+  };
+  assert.deepEqual(await relabels(false), [
+    ["/data", false],
+    ["/host", false],
+    ["/etc/hosts", false],
+    ["/dev/termination-log", false],
+  ]);
+  assert.deepEqual(await relabels(true), [
+    ["/data", true],
+    ["/host", false],
+    ["/etc/hosts", true],
+    ["/dev/termination-log", true],
+  ]);
 });

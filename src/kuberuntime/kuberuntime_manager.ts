@@ -20,6 +20,7 @@ import { GrpcCode, isCriCode } from "../cri/connection.ts";
 import type { EventRecorder } from "../client/record.ts";
 import { formatDuration } from "../util/duration.ts";
 import type { ImageManager } from "../images/image_manager.ts";
+import type { DraManager } from "../cm/dra_manager.ts";
 import type { EnvSource } from "../kubelet_env.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import {
@@ -152,9 +153,14 @@ export interface KubeRuntimeManagerOptions
     KubeletMetrics,
     | "startedPodsTotal"
     | "startedPodsErrorsTotal"
+    | "startedContainersTotal"
+    | "startedContainersErrorsTotal"
+    | "lifecycleHandlerHttpFallbacks"
+    | "sleepActionTerminatedEarly"
     | "imageVolumeRequestedTotal"
     | "imageVolumeMountedSucceedTotal"
     | "imageVolumeMountedErrorsTotal"
+    | "podResizeDuration"
   >;
   /**
    * RunPodSandbox calls in flight at once (`--max-parallel-sandbox-starts`); the other pods
@@ -168,6 +174,8 @@ export interface KubeRuntimeManagerOptions
   readonly actuatedState?: ResourceState;
   /** Pod cgroups, resized with their containers. @default none: only containers are resized */
   readonly podCgroups?: Pick<PodCgroups, "getConfig" | "setConfig" | "specConfig" | "memoryUsage">;
+  /** Prepares the pod's ResourceClaims before its sandbox is made. @default none: not prepared */
+  readonly dra?: Pick<DraManager, "prepareResources">;
 }
 
 /** Runs SyncPod and KillPod against the CRI runtime; see the module documentation. */
@@ -184,12 +192,14 @@ export class KubeRuntimeManager {
   readonly #tracker: KubeRuntimeManagerOptions["startupTracker"];
   readonly #metrics: KubeRuntimeManagerOptions["metrics"];
   readonly #resize: ResizeDeps;
+  readonly #dra: KubeRuntimeManagerOptions["dra"];
 
   constructor(opts: KubeRuntimeManagerOptions) {
     this.#runtime = opts.runtime;
     this.#clock = opts.clock;
     this.#tracker = opts.startupTracker;
     this.#metrics = opts.metrics;
+    this.#dra = opts.dra;
     this.#sandbox = opts.sandbox;
     this.#recorder = opts.recorder;
     this.#log = opts.logger;
@@ -203,6 +213,7 @@ export class KubeRuntimeManager {
     );
     this.#deps = {
       runtime: opts.runtime,
+      metrics: opts.metrics,
       startupTracker: opts.startupTracker,
       imageService: opts.imageService,
       imageManager: opts.imageManager,
@@ -236,6 +247,8 @@ export class KubeRuntimeManager {
       actuated: opts.actuatedState ?? ResourceState.inMemory(),
       linux: this.#deps.linux,
       logger: opts.logger,
+      metrics: opts.metrics,
+      clock: opts.clock,
     };
   }
 
@@ -350,6 +363,19 @@ export class KubeRuntimeManager {
     if (changes.createSandbox) {
       const r = result.add("CreatePodSandbox", formatPod(pod));
       this.#metrics?.startedPodsTotal.inc();
+      try {
+        this.#dra?.prepareResources(pod);
+      } catch (e) {
+        // As upstream: an event and a log line; the next sync tries again.
+        this.#recorder.event(
+          podRef(pod),
+          "Warning",
+          "FailedPrepareDynamicResources",
+          `Failed to prepare dynamic resources: ${errorText(e)}`,
+        );
+        log.error(e, "Failed to prepare dynamic resources");
+        return result;
+      }
       const created = await this.#createPodSandbox(signal, pod, changes.attempt);
       if ("message" in created) {
         this.#metrics?.startedPodsErrorsTotal.inc();
@@ -414,19 +440,6 @@ export class KubeRuntimeManager {
       target?: string,
     ): Promise<boolean> => {
       const r = result.add("StartContainer", container.name);
-      let targetId: string | undefined;
-      if (target) {
-        // upstream getTargetID: the target's newest container, whatever its state.
-        targetId = findContainerStatus(statuses, target)?.id;
-        if (targetId === undefined) {
-          fail(r, "CreateContainerConfigError", `unable to find target container ${target}`);
-          log.error(
-            new Error(`unable to find target container ${target}`),
-            "Unhandled Error",
-          );
-          return false;
-        }
-      }
       const backOff = this.#doBackOff(pod, container, statuses);
       if (backOff !== undefined) {
         fail(r, "CrashLoopBackOff", backOff.message);
@@ -436,6 +449,27 @@ export class KubeRuntimeManager {
           container: container.name,
         });
         return false;
+      }
+      // Upstream's metric label: container, init_container or ephemeral_container.
+      const metricLabel = typeName.replace(" ", "_");
+      this.#metrics?.startedContainersTotal.inc({ container_type: metricLabel });
+      let targetId: string | undefined;
+      if (target) {
+        // upstream getTargetID (in its startContainer, so after the back-off and counted): the
+        // target's newest container, whatever its state.
+        targetId = findContainerStatus(statuses, target)?.id;
+        if (targetId === undefined) {
+          this.#metrics?.startedContainersErrorsTotal.inc({
+            container_type: metricLabel,
+            code: "CreateContainerConfigError",
+          });
+          fail(r, "CreateContainerConfigError", `unable to find target container ${target}`);
+          log.error(
+            new Error(`unable to find target container ${target}`),
+            "Unhandled Error",
+          );
+          return false;
+        }
       }
       log.v(4).info("Creating container in pod", {
         containerType: typeName,
@@ -453,6 +487,10 @@ export class KubeRuntimeManager {
         imageVolumePulls,
       });
       if (failure) {
+        this.#metrics?.startedContainersErrorsTotal.inc({
+          container_type: metricLabel,
+          code: failure.reason,
+        });
         fail(r, failure.reason, failure.message);
         const line = `${typeName} ${container.name} start failed in pod ${
           formatPod(pod)

@@ -24,6 +24,9 @@ import type { PodStatus } from "../container/pod_cache.ts";
 import { RemoteImageService } from "../cri/remote_image.ts";
 import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
 import type { PodSyncResult } from "../container/sync_result.ts";
+import { DraManager } from "../cm/dra_manager.ts";
+import { DraMetrics } from "../metrics/dra_metrics.ts";
+import { KubeletMetrics, MetricsRegistry } from "../metrics/metrics.ts";
 
 const IMAGE = "busybox:1.36";
 const UID = "uid-web";
@@ -969,7 +972,8 @@ Deno.test("KubeRuntimeManager.syncPod starts an ephemeral container in the targe
 });
 
 Deno.test("KubeRuntimeManager.syncPod fails an ephemeral container whose target does not exist", async () => {
-  await using h = await harness();
+  const metrics = new KubeletMetrics({ process: false });
+  await using h = await harness(undefined, { metrics });
   await h.sync(pod());
   const result = await h.sync(pod({
     ephemeralContainers: [{ name: "debugger", image: IMAGE, targetContainerName: "nope" }],
@@ -979,6 +983,13 @@ Deno.test("KubeRuntimeManager.syncPod fails an ephemeral container whose target 
       "StartContainer debugger CreateContainerConfigError: unable to find target container nope",
     ),
     steps(result).join("\n"),
+  );
+  // Counted as upstream's startContainer counts it: a start, and its error.
+  const labels = { container_type: "ephemeral_container" };
+  assert.equal(metrics.startedContainersTotal.get(labels), 1);
+  assert.equal(
+    metrics.startedContainersErrorsTotal.get({ ...labels, code: "CreateContainerConfigError" }),
+    1,
   );
 });
 
@@ -997,4 +1008,105 @@ Deno.test("KubeRuntimeManager.syncPod gives containers the sandbox's namespaces,
     gids: [],
   });
   assert.deepEqual(containerNs, sandboxNs);
+});
+
+Deno.test("KubeRuntimeManager.syncPod prepares ResourceClaims before the sandbox and stops when it cannot", async () => {
+  const metrics = new DraMetrics(new MetricsRegistry());
+  const logger = createLogger({ write: () => {} });
+  await using h = await harness(undefined, {
+    dra: new DraManager({ clock: new FakeClock(), logger, metrics }),
+  });
+  const count = (isError: boolean) =>
+    metrics.operationsDuration.count({
+      operation_name: "PrepareResources",
+      is_error: `${isError}`,
+    });
+  const claimed = pod({
+    containers: [{ name: "app", image: IMAGE }],
+    resourceClaims: [{ name: "gpu", resourceClaimName: "gpu-claim" }],
+  });
+  await h.sync(claimed);
+  assert.equal(
+    h.fake.service.sandboxes.size,
+    0,
+    "no sandbox for a pod whose claims are not prepared",
+  );
+  assert.deepEqual(h.events.map((e) => [e.type, e.reason]), [
+    ["Warning", "FailedPrepareDynamicResources"],
+  ]);
+  assert.match(
+    h.events[0]!.message,
+    /^Failed to prepare dynamic resources: prepare dynamic resources: ResourceClaim gpu-claim: /,
+  );
+  assert.equal(count(true), 1);
+  // A pod without claims is timed too, and starts.
+  await h.sync(pod({ containers: [{ name: "app", image: IMAGE }] }, "uid-2"));
+  assert.equal(count(false), 1);
+  assert.equal(h.fake.service.sandboxes.size, 1);
+});
+
+Deno.test("KubeRuntimeManager.syncPod counts each container start attempt by type, and its failure by reason", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  await using h = await harness(
+    (name) => name === "init" ? { exitAfterStart: true, exitCode: 0 } : undefined,
+    { metrics },
+  );
+  const started = () =>
+    ["container", "init_container", "ephemeral_container"].map((t) =>
+      metrics.startedContainersTotal.get({ container_type: t })
+    );
+  const spec = {
+    initContainers: [{ name: "init", image: IMAGE }],
+    containers: [{ name: "main", image: IMAGE }],
+  };
+  await h.sync(pod(spec));
+  assert.deepEqual(started(), [0, 1, 0]);
+  await h.sync(pod(spec));
+  assert.deepEqual(started(), [1, 1, 0]);
+  await h.sync(pod({
+    ...spec,
+    ephemeralContainers: [{ name: "debugger", image: IMAGE, targetContainerName: "main" }],
+  }));
+  assert.deepEqual(started(), [1, 1, 1]);
+  // An image that may not be pulled: the attempt counts, and its failure under its reason.
+  const r = await h.sync(pod({
+    containers: [{ name: "app", image: "registry.example/absent:1", imagePullPolicy: "Never" }],
+  }, "uid-2"));
+  assert.match(steps(r).join("\n"), /StartContainer app ErrImageNeverPull/);
+  assert.deepEqual(started(), [2, 1, 1]);
+  const errors = (await metrics.render()).split("\n").filter((l) =>
+    l.startsWith("kubelet_started_containers_errors_total{")
+  );
+  assert.deepEqual(errors, [
+    'kubelet_started_containers_errors_total{code="ErrImageNeverPull",container_type="container"} 1',
+  ]);
+});
+
+Deno.test("KubeRuntimeManager.syncPod does not count a container start held back by its crash-loop back-off", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  await using h = await harness(
+    (name) => name === "crash" ? { exitAfterStart: true, exitCode: 1 } : undefined,
+    { metrics },
+  );
+  const p = pod({ containers: [{ name: "crash", image: IMAGE }] });
+  const count = () => metrics.startedContainersTotal.get({ container_type: "container" });
+  await h.sync(p);
+  await h.sync(p); // the first restart is immediate
+  assert.equal(count(), 2);
+  const waiting = await h.sync(p);
+  assert.equal(
+    waiting.results.find((s) => s.action === "StartContainer")?.error,
+    "CrashLoopBackOff",
+  );
+  assert.equal(count(), 2);
+  assert.equal(
+    metrics.startedContainersErrorsTotal.get({
+      container_type: "container",
+      code: "CrashLoopBackOff",
+    }),
+    0,
+  );
+  h.clock.step(10_000);
+  await h.sync(p);
+  assert.equal(count(), 3);
 });

@@ -9,7 +9,9 @@
  * requests before limits on the way down), so that a container never exceeds its pod; the
  * runtime is told of the pod's new size first (UpdatePodSandboxResources, best effort) and of
  * each container's with UpdateContainerResources; a memory limit below what is in use now is
- * refused before anything changes. Used by `kuberuntime_manager.ts` and, for the status, `kubelet_pods.ts`. Corresponds to
+ * refused before anything changes. Each doPodResizeAction is timed, in whole milliseconds, in
+ * kubelet_pod_resize_duration_milliseconds{success}. Used by `kuberuntime_manager.ts` and, for
+ * the status, `kubelet_pods.ts`. Corresponds to
  * upstream `computePodResizeAction`, `doPodResizeAction`, `validateMemoryResizeAction`,
  * `updatePodContainerResources`, `IsPodResizeInProgress` (kuberuntime_manager.go) and
  * `updateContainerResources`, `updatePodSandboxResources`, `toKubeContainerResources`
@@ -32,6 +34,8 @@ import { milliCPUToQuota, milliCPUToShares } from "../cm/helpers_linux.ts";
 import type { KubeContainerStatus } from "./kuberuntime_container.ts";
 import type { Logger } from "../klog/klog.ts";
 import { kobj } from "../klog/klog.ts";
+import type { KubeletMetrics } from "../metrics/metrics.ts";
+import { type Clock, realClock } from "../util/clock.ts";
 
 /** A container's cpu in millicores and memory in bytes (upstream resourceRequirements). */
 export interface ResourceValues {
@@ -167,6 +171,10 @@ export interface ResizeDeps {
   readonly actuated: ResourceState;
   readonly linux: LinuxConfigOptions;
   readonly logger: Logger;
+  /** kubelet_pod_resize_duration_milliseconds. @default none recorded */
+  readonly metrics?: Pick<KubeletMetrics, "podResizeDuration">;
+  /** Times each resize for the metric. @default the real clock */
+  readonly clock?: Clock;
 }
 
 /** The outcome of a resize: undefined when done, else the error to report (ResizePodInPlace). */
@@ -200,9 +208,31 @@ function mixed(c: ContainerToUpdate, resource: "cpu" | "memory"): V1Container {
 
 /**
  * upstream doPodResizeAction: applies `changes` to the running pod in the order the module
- * documentation describes. Stops at the first failure (a later sync retries the rest).
+ * documentation describes. Stops at the first failure (a later sync retries the rest). Every
+ * call is observed in the duration histogram, success "false" for an error or an abort.
  */
 export async function doPodResizeAction(
+  deps: ResizeDeps,
+  signal: AbortSignal,
+  pod: V1Pod,
+  sandboxId: string,
+  changes: ResizeActions,
+): Promise<ResizeError> {
+  const clock = deps.clock ?? realClock;
+  const start = clock.now();
+  let success = false;
+  try {
+    const failed = await actuatePodResize(deps, signal, pod, sandboxId, changes);
+    success = failed === undefined;
+    return failed;
+  } finally {
+    // Whole milliseconds, as Go's Duration.Milliseconds (truncated).
+    const ms = Math.max(0, Math.trunc(clock.now() - start));
+    deps.metrics?.podResizeDuration.observe(ms, { success: String(success) });
+  }
+}
+
+async function actuatePodResize(
   deps: ResizeDeps,
   signal: AbortSignal,
   pod: V1Pod,

@@ -17,6 +17,8 @@ import {
   toRuntimeResources,
 } from "./pod_resize.ts";
 import type { KubeContainerStatus } from "./kuberuntime_container.ts";
+import { KubeletMetrics } from "../metrics/metrics.ts";
+import { FakeClock } from "../util/clock.ts";
 
 function c(name: string, cpu: string, mem: string, policy?: V1Container["resizePolicy"]) {
   return {
@@ -84,11 +86,16 @@ function harness(opts: {
   containerMemoryUsage?: bigint;
   sandboxUnimplemented?: boolean;
   failUpdate?: string;
+  /** How long each UpdateContainerResources takes, on the fake clock. */
+  updateMs?: number;
 }) {
   const calls: Call[] = [];
+  const clock = new FakeClock();
+  const metrics = new KubeletMetrics({ process: false });
   const deps: ResizeDeps = {
     runtime: {
       updateContainerResources: (id, linux) => {
+        clock.step(opts.updateMs ?? 0);
         calls.push({
           what: "container",
           detail:
@@ -136,8 +143,22 @@ function harness(opts: {
     actuated: ResourceState.inMemory(),
     linux: { memoryCapacityBytes: 8 * 2 ** 30 },
     logger: createLogger({ write: () => {} }),
+    metrics,
+    clock,
   };
-  return { calls, deps };
+  return { calls, deps, metrics };
+}
+
+/** kubelet_pod_resize_duration_milliseconds by success: [count, sum] (absent: none). */
+async function durations(metrics: KubeletMetrics): Promise<Record<string, [number, number]>> {
+  const text = await metrics.render();
+  const out: Record<string, [number, number]> = {};
+  const re = /^kubelet_pod_resize_duration_milliseconds_(count|sum)\{success="(\w+)"\} (\S+)$/gm;
+  for (const [, what, success, v] of text.matchAll(re)) {
+    const entry = out[success!] ??= [0, 0];
+    entry[what === "count" ? 0 : 1] = Number(v);
+  }
+  return out;
 }
 
 function plan(before: V1Pod, after: V1Pod) {
@@ -153,7 +174,7 @@ Deno.test("doPodResizeAction grows the pod cgroup before its containers, and shr
   const before = pod([c("a", "100m", "100Mi"), c("b", "100m", "100Mi")]);
   const after = pod([c("a", "300m", "300Mi"), c("b", "50m", "50Mi")]);
   const current = resourceConfigForPod(before, POD_OPTS);
-  const { calls, deps } = harness({ current });
+  const { calls, deps, metrics } = harness({ current, updateMs: 40.6 });
   const err = await doPodResizeAction(
     deps,
     new AbortController().signal,
@@ -162,6 +183,8 @@ Deno.test("doPodResizeAction grows the pod cgroup before its containers, and shr
     plan(before, after),
   );
   assert.equal(err, undefined);
+  // Four container updates of 40.6 ms: one observation of 162 whole milliseconds.
+  assert.deepEqual(await durations(metrics), { true: [1, 162] });
   const order = calls.filter((x) => x.what !== "sandbox").map((x) => `${x.what}: ${x.detail}`);
   assert.deepEqual(order, [
     // memory 200Mi -> 350Mi: the pod first, then b (decrease) before a (increase)
@@ -215,7 +238,7 @@ Deno.test("doPodResizeAction refuses a memory limit below what the container use
   const before = pod([c("a", "100m", "100Mi")]);
   const after = pod([c("a", "100m", "50Mi")]);
   const current = resourceConfigForPod(before, POD_OPTS);
-  const { calls, deps } = harness({ current, containerMemoryUsage: 60n * 2n ** 20n });
+  const { calls, deps, metrics } = harness({ current, containerMemoryUsage: 60n * 2n ** 20n });
   const err = await doPodResizeAction(
     deps,
     new AbortController().signal,
@@ -223,6 +246,8 @@ Deno.test("doPodResizeAction refuses a memory limit below what the container use
     "sb",
     plan(before, after),
   );
+  // A refused resize is timed too, as failed (upstream's deferred observation).
+  assert.deepEqual(await durations(metrics), { false: [1, 0] });
   assert.match(
     err?.message ?? "",
     /^cannot decrease memory limits: attempting to set container "a" memory limit \(52428800\) below current usage \(62914560\)$/,
@@ -234,7 +259,12 @@ Deno.test("doPodResizeAction stops at a runtime error, leaving the rest to the n
   const before = pod([c("a", "100m", "100Mi"), c("b", "100m", "100Mi")]);
   const after = pod([c("a", "200m", "100Mi"), c("b", "200m", "100Mi")]);
   const current = resourceConfigForPod(before, POD_OPTS);
-  const { deps } = harness({ current, failUpdate: "id-a", sandboxUnimplemented: false });
+  const { deps, metrics } = harness({
+    current,
+    failUpdate: "id-a",
+    sandboxUnimplemented: false,
+    updateMs: 7,
+  });
   const err = await doPodResizeAction(
     deps,
     new AbortController().signal,
@@ -243,6 +273,8 @@ Deno.test("doPodResizeAction stops at a runtime error, leaving the rest to the n
     plan(before, after),
   );
   assert.equal(err?.message, "runtime said no");
+  // a's update fails (7 ms): b is not tried; timed as not successful.
+  assert.deepEqual(await durations(metrics), { false: [1, 7] });
   assert.equal(deps.actuated.getContainer("u", "a"), undefined);
 });
 
@@ -325,4 +357,20 @@ Deno.test("seedActuatedResources records what a running container runs with, at 
   // A record, once there, is not overwritten.
   seedActuatedResources(state, p, { containerStatuses: [] }, [running("b")]);
   assert.equal(state.getContainer("u", "b")?.requests?.cpu, "50m");
+});
+
+Deno.test("doPodResizeAction times an aborted resize as failed", async () => {
+  const before = pod([c("a", "100m", "100Mi")]);
+  const after = pod([c("a", "200m", "100Mi")]);
+  const { deps, metrics } = harness({ current: resourceConfigForPod(before, POD_OPTS) });
+  const ctrl = new AbortController();
+  deps.runtime.updateContainerResources = () => {
+    ctrl.abort(new Error("shutting down"));
+    return Promise.reject(new Error("canceled"));
+  };
+  await assert.rejects(
+    doPodResizeAction(deps, ctrl.signal, after, "sb", plan(before, after)),
+    /shutting down/,
+  );
+  assert.deepEqual(await durations(metrics), { false: [1, 0] });
 });

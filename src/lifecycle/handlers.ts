@@ -16,6 +16,8 @@ import { kobj, type Logger } from "../klog/klog.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
 import { UPSTREAM_VERSION } from "../util/version.ts";
 import { httpGet, HttpGetError, newRequestForHttpGetAction } from "../prober/probe_http.ts";
+import { type EventRecorder, podRef } from "../client/record.ts";
+import type { KubeletMetrics } from "../metrics/metrics.ts";
 
 /** `kube-<purpose>/<major>.<minor>` (upstream userAgent in pkg/probe/http/request.go). */
 export function userAgentFor(purpose: string): string {
@@ -103,7 +105,17 @@ export interface HandlerRunnerOptions {
   readonly clock: Clock;
   /** The HTTP hook request's deadline (upstream's hook client has none). @default 30000 */
   readonly httpTimeoutMs?: number;
+  /** Where a LifecycleHTTPFallback event goes. @default none */
+  readonly recorder?: EventRecorder;
+  /** kubelet_lifecycle_handler_http_fallbacks_total, kubelet_sleep_action_terminated_early_total. */
+  readonly metrics?: HandlerMetrics;
 }
+
+/** The metrics {@link HandlerRunner} records. */
+export type HandlerMetrics = Pick<
+  KubeletMetrics,
+  "lifecycleHandlerHttpFallbacks" | "sleepActionTerminatedEarly"
+>;
 
 /** Runs lifecycle handlers; see the module documentation. */
 export class HandlerRunner {
@@ -111,8 +123,12 @@ export class HandlerRunner {
   readonly #log: Logger;
   readonly #clock: Clock;
   readonly #httpTimeoutMs: number;
+  readonly #recorder: EventRecorder | undefined;
+  readonly #metrics: HandlerMetrics | undefined;
 
   constructor(opts: HandlerRunnerOptions) {
+    this.#recorder = opts.recorder;
+    this.#metrics = opts.metrics;
     this.#runtime = opts.runtime;
     this.#log = opts.logger;
     this.#clock = opts.clock;
@@ -175,6 +191,7 @@ export class HandlerRunner {
         await this.#clock.sleep(seconds * 1000, signal);
         return undefined;
       } catch {
+        this.#metrics?.sleepActionTerminatedEarly.inc();
         const error = "container terminated before sleep hook finished";
         this.#log.v(1).info("Sleep lifecycle hook for Container in Pod failed", {
           err: error,
@@ -232,6 +249,13 @@ export class HandlerRunner {
       headers.delete("Authorization");
       try {
         await httpGet({ url, headers }, opts);
+        this.#metrics?.lifecycleHandlerHttpFallbacks.inc();
+        this.#recorder?.event(
+          podRef(pod),
+          "Warning",
+          "LifecycleHTTPFallback",
+          `request to HTTPS lifecycle hook ${url.host} got HTTP response, retry with HTTP succeeded`,
+        );
         return undefined;
       } catch (retry) {
         if (!(retry instanceof HttpGetError)) throw retry;

@@ -6,6 +6,7 @@ import type * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
 import { createLogger } from "../klog/klog.ts";
 import { HandlerRunner, userAgentFor } from "./handlers.ts";
+import { KubeletMetrics } from "../metrics/metrics.ts";
 
 const POD: V1Pod = { metadata: { name: "web", namespace: "default", uid: "u1" } };
 const C: V1Container = { name: "main", ports: [{ name: "http", containerPort: 1 }] };
@@ -120,4 +121,70 @@ Deno.test("HandlerRunner.run refuses a handler without an action", async () => {
     await r.run(AbortSignal.timeout(5000), "cid", POD, [], C, {}) ?? "",
     /^Cannot run handler: invalid handler: /,
   );
+});
+
+Deno.test("HandlerRunner counts an HTTPS hook that an HTTP server answered and a retry in HTTP served, with a Warning event", async () => {
+  const seen: string[] = [];
+  const server = http.createServer((req, res) => {
+    seen.push(req.url ?? "");
+    res.writeHead(200).end();
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as AddressInfo).port;
+  const metrics = new KubeletMetrics({ process: false });
+  const events: string[] = [];
+  const r = new HandlerRunner({
+    runtime: { execSync: () => ok() },
+    logger: createLogger({ write: () => {} }),
+    clock: new FakeClock(),
+    metrics,
+    recorder: {
+      event: (ref, type, reason, message) =>
+        events.push(`${ref.kind} ${ref.name} ${ref.uid} ${type} ${reason}: ${message}`),
+    },
+  });
+  try {
+    const https = { httpGet: { path: "/hook", port, scheme: "HTTPS" } };
+    assert.equal(
+      await r.run(AbortSignal.timeout(5000), "cid", POD, ["127.0.0.1"], C, https),
+      undefined,
+    );
+    assert.deepEqual(seen, ["/hook"], "served by the retry in plain HTTP");
+    assert.equal(metrics.lifecycleHandlerHttpFallbacks.get(), 1);
+    assert.deepEqual(events, [
+      `Pod web u1 Warning LifecycleHTTPFallback: request to HTTPS lifecycle hook 127.0.0.1:${port} got HTTP response, retry with HTTP succeeded`,
+    ]);
+    // A hook in plain HTTP is no fallback.
+    const plain = { httpGet: { path: "/hook", port } };
+    assert.equal(
+      await r.run(AbortSignal.timeout(5000), "cid", POD, ["127.0.0.1"], C, plain),
+      undefined,
+    );
+    assert.equal(metrics.lifecycleHandlerHttpFallbacks.get(), 1);
+    assert.equal(events.length, 1);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+  }
+});
+
+Deno.test("HandlerRunner counts a sleep hook stopped before its end, not one that ran out", async () => {
+  const clock = new FakeClock();
+  const metrics = new KubeletMetrics({ process: false });
+  const r = new HandlerRunner({
+    runtime: { execSync: () => ok() },
+    logger: createLogger({ write: () => {} }),
+    clock,
+    metrics,
+  });
+  const full = r.run(AbortSignal.timeout(5000), "cid", POD, [], C, { sleep: { seconds: 1 } });
+  await Promise.resolve();
+  clock.step(1_000);
+  assert.equal(await full, undefined);
+  assert.equal(metrics.sleepActionTerminatedEarly.get(), 0);
+  const ctl = new AbortController();
+  const stopped = r.run(ctl.signal, "cid", POD, [], C, { sleep: { seconds: 30 } });
+  ctl.abort();
+  assert.match(await stopped ?? "", /container terminated before sleep hook finished$/);
+  assert.equal(metrics.sleepActionTerminatedEarly.get(), 1);
 });

@@ -16,6 +16,7 @@
  * runtime service and the filesystem. Corresponds to
  * upstream `pkg/kubelet/logs/container_log_manager.go`; removing a container's logs (upstream
  * Clean) is the container GC's part here (src/kuberuntime/container_gc.ts removes `<logPath>*`).
+ * The queue reports as upstream's workqueue `kubelet_log_rotate_manager` (workqueue_*).
  */
 
 import { basename, dirname } from "node:path";
@@ -24,6 +25,7 @@ import type { Clock } from "../util/clock.ts";
 import type { Logger } from "../klog/klog.ts";
 import { parseQuantity } from "../util/quantity.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
+import type { QueueMetrics, WorkqueueMetrics } from "../metrics/workqueue_metrics.ts";
 
 /** Suffix of a compressed rotated log (upstream compressSuffix). */
 export const COMPRESS_SUFFIX = ".gz";
@@ -46,6 +48,8 @@ export interface ContainerLogManagerOptions {
   readonly monitorIntervalMs: number;
   readonly clock: Clock;
   readonly logger: Logger;
+  /** Where the queue reports (workqueue_*{name="kubelet_log_rotate_manager"}). @default none */
+  readonly workqueue?: Pick<WorkqueueMetrics, "queue">;
 }
 
 /** A rotation policy upstream's NewContainerLogManager refuses. */
@@ -63,6 +67,7 @@ export class ContainerLogManager {
   /** Log paths of the containers listed last round, by id ("" when the runtime keeps none). */
   #logPaths = new Map<string, string>();
   #workers: Promise<void>[] = [];
+  readonly #metrics: QueueMetrics | undefined;
 
   constructor(opts: ContainerLogManagerOptions) {
     if (opts.maxFiles <= 1) {
@@ -84,6 +89,10 @@ export class ContainerLogManager {
     }
     this.#o = opts;
     this.maxSize = Math.ceil(size);
+    // Upstream's stub manager (rotation off) has no queue.
+    this.#metrics = this.maxSize < 0
+      ? undefined
+      : opts.workqueue?.queue("kubelet_log_rotate_manager");
   }
 
   /**
@@ -130,6 +139,7 @@ export class ContainerLogManager {
     const known = new Map<string, string>();
     for (const c of containers) {
       if (c.state !== api.ContainerState.CONTAINER_RUNNING) continue;
+      if (!this.#queue.has(c.id)) this.#metrics?.add(c.id);
       this.#queue.add(c.id);
       const path = this.#logPaths.get(c.id);
       if (path !== undefined) known.set(c.id, path);
@@ -152,7 +162,12 @@ export class ContainerLogManager {
     for (const id of this.#queue) {
       if (signal?.aborted) return;
       this.#queue.delete(id);
-      await this.#processContainer(id, signal);
+      this.#metrics?.get(id);
+      try {
+        await this.#processContainer(id, signal);
+      } finally {
+        this.#metrics?.done(id);
+      }
     }
   }
 

@@ -10,6 +10,8 @@ import {
   timestampSuffix,
 } from "./container_log_manager.ts";
 import { createLogger } from "../klog/klog.ts";
+import { MetricsRegistry } from "../metrics/metrics.ts";
+import { WorkqueueMetrics } from "../metrics/workqueue_metrics.ts";
 
 /** A runtime with containers whose logs live in `dir`; reopen creates the file as containerd. */
 function fakeRuntime(dir: string, containers: Record<string, api.ContainerState>) {
@@ -254,4 +256,38 @@ Deno.test("filterUnusedLogs keeps compressed and plain rotated files, drops tmp 
     filterUnusedLogs(["a.log.1", "a.log.1.gz", "a.log.2", "a.log.3.tmp"]),
     { inuse: ["a.log.1.gz", "a.log.2"], unused: ["a.log.1", "a.log.3.tmp"] },
   );
+});
+
+Deno.test("ContainerLogManager reports its queue as upstream's kubelet_log_rotate_manager", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const containers = { c1: api.ContainerState.CONTAINER_RUNNING };
+    await Deno.mkdir(`${dir}/c1`);
+    await Deno.writeTextFile(`${dir}/c1/0.log`, "small");
+    const { runtime } = fakeRuntime(dir, containers);
+    const clock = new FakeClock();
+    const workqueue = new WorkqueueMetrics(new MetricsRegistry(), { clock });
+    const m = new ContainerLogManager({
+      runtime,
+      maxSize: "100",
+      maxFiles: 3,
+      maxWorkers: 1,
+      monitorIntervalMs: 10_000,
+      clock,
+      logger: createLogger({ write: () => {} }),
+      workqueue,
+    });
+    const name = { name: "kubelet_log_rotate_manager" };
+    assert.equal(workqueue.depth.get(name), 0);
+    await m.rotateLogs();
+    await m.idle();
+    await m.rotateLogs();
+    await m.idle();
+    assert.equal(workqueue.adds.get(name), 2);
+    assert.equal(workqueue.depth.get(name), 0);
+    assert.equal(workqueue.queueDuration.count(name), 2);
+    assert.equal(workqueue.workDuration.count(name), 2);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

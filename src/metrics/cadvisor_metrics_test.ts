@@ -341,3 +341,59 @@ machine_scrape_error 1
     ["machine_scrape_error", 0],
   ]);
 });
+
+Deno.test("renderCadvisorMetrics writes spec, CFS only with a quota, zero load and gated pressure", () => {
+  const entry = (quota: number): CadvisorEntry => ({
+    ...APP,
+    id: `/q${quota}`,
+    cpu: {
+      usageSecondsTotal: 1,
+      cfs: { periods: 10, throttledPeriods: 2, throttledSecondsTotal: 0.5 },
+    },
+    loadStats: true,
+    spec: {
+      cpuShares: 2,
+      cpuPeriod: 100000,
+      cpuQuota: quota,
+      memoryLimit: 2 ** 63,
+      memorySwapLimit: 2 ** 63,
+      memoryReservation: 0,
+    },
+    blkio: [{
+      device: "/dev/vda",
+      major: 254,
+      minor: 0,
+      readBytes: 5,
+      writeBytes: 6,
+      reads: 1,
+      writes: 2,
+    }],
+    threads: 3,
+    threadsMax: 0,
+    ulimits: [{ name: "max_open_files", soft: 1024 }],
+    pressure: { cpu: { someUs: 2_000_000, fullUs: 1_000_000 } },
+  });
+  const text = renderCadvisorMetrics([entry(0), entry(50000)], MACHINE, { nowMs: NOW });
+  const lines = (name: string) => text.split("\n").filter((l) => l.startsWith(`${name}{`));
+  assert.deepEqual(
+    lines("container_cpu_cfs_throttled_periods_total").map((l) => l.includes('id="/q50000"')),
+    [true],
+  );
+  assert.equal(lines("container_spec_cpu_quota").length, 1);
+  assert.equal(lines("container_spec_cpu_shares").length, 2);
+  assert.match(text, /^container_spec_memory_swap_limit_bytes\{.*id="\/q0".*\} 0$/m);
+  assert.equal(lines("container_tasks_state").length, 10);
+  assert.ok(lines("container_cpu_load_average_10s").every((l) => / 0 \d+$/.test(l)));
+  assert.match(
+    text,
+    /^container_blkio_device_usage_total\{.*major="254",minor="0",.*operation="Write".*\} 6 /m,
+  );
+  assert.match(text, /^container_ulimits_soft\{.*ulimit="max_open_files"\} 1024 /m);
+  assert.equal(lines("container_pressure_cpu_waiting_seconds_total").length, 0, "no PSI set");
+  const withPsi = renderCadvisorMetrics([entry(0)], MACHINE, { nowMs: NOW, pressure: true });
+  assert.match(withPsi, /^container_pressure_cpu_waiting_seconds_total\{.*\} 2 /m);
+  assert.match(
+    withPsi,
+    /^# HELP container_pressure_cpu_stalled_seconds_total Total time duration no tasks in the container could make progress due to CPU congestion\.$/m,
+  );
+});

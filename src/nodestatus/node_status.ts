@@ -104,7 +104,10 @@ export function capacityAndAllocatable(inputs: StatusInputs): {
     memory: machine.memoryCapacity,
     pods,
   };
-  if (inputs.rootfsCapacity !== undefined) cap["ephemeral-storage"] = inputs.rootfsCapacity;
+  // Upstream's container manager adds ephemeral-storage only with localStorageCapacityIsolation.
+  if (inputs.rootfsCapacity !== undefined && config.localStorageCapacityIsolation !== false) {
+    cap["ephemeral-storage"] = inputs.rootfsCapacity;
+  }
   let hugeTotal = 0;
   for (const [size, count] of machine.hugePages) {
     cap[hugePageResourceName(size)] = size * count;

@@ -254,3 +254,12 @@ Deno.test("conditionEvents records as upstream's condition setters", () => {
     ],
   );
 });
+
+Deno.test("capacityAndAllocatable leaves ephemeral-storage out without localStorageCapacityIsolation", () => {
+  const { capacity, allocatable } = capacityAndAllocatable(inputs({
+    config: config({ localStorageCapacityIsolation: false }),
+  }));
+  assert.equal(capacity["ephemeral-storage"], undefined);
+  assert.equal(allocatable["ephemeral-storage"], undefined);
+  assert.equal(capacity.cpu, "2");
+});

@@ -29,6 +29,7 @@ import type {
 } from "./generic.ts";
 import type { PodCache, PodStatus } from "../container/pod_cache.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
+import type { KubeletMetrics } from "../metrics/metrics.ts";
 
 /** Upstream's eventedPlegRelistPeriod: the safety-net relist while events flow. */
 export const EVENTED_RELIST_PERIOD_MS = 300_000;
@@ -57,6 +58,14 @@ export interface EventedPLEGOptions {
   readonly clock?: Clock;
   /** @default a text logger on stderr */
   readonly logger?: Logger;
+  /**
+   * kubelet_evented_pleg_connection_{success,error}_count (each stream opened, each that
+   * failed) and _latency_seconds (each event's age on arrival). @default none
+   */
+  readonly metrics?: Pick<
+    KubeletMetrics,
+    "eventedPlegConn" | "eventedPlegConnErr" | "eventedPlegConnLatency"
+  >;
 }
 
 /** The evented PLEG; see the module documentation. */
@@ -73,8 +82,10 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
   #unsupported = false;
   #events = 0;
   #streamFailures = 0;
+  readonly #metrics: EventedPLEGOptions["metrics"];
 
   constructor(opts: EventedPLEGOptions) {
+    this.#metrics = opts.metrics;
     this.#runtime = opts.runtime;
     this.#cache = opts.cache;
     this.#generic = opts.generic;
@@ -256,7 +267,12 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
       const settling = this.#settle(streamSignal);
       let err: unknown;
       try {
-        for await (const event of this.#runtime.getContainerEvents(streamSignal)) {
+        const events = this.#runtime.getContainerEvents(streamSignal);
+        this.#metrics?.eventedPlegConn.inc();
+        for await (const event of events) {
+          this.#metrics?.eventedPlegConnLatency.observe(
+            (this.#clock.now() - eventTime(event, this.#clock)) / 1000,
+          );
           this.process(event);
         }
         err = new Error("the container runtime ended the container events stream");
@@ -267,6 +283,7 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
         await settling;
       }
       if (signal.aborted) return;
+      this.#metrics?.eventedPlegConnErr.inc();
       this.#streamFailures++;
       this.#fallBack();
       if (isCriCode(err, GrpcCode.UNIMPLEMENTED)) {

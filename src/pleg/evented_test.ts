@@ -15,6 +15,7 @@ import { createLogger } from "../klog/klog.ts";
 import { GenericPLEG, type PodLifecycleEvent } from "./generic.ts";
 import { PodCache } from "../container/pod_cache.ts";
 import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
+import { KubeletMetrics } from "../metrics/metrics.ts";
 
 const IMAGE = "docker.io/library/busybox:1.36";
 const UID = "uid-web";
@@ -301,4 +302,65 @@ Deno.test("EventedPLEG.process: older events do not overwrite the cache, a delet
   assert.deepEqual(await generic.next(), { id: UID, type: "ContainerRemoved", data: "sb1" });
   assert.deepEqual(cache.uids(), []);
   assert.equal(pleg.eventsReceived, 6);
+});
+
+Deno.test("EventedPLEG counts each stream opened and each that failed, and each event's age on arrival", async () => {
+  const clock = new FakeClock(10_000);
+  const cache = new PodCache();
+  const logger = createLogger({ write: () => {} });
+  const runtime = {
+    listPodSandbox: () => Promise.resolve([]),
+    listContainers: () => Promise.resolve([]),
+    podSandboxStatus: () => Promise.reject(new Error("unused")),
+    containerStatus: () => Promise.reject(new Error("unused")),
+  };
+  const generic = new GenericPLEG({ runtime, cache, clock, logger });
+  const metrics = new KubeletMetrics({ process: false });
+  const cut = Promise.withResolvers<void>();
+  const T = api.ContainerEventType;
+  // The first stream brings two events, 0.3 s and 1.2 s old, then breaks; later ones stay open.
+  const streams = [async function* () {
+    yield event(T.CONTAINER_STARTED_EVENT, "c1", 9_700);
+    yield event(T.CONTAINER_STARTED_EVENT, "c2", 8_800);
+    await cut.promise;
+    throw new Error("transport is closing");
+  }];
+  const pleg = new EventedPLEG({
+    runtime: {
+      getContainerEvents: (signal) =>
+        (streams.shift() ?? async function* () {
+          await new Promise((r) => signal?.addEventListener("abort", r, { once: true }));
+          yield* [];
+        })(),
+    },
+    cache,
+    generic,
+    clock,
+    logger,
+    metrics,
+  });
+  const ctl = new AbortController();
+  const running = pleg.run(ctl.signal);
+  const counts = () => [
+    metrics.eventedPlegConn.get(),
+    metrics.eventedPlegConnErr.get(),
+    metrics.eventedPlegConnLatency.count(),
+  ];
+  await until("two events", () => metrics.eventedPlegConnLatency.count() === 2);
+  assert.deepEqual(counts(), [1, 0, 2]);
+  assert.match(
+    await metrics.render(),
+    /^kubelet_evented_pleg_connection_latency_seconds_sum 1\.5$/m,
+  );
+  cut.resolve();
+  await until("the failure", () => metrics.eventedPlegConnErr.get() === 1);
+  // The stream is opened again after the retry backoff (1 s).
+  for (let i = 0; i < 40 && metrics.eventedPlegConn.get() < 2; i++) {
+    clock.step(1_000);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  assert.equal(metrics.eventedPlegConn.get(), 2, "the second stream");
+  ctl.abort();
+  await running;
+  assert.deepEqual(counts(), [2, 1, 2], "a stream closed by the kubelet itself is no error");
 });

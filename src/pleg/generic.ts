@@ -125,6 +125,7 @@ export type PlegMetrics = Pick<
   | "plegRelistInterval"
   | "plegDiscardEvents"
   | "plegLastSeen"
+  | "plegPodRelistDuration"
   | "runningPods"
   | "runningContainers"
 >;
@@ -384,6 +385,16 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
    * it read.
    */
   async inspectPod(uid: string, opts: InspectPodOptions = {}): Promise<boolean> {
+    // kubelet_pleg_pod_relist_duration_seconds: upstream's relistPod, failed or not.
+    const start = this.#clock.now();
+    try {
+      return await this.#inspectPod(uid, opts);
+    } finally {
+      this.#metrics?.plegPodRelistDuration.observe((this.#clock.now() - start) / 1000);
+    }
+  }
+
+  async #inspectPod(uid: string, opts: InspectPodOptions): Promise<boolean> {
     const { signal } = opts;
     const selector = { labelSelector: { [KUBERNETES_POD_UID_LABEL]: uid } };
     const list = ++this.#lists;

@@ -532,3 +532,39 @@ Deno.test("GenericPLEG relist keeps a status an inspection read after the relist
   ]);
   assert.equal(newer, "inspected status kept");
 });
+
+Deno.test("GenericPLEG.inspectPod observes kubelet_pleg_pod_relist_duration_seconds, failed or not", async () => {
+  const clock = new FakeClock();
+  const metrics = new KubeletMetrics({ process: false });
+  let fail = false;
+  const runtime = {
+    // The listing takes 250 ms of fake time, or fails.
+    listPodSandbox: async () => {
+      await clock.sleep(250);
+      if (fail) throw new Error("rpc error: code = Unavailable desc = connection refused");
+      return [];
+    },
+    listContainers: () => Promise.resolve([]),
+    podSandboxStatus: () => Promise.reject(new Error("unused")),
+    containerStatus: () => Promise.reject(new Error("unused")),
+  };
+  const logger = createLogger({ write: () => {} });
+  const pleg = new GenericPLEG({ runtime, cache: new PodCache(), clock, logger, metrics });
+  const inspect = async () => {
+    const done = pleg.inspectPod(UID);
+    while (clock.waiters === 0) await new Promise((r) => setTimeout(r, 0));
+    clock.step(250);
+    return await done;
+  };
+  const d = metrics.plegPodRelistDuration;
+  assert.equal(await inspect(), false);
+  assert.equal(d.count(), 1);
+  fail = true;
+  assert.equal(await inspect(), false);
+  assert.equal(d.count(), 2, "a failed inspection is timed too");
+  assert.match(await metrics.render(), /^kubelet_pleg_pod_relist_duration_seconds_sum 0\.5$/m);
+  assert.match(
+    await metrics.render(),
+    /^kubelet_pleg_pod_relist_duration_seconds_bucket\{le="0\.25"\} 2$/m,
+  );
+});

@@ -1,11 +1,14 @@
 /**
  * @module
- * The CIS Kubernetes Benchmark's worker node items for the kubelet, checked against the
- * effective configuration (section 4.2, kube-bench's reading of each) and against the files
- * the configuration names (section 4.1: mode 0600 or stricter, owned by root). `kubelet
- * --check` reports each failed item as a warning. Upstream's defaults fail five of the thirteen
- * 4.2 items on purpose (they need site values: a client CA, a serving certificate, rotation, the
- * cipher list, a PID limit); deploy/'s sample configuration passes all of them.
+ * The CIS Kubernetes Benchmark v1.12's worker node items for the kubelet (kube-bench's
+ * `cfg/cis-1.12/node.yaml`, the benchmark for Kubernetes 1.32 and later), checked against the
+ * effective configuration (section 4.2, kube-bench's reading of each) and against the files the
+ * configuration names (section 4.1: the kubeconfig and the config file mode 0600 or stricter,
+ * the client CA file 0644 or stricter, each owned by root). `kubelet --check` reports each failed
+ * item as a warning. Upstream's defaults fail six of the fourteen 4.2 items on purpose (they need
+ * site values: a client CA, a serving certificate, rotation, the cipher list, a PID limit, the
+ * default seccomp profile); deploy/'s sample configuration passes all of them. Where kube-bench
+ * only asks that a field be set (4.2.13, 4.2.14), the value the benchmark names is checked.
  */
 
 import type { KubeletConfiguration } from "../apis/config_types.ts";
@@ -23,7 +26,11 @@ export interface CisResult {
   readonly fix: string;
 }
 
-/** CIS 4.2.12's strong cipher suites (the remediation list kube-bench checks against). */
+/**
+ * CIS 4.2.12's strong cipher suites (the list kube-bench's cis-1.12 checks against): forward
+ * secret ECDHE with AEAD only. v1.12 dropped the RSA key exchange GCM suites
+ * (TLS_RSA_WITH_AES_256_GCM_SHA384, TLS_RSA_WITH_AES_128_GCM_SHA256) earlier versions listed.
+ */
 export const CIS_STRONG_CIPHERS: readonly string[] = [
   "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
   "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
@@ -31,8 +38,6 @@ export const CIS_STRONG_CIPHERS: readonly string[] = [
   "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
   "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
   "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-  "TLS_RSA_WITH_AES_256_GCM_SHA384",
-  "TLS_RSA_WITH_AES_128_GCM_SHA256",
 ];
 
 type Item = readonly [
@@ -71,7 +76,7 @@ const ITEMS: readonly Item[] = [
   ],
   [
     "4.2.4",
-    "read-only-port is 0",
+    "read-only-port, if defined, is 0",
     (c) => [(c.readOnlyPort ?? 0) === 0, `readOnlyPort: ${c.readOnlyPort ?? 0}`],
     "set readOnlyPort: 0",
   ],
@@ -156,6 +161,21 @@ const ITEMS: readonly Item[] = [
     (c) => [c.podPidsLimit > 0, `podPidsLimit: ${c.podPidsLimit}`],
     "set podPidsLimit (e.g. 4096)",
   ],
+  [
+    "4.2.14",
+    "seccomp-default is true",
+    (c, f) => {
+      // Upstream ORs the deprecated flag with the field (cmd/kubelet/app/server.go).
+      const on = c.seccompDefault === true || f.seccompDefault;
+      return [
+        on,
+        f.seccompDefault && c.seccompDefault !== true
+          ? "--seccomp-default: true"
+          : `seccompDefault: ${c.seccompDefault ?? false}`,
+      ];
+    },
+    "set seccompDefault: true (containers without a seccomp profile get RuntimeDefault)",
+  ],
 ];
 
 /** Every 4.2 item against the effective configuration and flags. */
@@ -172,37 +192,54 @@ export interface CisFile {
   /** e.g. "--kubeconfig". */
   readonly what: string;
   readonly modeItem: string;
+  /** The most permissive mode the item allows, e.g. 0o600. */
+  readonly mode: number;
   readonly ownerItem: string;
 }
 
 /** The 4.1 files the configuration names (the unit file is the service manager's). */
 export function cisFiles(config: KubeletConfiguration, flags: KubeletFlags): CisFile[] {
   const files: CisFile[] = [
-    { path: flags.kubeConfig, what: "--kubeconfig", modeItem: "4.1.5", ownerItem: "4.1.6" },
+    {
+      path: flags.kubeConfig,
+      what: "--kubeconfig",
+      modeItem: "4.1.5",
+      mode: 0o600,
+      ownerItem: "4.1.6",
+    },
+    // A CA certificate is public: since v1.11 the benchmark allows it to be world-readable.
     {
       path: config.authentication.x509.clientCAFile ?? "",
       what: "clientCAFile",
       modeItem: "4.1.7",
+      mode: 0o644,
       ownerItem: "4.1.8",
     },
-    { path: flags.kubeletConfigFile, what: "--config", modeItem: "4.1.9", ownerItem: "4.1.10" },
+    {
+      path: flags.kubeletConfigFile,
+      what: "--config",
+      modeItem: "4.1.9",
+      mode: 0o600,
+      ownerItem: "4.1.10",
+    },
   ];
   return files.filter((f) => f.path !== "");
 }
 
-/** 4.1: each file mode 0600 or stricter and owned by root:root; a missing file is skipped. */
+/** 4.1: each file's mode within its item's and owned by root:root; a missing file is skipped. */
 export async function cisFileChecks(files: readonly CisFile[]): Promise<CisResult[]> {
   const out: CisResult[] = [];
   for (const f of files) {
     const info = await Deno.stat(f.path).catch(() => undefined);
     if (!info) continue;
     const mode = (info.mode ?? 0) & 0o777;
+    const allowed = f.mode.toString(8);
     out.push({
       id: f.modeItem,
-      title: `${f.what} file permissions are 600 or more restrictive`,
-      pass: (mode & ~0o600) === 0,
+      title: `${f.what} file permissions are ${allowed} or more restrictive`,
+      pass: (mode & ~f.mode) === 0,
       detail: `${f.path}: ${mode.toString(8).padStart(4, "0")}`,
-      fix: `chmod 600 ${f.path}`,
+      fix: `chmod ${allowed} ${f.path}`,
     });
     out.push({
       id: f.ownerItem,

@@ -67,6 +67,7 @@ export function hostViewEntries(pid = Deno.pid): HostViewEntry[] {
       "self/stat",
       "self/status",
       "self/limits",
+      "self/cgroup",
       "self/net/netstat",
     ].map((f) => ro(`/proc/${f}`, "file", `/proc/${own(f)}`)),
     { path: "/sys/fs/cgroup", kind: "dir", writable: true, recursive: true },

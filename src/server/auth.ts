@@ -15,7 +15,11 @@
  *   `cacheUnauthorizedTTL` (not allowed).
  *
  * It talks to the apiserver through {@link KubeClient} (TokenReview, SubjectAccessReview) and
- * reads the client CA file; {@link serveKubeletAPI} in `server.ts` calls what it builds.
+ * reads the client CA file; {@link serveKubeletAPI} in `server.ts` calls what it builds. Each
+ * webhook attempt, token cache lookup, client certificate and CA file check is recorded as
+ * k8s.io/apiserver records it (apiserver_delegated_authn/authz_*, authentication_token_cache_*,
+ * apiserver_client_certificate_expiration_seconds, and the `DynamicCABundle-client-ca-bundle`
+ * workqueue).
  * Corresponds to upstream `cmd/kubelet/app/auth.go` (BuildAuth, BuildAuthn, BuildAuthz),
  * `pkg/kubelet/server/auth.go` (NewNodeAuthorizerAttributesGetter) and the k8s.io/apiserver
  * pieces they assemble: `authenticatorfactory.DelegatingAuthenticatorConfig`, the x509,
@@ -43,6 +47,9 @@ import {
   parsePemCertificates,
   verifyClientCertificate,
 } from "../certificate/x509.ts";
+import { type ApiserverMetrics, webhookCode } from "../metrics/apiserver_metrics.ts";
+import type { QueueMetrics, WorkqueueMetrics } from "../metrics/workqueue_metrics.ts";
+import type { Counter, Histogram } from "../metrics/metrics.ts";
 
 export { verifyClientCertificate } from "../certificate/x509.ts";
 
@@ -97,7 +104,19 @@ export interface AuthOptions {
   readonly fineGrainedAuthz?: boolean;
   /** Retries of TokenReview and SubjectAccessReview calls. @default DEFAULT_WEBHOOK_RETRY_BACKOFF */
   readonly webhookRetryBackoff?: RetryBackoff;
+  /** Where calls, cache lookups, certificates and CA reloads are recorded. @default none */
+  readonly metrics?: AuthMetrics;
 }
+
+/** The metrics authentication and authorization record into. */
+export interface AuthMetrics {
+  readonly apiserver: ApiserverMetrics;
+  /** The CA file reload reports as upstream's `DynamicCABundle-client-ca-bundle` queue. */
+  readonly workqueue?: WorkqueueMetrics;
+}
+
+/** The workqueue name of the client CA file's reload (dynamiccertificates, purpose client-ca-bundle). */
+export const CLIENT_CA_QUEUE = "DynamicCABundle-client-ca-bundle";
 
 /** The kubelet API's auth (upstream server.AuthInterface) and the CA reload loop. */
 export interface KubeletAuth {
@@ -358,10 +377,24 @@ function loadCABundle(name: string, content: string): CABundle {
   return { content, roots };
 }
 
-function x509Authenticator(ca: () => CABundle, clock: Clock): RequestAuthenticator {
+function x509Authenticator(
+  ca: () => CABundle,
+  clock: Clock,
+  expiration: Histogram | undefined,
+): RequestAuthenticator {
   return (req) => {
     const chain = peerCertificateChain(req);
     if (chain.length === 0) return Promise.resolve(undefined);
+    if (expiration) {
+      // Observed before verification, as upstream: every certificate presented counts.
+      let notAfter: number | undefined;
+      try {
+        notAfter = parseCertificate(chain[0]!).notAfter.getTime();
+      } catch {
+        // an unparsable certificate fails verification below
+      }
+      if (notAfter !== undefined) expiration.observe((notAfter - clock.now()) / 1000);
+    }
     const result = verifyClientCertificate(chain, ca().roots, new Date(clock.now()));
     if (result && "error" in result) {
       return Promise.reject(new AuthenticationError(result.error));
@@ -449,6 +482,40 @@ function shouldRetry(e: unknown): boolean {
   return e.code === 500 || e.code === 504 || e.code === 429;
 }
 
+/** A webhook's per-attempt metrics (delegated authn or authz). */
+interface WebhookMetrics {
+  readonly total: Counter;
+  readonly duration: Histogram;
+}
+
+/**
+ * One webhook attempt, recorded by its HTTP code (`<error>` when no answer came) with its
+ * latency, as upstream's webhook authenticator and authorizer record each Create.
+ */
+async function recordedCreate<T>(
+  client: KubeClient,
+  path: string,
+  body: T,
+  clock: Clock,
+  metrics: WebhookMetrics | undefined,
+  signal?: AbortSignal,
+): Promise<T> {
+  if (!metrics) return await client.create<T>(path, body, signal);
+  const start = clock.now();
+  let code = 0;
+  try {
+    return await client.request<T>("POST", path, {
+      body,
+      signal,
+      onStatus: (status) => (code = status),
+    });
+  } finally {
+    const labels = { code: webhookCode(code) };
+    metrics.total.inc(labels);
+    metrics.duration.observe(Math.max(0, clock.now() - start) / 1000, labels);
+  }
+}
+
 /** Upstream webhook.WithExponentialBackoff over the injected clock. */
 async function withBackoff<T>(
   backoff: RetryBackoff,
@@ -477,7 +544,12 @@ function webhookTokenAuthenticator(
   backoff: RetryBackoff,
   clock: Clock,
   logger: Logger,
+  metrics: ApiserverMetrics | undefined,
 ): (token: string, signal?: AbortSignal) => Promise<TokenResult> {
+  const recorded = metrics && {
+    total: metrics.delegatedAuthnRequests,
+    duration: metrics.delegatedAuthnRequestDuration,
+  };
   return async (token, signal) => {
     const review: V1TokenReview = {
       kind: "TokenReview",
@@ -491,7 +563,7 @@ function webhookTokenAuthenticator(
       result = await withBackoff(
         backoff,
         clock,
-        () => client.create<V1TokenReview>(TOKEN_REVIEWS, review, signal),
+        () => recordedCreate(client, TOKEN_REVIEWS, review, clock, recorded, signal),
         signal,
       );
     } catch (e) {
@@ -539,25 +611,61 @@ class ExpiringCache<V> {
 
 /**
  * Upstream's cached token authenticator with cacheErrs=false: users and plain rejections are
- * kept for `ttlMs`, errors are not; concurrent reviews of one token share a request.
+ * kept for `ttlMs`, errors are not; concurrent reviews of one token share a request. Lookups
+ * (hit or miss, with their latency in whole milliseconds), waiting callers and fetches are
+ * recorded as upstream's stats collector does.
  */
 function cachedTokens(
   review: (token: string, signal?: AbortSignal) => Promise<TokenResult>,
   ttlMs: number,
   clock: Clock,
+  metrics?: ApiserverMetrics,
 ): TokenAuthenticator {
   const cache = new ExpiringCache<TokenResult>(clock, CACHE_SIZE);
   const inflight = new Map<string, Promise<TokenResult>>();
+  const active = (status: "blocked" | "in_flight", by: number) => {
+    const g = metrics?.tokenCacheActiveFetches;
+    g?.set(g.get({ status }) + by, { status });
+  };
+  const lookedUp = (start: number, hit: boolean) => {
+    if (!metrics) return;
+    const labels = { status: hit ? "hit" : "miss" };
+    metrics.tokenCacheRequests.inc(labels);
+    metrics.tokenCacheRequestDuration.observe(
+      Math.floor(Math.max(0, clock.now() - start)) / 1000,
+      labels,
+    );
+  };
+  const fetch = async (token: string, signal?: AbortSignal): Promise<TokenResult> => {
+    active("in_flight", 1);
+    let ok = false;
+    try {
+      const result = await review(token, signal);
+      ok = true;
+      return result;
+    } finally {
+      metrics?.tokenCacheFetches.inc({ status: ok ? "ok" : "error" });
+      active("in_flight", -1);
+    }
+  };
   return async (token, signal) => {
+    const start = clock.now();
     const key = createHash("sha256").update(token).digest("hex");
     let result = cache.get(key);
-    if (!result) {
-      let pending = inflight.get(key);
-      if (!pending) {
-        pending = review(token, signal).finally(() => inflight.delete(key));
-        inflight.set(key, pending);
+    if (result) lookedUp(start, true);
+    else {
+      active("blocked", 1);
+      try {
+        let pending = inflight.get(key);
+        if (!pending) {
+          pending = fetch(token, signal).finally(() => inflight.delete(key));
+          inflight.set(key, pending);
+        }
+        result = await pending;
+      } finally {
+        active("blocked", -1);
+        lookedUp(start, false);
       }
-      result = await pending;
       if (ttlMs > 0 && !("error" in result && result.error)) cache.set(key, result, ttlMs);
     }
     if (result.user) return result.user;
@@ -592,22 +700,38 @@ export async function buildAuthn(
     };
     let bundle = loadCABundle(name, await read());
     opts.logger.v(2).info("Loaded a new CA Bundle and Verifier", { name });
-    methods.push(x509Authenticator(() => bundle, opts.clock));
+    methods.push(
+      x509Authenticator(
+        () => bundle,
+        opts.clock,
+        opts.metrics?.apiserver.clientCertificateExpiration,
+      ),
+    );
+    const queue: QueueMetrics | undefined = opts.metrics?.workqueue?.queue(CLIENT_CA_QUEUE);
+    /** One check of the file: upstream's queue item, added at start and on each change. */
+    const check = async () => {
+      queue?.add(CLIENT_CA_QUEUE);
+      queue?.get(CLIENT_CA_QUEUE);
+      try {
+        const content = await read();
+        if (content === bundle.content) return;
+        bundle = loadCABundle(name, content);
+        opts.logger.v(2).info("Loaded a new CA Bundle and Verifier", { name });
+      } catch (e) {
+        opts.logger.error(e, "Failed to reload the client CA bundle; keeping the last one", {
+          name,
+        });
+      } finally {
+        queue?.done(CLIENT_CA_QUEUE);
+      }
+    };
     runClientCAReload = async (signal) => {
       opts.logger.info("Starting controller", { name });
       try {
+        await check();
         while (!signal.aborted) {
           await opts.clock.sleep(CA_RELOAD_INTERVAL_MS, signal);
-          try {
-            const content = await read();
-            if (content === bundle.content) continue;
-            bundle = loadCABundle(name, content);
-            opts.logger.v(2).info("Loaded a new CA Bundle and Verifier", { name });
-          } catch (e) {
-            opts.logger.error(e, "Failed to reload the client CA bundle; keeping the last one", {
-              name,
-            });
-          }
+          await check();
         }
       } catch (e) {
         if (!signal.aborted) throw e;
@@ -627,9 +751,11 @@ export async function buildAuthn(
         opts.webhookRetryBackoff ?? DEFAULT_WEBHOOK_RETRY_BACKOFF,
         opts.clock,
         opts.logger,
+        opts.metrics?.apiserver,
       ),
       authentication.webhook.cacheTTL,
       opts.clock,
+      opts.metrics?.apiserver,
     );
     methods.push(bearerTokenAuthenticator(tokens), websocketProtocolAuthenticator(tokens));
   }
@@ -702,6 +828,8 @@ export interface WebhookAuthorizerOptions {
   readonly unauthorizedTTLMs: number;
   /** @default DEFAULT_WEBHOOK_RETRY_BACKOFF */
   readonly retryBackoff?: RetryBackoff;
+  /** apiserver_delegated_authz_request_*, per SubjectAccessReview attempt. @default none */
+  readonly metrics?: ApiserverMetrics;
 }
 
 /** Upstream's webhook authorizer: a SubjectAccessReview per attribute set, answers cached. */
@@ -710,6 +838,10 @@ export function webhookAuthorizer(opts: WebhookAuthorizerOptions): Authorizer {
     opts.clock,
     CACHE_SIZE,
   );
+  const recorded = opts.metrics && {
+    total: opts.metrics.delegatedAuthzRequests,
+    duration: opts.metrics.delegatedAuthzRequestDuration,
+  };
   return {
     async authorize(attrs, signal) {
       const review = subjectAccessReview(attrs);
@@ -721,7 +853,15 @@ export function webhookAuthorizer(opts: WebhookAuthorizerOptions): Authorizer {
           result = await withBackoff(
             opts.retryBackoff ?? DEFAULT_WEBHOOK_RETRY_BACKOFF,
             opts.clock,
-            () => opts.client.create<V1SubjectAccessReview>(SUBJECT_ACCESS_REVIEWS, review, signal),
+            () =>
+              recordedCreate(
+                opts.client,
+                SUBJECT_ACCESS_REVIEWS,
+                review,
+                opts.clock,
+                recorded,
+                signal,
+              ),
             signal,
           );
         } catch (e) {
@@ -773,6 +913,7 @@ export function buildAuthz(opts: AuthOptions): Authorizer {
         authorizedTTLMs: authorization.webhook.cacheAuthorizedTTL,
         unauthorizedTTLMs: authorization.webhook.cacheUnauthorizedTTL,
         retryBackoff: opts.webhookRetryBackoff,
+        metrics: opts.metrics?.apiserver,
       }));
     case "":
       throw new AuthConfigError("no authorization mode specified");

@@ -7,11 +7,16 @@ import { KubeClient } from "../client/kube_client.ts";
 import type { KubeletConfiguration } from "../apis/config_types.ts";
 import type { RequestAttributes, UserInfo } from "./server.ts";
 import { serveKubeletAPI } from "./server.ts";
+import { MetricsRegistry } from "../metrics/metrics.ts";
+import { ApiserverMetrics } from "../metrics/apiserver_metrics.ts";
+import { parseExposition } from "../metrics/prometheus.ts";
+import { WorkqueueMetrics } from "../metrics/workqueue_metrics.ts";
 import {
   AuthConfigError,
   AuthenticationError,
   type AuthOptions,
   buildAuth,
+  CLIENT_CA_QUEUE,
   type KubeletAuth,
   nodeAuthorizerAttributes,
   nodeAuthorizerAttributesList,
@@ -834,6 +839,126 @@ Deno.test("buildAuth behind serveKubeletAPI answers 401, 403 and 200 over real T
     );
     ctrl.abort();
     await server.finished;
+  } finally {
+    ctrl.abort();
+    await api.close();
+  }
+});
+
+/** The apiserver metrics of one test, with a scrape that reads them back. */
+function authMetrics(clock: FakeClock) {
+  const registry = new MetricsRegistry();
+  const metrics = {
+    apiserver: new ApiserverMetrics(registry),
+    workqueue: new WorkqueueMetrics(registry, { clock }),
+  };
+  const scrape = async () =>
+    new Map(parseExposition(await registry.render()).map((f) => [f.name, f]));
+  return { metrics, scrape };
+}
+
+Deno.test("buildAuth records each TokenReview attempt and the token cache as upstream", async () => {
+  const api = fakeApiserver();
+  api.state.tokens.set("good", { authenticated: true, user: { username: "g" } });
+  api.state.failures = 1;
+  const { metrics, scrape } = authMetrics(api.clock);
+  const m = metrics.apiserver;
+  try {
+    const auth = await buildAuth({ ...options(api, config()), metrics });
+    const bearer = () => authn(auth, fakeRequest({ headers: { authorization: "Bearer good" } }));
+    const first = bearer();
+    const second = bearer();
+    for (let i = 0; i < 500 && api.clock.waiters === 0; i++) {
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    // Both wait on the one review, which is in flight (backing off after its 500).
+    assert.equal(m.tokenCacheActiveFetches.get({ status: "blocked" }), 2);
+    assert.equal(m.tokenCacheActiveFetches.get({ status: "in_flight" }), 1);
+    api.clock.step(500);
+    assert.equal((await first)?.name, "g");
+    assert.equal((await second)?.name, "g");
+    assert.equal((await bearer())?.name, "g");
+    assert.equal(m.delegatedAuthnRequests.get({ code: "500" }), 1);
+    assert.equal(m.delegatedAuthnRequests.get({ code: "201" }), 1);
+    assert.equal(m.delegatedAuthnRequestDuration.count({ code: "201" }), 1);
+    assert.equal(m.tokenCacheRequests.get({ status: "miss" }), 2);
+    assert.equal(m.tokenCacheRequests.get({ status: "hit" }), 1);
+    assert.equal(m.tokenCacheFetches.get({ status: "ok" }), 1);
+    assert.equal(m.tokenCacheActiveFetches.get({ status: "blocked" }), 0);
+    assert.equal(m.tokenCacheActiveFetches.get({ status: "in_flight" }), 0);
+    // The misses waited half a second of fake time for the retry.
+    const f = await scrape();
+    const missSum = f.get("authentication_token_cache_request_duration_seconds")?.samples
+      .find((s) => s.suffix === "_sum" && s.labels.status === "miss")?.value;
+    assert.equal(missSum, 1);
+    assert.equal(
+      f.get("apiserver_delegated_authn_request_total")?.help,
+      "[ALPHA] Number of HTTP requests partitioned by status code.",
+    );
+  } finally {
+    await api.close();
+  }
+});
+
+Deno.test("buildAuth records SubjectAccessReview calls by code, <error> without an answer", async () => {
+  const api = fakeApiserver();
+  api.state.policy = () => ({ allowed: true });
+  const { metrics } = authMetrics(api.clock);
+  try {
+    const auth = await buildAuth({ ...options(api, config()), metrics });
+    const user = { name: "alice", groups: [] };
+    const attrs = (path: string) =>
+      auth.attributes(user, fakeRequest(), new URL(`https://k${path}`));
+    assert.equal((await auth.authorizer.authorize(attrs("/metrics"))).allowed, true);
+    assert.equal((await auth.authorizer.authorize(attrs("/metrics"))).allowed, true, "cached");
+    assert.equal(metrics.apiserver.delegatedAuthzRequests.get({ code: "201" }), 1);
+    await api.close();
+    await assert.rejects(auth.authorizer.authorize(attrs("/stats/summary")));
+    assert.equal(metrics.apiserver.delegatedAuthzRequests.get({ code: "<error>" }), 1);
+    assert.equal(metrics.apiserver.delegatedAuthzRequestDuration.count({ code: "<error>" }), 1);
+  } finally {
+    await api.close().catch(() => {});
+  }
+});
+
+Deno.test("buildAuth observes each client certificate's remaining lifetime and the CA reload queue", async () => {
+  const pki = await getPki();
+  const api = fakeApiserver();
+  const { metrics, scrape } = authMetrics(api.clock);
+  const ctrl = new AbortController();
+  try {
+    const auth = await buildAuth({
+      ...options(api, config({ clientCAFile: CA_FILE, webhook: false }), pki.ca.cert),
+      metrics,
+    });
+    let f = await scrape();
+    assert.equal(f.get("workqueue_adds_total")?.samples[0]?.labels.name, CLIENT_CA_QUEUE);
+    assert.equal(f.get("workqueue_adds_total")?.samples[0]?.value, 0);
+    assert.equal((await authn(auth, fakeRequest({ certs: [pki.alice.cert] })))?.name, "alice");
+    // Refused certificates count too, as upstream observes before verifying.
+    await assert.rejects(authn(auth, fakeRequest({ certs: [pki.mallory.cert] })));
+    const h = metrics.apiserver.clientCertificateExpiration;
+    assert.equal(h.count(), 2);
+    f = await scrape();
+    const buckets = f.get("apiserver_client_certificate_expiration_seconds")!.samples
+      .filter((s) => s.suffix === "_bucket");
+    // Issued for 30 days: past the 1-week bound, within the 1-month one.
+    assert.equal(buckets.find((s) => s.labels.le === "604800")?.value, 0);
+    assert.equal(buckets.find((s) => s.labels.le === "2.592e+06")?.value, 2);
+    const loop = auth.runClientCAReload(ctrl.signal);
+    for (let i = 0; i < 500 && api.clock.waiters === 0; i++) {
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    api.clock.step(60_000);
+    for (let i = 0; i < 500 && metrics.workqueue.adds.get({ name: CLIENT_CA_QUEUE }) < 2; i++) {
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    // Checked at start and after a minute, each an add, a take and a finished piece of work.
+    assert.equal(metrics.workqueue.adds.get({ name: CLIENT_CA_QUEUE }), 2);
+    assert.equal(metrics.workqueue.depth.get({ name: CLIENT_CA_QUEUE }), 0);
+    ctrl.abort();
+    await loop;
+    assert.equal(metrics.workqueue.workDuration.count({ name: CLIENT_CA_QUEUE }), 2);
   } finally {
     ctrl.abort();
     await api.close();

@@ -1,11 +1,15 @@
 /**
  * @module
  * The kubelet API's own endpoints: `/healthz` (with `/healthz/ping`, `/healthz/log`,
- * `/healthz/syncloop`), `/pods` (the pods the kubelet runs, as a v1 PodList), `/runningpods/`
- * (what the runtime runs, as minimal pods), `/configz` (the configuration in effect), `/metrics`
- * (the kubelet's own metrics) and `/metrics/probes`, and the paths whose owners are not built
- * yet (`/metrics/slis`, `/spec/`, `/checkpoint/`), which answer 501 saying so. Corresponds to the handlers of upstream `pkg/kubelet/server/server.go`
- * (InstallDefaultHandlers, InstallDebuggingHandlers' configz) and `healthz`.
+ * `/healthz/syncloop`; `?exclude=` and `?verbose` as apiserver's healthz, failure reasons
+ * withheld, each check run recorded for the SLIs), `/pods` (the pods the kubelet runs, as a v1
+ * PodList), `/runningpods/` (what the runtime runs, as minimal pods), `/configz` (the
+ * configuration in effect), `/metrics` (the kubelet's own metrics), `/metrics/probes`,
+ * `/metrics/slis` (the health checks' SLI metrics; DELETE resets them), and the paths whose
+ * owners are not built yet (`/spec/`, `/checkpoint/`), which answer 501 saying so. Corresponds
+ * to the handlers of upstream `pkg/kubelet/server/server.go` (InstallAuthNotRequiredHandlers,
+ * InstallDebuggingHandlers' configz), apiserver's `pkg/server/healthz` and component-base's
+ * `metrics/prometheus/slis` routes.
  */
 
 import type { V1Pod } from "@kubernetes/client-node";
@@ -14,7 +18,9 @@ import type { KubeletConfiguration } from "../apis/config_types.ts";
 import { kubeletConfigurationFields } from "../apis/config_types.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
 import { httpError, type Route, writeJson } from "./server.ts";
+import { type HealthCheck, PING, runHealthChecks } from "./healthz.ts";
 import { EXPOSITION_CONTENT_TYPE } from "../metrics/prometheus.ts";
+import { processStartTimeText, sharedSLIMetrics, type SLIMetrics } from "../metrics/slis.ts";
 
 /** What {@link podRoutes} needs. */
 export interface PodRoutesOptions {
@@ -23,8 +29,13 @@ export interface PodRoutesOptions {
   /** The runtime's pods as the PLEG last saw them. */
   readonly getRunningPods: () => PodStatus[];
   readonly config: KubeletConfiguration;
-  /** Named health checks: undefined when healthy, else why not (syncloop, ...). */
+  /**
+   * Named health checks after `ping` and `log`: undefined when healthy, else why not
+   * (syncloop, ...).
+   */
   readonly checks: Readonly<Record<string, () => string | undefined>>;
+  /** Where /healthz records its checks and /metrics/slis reads. @default sharedSLIMetrics() */
+  readonly slis?: SLIMetrics;
   /** The prober's metrics in Prometheus text, for /metrics/probes. */
   readonly probeMetrics?: () => string;
   /** The kubelet's metrics in Prometheus text, for /metrics. */
@@ -34,7 +45,6 @@ export interface PodRoutesOptions {
 /** The not-yet-built endpoints, and the issue area that builds them. */
 const NOT_YET: readonly { pattern: string; what: string }[] = [
   { pattern: "/metrics", what: "metrics (/metrics)" },
-  { pattern: "/metrics/slis", what: "metrics (/metrics/slis)" },
   { pattern: "/spec/*rest", what: "machine info (/spec)" },
   { pattern: "/checkpoint/*rest", what: "container checkpoints (/checkpoint)" },
 ];
@@ -58,22 +68,33 @@ function runningPod(s: PodStatus): V1Pod {
 
 /** The routes; see the module documentation. */
 export function podRoutes(opts: PodRoutesOptions): Route[] {
-  const healthz = (names: readonly string[]): Route["handler"] => (_r, res) => {
-    const failed = names.flatMap((n) => {
-      const why = opts.checks[n]?.();
-      return why === undefined ? [] : [`[-]${n} failed: ${why}`];
-    });
-    if (failed.length > 0) return httpError(res, 500, `${failed.join("\n")}\nhealthz check failed`);
-    res.writeHead(200, { "content-type": "text/plain; charset=utf-8" });
-    res.end("ok");
-  };
-  const all = ["ping", "log", ...Object.keys(opts.checks)];
+  const slis = opts.slis ?? sharedSLIMetrics();
+  // ping always passes; log too: the logger writes synchronously, so a check that runs at all
+  // shows it is not blocked (upstream's log check looks for a klog flush stuck for 2 minutes).
+  const checks: HealthCheck[] = [PING, ["log", () => undefined], ...Object.entries(opts.checks)];
   const routes: Route[] = [
-    { pattern: "/healthz", methods: ["GET", "HEAD"], handler: healthz(all) },
-    ...all.map((n) => ({
+    {
+      pattern: "/healthz",
+      methods: ["GET", "HEAD"],
+      handler: (r, res) => {
+        const report = runHealthChecks(checks, r.url.searchParams, slis);
+        if (!report.healthy) return httpError(res, 500, report.body);
+        res.writeHead(200, {
+          "content-type": "text/plain; charset=utf-8",
+          "x-content-type-options": "nosniff",
+        });
+        res.end(report.body);
+      },
+    },
+    ...checks.map(([n, check]): Route => ({
       pattern: `/healthz/${n}`,
       methods: ["GET", "HEAD"],
-      handler: healthz(n === "ping" || n === "log" ? [] : [n]),
+      handler: (_r, res) => {
+        const why = check();
+        if (why !== undefined) return httpError(res, 500, `internal server error: ${why}`);
+        res.writeHead(200, { "content-type": "text/plain; charset=utf-8" });
+        res.end("ok");
+      },
     })),
     {
       pattern: "/pods",
@@ -109,14 +130,30 @@ export function podRoutes(opts: PodRoutesOptions): Route[] {
       },
     });
   }
+  routes.push({
+    pattern: "/metrics/slis",
+    handler: async (r, res) => {
+      if (r.req.method === "DELETE") {
+        await slis.reset();
+        res.writeHead(200, { "content-type": "text/plain; charset=utf-8" });
+        res.end("metrics reset\n");
+        return;
+      }
+      const text = await slis.render();
+      res.writeHead(200, { "content-type": EXPOSITION_CONTENT_TYPE });
+      res.end(text);
+    },
+  });
   const probeMetrics = opts.probeMetrics;
   if (probeMetrics) {
     routes.push({
       pattern: "/metrics/probes",
       methods: ["GET"],
-      handler: (_r, res) => {
+      handler: async (_r, res) => {
+        // The prober's families, then the start time its registry carries upstream.
+        const text = probeMetrics() + await processStartTimeText();
         res.writeHead(200, { "content-type": EXPOSITION_CONTENT_TYPE });
-        res.end(probeMetrics());
+        res.end(text);
       },
     });
   }

@@ -7,6 +7,8 @@
  * given by the modules that own them (logs, streaming, stats, ...) as {@link Route}s. Built on
  * `node:https`, since Deno.serve cannot ask for client certificates; the peer certificate is
  * verified by the {@link Authenticator}, not by the TLS layer (see shared/ENVIRONMENT.md).
+ * A request net/http would not read gets its answer byte for byte: 431 for a head over
+ * MaxHeaderBytes plus Go's slop, 400 for a malformed one.
  * Corresponds to upstream `pkg/kubelet/server/server.go` (Server, InstallAuthFilter,
  * ListenAndServeKubeletServer).
  */
@@ -21,6 +23,7 @@ import {
 import type { Duplex } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import type { Logger } from "../klog/klog.ts";
+import type { KubeletMetrics } from "../metrics/metrics.ts";
 import { cipherAllowed } from "./tls.ts";
 
 /** Who made a request (upstream user.Info). */
@@ -144,8 +147,85 @@ export interface KubeletAPIOptions {
   readonly logger: Logger;
   /** Aborting it closes the server and every connection. */
   readonly signal: AbortSignal;
-  /** Longest request header section, bytes. @default 1 MiB (Go's DefaultMaxHeaderBytes) */
+  /**
+   * Go's MaxHeaderBytes: a request whose head (request line, header lines and the blank line)
+   * is longer than this plus {@link HEADER_SLOP} bytes is answered 431 and the connection
+   * closed. @default 1 MiB (what ListenAndServeKubeletServer sets, Go's DefaultMaxHeaderBytes)
+   */
   readonly maxHeaderSize?: number;
+  /** kubelet_http_requests_total, _duration_seconds and _inflight_requests. @default none */
+  readonly metrics?: HttpMetrics;
+}
+
+/** The metrics {@link serveKubeletAPI} records for every request. */
+export type HttpMetrics = Pick<
+  KubeletMetrics,
+  "httpRequests" | "httpRequestsDuration" | "httpInflightRequests"
+>;
+
+/**
+ * The `path` label values of upstream's server (its metrics buckets: the root of each handler it
+ * installs with the default flags, `metrics/<name>` for the metrics endpoints); any other path
+ * is "other". /metrics/slis is not among them upstream either.
+ */
+const METRIC_BUCKETS: ReadonlySet<string> = new Set([
+  "healthz",
+  "pods",
+  "stats",
+  "metrics",
+  "metrics/cadvisor",
+  "metrics/probes",
+  "metrics/resource",
+  "run",
+  "exec",
+  "attach",
+  "portForward",
+  "containerLogs",
+  "configz",
+  "runningpods",
+  "checkpoint",
+  "pprof",
+  "logs",
+  "debug",
+]);
+
+/** Methods upstream labels as themselves; any other is "other". */
+const METRIC_METHODS: ReadonlySet<string> = new Set([
+  "OPTIONS",
+  "GET",
+  "HEAD",
+  "POST",
+  "PUT",
+  "DELETE",
+  "TRACE",
+  "CONNECT",
+]);
+
+/** Paths upstream counts as long-running (streaming). */
+const LONG_RUNNING: ReadonlySet<string> = new Set(["exec", "attach", "portforward", "debug"]);
+
+/**
+ * The labels upstream's ServeHTTP gives a request: the method (or "other"), the path's bucket
+ * (upstream getURLRootPath: `metrics/<name>` for the metrics endpoints, else the first segment;
+ * "other" when no handler has that root), the server (readwrite, or readonly for the read-only
+ * port) and whether the bucket is a streaming one.
+ */
+export function httpMetricLabels(
+  method: string,
+  path: string,
+  readOnly: boolean,
+): Record<string, string> {
+  const parts = path.replace(/^\//, "").split("/", 3);
+  const root = parts[0] === "metrics" && parts.length > 1
+    ? `${parts[0]}/${parts[1]}`
+    : parts[0] ?? "";
+  const bucket = METRIC_BUCKETS.has(root) ? root : "other";
+  return {
+    method: METRIC_METHODS.has(method) ? method : "other",
+    path: bucket,
+    server_type: readOnly ? "readonly" : "readwrite",
+    long_running: String(LONG_RUNNING.has(bucket)),
+  };
 }
 
 /** A listening server. */
@@ -165,6 +245,49 @@ const STATUS_TEXT: Readonly<Record<number, string>> = {
   405: "Method Not Allowed",
   500: "Internal Server Error",
 };
+
+/** Go's "bufio slop" added to MaxHeaderBytes: the read limit of a request head is their sum. */
+export const HEADER_SLOP = 4096;
+
+/** How long a refused connection is kept open, as Go's rstAvoidanceDelay. */
+const RST_AVOIDANCE_MS = 500;
+
+/**
+ * The whole answer net/http's conn.serve writes for a request it cannot read, byte for byte:
+ * a head over the limit (431), or a malformed request (400).
+ */
+export function refusal(status: 400 | 431): string {
+  const text = status === 431 ? "431 Request Header Fields Too Large" : "400 Bad Request";
+  return `HTTP/1.1 ${text}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n${text}`;
+}
+
+/**
+ * Answers a request that cannot be served with {@link refusal} and closes the connection. What
+ * the client still sends is read and dropped for {@link RST_AVOIDANCE_MS} (Go half-closes and
+ * waits as long), so the answer is not lost to a reset while the client is still writing; the
+ * HTTP parser is detached first, so nothing after it is served.
+ */
+function hangUp(socket: Duplex, status: 400 | 431): void {
+  socket.removeAllListeners("data");
+  socket.on("data", () => {});
+  socket.on("error", () => {});
+  socket.write(refusal(status));
+  const timer = setTimeout(() => socket.destroy(), RST_AVOIDANCE_MS);
+  socket.once("close", () => clearTimeout(timer));
+}
+
+/**
+ * The length of a request's head as sent: request line, header lines and the blank line,
+ * counted from what the parser kept (header bytes arrive as latin1, one char a byte). Optional
+ * whitespace around a header value is trimmed by the parser, so this is a lower bound for a
+ * client that pads values; it is exact for the usual `Name: value` form.
+ */
+export function requestHeadBytes(req: IncomingMessage): number {
+  let n = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n\r\n`.length;
+  const raw = req.rawHeaders;
+  for (let i = 0; i + 1 < raw.length; i += 2) n += raw[i]!.length + 2 + raw[i + 1]!.length + 2;
+  return n;
+}
 
 interface CompiledRoute {
   readonly route: Route;
@@ -243,7 +366,10 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
     route,
     match: compilePattern(route.pattern),
   }));
-  const maxHeaderSize = opts.maxHeaderSize ?? 1 << 20;
+  // Node's parser counts only the URL and the header names and values, never more than the
+  // head's length: a parser limit of Go's whole read limit refuses nothing Go reads, and the
+  // head's real length is checked once parsed (tooLarge).
+  const headLimit = (opts.maxHeaderSize ?? 1 << 20) + HEADER_SLOP;
   const server: Server | HttpServer = opts.tls
     ? createServer({
       cert: opts.tls.cert,
@@ -253,9 +379,9 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
       // The client certificate is asked for but verified by the authenticator (module doc).
       requestCert: true,
       rejectUnauthorized: false,
-      maxHeaderSize,
+      maxHeaderSize: headLimit,
     })
-    : createHttpServer({ maxHeaderSize });
+    : createHttpServer({ maxHeaderSize: headLimit });
   const { authenticator, authorizer, attributes } = opts;
   let auth: "none" | {
     authenticator: Authenticator;
@@ -330,10 +456,38 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
     return { req, url, user, params, signal };
   };
 
+  /** A head Go would not have read to its end: answered 431 on the raw connection. */
+  const tooLarge = (req: IncomingMessage): boolean => {
+    if (requestHeadBytes(req) <= headLimit) return false;
+    logger.v(4).info("Request header fields too large", { limit: headLimit });
+    hangUp(req.socket, 431);
+    return true;
+  };
+
+  /** Counts a request as upstream's ServeHTTP does; the returned function ends it. */
+  const track = (method: string, path: string): () => void => {
+    const m = opts.metrics;
+    if (!m) return () => {};
+    const labels = httpMetricLabels(method, path, opts.readOnly ?? false);
+    const start = performance.now();
+    m.httpRequests.inc(labels);
+    m.httpInflightRequests.set(m.httpInflightRequests.get(labels) + 1, labels);
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      m.httpInflightRequests.set(m.httpInflightRequests.get(labels) - 1, labels);
+      m.httpRequestsDuration.observe((performance.now() - start) / 1000, labels);
+    };
+  };
+
   server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+    if (tooLarge(req)) return;
     const ctrl = new AbortController();
     const onClose = () => ctrl.abort();
     res.on("close", onClose);
+    const done = track(req.method ?? "GET", new URL(req.url ?? "/", "https://kubelet").pathname);
+    res.on("close", done);
     const signal = AbortSignal.any([opts.signal, ctrl.signal]);
     const path = new URL(req.url ?? "/", "https://kubelet").pathname;
     const found = find(req.method ?? "GET", path, false);
@@ -349,7 +503,10 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
   });
 
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Uint8Array) => {
+    if (tooLarge(req)) return;
     const ctrl = new AbortController();
+    const done = track(req.method ?? "GET", new URL(req.url ?? "/", "https://kubelet").pathname);
+    socket.on("close", done);
     socket.on("close", () => ctrl.abort());
     socket.on("error", () => ctrl.abort());
     const signal = AbortSignal.any([opts.signal, ctrl.signal]);
@@ -400,8 +557,16 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
     }
     logger.v(4).info("TLS handshake failed", { err: e.message });
   });
-  server.on("clientError", (_e: Error, socket: Duplex) => {
-    socket.destroy();
+  // A request the parser refuses gets Go's answer: 431 past the header limit, 400 when
+  // malformed; a connection error (a reset, a timeout) gets none. The parser may report the
+  // same connection again as more bytes arrive: only the first report answers.
+  const refused = new WeakSet<Duplex>();
+  server.on("clientError", (e: Error & { code?: string }, socket: Duplex) => {
+    if (refused.has(socket)) return;
+    refused.add(socket);
+    if (!e.code?.startsWith("HPE_") || !socket.writable) return void socket.destroy();
+    logger.v(4).info("Unreadable request", { err: e.message });
+    hangUp(socket, e.code === "HPE_HEADER_OVERFLOW" ? 431 : 400);
   });
 
   const finished = new Promise<void>((resolve) => server.on("close", () => resolve()));

@@ -3,7 +3,15 @@ import { request } from "node:https";
 import { connect } from "node:tls";
 import { join } from "node:path";
 import { createLogger } from "../klog/klog.ts";
-import { compilePattern, type KubeletAPIServer, serveKubeletAPI } from "./server.ts";
+import {
+  compilePattern,
+  httpMetricLabels,
+  type HttpMetrics,
+  type KubeletAPIServer,
+  type Route,
+  serveKubeletAPI,
+} from "./server.ts";
+import { KubeletMetrics } from "../metrics/metrics.ts";
 
 /** A self-signed serving pair from openssl, in a temp dir. */
 async function servingPair(): Promise<{ cert: string; key: string }> {
@@ -25,8 +33,12 @@ async function servingPair(): Promise<{ cert: string; key: string }> {
   return pair;
 }
 
-async function start(ctrl: AbortController): Promise<KubeletAPIServer> {
+async function start(
+  ctrl: AbortController,
+  extra: { metrics?: HttpMetrics; routes?: Route[] } = {},
+): Promise<KubeletAPIServer> {
   return await serveKubeletAPI({
+    metrics: extra.metrics,
     hostname: "127.0.0.1",
     port: 0,
     tls: await servingPair(),
@@ -68,6 +80,7 @@ async function start(ctrl: AbortController): Promise<KubeletAPIServer> {
           socket.on("data", (d) => socket.write(d));
         },
       },
+      ...extra.routes ?? [],
     ],
     logger: createLogger({ write: () => {}, pid: 1 }),
     signal: ctrl.signal,
@@ -208,6 +221,59 @@ Deno.test("serveKubeletAPI refuses to start without authentication unless read-o
   );
 });
 
+/** Sends `bytes` over TLS and reads until the server closes. */
+function exchange(port: number, bytes: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: "127.0.0.1", port, rejectUnauthorized: false });
+    let got = "";
+    socket.on("secureConnect", () => socket.write(bytes));
+    socket.on("data", (d) => (got += d));
+    socket.on("close", () => resolve(got));
+    socket.on("error", reject);
+  });
+}
+
+/** A request for /hello/bob whose head is exactly `size` bytes, padded by one header. */
+function headOfSize(size: number, method = "GET", extra = ""): string {
+  const start = `${method} /hello/bob HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\n` +
+    `${extra}Connection: close\r\nX-Pad: `;
+  return `${start}${"p".repeat(size - start.length - 4)}\r\n\r\n`;
+}
+
+Deno.test("serveKubeletAPI answers a head over Go's limit with net/http's 431 and serves one at it", async () => {
+  const ctrl = new AbortController();
+  const s = await start(ctrl);
+  // ListenAndServeKubeletServer's MaxHeaderBytes (1 MiB) plus net/http's 4096 bytes of slop.
+  const limit = (1 << 20) + 4096;
+  const go431 = "HTTP/1.1 431 Request Header Fields Too Large\r\n" +
+    "Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" +
+    "431 Request Header Fields Too Large";
+  const atLimit = await exchange(s.port, headOfSize(limit));
+  assert.match(atLimit, /^HTTP\/1\.1 200 OK\r\n/);
+  assert.match(atLimit, /\r\n\r\nhi bob$/);
+  // One byte more: the parser still reads it, the length check refuses it.
+  assert.equal(await exchange(s.port, headOfSize(limit + 1)), go431);
+  // Far over: the parser itself gives up, mid-header, while the client is still sending.
+  assert.equal(await exchange(s.port, headOfSize(3 << 20)), go431);
+  // Upgrades (exec, attach, port-forward) are held to the same limit.
+  const upgrade = "Connection: Upgrade\r\nUpgrade: test\r\n";
+  assert.equal(await exchange(s.port, headOfSize(limit + 1, "POST", upgrade)), go431);
+  ctrl.abort();
+  await s.finished;
+});
+
+Deno.test("serveKubeletAPI answers a malformed request with net/http's 400", async () => {
+  const ctrl = new AbortController();
+  const s = await start(ctrl);
+  assert.equal(
+    await exchange(s.port, "NOT HTTP AT ALL\r\n\r\n"),
+    "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n" +
+      "Connection: close\r\n\r\n400 Bad Request",
+  );
+  ctrl.abort();
+  await s.finished;
+});
+
 Deno.test("serveKubeletAPI survives 1000 malformed requests and still answers", async () => {
   const ctrl = new AbortController();
   const s = await start(ctrl);
@@ -251,4 +317,77 @@ Deno.test("serveKubeletAPI survives 1000 malformed requests and still answers", 
   assert.deepEqual(await get(s.port, "/hello/bob", "good"), { status: 200, body: "hi bob" });
   ctrl.abort();
   await s.finished;
+});
+
+Deno.test("httpMetricLabels labels a request as upstream's ServeHTTP does", () => {
+  const labels = (method: string, path: string, readOnly = false) =>
+    Object.values(httpMetricLabels(method, path, readOnly)).join(" ");
+  // method, path bucket, server type, long running
+  assert.equal(labels("GET", "/metrics"), "GET metrics readwrite false");
+  assert.equal(labels("GET", "/metrics/cadvisor"), "GET metrics/cadvisor readwrite false");
+  assert.equal(labels("GET", "/metrics/resource/extra"), "GET metrics/resource readwrite false");
+  assert.equal(labels("GET", "/metrics/slis"), "GET other readwrite false", "no bucket upstream");
+  assert.equal(labels("GET", "/stats/summary"), "GET stats readwrite false");
+  assert.equal(labels("POST", "/exec/ns/pod/c"), "POST exec readwrite true");
+  assert.equal(labels("POST", "/attach/ns/pod/c"), "POST attach readwrite true");
+  assert.equal(labels("GET", "/debug/pprof/heap"), "GET debug readwrite true");
+  // Upstream's long-running set spells it "portforward": its own bucket never matches.
+  assert.equal(labels("POST", "/portForward/ns/pod"), "POST portForward readwrite false");
+  assert.equal(labels("GET", "/containerLogs/ns/pod/c"), "GET containerLogs readwrite false");
+  assert.equal(labels("GET", "/nothing/here"), "GET other readwrite false");
+  assert.equal(labels("GET", "/"), "GET other readwrite false");
+  assert.equal(labels("PATCH", "/pods"), "other pods readwrite false");
+  assert.equal(labels("GET", "/pods", true), "GET pods readonly false");
+  assert.deepEqual(Object.keys(httpMetricLabels("GET", "/", false)), [
+    "method",
+    "path",
+    "server_type",
+    "long_running",
+  ]);
+});
+
+Deno.test("serveKubeletAPI counts every request, holds it in flight until answered and times it, refused ones too", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  const gate = Promise.withResolvers<void>();
+  const ctrl = new AbortController();
+  const s = await start(ctrl, {
+    metrics,
+    routes: [{
+      pattern: "/pods/hold",
+      handler: async (_r, res) => {
+        await gate.promise;
+        res.end("done");
+      },
+    }],
+  });
+  const pods = { method: "GET", path: "pods", server_type: "readwrite", long_running: "false" };
+  const other = { ...pods, path: "other" };
+  const poll = async (what: string, cond: () => boolean) => {
+    for (let i = 0; i < 500 && !cond(); i++) await new Promise((r) => setTimeout(r, 2));
+    assert.ok(cond(), what);
+  };
+  try {
+    const held = get(s.port, "/pods/hold", "good");
+    await poll("in flight", () => metrics.httpInflightRequests.get(pods) === 1);
+    assert.equal(metrics.httpRequests.get(pods), 1, "counted as it arrives");
+    assert.equal(metrics.httpRequestsDuration.count(pods), 0);
+    gate.resolve();
+    assert.deepEqual(await held, { status: 200, body: "done" });
+    await poll("answered", () => metrics.httpRequestsDuration.count(pods) === 1);
+    assert.equal(metrics.httpInflightRequests.get(pods), 0);
+    // Refused before any handler (401, 404): counted all the same, as upstream counts first.
+    assert.equal((await get(s.port, "/hello/bob")).status, 401);
+    assert.equal((await get(s.port, "/nothing", "good")).status, 404);
+    await poll("both timed", () => metrics.httpRequestsDuration.count(other) === 2);
+    assert.equal(metrics.httpRequests.get(other), 2);
+    assert.equal(metrics.httpInflightRequests.get(other), 0);
+    assert.match(
+      await metrics.render(),
+      /^kubelet_http_requests_total\{long_running="false",method="GET",path="pods",server_type="readwrite"\} 1$/m,
+    );
+  } finally {
+    gate.resolve();
+    ctrl.abort();
+    await s.finished;
+  }
 });

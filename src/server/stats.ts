@@ -28,6 +28,8 @@ export interface StatsRoutesOptions {
   readonly cadvisorEntries: () => readonly CadvisorEntry[];
   /** The machine for cAdvisor's machine_* metrics. */
   readonly machine: Parameters<typeof renderCadvisorMetrics>[1];
+  /** Version info and metric sets for /metrics/cadvisor. @default none */
+  readonly cadvisorOptions?: Parameters<typeof renderCadvisorMetrics>[2];
   readonly logger: Logger;
 }
 
@@ -77,7 +79,7 @@ export function statsRoutes(opts: StatsRoutesOptions): Route[] {
       methods: ["GET"],
       handler: (_r, res) => {
         res.writeHead(200, { "content-type": PROMETHEUS_TEXT });
-        res.end(renderCadvisorMetrics(opts.cadvisorEntries(), opts.machine));
+        res.end(renderCadvisorMetrics(opts.cadvisorEntries(), opts.machine, opts.cadvisorOptions));
       },
     },
   ];

@@ -9,22 +9,68 @@ import type { V1Volume } from "@kubernetes/client-node";
 import type { Sample } from "./cadvisor.ts";
 import type { FsUsage } from "./fs_stats.ts";
 import { defaultInterface, type InterfaceStats as NetInterface } from "./net_stats.ts";
+import type { PsiStats } from "./psi_stats.ts";
 import type {
   CPUStats,
   FsStats,
   InterfaceStats,
+  IOStats,
   MemoryStats,
   NetworkStats,
+  PSIStats,
+  SwapStats,
 } from "../apis/stats_types.ts";
+
+/** Above this a memory or swap limit means unlimited (upstream isMemoryUnlimited). */
+const MEMORY_UNLIMITED_ABOVE = 2 ** 62;
+
+/** No pressure data: cAdvisor's zero PSIStats, on a kernel or cgroup v1 that reports none. */
+const NO_PSI = { total: 0, avg10: 0, avg60: 0, avg300: 0 };
+
+/**
+ * cAdvisor's PSIStats as the Summary API's (upstream cadvisorPSIToStatsPSI, given cAdvisor's
+ * always-present struct): zeros where the kernel reports no pressure (cgroup v1), as upstream
+ * writes them.
+ */
+export function psiStats(p: PsiStats | undefined): PSIStats {
+  return { full: { ...(p?.full ?? NO_PSI) }, some: { ...(p?.some ?? NO_PSI) } };
+}
 
 export function cpuStats(s: Sample): CPUStats | undefined {
   const cpu = s.cgroup.cpu;
   if (!cpu) return undefined;
-  return {
+  const out: CPUStats = {
     time: iso(s.time),
     usageNanoCores: s.usageNanoCores,
     usageCoreNanoSeconds: Number(cpu.usageCoreNanoSeconds),
+    psi: psiStats(s.cgroup.detail?.psi?.cpu),
   };
+  return out;
+}
+
+/**
+ * Swap (upstream cadvisorInfoToSwapStats): usage from the memory stats, available the swap
+ * limit (for the node, `rootSwapLimit`: the machine's SwapTotal) minus usage unless the limit
+ * is unlimited; undefined without memory stats or a swap figure (a v1 host without swap
+ * accounting).
+ */
+export function swapStats(s: Sample, rootSwapLimit?: number): SwapStats | undefined {
+  const swap = s.cgroup.detail?.memory.swapBytes;
+  if (!s.cgroup.memory || swap === undefined) return undefined;
+  const out: SwapStats = { time: iso(s.time), swapUsageBytes: swap };
+  // The machine's own swap limit is its swap capacity (cAdvisor's root container spec).
+  const limit = rootSwapLimit ?? s.cgroup.detail?.spec.memorySwapLimit;
+  if (limit !== undefined && limit <= MEMORY_UNLIMITED_ABOVE) {
+    out.swapAvailableBytes = Math.max(0, limit - swap);
+  }
+  return out;
+}
+
+/** IO (upstream cadvisorInfoToIOStats): present when the block I/O controller was read. */
+export function ioStats(s: Sample): IOStats | undefined {
+  const d = s.cgroup.detail;
+  if (!d || (d.blkio === undefined && d.psi?.io === undefined)) return undefined;
+  return { time: iso(s.time), psi: psiStats(d.psi?.io) };
 }
 
 /** Memory; availableBytes is the limit (or `capacity` for the node) minus the working set. */
@@ -32,7 +78,7 @@ export function memoryStats(s: Sample, capacity: number | undefined): MemoryStat
   const m = s.cgroup.memory;
   if (!m) return undefined;
   const limit = m.limitBytes ?? capacity;
-  return {
+  const out: MemoryStats = {
     time: iso(s.time),
     availableBytes: limit === undefined ? undefined : Math.max(0, limit - m.workingSetBytes),
     usageBytes: m.usageBytes,
@@ -40,7 +86,9 @@ export function memoryStats(s: Sample, capacity: number | undefined): MemoryStat
     rssBytes: m.rssBytes,
     pageFaults: m.pageFaults,
     majorPageFaults: m.majorPageFaults,
+    psi: psiStats(s.cgroup.detail?.psi?.memory),
   };
+  return out;
 }
 
 /** Every interface, and the default one ("eth0") inline (upstream cadvisorInfoToNetworkStats). */

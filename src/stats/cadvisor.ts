@@ -13,7 +13,8 @@
  * runtime's verbose status), and then costs a few small file reads per pass. Samples of
  * containers that are gone are dropped, so memory is bounded by what runs. Odd kernel data never
  * throws out of a pass: the value is omitted and the reason logged once per container. Reads
- * cgroups through `cgroup_stats.ts`, networks through `net_stats.ts`. Corresponds to cAdvisor's
+ * cgroups through `cgroup_stats.ts` (with `cgroup_detail.ts`), processes, open files and
+ * sockets through `process_counts.ts`, networks through `net_stats.ts`. Corresponds to cAdvisor's
  * manager and containerData housekeeping (`manager/manager.go`, `manager/container.go`) as the
  * kubelet embeds it (`pkg/kubelet/cadvisor`).
  */
@@ -23,12 +24,13 @@ import type { Clock } from "../util/clock.ts";
 import type { Logger } from "../klog/klog.ts";
 import {
   type CgroupLayout,
-  type CgroupPaths,
   cgroupPathsOf,
   containerCgroupPaths,
   parseProcCgroup,
 } from "../cm/cgroup_layout.ts";
 import { type CgroupSample, readCgroupSample, readNodeSample } from "./cgroup_stats.ts";
+import type { DetailPaths } from "./cgroup_detail.ts";
+import { type ProcessCounts, readProcessCounts } from "./process_counts.ts";
 import { type InterfaceStats, readNetworkStats, readNodeNetworkStats } from "./net_stats.ts";
 import { hostRoot } from "../privilege/host_root.ts";
 import { readProcFile } from "../privilege/launcher_calls.ts";
@@ -66,6 +68,8 @@ export interface Sample {
   readonly network?: readonly InterfaceStats[];
   /** cAdvisor's `id`: the cgroup path relative to the hierarchy ("/" for the node). */
   readonly cgroupPath?: string;
+  /** Processes, open files and sockets of the cgroup (`process_counts.ts`). */
+  readonly processes?: ProcessCounts;
 }
 
 /** What {@link Cadvisor} needs. */
@@ -96,7 +100,7 @@ export interface CadvisorOptions {
 }
 
 interface Tracked {
-  paths?: CgroupPaths;
+  paths?: DetailPaths;
   cgroupPath?: string;
   pid?: number;
   last?: Sample;
@@ -198,12 +202,17 @@ export class Cadvisor {
       this.#nodeDue = now + this.#interval;
       const nodeCgroup = readNodeSample(layout, { root });
       const nodeNet = await readNodeNetworkStats({ root });
+      const rootCpu = layout.v1.get("cpu") ?? layout.unified;
+      const processes = rootCpu === undefined
+        ? undefined
+        : await readProcessCounts(rootCpu, { root: root ?? hostRoot(), rootPid: 1 });
       this.#logMissing(this.#nodeLogged, "/", nodeCgroup.missing);
       this.#node = withRate(this.#node, {
         time: now,
         cgroup: nodeCgroup,
         network: nodeNet,
         cgroupPath: "/",
+        processes,
       });
     }
 
@@ -239,6 +248,10 @@ export class Cadvisor {
     const network = target.kind === "sandbox" && tracked.pid !== undefined
       ? await readNetworkStats(tracked.pid, { root: this.#o.root ?? hostRoot() })
       : undefined;
+    const processes = tracked.paths!.cpu === undefined ? undefined : await readProcessCounts(
+      tracked.paths!.cpu,
+      { root: this.#o.root ?? hostRoot(), rootPid: tracked.pid },
+    );
     this.#logMissing(tracked.logged, target.id, cgroup.missing);
     // The cgroup went away (the container stopped, or was restarted under a new one): look
     // it up again next pass rather than read a dead path forever.
@@ -249,6 +262,7 @@ export class Cadvisor {
       cgroup,
       network,
       cgroupPath: tracked.cgroupPath,
+      processes,
     });
     this.#schedule(tracked, prev, tracked.last);
   }
@@ -270,11 +284,15 @@ export class Cadvisor {
   async #findCgroup(
     target: SampleTarget,
     signal?: AbortSignal,
-  ): Promise<{ paths: CgroupPaths; cgroupPath: string; pid?: number } | undefined> {
+  ): Promise<{ paths: DetailPaths; cgroupPath: string; pid?: number } | undefined> {
     const tracked = this.#tracked.get(target.id)!;
+    const { layout } = this.#o;
     if (target.cgroupPath !== undefined) {
       return {
-        paths: cgroupPathsOf(this.#o.layout, target.cgroupPath),
+        paths: {
+          ...cgroupPathsOf(layout, target.cgroupPath),
+          blkio: blkioDir(layout, target.cgroupPath),
+        },
         cgroupPath: target.cgroupPath,
       };
     }
@@ -298,7 +316,10 @@ export class Cadvisor {
       return undefined;
     }
     const proc = parseProcCgroup(text);
-    const paths = containerCgroupPaths(this.#o.layout, proc);
+    const paths: DetailPaths = {
+      ...containerCgroupPaths(layout, proc),
+      blkio: blkioDir(layout, proc.get("blkio")),
+    };
     const cgroupPath = proc.get("cpu") ?? proc.get("memory") ?? proc.get("") ?? "";
     return { paths, cgroupPath, pid };
   }
@@ -310,6 +331,15 @@ export class Cadvisor {
       this.#o.logger.v(2).info("Statistics value omitted", { id, reason });
     }
   }
+}
+
+/** The v1 blkio directory of a cgroup path (relative to its hierarchy), when blkio is mounted. */
+function blkioDir(layout: CgroupLayout, path: string | undefined): string | undefined {
+  const mount = layout.v1.get("blkio");
+  if (mount === undefined || path === undefined) return undefined;
+  const root = layout.mountRoots?.get("blkio");
+  const rel = root && root !== "/" && path.startsWith(root) ? path.slice(root.length) : path;
+  return rel === "" || rel === "/" ? mount : `${mount}/${rel.replace(/^\/+/, "")}`;
 }
 
 /** `sample` with usageNanoCores computed against `prev` (upstream's two-sample rate). */

@@ -5,7 +5,9 @@
  * throw: a group whose files are gone (the cgroup vanished) or unreadable is omitted, an odd
  * value is left undefined, and each omission has a human reason in `missing` for the caller to
  * log once. The node ("/", cAdvisor's root container) falls back to /proc where the cgroup2 root
- * lacks files. Takes directories from `cm/cgroup_layout.ts`. Corresponds to cAdvisor's libcontainer
+ * lacks files. The rest of what cAdvisor exports (CPU user/system and throttling, the memory
+ * breakdown, swap, block I/O, OOM kills, PSI, spec) comes with each sample from
+ * `cgroup_detail.ts`. Takes directories from `cm/cgroup_layout.ts`. Corresponds to cAdvisor's libcontainer
  * handler (`newContainerStats`, `setCPUStats`, `setMemoryStats`, `setThreadsStats`) over
  * opencontainers/cgroups' fs and fs2 stats, and to the kubelet's use of them in
  * `pkg/kubelet/stats` (unlimited memory is above 2^62, `isMemoryUnlimited`).
@@ -13,6 +15,7 @@
 
 import { type CgroupLayout, type CgroupPaths, cgroupPathsOf } from "../cm/cgroup_layout.ts";
 import { readCgroupFile, readNodeCpuFromProc, readNodeMemoryFromProc } from "./_cgroup_read.ts";
+import { type CgroupDetail, type DetailPaths, readCgroupDetail } from "./cgroup_detail.ts";
 import { hostRoot } from "../privilege/host_root.ts";
 
 /** CPU accounting of a cgroup. */
@@ -45,14 +48,28 @@ export interface CgroupSample {
   cpu?: CgroupCpu;
   memory?: CgroupMemory;
   pids?: CgroupPids;
+  /** The figures cAdvisor exports beyond these (`cgroup_detail.ts`); read unless turned off. */
+  detail?: CgroupDetail;
   /** Human reasons for omitted values, e.g. "memory.max: no such file". */
   missing: string[];
+}
+
+/** Options of {@link readCgroupSample}. */
+export interface ReadCgroupSampleOptions {
+  /** Read the details too (`cgroup_detail.ts`). @default true */
+  detail?: boolean;
+  /** Boot time, ms, for the creation time's floor. */
+  bootMs?: number;
 }
 
 /** Options of {@link readNodeSample}. */
 export interface ReadNodeSampleOptions {
   /** Root under which /proc is read (the layout's directories are already rooted). @default "/" */
   root?: string;
+  /** Read the details too (`cgroup_detail.ts`). @default true */
+  detail?: boolean;
+  /** Boot time, ms, for the creation time's floor. */
+  bootMs?: number;
 }
 
 /** Above this a memory limit means unlimited (the kernel rounds max int64 down to a page). */
@@ -225,8 +242,20 @@ function sampleOf(
  * set, rss, page faults, limit) and pids. Six small reads (a seventh, cgroup.procs, when v2 pids
  * is not enabled); never throws for kernel data (see the module documentation).
  */
-export function readCgroupSample(paths: CgroupPaths): CgroupSample {
-  return sampleOf(readCpu(paths), readMemory(paths), readPids(paths));
+export function readCgroupSample(
+  paths: DetailPaths,
+  opts: ReadCgroupSampleOptions = {},
+): CgroupSample {
+  const sample = sampleOf(readCpu(paths), readMemory(paths), readPids(paths));
+  if (opts.detail !== false && (sample.cpu || sample.memory)) {
+    sample.detail = readCgroupDetail(paths, isV2(paths), { bootMs: opts.bootMs });
+  }
+  return sample;
+}
+
+/** Every controller in one cgroup2 directory: a cgroup2-only host. */
+function isV2(paths: DetailPaths): boolean {
+  return paths.unified !== undefined && paths.cpu === paths.unified;
 }
 
 /**
@@ -242,15 +271,21 @@ export function readNodeSample(
   opts: ReadNodeSampleOptions = {},
 ): CgroupSample {
   const root = opts.root ?? hostRoot();
-  const paths = cgroupPathsOf(layout, "/");
+  const paths: DetailPaths = { ...cgroupPathsOf(layout, "/"), blkio: layout.v1.get("blkio") };
+  let sample: CgroupSample;
   if (layout.mode !== "v2" || paths.unified === undefined) {
-    return sampleOf(readCpu(paths), readMemory(paths));
+    sample = sampleOf(readCpu(paths), readMemory(paths));
+  } else {
+    const fromCgroup = readCpu(paths);
+    const cpu = fromCgroup.value
+      ? fromCgroup
+      : readNodeCpuFromProc(root, fromCgroup.missing.join("; "));
+    sample = sampleOf(cpu, readNodeMemoryV2(paths.unified, root));
   }
-  const fromCgroup = readCpu(paths);
-  const cpu = fromCgroup.value
-    ? fromCgroup
-    : readNodeCpuFromProc(root, fromCgroup.missing.join("; "));
-  return sampleOf(cpu, readNodeMemoryV2(paths.unified, root));
+  if (opts.detail !== false) {
+    sample.detail = readCgroupDetail(paths, layout.mode === "v2", { bootMs: opts.bootMs });
+  }
+  return sample;
 }
 
 /** The cgroup2 root's memory from its memory.stat, else from /proc/meminfo. */

@@ -89,7 +89,7 @@ Deno.test("parseMaxOrNumber reads numbers and max, and rejects the rest", () => 
 for (const mode of ["v1", "hybrid", "v2"] as const) {
   Deno.test(`readCgroupSample reads a ${mode} container`, async () => {
     await withFixture(mode, async ({ paths }) => {
-      const s = readCgroupSample(await paths(LIMITED.path));
+      const s = readCgroupSample(await paths(LIMITED.path), { detail: false });
       assert.deepEqual(s, {
         cpu: { usageCoreNanoSeconds: 123_456_789_000n },
         memory: {
@@ -270,7 +270,7 @@ Deno.test("readCgroupSample counts cgroup.procs when v2 pids is not enabled", as
 for (const mode of ["v1", "hybrid"] as const) {
   Deno.test(`readNodeSample reads the ${mode} root cgroup`, async () => {
     await withFixture(mode, ({ root, layout }) => {
-      const s = readNodeSample(layout, { root });
+      const s = readNodeSample(layout, { root, detail: false });
       assert.deepEqual(s, {
         cpu: { usageCoreNanoSeconds: FIXTURE_NODE.cpuNs },
         memory: {
@@ -288,7 +288,7 @@ for (const mode of ["v1", "hybrid"] as const) {
 
 Deno.test("readNodeSample reads the v2 root's memory.stat and cpu.stat", async () => {
   await withFixture("v2", ({ root, layout }) => {
-    const s = readNodeSample(layout, { root });
+    const s = readNodeSample(layout, { root, detail: false });
     const usage = FIXTURE_NODE.anon + FIXTURE_NODE.file;
     assert.deepEqual(s, {
       cpu: { usageCoreNanoSeconds: FIXTURE_NODE.usageUsec * 1000n },
@@ -308,7 +308,7 @@ Deno.test("readNodeSample falls back to /proc on a v2 root without stat files", 
   await withFixture("v2", async ({ root, layout }) => {
     await Deno.remove(`${layout.unified}/memory.stat`);
     await Deno.remove(`${layout.unified}/cpu.stat`);
-    const s = readNodeSample(layout, { root });
+    const s = readNodeSample(layout, { root, detail: false });
     const usage = FIXTURE_NODE.memTotal - FIXTURE_NODE.memFree;
     const jiffies = 1000 + 10 + 500 + 20 + 30 + 5;
     assert.deepEqual(s, {
@@ -324,7 +324,7 @@ Deno.test("readNodeSample falls back to /proc on a v2 root without stat files", 
 
     await Deno.remove(`${root}/proc/meminfo`);
     await Deno.writeTextFile(`${root}/proc/stat`, "intr 1 2 3\n");
-    const t = readNodeSample(layout, { root });
+    const t = readNodeSample(layout, { root, detail: false });
     assert.equal(t.cpu, undefined);
     assert.equal(t.memory, undefined);
     assert.deepEqual(t.missing, [

@@ -28,6 +28,43 @@ export interface MachineInfo {
   readonly swapCapacity?: number;
   /** cpu0's cpufreq `cpuinfo_max_freq`, else /proc/cpuinfo's "cpu MHz" × 1000, in kHz. */
   readonly cpuFrequencyKhz?: number;
+  /**
+   * Distinct (package, core) pairs, packages, books and drawers of the online CPUs'
+   * `topology/` files, as cAdvisor's sysinfo counts them (0 where the files are absent).
+   */
+  readonly numPhysicalCores?: number;
+  readonly numSockets?: number;
+  readonly numBooks?: number;
+  readonly numDrawers?: number;
+}
+
+/** Counts distinct topology ids of the CPUs in `online` (see {@link MachineInfo}). */
+async function topology(root: string, online: string | undefined) {
+  const cores = new Set<string>();
+  const sockets = new Set<string>();
+  const books = new Set<string>();
+  const drawers = new Set<string>();
+  for (const part of (online ?? "").split(",")) {
+    const [a, b] = part.trim().split("-").map(Number);
+    if (a === undefined || Number.isNaN(a)) continue;
+    for (let cpu = a; cpu <= (b ?? a); cpu++) {
+      const dir = `sys/devices/system/cpu/cpu${cpu}/topology`;
+      const pkg = await read(root, `${dir}/physical_package_id`);
+      const core = await read(root, `${dir}/core_id`);
+      if (pkg !== undefined) sockets.add(pkg);
+      if (pkg !== undefined && core !== undefined) cores.add(`${pkg}/${core}`);
+      const book = await read(root, `${dir}/book_id`);
+      if (book !== undefined) books.add(book);
+      const drawer = await read(root, `${dir}/drawer_id`);
+      if (drawer !== undefined) drawers.add(drawer);
+    }
+  }
+  return {
+    numPhysicalCores: cores.size,
+    numSockets: sockets.size,
+    numBooks: books.size,
+    numDrawers: drawers.size,
+  };
 }
 
 /** The machine's facts cannot be read at all (Deno's permissions deny /proc and /sys). */
@@ -123,6 +160,7 @@ export async function readMachineInfo(root = hostRoot()): Promise<MachineInfo> {
     cpuModel: /^model name[ \t]*:[ \t]*(\S.*)$/m.exec(cpuinfo ?? "")?.[1]?.trim(),
     swapCapacity: swapKb * 1024,
     cpuFrequencyKhz: clockSpeedKhz(maxFreq, cpuinfo ?? ""),
+    ...(await topology(root, online)),
   };
 }
 

@@ -21,6 +21,11 @@ export interface InterfaceStats {
   rxErrors: number;
   txBytes: number;
   txErrors: number;
+  /** Packets and drops (for /metrics/cadvisor; the Summary API has bytes and errors only). */
+  rxPackets?: number;
+  rxDropped?: number;
+  txPackets?: number;
+  txDropped?: number;
 }
 
 /** Options of {@link readNetworkStats} and {@link readNodeNetworkStats}. */
@@ -61,7 +66,17 @@ export function parseNetDev(text: string): InterfaceStats[] {
     const fields = line.slice(colon + 1).trim().split(/\s+/);
     if (fields.length !== NET_DEV_FIELDS || !fields.every((f) => /^\d+$/.test(f))) continue;
     const n = fields.map(Number);
-    out.push({ name, rxBytes: n[0]!, rxErrors: n[2]!, txBytes: n[8]!, txErrors: n[10]! });
+    out.push({
+      name,
+      rxBytes: n[0]!,
+      rxPackets: n[1]!,
+      rxErrors: n[2]!,
+      rxDropped: n[3]!,
+      txBytes: n[8]!,
+      txPackets: n[9]!,
+      txErrors: n[10]!,
+      txDropped: n[11]!,
+    });
   }
   return out;
 }

@@ -40,8 +40,28 @@ Deno.test("parseNetDev reads bytes and errors of each interface", () => {
     line("eth0", [354006831, 20990, 7, 1, 0, 0, 0, 0], [1674043, 16680, 3, 0, 0, 0, 0, 0]) +
     line("kts0", [222982, 3052, 0, 0, 0, 0, 0, 2225], [82190, 949, 0, 1, 0, 0, 0, 0]);
   assert.deepEqual(parseNetDev(text), [
-    { name: "eth0", rxBytes: 354006831, rxErrors: 7, txBytes: 1674043, txErrors: 3 },
-    { name: "kts0", rxBytes: 222982, rxErrors: 0, txBytes: 82190, txErrors: 0 },
+    {
+      name: "eth0",
+      rxBytes: 354006831,
+      rxPackets: 20990,
+      rxErrors: 7,
+      rxDropped: 1,
+      txBytes: 1674043,
+      txPackets: 16680,
+      txErrors: 3,
+      txDropped: 0,
+    },
+    {
+      name: "kts0",
+      rxBytes: 222982,
+      rxPackets: 3052,
+      rxErrors: 0,
+      rxDropped: 0,
+      txBytes: 82190,
+      txPackets: 949,
+      txErrors: 0,
+      txDropped: 1,
+    },
   ]);
 });
 
@@ -49,7 +69,17 @@ Deno.test("parseNetDev reads a counter glued to the colon", () => {
   // Wider than the kernel's 8 columns: no space after the colon.
   const text = HEADER + "  eth0:123456789012 5 2 0 0 0 0 0 99 4 1 0 0 0 0 0\n";
   assert.deepEqual(parseNetDev(text), [
-    { name: "eth0", rxBytes: 123456789012, rxErrors: 2, txBytes: 99, txErrors: 1 },
+    {
+      name: "eth0",
+      rxBytes: 123456789012,
+      rxPackets: 5,
+      rxErrors: 2,
+      rxDropped: 0,
+      txBytes: 99,
+      txPackets: 4,
+      txErrors: 1,
+      txDropped: 0,
+    },
   ]);
 });
 
@@ -75,9 +105,18 @@ Deno.test("readNetworkStats reads the process's namespace and is undefined once 
   await withProc({
     "proc/42/net/dev": HEADER + line("eth0", [10, 0, 1, 0, 0, 0, 0, 0], [20, 0, 2, 0, 0, 0, 0, 0]),
   }, async (root) => {
-    assert.deepEqual(await readNetworkStats(42, { root }), [
-      { name: "eth0", rxBytes: 10, rxErrors: 1, txBytes: 20, txErrors: 2 },
-    ]);
+    assert.deepEqual(
+      (await readNetworkStats(42, { root }))?.map((
+        { name, rxBytes, rxErrors, txBytes, txErrors },
+      ) => ({
+        name,
+        rxBytes,
+        rxErrors,
+        txBytes,
+        txErrors,
+      })),
+      [{ name: "eth0", rxBytes: 10, rxErrors: 1, txBytes: 20, txErrors: 2 }],
+    );
     assert.equal(await readNetworkStats(43, { root }), undefined);
     await assert.rejects(() => readNetworkStats(0, { root }), RangeError);
   });

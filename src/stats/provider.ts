@@ -5,8 +5,10 @@
  * containers' writable layers from the runtime (CRI ListContainerStats, ImageFsInfo), and
  * filesystem usage of the node, the image filesystem, pod volumes and container logs (statvfs or
  * `df`, and `du`, through `fs_stats.ts`, volumes and logs refreshed at most every volumeStatsAggPeriod).
- * A pod's CPU and memory are the sum of its sandbox and containers until pods get their own
- * cgroups (the kubepods hierarchy). Corresponds to upstream `pkg/kubelet/stats` (provider.go,
+ * Swap, IO and pressure (psi, cgroup v2 only, as cAdvisor reads it) come from the samples'
+ * details. Only running containers are reported, and only pods that have one, as upstream's
+ * removeTerminatedContainers leaves them. A pod's CPU, memory and swap are the sum of its
+ * sandbox and containers until pods get their own cgroups (the kubepods hierarchy). Corresponds to upstream `pkg/kubelet/stats` (provider.go,
  * cri_stats_provider.go, helper.go) and `pkg/kubelet/server/stats/summary.go`.
  */
 
@@ -22,12 +24,14 @@ import {
   capacityOf,
   cpuStats,
   fsStats,
+  ioStats,
   isLocalEphemeral,
   iso,
   memoryStats,
   networkStats,
   nsToMs,
   sumSamples,
+  swapStats,
   u64,
 } from "./_helper.ts";
 import { readRlimit } from "./process_stats.ts";
@@ -37,6 +41,7 @@ import type {
   NodeStats,
   PodStats,
   Summary,
+  SwapStats,
   VolumeStats,
 } from "../apis/stats_types.ts";
 import { podVolumeDir } from "../volume/plugin.ts";
@@ -65,6 +70,8 @@ export interface StatsProviderOptions {
   readonly podLogsDirectory: string;
   /** The node's memory capacity in bytes: the node's memory limit. */
   readonly memoryCapacityBytes: number;
+  /** The machine's swap (SwapTotal) in bytes: the node's swap limit. @default 0 */
+  readonly swapCapacityBytes?: number;
   readonly clock: Clock;
   readonly logger: Logger;
   /** How long volume and log usage stays fresh, in ms. @default 60000 (volumeStatsAggPeriod) */
@@ -107,6 +114,27 @@ interface DirUsage {
   readonly fs?: FsUsage;
 }
 
+/** CRI's CONTAINER_RUNNING. */
+const CONTAINER_RUNNING = 1;
+
+/** Upstream lists a pod only through its running containers. */
+function hasRunningContainer(p: StatsPod): boolean {
+  return p.status.containerStatuses.some((c) => c.state === CONTAINER_RUNNING);
+}
+
+/** Containers' swap added up, the last one's time (upstream addSwapStats without a pod cgroup). */
+function sumSwap(swaps: readonly SwapStats[]): SwapStats | undefined {
+  const last = swaps.at(-1);
+  if (!last) return undefined;
+  let usage = 0;
+  let available = 0;
+  for (const s of swaps) {
+    usage += s.swapUsageBytes ?? 0;
+    available += s.swapAvailableBytes ?? 0;
+  }
+  return { time: last.time, swapAvailableBytes: available, swapUsageBytes: usage };
+}
+
 /** Builds `/stats/summary`; see the module documentation. */
 export class StatsProvider {
   readonly #o: StatsProviderOptions;
@@ -128,7 +156,9 @@ export class StatsProvider {
     await this.#refreshDirs(pods, signal);
     return {
       node: node.stats,
-      pods: pods.map((p) => this.#podStats(p, layers, node.imageFs, node.stats.fs)),
+      pods: pods.filter(hasRunningContainer).map((p) =>
+        this.#podStats(p, layers, node.imageFs, node.stats.fs, true)
+      ),
     };
   }
 
@@ -149,26 +179,29 @@ export class StatsProvider {
     const node = this.#o.cadvisor.node();
     const nodeStats: NodeStats = {
       nodeName: this.#o.nodeName,
-      systemContainers: this.#systemContainers(),
+      systemContainers: this.#systemContainers(false),
       startTime: iso(this.#bootTime()),
       cpu: node && cpuStats(node),
       memory: node && memoryStats(node, this.#o.memoryCapacityBytes),
+      swap: node && swapStats(node, this.#o.swapCapacityBytes ?? 0),
     };
     return {
       node: nodeStats,
-      pods: this.#o.pods().map((p) => {
-        const s = this.#podStats(p, new Map(), undefined, undefined);
+      pods: this.#o.pods().filter(hasRunningContainer).map((p) => {
+        const s = this.#podStats(p, new Map(), undefined, undefined, false);
         return {
           podRef: s.podRef,
           startTime: s.startTime,
-          containers: s.containers.map(({ name, startTime, cpu, memory }) => ({
+          containers: s.containers.map(({ name, startTime, cpu, memory, swap }) => ({
             name,
             startTime,
             cpu,
             memory,
+            swap,
           })),
           cpu: s.cpu,
           memory: s.memory,
+          swap: s.swap,
         };
       }),
     };
@@ -205,10 +238,11 @@ export class StatsProvider {
       imageFs,
       stats: {
         nodeName: this.#o.nodeName,
-        systemContainers: this.#systemContainers(),
+        systemContainers: this.#systemContainers(true),
         startTime: iso(this.#bootTime()),
         cpu: node && cpuStats(node),
         memory: node && memoryStats(node, this.#o.memoryCapacityBytes),
+        io: node && ioStats(node),
         network: node?.network && networkStats(node.time, node.network),
         fs: nodeFs,
         runtime: imageFs && { imageFs, containerFs: imageFs },
@@ -217,12 +251,16 @@ export class StatsProvider {
           maxpid: rlimit.maxPid,
           curproc: rlimit.curProc,
         },
+        swap: node && swapStats(node, this.#o.swapCapacityBytes ?? 0),
       },
     };
   }
 
-  /** The system containers with a sample (CPU and memory, as upstream's cgroup stats). */
-  #systemContainers(): ContainerStats[] | undefined {
+  /**
+   * The system containers with a sample: CPU, memory and swap, and IO in the full summary
+   * (upstream's cgroup stats, GetCgroupStats and GetCgroupCPUAndMemoryStats).
+   */
+  #systemContainers(full: boolean): ContainerStats[] | undefined {
     const out: ContainerStats[] = [];
     for (const c of this.#o.systemContainers ?? []) {
       const s = this.#o.cadvisor.latest(c.id);
@@ -232,6 +270,8 @@ export class StatsProvider {
         startTime: iso(c.startTime),
         cpu: cpuStats(s),
         memory: memoryStats(s, undefined),
+        io: full ? ioStats(s) : undefined,
+        swap: swapStats(s),
       });
     }
     return out.length > 0 ? out : undefined;
@@ -256,6 +296,7 @@ export class StatsProvider {
     layers: ReadonlyMap<string, api.FilesystemUsage>,
     imageFs: FsStats | undefined,
     nodeFs: FsStats | undefined,
+    full: boolean,
   ): PodStats {
     const { pod, status } = p;
     const meta = pod.metadata ?? {};
@@ -263,26 +304,33 @@ export class StatsProvider {
     const sandboxSample = sandbox ? this.#o.cadvisor.latest(sandbox.id) : undefined;
     const startMs = sandbox ? nsToMs(sandbox.createdAt) : this.#o.clock.now();
 
-    // The newest instance of each container (statuses are newest first).
+    // Running containers only, as upstream's removeTerminatedContainers keeps them: an exited
+    // one has no usage, and a start time without usage is an incomplete metric to
+    // metrics-server. Statuses are newest first; one entry per name.
     const seen = new Set<string>();
     const containers: ContainerStats[] = [];
     const samples: Sample[] = sandboxSample ? [sandboxSample] : [];
+    const swaps: SwapStats[] = [];
+    let anyIo: string | undefined;
     let ephemeralUsed = 0;
     let ephemeralInodes = 0;
     for (const c of status.containerStatuses) {
       const name = c.metadata?.name ?? "";
-      if (seen.has(name)) continue;
+      if (c.state !== CONTAINER_RUNNING || seen.has(name)) continue;
       seen.add(name);
       const sample = this.#o.cadvisor.latest(c.id);
-      const running = c.state === 1; // CONTAINER_RUNNING
-      if (sample && running) samples.push(sample);
+      if (sample) samples.push(sample);
       const stats: ContainerStats = {
         name,
         startTime: iso(nsToMs(c.startedAt || c.createdAt)),
       };
-      if (sample && running) {
+      if (sample) {
         stats.cpu = cpuStats(sample);
         stats.memory = memoryStats(sample, undefined);
+        if (full) stats.io = ioStats(sample);
+        stats.swap = swapStats(sample);
+        if (stats.swap) swaps.push(stats.swap);
+        anyIo ??= stats.io?.time;
       }
       const layer = layers.get(c.id);
       if (layer) {
@@ -333,12 +381,22 @@ export class StatsProvider {
       containers,
     };
     const own = this.#o.podCgroupId && this.#o.cadvisor.latest(this.#o.podCgroupId(meta.uid ?? ""));
-    const summed = own && (own.cgroup.cpu || own.cgroup.memory) ? own : sumSamples(samples);
+    const hasOwn = own !== undefined && (own.cgroup.cpu !== undefined || own.cgroup.memory);
+    const summed = hasOwn ? own : sumSamples(samples);
     if (summed) {
       stats.cpu = cpuStats(summed);
       stats.memory = memoryStats(summed, undefined);
       const procs = summed.cgroup.pids?.current;
       if (procs !== undefined) stats.process_stats = { process_count: procs };
+    }
+    // The pod cgroup's swap and IO, else the containers' added up (upstream addSwapStats,
+    // addIOStats: pod-level pressure cannot be added up, so a summed IO has only its time).
+    if (hasOwn) {
+      stats.swap = swapStats(own);
+      if (full) stats.io = ioStats(own);
+    } else {
+      stats.swap = sumSwap(swaps);
+      if (full && anyIo !== undefined) stats.io = { time: anyIo };
     }
     if (sandboxSample?.network) {
       stats.network = networkStats(sandboxSample.time, sandboxSample.network);

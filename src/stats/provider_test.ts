@@ -6,7 +6,7 @@ import type { Sample } from "./cadvisor.ts";
 import { FakeClock } from "../util/clock.ts";
 import { createLogger } from "../klog/klog.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
-import { StatsProvider } from "./provider.ts";
+import { StatsProvider, type StatsProviderOptions } from "./provider.ts";
 import { decodeSummary } from "../apis/stats_types.ts";
 
 const T0 = Date.UTC(2026, 11, 3, 8, 0, 0);
@@ -93,7 +93,7 @@ async function world() {
     ["c-side", sample(1_000_000_000n, 100_000_000, 20_000_000)],
   ]);
   const node = sample(9_000_000_000n, 1_500_000_000, 2 * 2 ** 30);
-  const provider = new StatsProvider({
+  const options: StatsProviderOptions = {
     nodeName: "node-1",
     cadvisor: { node: () => node, latest: (id) => samples.get(id) },
     pods: () => [{ pod, status }],
@@ -128,8 +128,18 @@ async function world() {
       { name: "kubelet", id: "c-side", startTime: T0 - 3_600_000 },
       { name: "misc", id: "not-sampled", startTime: T0 },
     ],
-  });
-  return { root, provider, [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }) };
+  };
+  const provider = new StatsProvider(options);
+  return {
+    root,
+    provider,
+    options,
+    pod,
+    status,
+    samples,
+    node,
+    [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }),
+  };
 }
 
 Deno.test("StatsProvider.summary has upstream's shape and the sampled values", async () => {
@@ -222,4 +232,104 @@ Deno.test("StatsProvider.imageFsCapacity is the image filesystem's size and free
   await using w = await world();
   const fs = await w.provider.imageFsCapacity();
   assert.ok(fs !== undefined && fs.capacityBytes > 0 && fs.availableBytes <= fs.capacityBytes);
+});
+
+Deno.test("StatsProvider reports running containers only, and pods that have one", async () => {
+  await using w = await world();
+  const T = BigInt(T0) * 1_000_000n;
+  const exited = (id: string, name: string) =>
+    api.ContainerStatus.create({
+      id,
+      metadata: { name, attempt: 0 },
+      state: api.ContainerState.CONTAINER_EXITED,
+      createdAt: T,
+      startedAt: T,
+    });
+  const completed: PodStatus = {
+    id: "uid-done",
+    name: "done",
+    namespace: "shop",
+    ips: [],
+    timestamp: T0,
+    sandboxStatuses: [],
+    containerStatuses: [exited("c-done", "main")],
+  };
+  // The world's pod with an init container that has exited, and a pod whose only one has.
+  const provider = new StatsProvider({
+    ...w.options,
+    pods: () => [
+      {
+        pod: w.pod,
+        status: {
+          ...w.status,
+          containerStatuses: [...w.status.containerStatuses, exited("c-init", "init")],
+        },
+      },
+      {
+        pod: { metadata: { name: "done", namespace: "shop", uid: "uid-done" } },
+        status: completed,
+      },
+    ],
+  });
+  for (const s of [await provider.summary(), provider.cpuAndMemory()]) {
+    assert.deepEqual(s.pods.map((p) => p.podRef.name), ["web"]);
+    assert.deepEqual(s.pods[0]?.containers.map((c) => c.name), ["main", "side"]);
+  }
+});
+
+Deno.test("StatsProvider reports swap and IO from the samples' details", async () => {
+  await using w = await world();
+  const withDetail = (s: Sample, swap: number): Sample => ({
+    ...s,
+    cgroup: {
+      ...s.cgroup,
+      detail: {
+        cpu: {},
+        memory: { swapBytes: swap },
+        blkio: [],
+        spec: { memorySwapLimit: 1000 },
+        psi: {
+          io: {
+            some: { avg10: 1, avg60: 2, avg300: 3, total: 4 },
+            full: { avg10: 0, avg60: 0, avg300: 0, total: 0 },
+          },
+        },
+      },
+    },
+  });
+  const provider = new StatsProvider({
+    ...w.options,
+    swapCapacityBytes: 2000,
+    cadvisor: {
+      node: () => withDetail(w.node, 5),
+      latest: (id) => {
+        const s = w.samples.get(id);
+        return s && withDetail(s, id === "c-main" ? 100 : 1);
+      },
+    },
+  });
+  const s = decodeSummary(JSON.parse(JSON.stringify(await provider.summary())));
+  assert.equal(s.node.swap?.swapUsageBytes, 5);
+  // The node's swap limit is the machine's swap (cAdvisor's root spec), not a cgroup file's.
+  assert.equal(s.node.swap?.swapAvailableBytes, 1995);
+  assert.deepEqual(s.node.io?.psi?.some, { avg10: 1, avg60: 2, avg300: 3, total: 4 });
+  // No CPU or memory pressure files (cgroup v1): upstream writes cAdvisor's zeros.
+  const zero = { total: 0, avg10: 0, avg60: 0, avg300: 0 };
+  assert.deepEqual(s.node.cpu?.psi, { full: zero, some: zero });
+  assert.deepEqual(s.pods[0]?.memory?.psi, { full: zero, some: zero });
+  const main = s.pods[0]!.containers[0]!;
+  assert.deepEqual(main.swap, {
+    time: main.swap?.time,
+    swapUsageBytes: 100,
+    swapAvailableBytes: 900,
+  });
+  assert.equal(main.io?.psi?.full.total, 0);
+  // No pod cgroup: the containers' swap added up, IO with its time only.
+  assert.equal(s.pods[0]?.swap?.swapUsageBytes, 101);
+  assert.equal(s.pods[0]?.swap?.swapAvailableBytes, 1899);
+  assert.equal(s.pods[0]?.io?.psi, undefined);
+  const cm = provider.cpuAndMemory();
+  assert.equal(cm.node.swap?.swapUsageBytes, 5);
+  assert.equal(cm.pods[0]?.containers[0]?.swap?.swapUsageBytes, 100);
+  assert.equal(cm.pods[0]?.containers[0]?.io, undefined, "IO is not part of CPU and memory");
 });

@@ -11,6 +11,7 @@
 
 import type { V1Pod, V1PodCondition } from "@kubernetes/client-node";
 import type { Clock } from "../util/clock.ts";
+import type { KubeletMetrics } from "../metrics/metrics.ts";
 import { rfc3339 } from "../nodestatus/node_status.ts";
 
 /** Condition types (v1.PodResizePending, v1.PodResizeInProgress). */
@@ -26,13 +27,33 @@ interface Conditions {
   inProgress?: V1PodCondition;
 }
 
+/** The gauges {@link PodResizeConditions} keeps current. */
+export type ResizeConditionMetrics = Pick<
+  KubeletMetrics,
+  "podPendingResizes" | "podInProgressResizes"
+>;
+
 /** The resize conditions of every pod; see the module documentation. */
 export class PodResizeConditions {
   readonly #pods = new Map<string, Conditions>();
   readonly #clock: Clock;
+  readonly #metrics: ResizeConditionMetrics | undefined;
 
-  constructor(clock: Clock) {
+  /** `metrics` get the pending (by reason) and in-progress counts after every change. */
+  constructor(clock: Clock, metrics?: ResizeConditionMetrics) {
     this.#clock = clock;
+    this.#metrics = metrics;
+  }
+
+  /** Upstream recordPendingResizeCount and recordInProgressResizeCount. */
+  #record(): void {
+    const m = this.#metrics;
+    if (!m) return;
+    m.podPendingResizes.reset();
+    for (const [reason, n] of this.pendingCounts()) m.podPendingResizes.set(n, { reason });
+    let inProgress = 0;
+    for (const c of this.#pods.values()) if (c.inProgress) inProgress++;
+    m.podInProgressResizes.set(inProgress);
   }
 
   /** The pod's conditions, pending first (upstream GetPodResizeConditions). */
@@ -51,6 +72,7 @@ export class PodResizeConditions {
     const c = this.#entry(uid);
     const prev = c.pending;
     c.pending = this.#updated(POD_RESIZE_PENDING, prev, r, message, generation);
+    this.#record();
     return prev === undefined || prev.reason !== r ||
       (prev.observedGeneration ?? 0) !== generation;
   }
@@ -76,6 +98,7 @@ export class PodResizeConditions {
       generation = prev.observedGeneration ?? 0;
     }
     c.inProgress = this.#updated(POD_RESIZE_IN_PROGRESS, prev, reason, message, generation);
+    this.#record();
     const updated = prev === undefined || (prev.reason ?? "") !== reason ||
       (prev.message ?? "") !== message;
     return { generation, updated };
@@ -87,6 +110,7 @@ export class PodResizeConditions {
     if (!c) return;
     c.pending = undefined;
     if (!c.inProgress) this.#pods.delete(uid);
+    this.#record();
   }
 
   /** Clears PodResizeInProgress; returns the generation it had, when there was one. */
@@ -96,6 +120,7 @@ export class PodResizeConditions {
     const generation = c.inProgress.observedGeneration ?? 0;
     c.inProgress = undefined;
     if (!c.pending) this.#pods.delete(uid);
+    this.#record();
     return { generation };
   }
 
@@ -117,6 +142,7 @@ export class PodResizeConditions {
         else c.inProgress = next;
       }
     }
+    this.#record();
   }
 
   /** Whether the pod's resize waits for resources (PodResizePending Deferred). */
@@ -142,6 +168,7 @@ export class PodResizeConditions {
   /** Forgets pods not in `keep`. */
   retain(keep: ReadonlySet<string>): void {
     for (const uid of [...this.#pods.keys()]) if (!keep.has(uid)) this.#pods.delete(uid);
+    this.#record();
   }
 
   #entry(uid: string): Conditions {

@@ -49,6 +49,7 @@ import { isRestartableInitContainer } from "../pod/podutil.ts";
 import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts";
 import { type Json, jsonEqual, podStatusPatch, toJson } from "./_pod_status_patch.ts";
 import { deepCopy } from "../util/deep_copy.ts";
+import type { KubeletMetrics } from "../metrics/metrics.ts";
 
 /** Upstream syncPeriod: how often every status is reconciled. */
 const DEFAULT_SYNC_PERIOD_MS = 10_000;
@@ -89,6 +90,12 @@ export interface StatusManagerOptions {
     PodStartupLatencyTracker,
     "recordStatusUpdated" | "deletePodStartupState"
   >;
+  /**
+   * kubelet_terminated_containers_total (each container's move to terminated, counted once)
+   * and kubelet_pod_status_sync_duration_seconds (from a pod's first unsent status to the
+   * apiserver having it). @default none
+   */
+  metrics?: Pick<KubeletMetrics, "terminatedContainersTotal" | "podStatusSyncDuration">;
 }
 
 /** A bad {@link StatusManagerOptions} value, or a second concurrent run. */
@@ -367,6 +374,7 @@ export class StatusManager {
     else if (status.startTime == null) status.startTime = rfc3339(now) as unknown as Date;
 
     const normalized = normalizeStatus(pod, status);
+    this.#recordTerminations(oldStatus, normalized);
 
     if (
       cached !== undefined && isPodStatusByKubeletEqual(cached.status, normalized) && !forceUpdate
@@ -382,6 +390,37 @@ export class StatusManager {
       status: normalized,
     });
     this.#notify();
+  }
+
+  /**
+   * Upstream checkAndRecordTerminations: a container terminated in the new status and not in the
+   * old one (or new to it) counts once, by type, exit code and reason; done before the status is
+   * compared with the cached one, as upstream does.
+   */
+  #recordTerminations(oldStatus: V1PodStatus, status: V1PodStatus): void {
+    const counter = this.#opts.metrics?.terminatedContainersTotal;
+    if (!counter) return;
+    const kinds = [
+      ["init_container", oldStatus.initContainerStatuses, status.initContainerStatuses],
+      ["container", oldStatus.containerStatuses, status.containerStatuses],
+      [
+        "ephemeral_container",
+        oldStatus.ephemeralContainerStatuses,
+        status.ephemeralContainerStatuses,
+      ],
+    ] as const;
+    for (const [type, before, after] of kinds) {
+      for (const c of after ?? []) {
+        const t = c.state?.terminated;
+        if (!t) continue;
+        if (before?.find((o) => o.name === c.name)?.state?.terminated) continue;
+        counter.inc({
+          container_type: type,
+          exit_code: String(t.exitCode ?? 0),
+          reason: t.reason ?? "",
+        });
+      }
+    }
   }
 
   /** The UID of the API object a pod's status goes to; undefined for a static pod without mirror. */
@@ -662,6 +701,12 @@ export class StatusManager {
       });
       this.#opts.startupLatency?.recordStatusUpdated(pod);
       if (pod.status) this.#written.set(statusUID, pod.status);
+    }
+    // From the first status not yet sent (upstream's status.at, never reset), in whole ms.
+    if (status.at > 0) {
+      this.#opts.metrics?.podStatusSyncDuration.observe(
+        Math.trunc(this.#clock.now() - status.at) / 1000,
+      );
     }
     this.#apiVersions.set(statusUID, status.version);
 

@@ -3,6 +3,7 @@ import type { V1Pod, V1PodStatus } from "@kubernetes/client-node";
 import { FakeClock } from "../util/clock.ts";
 import { createLogger } from "../klog/klog.ts";
 import { KubeClient } from "../client/kube_client.ts";
+import { KubeletMetrics } from "../metrics/metrics.ts";
 import { StatusManager, StatusManagerError, type StatusManagerOptions } from "./status_manager.ts";
 
 type Obj = Record<string, unknown>;
@@ -663,4 +664,90 @@ Deno.test("StatusManager getPodPhase reads the cached phase by the pod's own UID
   t.state.mirrors.set("uid-1", "mirror-1");
   assert.equal(t.m.getPodStatus("mirror-1")?.phase, "Failed");
   assert.equal(t.m.getPodPhase("mirror-1"), undefined);
+});
+
+Deno.test("StatusManager counts each container's move to terminated once, by type, exit code and reason", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  await using t = setup({ metrics });
+  const pod = apiPod("web", "uid-1");
+  pod.spec!.initContainers = [{ name: "init", image: "busybox" }];
+  pod.spec!.ephemeralContainers = [{ name: "debug", image: "busybox" }];
+  const terminated = (exitCode: number, reason: string) => ({
+    terminated: { exitCode, reason, startedAt: new Date(T0), finishedAt: new Date(T0 + 1) },
+  });
+  const status = (app: object, debug: object): V1PodStatus => ({
+    ...podStatus("Running", false),
+    initContainerStatuses: [{
+      name: "init",
+      image: "busybox",
+      imageID: "",
+      ready: true,
+      restartCount: 0,
+      state: terminated(0, "Completed"),
+    }],
+    containerStatuses: [{
+      name: "app",
+      image: "nginx",
+      imageID: "",
+      ready: false,
+      restartCount: 0,
+      state: app,
+    }],
+    ephemeralContainerStatuses: [{
+      name: "debug",
+      image: "busybox",
+      imageID: "",
+      ready: false,
+      restartCount: 0,
+      state: debug,
+    }],
+  });
+  const counts = async () =>
+    (await metrics.render()).split("\n").filter((l) =>
+      l.startsWith("kubelet_terminated_containers_total{")
+    );
+  const running = { running: { startedAt: new Date(T0) } };
+  t.m.setPodStatus(pod, status(running, running));
+  assert.deepEqual(await counts(), [
+    'kubelet_terminated_containers_total{container_type="init_container",exit_code="0",reason="Completed"} 1',
+  ]);
+  // The same terminated init container again: not a new termination.
+  t.clock.step(1_000);
+  t.m.setPodStatus(pod, status(running, terminated(137, "Error")));
+  t.m.setPodStatus(pod, status(terminated(1, "Error"), terminated(137, "Error")));
+  t.m.setPodStatus(pod, status(terminated(1, "Error"), terminated(137, "Error")));
+  assert.deepEqual(await counts(), [
+    'kubelet_terminated_containers_total{container_type="container",exit_code="1",reason="Error"} 1',
+    'kubelet_terminated_containers_total{container_type="ephemeral_container",exit_code="137",reason="Error"} 1',
+    'kubelet_terminated_containers_total{container_type="init_container",exit_code="0",reason="Completed"} 1',
+  ]);
+});
+
+Deno.test("StatusManager observes kubelet_pod_status_sync_duration_seconds from the first unsent status to a successful write", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  await using t = setup({ metrics });
+  const d = metrics.podStatusSyncDuration;
+  const sum = async () =>
+    Number(
+      /^kubelet_pod_status_sync_duration_seconds_sum (\S+)$/m.exec(await metrics.render())?.[1],
+    );
+  // A pod the apiserver does not have: nothing written, nothing observed.
+  t.m.setPodStatus(apiPod("gone", "uid-0"), podStatus("Pending", false));
+  await t.m.syncBatch(false);
+  assert.equal(d.count(), 0);
+  const pod = apiPod("web", "uid-1");
+  t.s.put(pod);
+  t.m.setPodStatus(pod, podStatus("Pending", false));
+  t.clock.step(1_200);
+  t.m.setPodStatus(pod, podStatus("Running", false));
+  t.clock.step(1_300);
+  assert.equal(await t.m.syncBatch(false), 1);
+  assert.equal(d.count(), 1);
+  assert.equal(await sum(), 2.5, "from the first status the apiserver did not have");
+  // Upstream never resets that time: the next write counts from it too.
+  t.m.setPodStatus(pod, podStatus("Running", true));
+  t.clock.step(1_000);
+  assert.equal(await t.m.syncBatch(false), 1);
+  assert.equal(d.count(), 2);
+  assert.equal(await sum(), 6);
 });

@@ -13,12 +13,20 @@
  * knows (upstream `kubelet_volumes.go`). Talks to the volume plugins (`plugin.ts`), the
  * event recorder, the local filesystem, and the configMap and secret managers through
  * {@link PodReferences}. Calls for one pod are serialised; different pods run concurrently.
+ * Given {@link VolumeMetrics} it times each operation as upstream's operation executor does
+ * (verify_controller_attached_volume when a pod's volume first enters the actual state: none of
+ * our plugins is attachable, so that only marks it attached; volume_mount per SetUp, remounts
+ * included; volume_unmount per TearDown; overall_volume_mount from the volume entering the
+ * desired state, or from this sync for a remount), counts the desired and actual volumes per
+ * plugin at each scrape, and reports each orphaned pod directories sweep.
  */
 
 import { join } from "node:path";
 import type { V1Pod, V1Volume } from "@kubernetes/client-node";
 import { type EventRecorder, podRef } from "../client/record.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
+import { type Clock, realClock } from "../util/clock.ts";
+import type { VolumeCounts, VolumeMetrics, VolumeState } from "../metrics/volume_metrics.ts";
 import {
   type MountedVolume,
   podVolumeDir,
@@ -44,6 +52,10 @@ export interface VolumeManagerOptions {
   readonly logger: Logger;
   /** Told of each pod before its volumes are set up, and after they are torn down. @default [] */
   readonly references?: readonly PodReferences[];
+  /** Where volume operations, volume counts and orphan sweeps are recorded. @default none */
+  readonly metrics?: VolumeMetrics;
+  /** Times the operations. @default the wall clock */
+  readonly clock?: Clock;
 }
 
 /**
@@ -95,10 +107,20 @@ interface ActualVolume {
   readonly mounted: MountedVolume;
 }
 
+/** A volume in the desired state: its plugin and when its mount was requested (ms). */
+interface DesiredVolume {
+  readonly pluginName: string;
+  readonly requestedAt: number;
+}
+
 interface PodState {
   /** The last pod seen by mountPodVolumes; undefined after a restart. */
   pod?: V1Pod;
   readonly volumes: Map<string, ActualVolume>;
+  /** The desired state: the volumes of the last mountPodVolumes, until the pod's unmount. */
+  desired: Map<string, DesiredVolume>;
+  /** Volumes marked attached (verified), until torn down. */
+  readonly attached: Set<string>;
 }
 
 /** A volume directory found on disk. */
@@ -122,8 +144,30 @@ export class VolumeManager {
   /** The tail of each pod's queue of calls, so calls for one pod never interleave. */
   readonly #locks = new Map<string, Promise<void>>();
 
+  readonly #clock: Clock;
+
   constructor(opts: VolumeManagerOptions) {
     this.#o = opts;
+    this.#clock = opts.clock ?? realClock;
+    opts.metrics?.setVolumeCountsSource(() => this.volumeCounts());
+  }
+
+  /**
+   * Volumes per state and plugin, as volume_manager_total_volumes shows them: each pod's
+   * desired volumes, and each pod's set-up volumes.
+   */
+  volumeCounts(): VolumeCounts {
+    const desired = new Map<string, number>();
+    const actual = new Map<string, number>();
+    const add = (m: Map<string, number>, plugin: string) => m.set(plugin, (m.get(plugin) ?? 0) + 1);
+    for (const state of this.#pods.values()) {
+      for (const v of state.desired.values()) add(desired, v.pluginName);
+      for (const v of state.volumes.values()) add(actual, v.pluginName);
+    }
+    return new Map<VolumeState, Map<string, number>>([
+      ["desired_state_of_world", desired],
+      ["actual_state_of_world", actual],
+    ]);
   }
 
   /**
@@ -185,16 +229,21 @@ export class VolumeManager {
     for (const uid of this.#pods.keys()) candidates.add(uid);
 
     const errors: Error[] = [];
+    let orphans = 0;
+    let failed = 0;
     for (const uid of candidates) {
       if (keepUids.has(uid)) continue;
       signal.throwIfAborted();
+      orphans++;
       try {
         await this.#serialize(uid, () => this.#cleanupOrphan(signal, uid));
       } catch (e) {
         if (signal.aborted) throw e;
+        failed++;
         errors.push(asError(e));
       }
     }
+    this.#o.metrics?.setOrphanSweep(orphans, failed);
     // Upstream's logSpew: one line for the lot, each at a high verbosity.
     const first = errors[0];
     if (first) {
@@ -234,17 +283,47 @@ export class VolumeManager {
       }
     }
 
+    // The desired state keeps when each mount was first asked for; a remount is asked anew.
+    const requested = this.#clock.now();
+    const before = state.desired;
+    state.desired = new Map();
+    for (const [name, { plugin }] of desired) {
+      const old = before.get(name);
+      const keep = old && old.pluginName === plugin.name && !plugin.requiresRemount;
+      state.desired.set(name, {
+        pluginName: plugin.name,
+        requestedAt: keep ? old.requestedAt : requested,
+      });
+    }
+
     // Unmount before mount, as the reconciler does.
     await this.#tearDownUndesired(signal, uid, new Set(desired.keys()));
 
+    const metrics = this.#o.metrics;
     let firstSetUpError: Error | undefined;
     for (const [name, { volume, plugin }] of desired) {
       signal.throwIfAborted();
       const previous = state.volumes.get(name);
       if (previous && !plugin.requiresRemount) continue;
+      if (!state.attached.has(name)) {
+        // Upstream VerifyControllerAttachedVolume of a non-attachable volume: marked attached.
+        const t0 = this.#clock.now();
+        state.attached.add(name);
+        metrics?.observeOperation(
+          plugin.name,
+          "verify_controller_attached_volume",
+          (this.#clock.now() - t0) / 1000,
+          false,
+        );
+      }
       const dir = podVolumeDir(this.#o.podsDirectory, uid, plugin.name, name);
+      const t0 = this.#clock.now();
       try {
         const mounted = await plugin.setUp({ pod, volume, dir, signal });
+        const now = this.#clock.now();
+        metrics?.observeOperation(plugin.name, "volume_mount", (now - t0) / 1000, false);
+        const asked = state.desired.get(name)?.requestedAt ?? t0;
+        metrics?.observeEndToEnd(plugin.name, "overall_volume_mount", (now - asked) / 1000);
         state.volumes.set(name, { pluginName: plugin.name, mounted });
         // Remounts happen on every sync: upstream logs them only at a high verbosity.
         logger.v(previous ? 4 : 1).info(`MountVolume.SetUp succeeded for volume "${name}"`, {
@@ -253,6 +332,12 @@ export class VolumeManager {
         });
       } catch (e) {
         if (signal.aborted) throw e;
+        metrics?.observeOperation(
+          plugin.name,
+          "volume_mount",
+          (this.#clock.now() - t0) / 1000,
+          true,
+        );
         const err = asError(e);
         firstSetUpError ??= err;
         // A failed remount leaves the previous mount in the actual state.
@@ -307,6 +392,9 @@ export class VolumeManager {
 
   async #unmountAll(signal: AbortSignal, uid: string): Promise<void> {
     signal.throwIfAborted();
+    // The pod leaves the desired state: everything of it is to be torn down.
+    const podState = this.#pods.get(uid);
+    if (podState) podState.desired = new Map();
     const errors: Error[] = [];
     for (const target of this.#teardownTargets(uid)) {
       signal.throwIfAborted();
@@ -349,18 +437,30 @@ export class VolumeManager {
         `no volume plugin matched name: ${pluginName}: tearing down "${dir}" is not supported yet`,
       );
     }
+    const t0 = this.#clock.now();
+    const observe = (failed: boolean) =>
+      this.#o.metrics?.observeOperation(
+        pluginName,
+        "volume_unmount",
+        (this.#clock.now() - t0) / 1000,
+        failed,
+      );
     try {
       await plugin.tearDown({ podUid: uid, volumeName, dir, signal });
     } catch (e) {
       if (signal.aborted) throw e;
+      observe(true);
       const err = asError(e);
       throw new Error(`UnmountVolume.TearDown failed for volume "${volumeName}" : ${err.message}`, {
         cause: err,
       });
     }
+    observe(false);
     const state = this.#pods.get(uid);
     if (state?.volumes.get(volumeName)?.pluginName === pluginName) {
       state.volumes.delete(volumeName);
+      // Unmounted and, not being attachable, detached: a new mount verifies it again.
+      state.attached.delete(volumeName);
     }
     this.#o.logger.info(`UnmountVolume.TearDown succeeded for volume "${volumeName}"`, {
       podUID: uid,
@@ -422,7 +522,9 @@ export class VolumeManager {
 
   #state(uid: string): PodState {
     let s = this.#pods.get(uid);
-    if (!s) this.#pods.set(uid, s = { volumes: new Map() });
+    if (!s) {
+      this.#pods.set(uid, s = { volumes: new Map(), desired: new Map(), attached: new Set() });
+    }
     return s;
   }
 

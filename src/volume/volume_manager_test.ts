@@ -4,7 +4,11 @@ import type { V1Pod, V1Volume } from "@kubernetes/client-node";
 import type { EventRecorder } from "../client/record.ts";
 import { createLogger } from "../klog/klog.ts";
 import { Mounter } from "../util/mount.ts";
-import { VolumeManager, VolumeMountError } from "./volume_manager.ts";
+import { VolumeManager, type VolumeManagerOptions, VolumeMountError } from "./volume_manager.ts";
+import { FakeClock } from "../util/clock.ts";
+import { MetricsRegistry } from "../metrics/metrics.ts";
+import { VolumeMetrics } from "../metrics/volume_metrics.ts";
+import { parseExposition } from "../metrics/prometheus.ts";
 import { IMAGE_VOLUME, ImagePlugin } from "./image.ts";
 import {
   type MountedVolume,
@@ -25,6 +29,8 @@ class FakePlugin implements VolumePlugin {
   readonly failTearDown = new Map<string, string>();
   /** When set, setUp of this volume waits for it. */
   gate?: { volume: string; promise: Promise<void> };
+  /** Run inside each setUp and tearDown (a test moves its clock there). */
+  during?: () => void;
   #setUps = 0;
 
   constructor(
@@ -43,6 +49,7 @@ class FakePlugin implements VolumePlugin {
   async setUp(ctx: VolumeSetUpContext): Promise<MountedVolume> {
     this.calls.push(`setUp ${ctx.pod.metadata?.uid}/${ctx.volume.name} ${ctx.dir}`);
     if (this.gate?.volume === ctx.volume.name) await this.gate.promise;
+    this.during?.();
     const fail = this.failSetUp.get(ctx.volume.name);
     if (fail !== undefined) throw new Error(fail);
     await Deno.mkdir(ctx.dir, { recursive: true });
@@ -52,6 +59,7 @@ class FakePlugin implements VolumePlugin {
 
   async tearDown(ctx: VolumeTearDownContext): Promise<void> {
     this.calls.push(`tearDown ${ctx.podUid}/${ctx.volumeName} ${ctx.dir}`);
+    this.during?.();
     const fail = this.failTearDown.get(ctx.volumeName);
     if (fail !== undefined) throw new Error(fail);
     await Deno.remove(ctx.dir, { recursive: true }).catch(() => {});
@@ -66,7 +74,7 @@ interface Fixture extends AsyncDisposable {
   readonly emptyDir: FakePlugin;
   readonly configMap: FakePlugin;
   /** A new manager over the same directory and plugins (an agent restart). */
-  newManager(): VolumeManager;
+  newManager(extra?: Partial<VolumeManagerOptions>): VolumeManager;
   readonly vm: VolumeManager;
 }
 
@@ -85,13 +93,14 @@ async function fixture(): Promise<Fixture> {
     registerPod: (p: V1Pod) => void calls.push(`register ${p.metadata?.uid}`),
     unregisterPod: (p: V1Pod) => void calls.push(`unregister ${p.metadata?.uid}`),
   }];
-  const newManager = () =>
+  const newManager = (extra?: Partial<VolumeManagerOptions>) =>
     new VolumeManager({
       podsDirectory: pods,
       plugins: [emptyDir, configMap],
       recorder,
       logger: createLogger({ write: () => {}, pid: 1 }),
       references,
+      ...extra,
     });
   return {
     dir,
@@ -501,4 +510,130 @@ Deno.test("VolumeManager.cleanupOrphanedPodDirs never deletes into a mount point
   } finally {
     if (await mounter.mountAt(mnt)) await mounter.unmount(mnt);
   }
+});
+
+/** A manager recording into a fresh registry, on a fake clock each plugin call moves 50 ms. */
+function metered(f: Fixture) {
+  const registry = new MetricsRegistry();
+  const metrics = new VolumeMetrics(registry);
+  const clock = new FakeClock();
+  f.emptyDir.during = f.configMap.during = () => clock.step(50);
+  const vm = f.newManager({ metrics, clock });
+  /** The `_sum` of one histogram series, or a gauge's value, from a scrape. */
+  const value = async (name: string, labels: Record<string, string>, suffix?: string) => {
+    const family = parseExposition(await registry.render()).find((x) => x.name === name);
+    const sample = family?.samples.find((x) =>
+      x.suffix === suffix && Object.entries(labels).every(([k, v]) => x.labels[k] === v)
+    );
+    return sample?.value;
+  };
+  return { vm, metrics, clock, registry, value };
+}
+
+const EMPTY_DIR = "kubernetes.io/empty-dir";
+const CONFIG_MAP = "kubernetes.io/configmap";
+
+function op(plugin: string, operation: string, status = "success") {
+  return { volume_plugin: plugin, operation_name: operation, status, migrated: "false" };
+}
+
+Deno.test("VolumeManager times verify, mount and the end-to-end mount; a remount verifies nothing", async () => {
+  await using f = await fixture();
+  const { vm, metrics, clock, value } = metered(f);
+  const p = pod("a", [cache(), config()]);
+  await vm.mountPodVolumes(signal, p);
+  const h = metrics.storageOperationDuration;
+  const e2e = metrics.volumeOperationTotal;
+  assert.equal(h.count(op(EMPTY_DIR, "verify_controller_attached_volume")), 1);
+  assert.equal(h.count(op(CONFIG_MAP, "verify_controller_attached_volume")), 1);
+  assert.equal(h.count(op(EMPTY_DIR, "volume_mount")), 1);
+  assert.equal(h.count(op(CONFIG_MAP, "volume_mount")), 1);
+  // Each SetUp took 50 ms; the configMap, mounted second, waited for the emptyDir's first.
+  const storage = "storage_operation_duration_seconds";
+  const total = "volume_operation_total_seconds";
+  const overall = (plugin: string) => ({
+    plugin_name: plugin,
+    operation_name: "overall_volume_mount",
+  });
+  assert.equal(await value(storage, op(EMPTY_DIR, "volume_mount"), "_sum"), 0.05);
+  assert.equal(await value(total, overall(EMPTY_DIR), "_sum"), 0.05);
+  assert.equal(await value(total, overall(CONFIG_MAP), "_sum"), 0.1);
+
+  // The next sync remounts only the configMap (RequiresRemount), asked for anew; nothing is
+  // verified again.
+  clock.step(1000);
+  await vm.mountPodVolumes(signal, p);
+  assert.equal(h.count(op(CONFIG_MAP, "verify_controller_attached_volume")), 1);
+  assert.equal(h.count(op(CONFIG_MAP, "volume_mount")), 2);
+  assert.equal(h.count(op(EMPTY_DIR, "volume_mount")), 1);
+  assert.equal(e2e.count(overall(CONFIG_MAP)), 2);
+  assert.equal(await value(total, overall(CONFIG_MAP), "_sum"), 0.15000000000000002);
+});
+
+Deno.test("VolumeManager counts a failed SetUp and TearDown as fail-unknown, and unmounts as volume_unmount", async () => {
+  await using f = await fixture();
+  const { vm, metrics } = metered(f);
+  f.configMap.failSetUp.set("config", "boom");
+  await assert.rejects(vm.mountPodVolumes(signal, pod("a", [cache(), config()])), VolumeMountError);
+  const h = metrics.storageOperationDuration;
+  assert.equal(h.count(op(CONFIG_MAP, "volume_mount", "fail-unknown")), 1);
+  assert.equal(h.count(op(CONFIG_MAP, "volume_mount")), 0);
+  assert.equal(
+    metrics.volumeOperationTotal.count({
+      plugin_name: CONFIG_MAP,
+      operation_name: "overall_volume_mount",
+    }),
+    0,
+  );
+
+  f.emptyDir.failTearDown.set("cache", "busy");
+  await assert.rejects(vm.unmountPodVolumes(signal, "a"));
+  assert.equal(h.count(op(EMPTY_DIR, "volume_unmount", "fail-unknown")), 1);
+  f.emptyDir.failTearDown.clear();
+  await vm.unmountPodVolumes(signal, "a");
+  assert.equal(h.count(op(EMPTY_DIR, "volume_unmount")), 1);
+  // Torn down, the volume is no longer attached: mounting it again verifies it again.
+  await assert.rejects(vm.mountPodVolumes(signal, pod("a", [cache(), config()])));
+  assert.equal(h.count(op(EMPTY_DIR, "verify_controller_attached_volume")), 2);
+});
+
+Deno.test("VolumeManager shows desired and actual volumes per plugin at each scrape", async () => {
+  await using f = await fixture();
+  const { vm, value } = metered(f);
+  const name = "volume_manager_total_volumes";
+  const count = (plugin: string, state: string) => value(name, { plugin_name: plugin, state });
+  // Nothing known: no series, as upstream's collector with empty states.
+  assert.equal(await count(EMPTY_DIR, "desired_state_of_world"), undefined);
+  f.configMap.failSetUp.set("config", "boom");
+  await assert.rejects(vm.mountPodVolumes(signal, pod("a", [cache(), config()])));
+  await vm.mountPodVolumes(signal, pod("b", [cache("c1"), cache("c2")]));
+  assert.equal(await count(EMPTY_DIR, "desired_state_of_world"), 3);
+  assert.equal(await count(EMPTY_DIR, "actual_state_of_world"), 3);
+  // Wanted but not set up: desired only.
+  assert.equal(await count(CONFIG_MAP, "desired_state_of_world"), 1);
+  assert.equal(await count(CONFIG_MAP, "actual_state_of_world"), undefined);
+  // A terminated pod leaves the desired state, and the actual once torn down.
+  await vm.unmountPodVolumes(signal, "b");
+  assert.equal(await count(EMPTY_DIR, "desired_state_of_world"), 1);
+  assert.equal(await count(EMPTY_DIR, "actual_state_of_world"), 1);
+});
+
+Deno.test("VolumeManager.cleanupOrphanedPodDirs reports the orphans and failures of the last sweep", async () => {
+  await using f = await fixture();
+  const { vm, metrics } = metered(f);
+  await vm.mountPodVolumes(signal, pod("kept", [cache()]));
+  await vm.mountPodVolumes(signal, pod("gone", [cache()]));
+  await vm.mountPodVolumes(signal, pod("stuck", [cache()]));
+  // Only the stuck pod's TearDown fails.
+  f.emptyDir.during = () => {
+    if (f.calls.at(-1)?.startsWith("tearDown stuck/")) throw new Error("busy");
+  };
+  await vm.cleanupOrphanedPodDirs(signal, new Set(["kept"]));
+  assert.equal(metrics.orphanPodCleanedVolumes.get(), 2);
+  assert.equal(metrics.orphanPodCleanedVolumesErrors.get(), 1);
+  // The next sweep finds only the stuck pod, which now goes.
+  f.emptyDir.during = undefined;
+  await vm.cleanupOrphanedPodDirs(signal, new Set(["kept"]));
+  assert.equal(metrics.orphanPodCleanedVolumes.get(), 1);
+  assert.equal(metrics.orphanPodCleanedVolumesErrors.get(), 0);
 });
