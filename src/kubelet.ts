@@ -25,7 +25,7 @@ import { KUBELET_VERSION } from "./util/version.ts";
 import { GrpcCode, isCriCode } from "./cri/connection.ts";
 import { RuntimeState } from "./runtime_state.ts";
 import { waitForRuntime } from "./cri/runtime_service.ts";
-import { kobj } from "./klog/klog.ts";
+import { kobj, setLogV } from "./klog/klog.ts";
 import { formatDuration } from "./util/duration.ts";
 import { hostIsCgroup2UnifiedMode } from "./cm/cgroup_mode.ts";
 import { serveKubeletAPI } from "./server/server.ts";
@@ -62,6 +62,8 @@ import { StaticPodURLSource } from "./config/http.ts";
 import { newSourceApiserver } from "./config/apiserver.ts";
 import { type KubeletMetrics, newKubeletMetrics } from "./metrics/metrics.ts";
 import { nodeRef } from "./client/record.ts";
+import { checkpointRoutes } from "./server/checkpoint.ts";
+import { safeSysctlAllowlist, SysctlAllowlist } from "./sysctl/allowlist.ts";
 import { NodeStartupLatencyTracker, readBootTime } from "./util/node_startup_latency_tracker.ts";
 import {
   instrumentImageService,
@@ -76,6 +78,8 @@ import {
 } from "./nodeshutdown/nodeshutdown_manager.ts";
 import { statPath } from "./privilege/launcher_calls.ts";
 import { containerRuntimeVersion } from "./kuberuntime/runtime_version.ts";
+import { loadCredentialProviderPlugins } from "./credentialprovider/plugins.ts";
+import { handlerSupportsUserNamespaces, UsernsManager } from "./userns/userns_manager.ts";
 import {
   ACTUATED_PODS_STATE_FILE,
   ALLOCATED_PODS_STATE_FILE,
@@ -143,6 +147,8 @@ export class Kubelet {
   syncLoop: SyncLoop | undefined;
   pleg: PodLifecycleEventGenerator | undefined;
   #runtimeVersion = "";
+  /** The runtime handlers of the last CRI Status, for their user namespace support. */
+  #runtimeHandlers: readonly api.RuntimeHandler[] = [];
   #machine: MachineInfo | undefined;
   #firstUpdate: PromiseWithResolvers<V1Pod[]> | undefined;
   #podManager: PodManager | undefined;
@@ -400,7 +406,54 @@ export class Kubelet {
         ResourceState.open({ directory: flags.rootDirectory, name })
       ),
     );
+    // Upstream registers the credential provider plugins once the runtime answered; a broken
+    // configuration stops the kubelet.
+    let credentialProviderPlugins;
+    if (
+      flags.imageCredentialProviderConfigFile !== "" || flags.imageCredentialProviderBinDir !== ""
+    ) {
+      try {
+        credentialProviderPlugins = await loadCredentialProviderPlugins({
+          configPath: flags.imageCredentialProviderConfigFile,
+          binDir: flags.imageCredentialProviderBinDir,
+          serviceAccountTokenGate:
+            config.featureGates?.KubeletServiceAccountTokenForCredentialProviders ?? true,
+        });
+      } catch (e) {
+        logger.error(e, "Failed to register CRI auth plugins");
+        throw e;
+      }
+    }
+    // Safe sysctls (as far as this kernel namespaces them) and the allowed unsafe ones; a bad
+    // pattern stops the kubelet (upstream NewMainKubelet's sysctl.NewAllowlist).
+    const sysctls = new SysctlAllowlist([
+      ...safeSysctlAllowlist(
+        machine.kernelVersion || undefined,
+        (sysctl) =>
+          logger.info("kernel version is too old, dropping the sysctl from safe sysctl list", {
+            kernelVersion: machine.kernelVersion,
+            sysctl,
+          }),
+      ),
+      ...(config.allowedUnsafeSysctls ?? []),
+    ]);
+    // upstream MakeUserNsManager: an unusable ID range or pod mapping file stops the kubelet.
+    let userNamespaces;
+    try {
+      userNamespaces = await UsernsManager.open({
+        podsDirectory: join(flags.rootDirectory, "pods"),
+        idsPerPod: config.userNamespaces?.idsPerPod,
+        maxPods: config.maxPods,
+        handlerSupportsUserNamespaces: (h) =>
+          handlerSupportsUserNamespaces(this.#runtimeHandlers, h),
+        logger,
+      });
+    } catch (e) {
+      throw new Error(`create user namespace manager: ${(e as Error).message}`, { cause: e });
+    }
     const pods = newPodLifecycle({
+      userNamespaces,
+      credentialProviderPlugins,
       allocatedState,
       actuatedState,
       config,
@@ -425,6 +478,7 @@ export class Kubelet {
       // and the node shutdown manager's.
       admitHandlers: [
         (pod) => this.evictionManager?.admit(pod) ?? { admit: true },
+        (pod) => sysctls.admit(pod),
         (pod) => this.shutdownManager?.admit(pod) ?? { admit: true },
       ],
       podCgroups: containerManager?.podCgroups,
@@ -899,6 +953,11 @@ export class Kubelet {
     });
     const caReload = auth.runClientCAReload(signal);
     const findPod = (namespace: string, name: string) => podManager.getPodByName(namespace, name);
+    /** A pod's running container of that name, from the pod cache (upstream findContainer). */
+    const runningContainerId = (uid: string, name: string) =>
+      podCache.get(uid).status.containerStatuses.find((c) =>
+        c.metadata?.name === name && c.state === api.ContainerState.CONTAINER_RUNNING
+      )?.id;
     const ownRoutes = podRoutes({
       getPods: () => podManager.getPods(),
       getRunningPods: () => pleg.podIds().map((uid) => podCache.get(uid).status),
@@ -917,18 +976,32 @@ export class Kubelet {
         timeline: (namespace, name) => this.#startupTracker?.timeline(namespace, name),
         enabled: config.enableDebuggingHandlers,
       }),
+      ...(await import("./server/debug.ts")).debugFlagsRoutes({
+        enabled: config.enableDebuggingHandlers,
+        flagsEnabled: config.enableDebugFlagsHandler,
+        setVerbosity: (v) => setLogV(deps.logger, v),
+      }),
       ...logRoutes({
+        enableSystemLogHandler: config.enableSystemLogHandler,
+        enableSystemLogQuery: config.enableSystemLogQuery,
         getPodByName: findPod,
         getPodStatus: (uid) => podCache.get(uid).status,
         runtime,
         logger,
       }),
+      ...(config.featureGates?.ContainerCheckpoint ?? true
+        ? checkpointRoutes({
+          getPodByName: findPod,
+          findContainerId: runningContainerId,
+          runtime,
+          checkpointsDir: join(flags.rootDirectory, "checkpoints"),
+          now: () => new Date(deps.clock.now()),
+          logger,
+        })
+        : []),
       ...streamingRoutes({
         getPodByName: findPod,
-        findContainerId: (uid, name) =>
-          podCache.get(uid).status.containerStatuses.find((c) =>
-            c.metadata?.name === name && c.state === api.ContainerState.CONTAINER_RUNNING
-          )?.id,
+        findContainerId: runningContainerId,
         findSandboxId: (uid) =>
           podCache.get(uid).status.sandboxStatuses.find((s) =>
             s.state === api.PodSandboxState.SANDBOX_READY
@@ -1097,6 +1170,7 @@ export class Kubelet {
     let now: string;
     try {
       const res = await runtime.status(false, signal);
+      this.#runtimeHandlers = res.runtimeHandlers;
       this.runtimeState.recordStatus(res.status?.conditions ?? []);
       now = [this.runtimeState.runtimeErrors(), this.runtimeState.networkErrors()].filter(Boolean)
         .join("; ");

@@ -38,8 +38,14 @@ import { ReasonCache } from "./reason_cache.ts";
 import type { ImageManagerService } from "./cri/remote_image.ts";
 import type { RuntimeService } from "./cri/remote_runtime.ts";
 import { ServiceLister } from "./client/service_lister.ts";
+import { RuntimeClassManager } from "./runtimeclass/runtimeclass_manager.ts";
 import { StatusManager, type StatusManagerOptions } from "./status/status_manager.ts";
 import { TOKEN_GC_PERIOD_MS, TokenManager } from "./token/token_manager.ts";
+import {
+  type CredentialProviderPlugins,
+  CredentialProviders,
+  serviceAccountAccess,
+} from "./credentialprovider/plugins.ts";
 import { VolumeManager, type VolumeManagerOptions } from "./volume/volume_manager.ts";
 import type { VolumePlugin } from "./volume/plugin.ts";
 import { probeVolumePlugins } from "./volume/plugins.ts";
@@ -48,6 +54,7 @@ import { ActiveDeadlineHandler } from "./active_deadline.ts";
 import { AllocationManager } from "./allocation/allocation_manager.ts";
 import { ResourceState } from "./allocation/state_checkpoint.ts";
 import { PodResizeConditions } from "./status/resize_conditions.ts";
+import type { UsernsManager } from "./userns/userns_manager.ts";
 
 /** The configuration fields the pod lifecycle reads. */
 export type PodLifecycleConfig =
@@ -69,7 +76,13 @@ export type PodLifecycleConfig =
     | "preloadedImagesVerificationAllowlist"
   >
   & Partial<
-    Pick<KubeletConfiguration, "configMapAndSecretChangeDetectionStrategy" | "featureGates">
+    Pick<
+      KubeletConfiguration,
+      | "configMapAndSecretChangeDetectionStrategy"
+      | "featureGates"
+      | "crashLoopBackOff"
+      | "memorySwap"
+    >
   >;
 
 /** What {@link newPodLifecycle} needs. */
@@ -117,10 +130,17 @@ export interface PodLifecycleOptions {
   readonly maxParallelSandboxStarts?: number;
   /** RuntimeDefault seccomp for containers naming no profile (seccompDefault). @default false */
   readonly seccompDefault?: boolean;
+  /** The checked image credential provider plugins (`--image-credential-provider-*`). @default none */
+  readonly credentialProviderPlugins?: CredentialProviderPlugins;
   /** The pods' allocated resources (`allocated_pods_state`). @default in memory */
   readonly allocatedState?: ResourceState;
   /** The containers' actuated resources (`actuated_pods_state`). @default in memory */
   readonly actuatedState?: ResourceState;
+  /**
+   * The user namespaces of `hostUsers: false` pods (built at start from the kubelet's ID range).
+   * @default none: such pods fail as not supported
+   */
+  readonly userNamespaces?: UsernsManager;
 }
 
 /** The built graph; nothing runs until {@link PodLifecycle.run}. */
@@ -143,9 +163,12 @@ export interface PodLifecycle {
   readonly startupTracker: PodStartupLatencyTracker;
   /** The cluster's Services for service link env; none in standalone mode. */
   readonly serviceLister?: ServiceLister;
+  /** The cluster's RuntimeClasses for sandboxes' runtime handlers; none in standalone mode. */
+  readonly runtimeClasses?: RuntimeClassManager;
   /**
-   * Starts the PLEG, the status manager, the prober, the sync loop, the Service lister and the
-   * token clean-up; one promise each. The configMap and secret managers stop with `signal`.
+   * Starts the PLEG, the status manager, the prober, the sync loop, the Service lister, the
+   * RuntimeClass manager and the token clean-up; one promise each. The configMap and secret
+   * managers stop with `signal`.
    */
   run(signal: AbortSignal): Promise<void>[];
 }
@@ -184,6 +207,17 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
       syncerRef.syncer?.workers.couldHaveRunningContainers(uid) ?? true,
     startupLatency: startupTracker,
   });
+  const tokenManager = new TokenManager({ client: o.kubeClient, clock, logger });
+  const plugins = o.credentialProviderPlugins;
+  const credentialProviders = plugins && new CredentialProviders({
+    plugins,
+    clock,
+    logger,
+    // Token mode only with the KubeletServiceAccountTokenForCredentialProviders gate (beta, on).
+    serviceAccounts: config.featureGates?.KubeletServiceAccountTokenForCredentialProviders === false
+      ? undefined
+      : serviceAccountAccess(o.kubeClient, tokenManager),
+  });
   const imageManager = new ImageManager({
     imageService,
     recorder,
@@ -203,6 +237,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     logger,
     pullingTimeRecorder: startupTracker,
     metrics: metrics?.image,
+    credentialProviders,
   });
   const dns = new DnsConfigurer({
     clusterDNS: config.clusterDNS ?? [],
@@ -235,9 +270,12 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
       logger,
     })
     : undefined;
-  const tokenManager = new TokenManager({ client: kubeClient, clock, logger });
   const serviceLister = kubeClient
     ? new ServiceLister({ client: kubeClient, clock, logger })
+    : undefined;
+  // Upstream builds its RuntimeClass manager only with an API client too.
+  const runtimeClasses = kubeClient
+    ? new RuntimeClassManager({ client: kubeClient, clock, logger })
     : undefined;
   const nodeAllocatable = () => o.getNode()?.status?.allocatable;
   const volumeOptions: VolumeManagerOptions = {
@@ -307,10 +345,21 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     startupTracker,
     metrics,
     maxParallelSandboxStarts: o.maxParallelSandboxStarts,
+    // Upstream newCrashLoopBackOff: the configured cap, and a first delay no longer than it.
+    backOffMaxMs: config.crashLoopBackOff?.maxContainerRestartPeriod,
+    backOffInitialMs: Math.min(
+      10_000,
+      config.crashLoopBackOff?.maxContainerRestartPeriod ?? 10_000,
+    ),
     seccompDefault: o.seccompDefault,
+    // Upstream's profile root is `<root-dir>/seccomp`; swap as memorySwap.swapBehavior says.
+    seccompProfileRoot: join(o.rootDirectory, "seccomp"),
+    swapBehavior: config.memorySwap?.swapBehavior,
     actuatedState: o.actuatedState,
     podCgroups: o.podCgroups,
     dra,
+    runtimeClasses,
+    userNamespaces: o.userNamespaces,
   });
   const resizeConditions = new PodResizeConditions(clock, metrics);
   const allocation = new AllocationManager({
@@ -377,6 +426,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     metrics,
     allocation,
     resizeConditions,
+    userNamespaces: o.userNamespaces,
   });
   syncerRef.syncer = syncer;
   const loop = new SyncLoop({
@@ -404,6 +454,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     volumeManager,
     tokenManager,
     serviceLister,
+    runtimeClasses,
     startupTracker,
     run: (signal) => {
       signal.addEventListener("abort", () => {
@@ -419,6 +470,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
         allocation.run(signal),
       ];
       if (serviceLister) running.push(serviceLister.run(signal));
+      if (runtimeClasses) running.push(runtimeClasses.run(signal));
       return running;
     },
   };

@@ -49,7 +49,9 @@ import type { PodSyncHandler, PodSyncLoopHandler } from "./lifecycle/interfaces.
 import type { AllocationManager } from "./allocation/allocation_manager.ts";
 import { recordResizeOperations } from "./allocation/resize_operations.ts";
 import { type PodResizeConditions, REASON_ERROR } from "./status/resize_conditions.ts";
+import { ALL_CONTAINERS_RESTARTING } from "./status/generate.ts";
 import { resizeMessage } from "./allocation/allocation_manager.ts";
+import type { UsernsManager } from "./userns/userns_manager.ts";
 
 /** The runtime operations the syncer needs (upstream kubecontainer.Runtime, trimmed). */
 export interface PodRuntime {
@@ -58,6 +60,8 @@ export interface PodRuntime {
     pod: V1Pod,
     podStatus: PodStatus,
     pullSecrets: readonly V1Secret[],
+    /** The pod's AllContainersRestarting condition is True: remove all its containers. */
+    restartAllContainers?: boolean,
   ): Promise<PodSyncResult>;
   killPod(
     signal: AbortSignal,
@@ -180,6 +184,11 @@ export interface PodSyncerOptions {
   readonly allocation?: AllocationManager;
   /** The in-place resize conditions, shared with the allocation manager. @default none */
   readonly resizeConditions?: PodResizeConditions;
+  /** The user namespaces of `hostUsers: false` pods, released with them. @default none */
+  readonly userNamespaces?: Pick<
+    UsernsManager,
+    "release" | "cleanupOrphanedPodUsernsAllocations"
+  >;
 }
 
 /** Upstream's minimal grace period when killing pods the kubelet no longer knows (orphans). */
@@ -486,6 +495,21 @@ export class PodSyncer implements SyncHandler {
     }
     this.#o.metrics?.orphanedRuntimePodsTotal.inc(undefined, orphans);
 
+    // User namespaces of pods neither known nor running (upstream
+    // CleanupOrphanedPodUsernsAllocations, with the pods it knows and the runtime's running ones).
+    if (this.#o.userNamespaces) {
+      const known = new Set(allPods.map(uidOf));
+      for (const uid of this.#o.runtimePodIds()) {
+        if (hasRunning(podCache.get(uid).status)) known.add(uid);
+      }
+      logger.v(3).info("Clean up orphaned pod user namespace allocations");
+      try {
+        await this.#o.userNamespaces.cleanupOrphanedPodUsernsAllocations(known);
+      } catch (e) {
+        logger.error(e, "Failed cleaning up orphaned pod user namespaces allocations");
+      }
+    }
+
     // Directories of pods neither desired, nor working, nor running: their volumes are
     // torn down, then the directories go (upstream cleanupOrphanedPodDirs).
     const volumes = this.#o.volumes;
@@ -734,7 +758,19 @@ export class PodSyncer implements SyncHandler {
       this.#o.startupTracker?.recordPhase(pod, "volumesReady");
     }
     const pullSecrets = await this.#pullSecrets(pod, signal);
-    const result = await runtime.syncPod(signal, pod, status, pullSecrets);
+    const restartingAll =
+      apiStatus.conditions?.some((c) =>
+        c.type === ALL_CONTAINERS_RESTARTING && c.status === "True"
+      ) ?? false;
+    const result = await runtime.syncPod(signal, pod, status, pullSecrets, restartingAll);
+    // The containers of a pod restarting all of them are removed: the next sync, which starts
+    // them again and clears AllContainersRestarting, runs now rather than at the next event.
+    if (
+      restartingAll && result.error() === undefined &&
+      result.results.some((r) => r.action === "RemoveContainer" && r.error === undefined)
+    ) {
+      this.workers.requeueAfter(uid, 0);
+    }
     const intoBackOff = result.results.some((r) =>
       (r.error === "CrashLoopBackOff" || r.error === "ImagePullBackOff") &&
       reasonCache.get(uid, r.target)?.reason !== r.error
@@ -851,6 +887,7 @@ export class PodSyncer implements SyncHandler {
     // Volumes go once no container can use them (the worker got here past termination). Until
     // they are gone the pod is not finished: the worker retries, and the API object stays.
     await this.#unmountVolumes(signal, pod, true);
+    await this.#o.userNamespaces?.release(uid);
     statusManager.terminatePod(pod);
     statusManager.podTerminated?.(uid);
     this.#o.prober?.removePod(pod);

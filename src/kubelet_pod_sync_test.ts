@@ -1098,7 +1098,12 @@ Deno.test("PodSyncer.handlePodCleanups restarts a static pod whose UID was reuse
     "the old pod terminated",
     () => h.syncer.workers.podWorkerState(uid) === "terminated",
   );
-  await h.syncer.handlePodCleanups(new AbortController().signal);
+  // Housekeeping restarts it once its worker has finished terminating (syncTerminatedPod done),
+  // which may take a step more than the terminated state.
+  for (let i = 0; i < 100 && metrics.restartedPodsTotal.get({ static: "true" }) === 0; i++) {
+    await h.syncer.handlePodCleanups(new AbortController().signal);
+    if (metrics.restartedPodsTotal.get({ static: "true" }) === 0) await h.step(100);
+  }
   assert.equal(metrics.restartedPodsTotal.get({ static: "true" }), 1);
   assert.equal(metrics.restartedPodsTotal.get({ static: "" }), 0);
   assert.equal(h.syncer.workers.podWorkerState(uid), "sync");
@@ -1138,4 +1143,25 @@ Deno.test("PodSyncer counts a topology manager admission request for each pod ad
   assert.equal(h.syncer.canAdmit(pod("d"), []), undefined);
   assert.equal(metrics.topologyAdmissionRequests.get(), 3);
   assert.equal(metrics.topologyAdmissionErrors.get(), 0);
+});
+
+Deno.test("the pod lifecycle gives containers upstream's seccomp profile root, <root-dir>/seccomp", async () => {
+  await using h = await harness();
+  const p = pod("seccomp", "Always", {
+    containers: [{
+      name: "main",
+      image: IMAGE,
+      securityContext: { seccompProfile: { type: "Localhost", localhostProfile: "audit.json" } },
+    }],
+  });
+  h.add(p);
+  await h.until("Running", () => h.status("seccomp")?.phase === "Running");
+  const created = [...h.fake.service.containers.values()].find((c) =>
+    c.config.metadata?.name === "main"
+  );
+  const root = join(h.podsDirectory, "..");
+  assert.equal(
+    created?.config.linux?.securityContext?.seccomp?.localhostRef,
+    join(root, "seccomp", "audit.json"),
+  );
 });

@@ -12,17 +12,19 @@
  * status conversion of `pkg/kubelet/kuberuntime/kuberuntime_container.go` (toKubeContainerStatus)
  * and the helpers it uses from `pkg/kubelet/container/helpers.go` and `pkg/api/v1/pod/util.go`.
  * Feature gates are taken at their v1.36 defaults: ContainerRestartRules on, RecursiveReadOnlyMounts
- * on, PodObservedGenerationTracking on, RestartAllContainersOnContainerExits off.
+ * on, PodObservedGenerationTracking on, RestartAllContainersOnContainerExits on (a container that
+ * exits with a RestartAllContainers rule has every container removed and run again in the same
+ * sandbox: the AllContainersRestarting condition, and RestartingAllContainers in the statuses).
  */
 
 import type {
   V1Container,
   V1ContainerState,
+  V1ContainerStateTerminated,
   V1ContainerStatus,
   V1ContainerUser,
   V1Pod,
   V1PodCondition,
-  V1PodSpec,
   V1PodStatus,
   V1ResourceRequirements,
   V1VolumeMountStatus,
@@ -43,6 +45,7 @@ import { getPodQOS, isStaticPod } from "./qos/qos.ts";
 import type { ReasonCache } from "./reason_cache.ts";
 import {
   DISRUPTION_TARGET,
+  generateAllContainersRestartingCondition,
   generateContainersReadyCondition,
   generatePodInitializedCondition,
   generatePodReadyCondition,
@@ -50,8 +53,14 @@ import {
   getPodCondition,
   POD_SCHEDULED,
   podConditionByKubelet,
+  shouldAllContainersRestart,
 } from "./status/generate.ts";
-import { getContainerStatus, isRestartableInitContainer } from "./pod/podutil.ts";
+import {
+  allContainersCouldRestart,
+  containerShouldRestart,
+  getContainerStatus,
+  isRestartableInitContainer,
+} from "./pod/podutil.ts";
 import { parseIP } from "./_pod_ips.ts";
 import { deepCopy } from "./util/deep_copy.ts";
 import type { PodSyncHandler } from "./lifecycle/interfaces.ts";
@@ -62,6 +71,10 @@ export const POD_INITIALIZING = "PodInitializing";
 export const CONTAINER_CREATING = "ContainerCreating";
 /** Terminated reason of a container whose status the runtime lost (kubecontainer). */
 export const CONTAINER_STATUS_UNKNOWN = "ContainerStatusUnknown";
+/** Waiting and last terminated reason of containers removed to restart all of them in place. */
+export const RESTARTING_ALL_CONTAINERS = "RestartingAllContainers";
+const RESTARTING_ALL_CONTAINERS_MESSAGE =
+  "The container is removed because RestartAllContainers in place";
 
 /** Inputs of {@link generateAPIPodStatus}. */
 export interface GenerateStatusOptions {
@@ -111,43 +124,6 @@ export function podIsTerminalPhase(status: V1PodStatus | undefined): boolean {
 }
 
 /**
- * Whether the container restarts after exiting with `exitCode`: its restartPolicyRules first,
- * then its own restartPolicy, then the pod's (upstream podutil.ContainerShouldRestart).
- */
-export function containerShouldRestart(
-  container: V1Container,
-  spec: V1PodSpec | undefined,
-  exitCode: number,
-): boolean {
-  if (container.restartPolicy !== undefined) {
-    for (const rule of container.restartPolicyRules ?? []) {
-      const codes = rule.exitCodes;
-      if (codes === undefined) continue;
-      const matched = (codes.values ?? []).includes(exitCode);
-      const hit = (codes.operator === "In" && matched) || (codes.operator === "NotIn" && !matched);
-      if (hit && rule.action === "Restart") return true;
-      if (hit) break;
-    }
-    switch (container.restartPolicy) {
-      case "Always":
-        return true;
-      case "OnFailure":
-        return exitCode !== 0;
-      case "Never":
-        return false;
-    }
-  }
-  switch (spec?.restartPolicy) {
-    case "OnFailure":
-      return exitCode !== 0;
-    case "Never":
-      return false;
-    default:
-      return true;
-  }
-}
-
-/**
  * The pod phase from its container statuses (upstream getPhase). `podHasInitialized` says a
  * regular container of the current sandbox has started, so that restarting sidecars do not send
  * the pod back to Pending; by default it is read from the API statuses.
@@ -165,20 +141,22 @@ export function getPhase(
   let pendingRegularInit = 0;
   let failedInitNotRestartable = 0;
 
+  // A container removed to restart all containers in place restarts whatever its policy says.
+  const restartable = (c: V1Container, t: V1ContainerStateTerminated) =>
+    containerShouldRestart(c, spec, t.exitCode) || t.reason === RESTARTING_ALL_CONTAINERS;
+
   for (const c of spec?.initContainers ?? []) {
     if (isRestartableInitContainer(c)) continue;
     const s = getContainerStatus(info, c.name);
     if (s === undefined || s.state?.running) {
       pendingRegularInit++;
     } else if (s.state?.terminated) {
-      const code = s.state.terminated.exitCode;
-      if (code !== 0 && !containerShouldRestart(c, spec, code)) failedInitNotRestartable++;
+      const t = s.state.terminated;
+      if (t.exitCode !== 0 && !restartable(c, t)) failedInitNotRestartable++;
     } else if (s.state?.waiting) {
       const last = s.lastState?.terminated;
       if (last === undefined) pendingRegularInit++;
-      else if (last.exitCode !== 0 && !containerShouldRestart(c, spec, last.exitCode)) {
-        failedInitNotRestartable++;
-      }
+      else if (last.exitCode !== 0 && !restartable(c, last)) failedInitNotRestartable++;
     } else {
       pendingRegularInit++;
     }
@@ -220,14 +198,13 @@ export function getPhase(
       running++;
     } else if (s.state?.terminated) {
       stopped++;
-      const code = s.state.terminated.exitCode;
-      if (!containerShouldRestart(c, spec, code)) stoppedNotRestartable++;
-      if (code === 0) succeeded++;
+      if (!restartable(c, s.state.terminated)) stoppedNotRestartable++;
+      if (s.state.terminated.exitCode === 0) succeeded++;
     } else if (s.state?.waiting) {
       const last = s.lastState?.terminated;
       if (last !== undefined) {
         stopped++;
-        if (!containerShouldRestart(c, spec, last.exitCode)) stoppedNotRestartable++;
+        if (!restartable(c, last)) stoppedNotRestartable++;
       } else {
         waiting++;
       }
@@ -322,12 +299,15 @@ export function generateAPIPodStatus(opts: GenerateStatusOptions): V1PodStatus {
   }
   const all = [...(s.initContainerStatuses ?? []), ...(s.containerStatuses ?? [])];
   conditions.push(generatePodReadyToStartContainersCondition(pod, podStatus));
-  conditions.push(generatePodInitializedCondition(pod, all, s.phase));
+  conditions.push(generatePodInitializedCondition(pod, all, s.phase, oldPodStatus));
   conditions.push(generatePodReadyCondition(pod, conditions, all, s.phase));
   conditions.push(generateContainersReadyCondition(pod, all, s.phase));
   const scheduled: V1PodCondition = { type: POD_SCHEDULED, status: "True" };
   if (pod.metadata?.generation) scheduled.observedGeneration = pod.metadata.generation;
   conditions.push(scheduled);
+  if (allContainersCouldRestart(pod.spec)) {
+    conditions.push(generateAllContainersRestartingCondition(pod, runtime, oldPodStatus, s.phase));
+  }
   s.conditions = conditions.map((c) => stampTransition(c, oldPodStatus, opts.now));
 
   setHostIPs(s, pod, opts.hostIPs);
@@ -553,21 +533,20 @@ function convertStatusToAPIStatus(
   }
   s.qosClass = getPodQOS(pod);
   const hasInit = (pod.spec?.initContainers ?? []).length > 0;
+  const podRestarting = shouldAllContainersRestart(pod, runtime, old);
   s.containerStatuses = convertContainerStatuses(
     opts,
     runtime,
     old.containerStatuses,
     pod.spec?.containers ?? [],
-    hasInit,
-    false,
+    { hasInitContainers: hasInit, isInitContainer: false, podRestarting },
   );
   s.initContainerStatuses = convertContainerStatuses(
     opts,
     runtime,
     old.initContainerStatuses,
     pod.spec?.initContainers ?? [],
-    hasInit,
-    true,
+    { hasInitContainers: hasInit, isInitContainer: true, podRestarting },
   );
   const ephemeral = (pod.spec?.ephemeralContainers ?? []) as V1Container[];
   if (ephemeral.length > 0 || (old.ephemeralContainerStatuses ?? []).length > 0) {
@@ -576,8 +555,7 @@ function convertStatusToAPIStatus(
       runtime,
       old.ephemeralContainerStatuses,
       ephemeral,
-      hasInit,
-      false,
+      { hasInitContainers: hasInit, isInitContainer: false, podRestarting },
     );
   }
   return s;
@@ -599,14 +577,21 @@ function volumeMountStatuses(container: V1Container): V1VolumeMountStatus[] | un
   });
 }
 
+/** What {@link convertContainerStatuses} converts: which list, in what pod. */
+interface ContainerListKind {
+  readonly hasInitContainers: boolean;
+  readonly isInitContainer: boolean;
+  /** The pod restarts all its containers in place (upstream ShouldAllContainersRestart). */
+  readonly podRestarting: boolean;
+}
+
 /** Upstream convertToAPIContainerStatuses for one list of containers. */
 function convertContainerStatuses(
   opts: GenerateStatusOptions,
   runtime: readonly RuntimeContainer[],
   previous: readonly V1ContainerStatus[] | undefined,
   containers: readonly V1Container[],
-  hasInitContainers: boolean,
-  isInitContainer: boolean,
+  { hasInitContainers, isInitContainer, podRestarting }: ContainerListKind,
 ): V1ContainerStatus[] {
   const { pod } = opts;
   const uid = pod.metadata?.uid ?? "";
@@ -645,7 +630,26 @@ function convertContainerStatuses(
   for (const c of containers) {
     if (runtime.some((r) => r.name === c.name)) continue;
     const old = oldStatuses.get(c.name);
-    if (old === undefined || old.state?.terminated || !old.state?.running) continue;
+    if (old === undefined) continue;
+    if (podRestarting && old.state?.waiting === undefined) {
+      // Removed to restart all containers in place: it waits to run again.
+      const status = statuses.get(c.name);
+      if (status === undefined) continue;
+      status.state = {
+        waiting: { reason: RESTARTING_ALL_CONTAINERS, message: RESTARTING_ALL_CONTAINERS_MESSAGE },
+      };
+      status.lastState = {
+        ...status.lastState,
+        terminated: {
+          reason: RESTARTING_ALL_CONTAINERS,
+          message: RESTARTING_ALL_CONTAINERS_MESSAGE,
+          exitCode: 137,
+        },
+      };
+      status.restartCount = old.restartCount + 1;
+      continue;
+    }
+    if (old.state?.terminated || !old.state?.running) continue;
     const status = statuses.get(c.name);
     if (status === undefined || status.state?.waiting?.reason !== defaultReason) continue;
     if (status.lastState?.terminated) continue;
@@ -666,7 +670,12 @@ function convertContainerStatuses(
     if (!statuses.has(r.name)) continue;
     const count = seen.get(r.name) ?? 0;
     if (count >= 2) continue;
-    const status = convertContainerStatus(r, oldStatuses.get(r.name), specByName.get(r.name));
+    const status = convertContainerStatus(
+      r,
+      oldStatuses.get(r.name),
+      specByName.get(r.name),
+      podRestarting,
+    );
     if (count === 0) statuses.set(r.name, status);
     else {
       const newest = statuses.get(r.name);
@@ -722,6 +731,7 @@ function convertContainerStatus(
   r: RuntimeContainer,
   old: V1ContainerStatus | undefined,
   spec: V1Container | undefined,
+  podRestarting: boolean,
 ): V1ContainerStatus {
   const status: V1ContainerStatus = {
     name: r.name,
@@ -733,10 +743,23 @@ function convertContainerStatus(
     state: {},
     lastState: {},
   };
-  if (old?.volumeMounts !== undefined) status.volumeMounts = deepCopy(old.volumeMounts);
+  if (old !== undefined) {
+    if (old.volumeMounts !== undefined) status.volumeMounts = deepCopy(old.volumeMounts);
+    // Restarting all containers removes the old instances, which would otherwise give the
+    // restart count and the last termination: carry them over from the last status.
+    if (old.restartCount > status.restartCount) status.restartCount = old.restartCount;
+    if (old.containerID !== status.containerID && old.state?.terminated) {
+      status.lastState = { terminated: deepCopy(old.state.terminated) };
+    } else if (old.lastState?.terminated) {
+      status.lastState = { terminated: deepCopy(old.lastState.terminated) };
+    }
+  }
   switch (r.state) {
     case "running":
       status.state = { running: withDefined({ startedAt: r.startedAt }) };
+      if (old?.state?.terminated && old.restartCount >= r.restartCount) {
+        status.restartCount = old.restartCount + 1;
+      }
       break;
     case "created":
       status.state = { waiting: {} };
@@ -758,7 +781,7 @@ function convertContainerStatus(
         // It ran and is gone: it did not "never run", which would make it wait.
         status.state = {
           terminated: {
-            reason: CONTAINER_STATUS_UNKNOWN,
+            reason: podRestarting ? RESTARTING_ALL_CONTAINERS : CONTAINER_STATUS_UNKNOWN,
             message: "The container could not be located when the pod was terminated",
             exitCode: 137,
           },

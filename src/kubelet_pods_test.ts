@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
-import type { V1Container, V1ContainerStatus, V1Pod, V1PodSpec } from "@kubernetes/client-node";
+import type { V1ContainerStatus, V1Pod, V1PodSpec } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import {
-  containerShouldRestart,
   generateAPIPodStatus,
   type GenerateStatusOptions,
   getPhase,
@@ -146,23 +145,183 @@ Deno.test("getPhase applies container restart policies and rules", () => {
   assert.equal(getPhase(staticPod, [exited("app", 0)], [], true), "Running");
 });
 
-Deno.test("containerShouldRestart checks rules, then the container's, then the pod's policy", () => {
-  const c = (o: Partial<V1Container>): V1Container => ({ name: "c", ...o });
-  assert.equal(containerShouldRestart(c({}), { containers: [] }, 0), true, "pod default Always");
-  assert.equal(
-    containerShouldRestart(c({}), { containers: [], restartPolicy: "OnFailure" }, 0),
-    false,
-  );
-  assert.equal(
-    containerShouldRestart(c({ restartPolicy: "OnFailure" }), { containers: [] }, 3),
-    true,
-  );
-  const ruled = c({
-    restartPolicy: "Never",
-    restartPolicyRules: [{ action: "Restart", exitCodes: { operator: "NotIn", values: [0] } }],
-  });
-  assert.equal(containerShouldRestart(ruled, { containers: [] }, 3), true);
-  assert.equal(containerShouldRestart(ruled, { containers: [] }, 0), false);
+// Upstream TestPodPhaseWithContainerRestartPolicy and ...InitContainers, re-expressed.
+Deno.test("getPhase applies container-level restart policies as upstream's table", () => {
+  const failed = (name: string) => exited(name, -1);
+  const table: [string, Partial<V1PodSpec>, V1ContainerStatus[], V1ContainerStatus[], string][] = [
+    [
+      "container with restart policy Never failed",
+      { restartPolicy: "Always", containers: [{ name: "c", restartPolicy: "Never" }] },
+      [failed("c")],
+      [],
+      "Failed",
+    ],
+    [
+      "container with restart policy OnFailure failed",
+      { restartPolicy: "Always", containers: [{ name: "c", restartPolicy: "OnFailure" }] },
+      [failed("c")],
+      [],
+      "Running",
+    ],
+    [
+      "container with restart policy Always failed",
+      { restartPolicy: "Always", containers: [{ name: "c", restartPolicy: "Always" }] },
+      [failed("c")],
+      [],
+      "Running",
+    ],
+    [
+      "at least one container with a restartable container-level policy failed",
+      {
+        restartPolicy: "Never",
+        containers: [{ name: "a", restartPolicy: "Always" }, { name: "b" }],
+      },
+      [exited("a", 0), failed("b")],
+      [],
+      "Running",
+    ],
+    [
+      "all containers without a restartable container-level policy failed",
+      {
+        restartPolicy: "Always",
+        containers: [{ name: "a", restartPolicy: "Never" }, {
+          name: "b",
+          restartPolicy: "OnFailure",
+        }],
+      },
+      [failed("a"), exited("b", 0)],
+      [],
+      "Failed",
+    ],
+    [
+      "all containers succeeded",
+      {
+        restartPolicy: "Always",
+        containers: [{ name: "a", restartPolicy: "Never" }, {
+          name: "b",
+          restartPolicy: "OnFailure",
+        }],
+      },
+      [exited("a", 0), exited("b", 0)],
+      [],
+      "Succeeded",
+    ],
+    [
+      "init container with restart policy Never failed",
+      {
+        restartPolicy: "Always",
+        initContainers: [{ name: "i", restartPolicy: "Never" }],
+        containers: [{ name: "c" }],
+      },
+      [],
+      [failed("i")],
+      "Failed",
+    ],
+    [
+      "init container with restart policy OnFailure failed",
+      {
+        restartPolicy: "Never",
+        initContainers: [{ name: "i", restartPolicy: "OnFailure" }],
+        containers: [{ name: "c" }],
+      },
+      [],
+      [failed("i")],
+      "Pending",
+    ],
+  ];
+  for (const [name, spec, statuses, inits, want] of table) {
+    assert.equal(getPhase(pod(spec), statuses, inits, false, true), want, name);
+  }
+});
+
+// Upstream TestPodPhaseWithRestartAllContainers, re-expressed.
+Deno.test("getPhase counts containers removed by RestartAllContainers as restarting", () => {
+  const rule = { action: "RestartAllContainers", exitCodes: { operator: "In", values: [42] } };
+  const withRule = { name: "c", restartPolicy: "Never", restartPolicyRules: [rule] };
+  const sidecarWithRule = { name: "c", restartPolicy: "Always", restartPolicyRules: [rule] };
+  const removed = (name: string) =>
+    status(name, {
+      waiting: {
+        reason: "RestartingAllContainers",
+        message: "The container is removed because RestartAllContainers in place",
+      },
+    }, {
+      lastState: {
+        terminated: {
+          reason: "RestartingAllContainers",
+          message: "The container is removed because RestartAllContainers in place",
+          exitCode: 137,
+        },
+      },
+    });
+  const plainWaiting = (name: string) => status(name, { waiting: {} });
+  // Statuses are looked up by name among regular and init statuses alike, as upstream does.
+  const table: [string, Partial<V1PodSpec>, V1ContainerStatus[], string][] = [
+    [
+      "regular container triggers RestartAllContainers",
+      { containers: [withRule] },
+      [exited("c", 42)],
+      "Running",
+    ],
+    [
+      "init container triggers RestartAllContainers",
+      { initContainers: [withRule], containers: [] },
+      [exited("c", 42), plainWaiting("regular")],
+      "Pending",
+    ],
+    [
+      "sidecar container triggers RestartAllContainers",
+      { initContainers: [sidecarWithRule], containers: [{ name: "regular" }] },
+      [exited("c", 42), plainWaiting("regular")],
+      "Pending",
+    ],
+    [
+      "regular container triggers RestartAllContainers, cleaned up",
+      { containers: [withRule] },
+      [removed("c")],
+      "Running",
+    ],
+    [
+      "init container triggers RestartAllContainers, cleaned up",
+      { initContainers: [withRule], containers: [] },
+      [removed("c"), plainWaiting("regular")],
+      "Pending",
+    ],
+    [
+      "regular container triggered RestartAllContainers; init container succeeded",
+      { initContainers: [{ name: "init" }], containers: [withRule] },
+      [exited("init", 0), removed("c")],
+      "Running",
+    ],
+    [
+      "regular container triggered RestartAllContainers; init container failed",
+      { initContainers: [{ name: "init" }], containers: [withRule] },
+      [exited("init", -1), removed("c")],
+      "Failed",
+    ],
+    [
+      "init container triggered RestartAllContainers; init container succeeds",
+      { initContainers: [withRule], containers: [{ name: "regular" }] },
+      [exited("c", 0), plainWaiting("regular")],
+      "Pending",
+    ],
+    [
+      "sidecar container triggered RestartAllContainers kills regular container",
+      { initContainers: [sidecarWithRule], containers: [{ name: "regular" }] },
+      [removed("c"), removed("regular")],
+      "Running",
+    ],
+    [
+      "sidecar container triggered RestartAllContainers kills regular container; sidecar running",
+      { initContainers: [sidecarWithRule], containers: [{ name: "regular" }] },
+      [running("c"), removed("regular")],
+      "Running",
+    ],
+  ];
+  for (const [name, spec, statuses, want] of table) {
+    const p = pod({ restartPolicy: "Never", ...spec });
+    assert.equal(getPhase(p, statuses, [], false, true), want, name);
+  }
 });
 
 Deno.test("podIsTerminalPhase is true for Succeeded and Failed only", () => {
@@ -661,4 +820,119 @@ Deno.test("generateAPIPodStatus carries the resize conditions until the pod is t
     podIsTerminal: true,
   });
   assert.equal(t.conditions?.some((c) => c.type === "PodResizePending"), false);
+});
+
+Deno.test("generateAPIPodStatus reports a RestartAllContainers restart in place as upstream", () => {
+  const p = pod({
+    restartPolicy: "Never",
+    containers: [
+      {
+        name: "app",
+        image: "app:1",
+        restartPolicy: "Never",
+        restartPolicyRules: [{
+          action: "RestartAllContainers",
+          exitCodes: { operator: "In", values: [42] },
+        }],
+      },
+      { name: "side", image: "side:1" },
+    ],
+  });
+  const restarting = (s: ReturnType<typeof generate>) =>
+    s.conditions?.find((c) => c.type === "AllContainersRestarting");
+  const byName = (s: ReturnType<typeof generate>, name: string) =>
+    s.containerStatuses?.find((c) => c.name === name);
+
+  const before = generate(
+    p,
+    runtime([
+      cri("app", { state: "running", created: 1 }),
+      cri("side", { state: "running", created: 1 }),
+    ]),
+  );
+  assert.deepEqual(restarting(before), {
+    type: "AllContainersRestarting",
+    status: "False",
+    lastTransitionTime: at(100),
+  });
+
+  // app exits 42: the action starts, the pod stays Running.
+  const exited42 = generate(
+    { ...p, status: before },
+    runtime([
+      cri("app", { state: "exited", created: 1, exitCode: 42, reason: "Error" }),
+      cri("side", { state: "running", created: 1 }),
+    ]),
+    { now: new Date(T0 + 110_000) },
+  );
+  assert.equal(exited42.phase, "Running");
+  assert.deepEqual(restarting(exited42), {
+    type: "AllContainersRestarting",
+    status: "True",
+    reason: "RestartAllContainersStarted",
+    message: "container exited with restart policy rule",
+    lastTransitionTime: at(110),
+  });
+  assert.equal(byName(exited42, "app")?.state?.terminated?.exitCode, 42);
+
+  // Every container removed: they wait to run again, each counted as restarted once.
+  const removed = generate({ ...p, status: exited42 }, runtime([]), {
+    now: new Date(T0 + 120_000),
+  });
+  const gone = {
+    reason: "RestartingAllContainers",
+    message: "The container is removed because RestartAllContainers in place",
+  };
+  for (const name of ["app", "side"]) {
+    const s = byName(removed, name);
+    assert.deepEqual(s?.state, { waiting: gone }, name);
+    assert.deepEqual(s?.lastState, { terminated: { ...gone, exitCode: 137 } }, name);
+    assert.equal(s?.restartCount, 1, name);
+  }
+  assert.equal(removed.phase, "Running");
+  assert.deepEqual(restarting(removed), {
+    type: "AllContainersRestarting",
+    status: "False",
+    lastTransitionTime: at(120),
+  });
+  assert.equal(removed.conditions?.find((c) => c.type === "Initialized")?.status, "True");
+
+  // Started again (restart count 1 from the kept logs): the last state is carried over.
+  const again = generate(
+    { ...p, status: removed },
+    runtime([
+      cri("app", { state: "running", created: 30, attempt: 1 }),
+      cri("side", { state: "running", created: 30, attempt: 1 }),
+    ]),
+    { now: new Date(T0 + 130_000) },
+  );
+  assert.equal(again.phase, "Running");
+  for (const name of ["app", "side"]) {
+    const s = byName(again, name);
+    assert.equal(s?.restartCount, 1, name);
+    assert.deepEqual(s?.state, { running: { startedAt: at(31) } }, name);
+    assert.deepEqual(s?.lastState, { terminated: { ...gone, exitCode: 137 } }, name);
+  }
+  assert.equal(restarting(again)?.status, "False");
+});
+
+Deno.test("generateAPIPodStatus keeps a container with restart rules Running after a matching exit, Failed after another", () => {
+  const p = pod({
+    restartPolicy: "Never",
+    containers: [{
+      name: "app",
+      image: "app:1",
+      restartPolicy: "Never",
+      restartPolicyRules: [{ action: "Restart", exitCodes: { operator: "In", values: [42] } }],
+    }],
+  });
+  const s42 = generate(p, runtime([cri("app", { state: "exited", created: 1, exitCode: 42 })]));
+  assert.equal(s42.phase, "Running");
+  assert.equal(
+    s42.conditions?.some((c) => c.type === "AllContainersRestarting"),
+    false,
+    "only pods with a RestartAllContainers rule carry the condition",
+  );
+  const s1 = generate(p, runtime([cri("app", { state: "exited", created: 1, exitCode: 1 })]));
+  assert.equal(s1.phase, "Failed");
 });

@@ -252,6 +252,48 @@ e2e("kubectl exec: output and exit code, and stdin", async (w, api) => {
   assert.equal(cat.stdout, "from stdin\n");
 });
 
+e2e(
+  "POST /checkpoint reaches the runtime's CheckpointContainer; /spec is not served",
+  async (w, api) => {
+    await createRunning(
+      w,
+      api,
+      podJson("checkpointed", { image: BUSYBOX_IMAGE, command: ["sleep", "3600"] }),
+    );
+    const base = `/api/v1/nodes/${NODE}/proxy`;
+    // containerd 1.6 has no checkpoint support: the runtime's Unimplemented, as upstream answers.
+    const r = await w.cp.kubectl([
+      "create",
+      "--raw",
+      `${base}/checkpoint/${NS}/checkpointed/main`,
+      "-f",
+      "-",
+    ], {
+      stdin: "",
+    });
+    assert.notEqual(r.code, 0);
+    assert.match(
+      r.stderr,
+      new RegExp(
+        `checkpointing of ${NS}/checkpointed/main failed \\(rpc error: code = Unimplemented`,
+      ),
+    );
+    const missing = await w.cp.kubectl([
+      "create",
+      "--raw",
+      `${base}/checkpoint/${NS}/nope/main`,
+      "-f",
+      "-",
+    ], {
+      stdin: "",
+    });
+    // A 404 (kubectl shows its reason, not the body: "pod does not exist").
+    assert.match(missing.stderr, /NotFound/);
+    const spec = await w.cp.kubectl(["get", "--raw", `${base}/spec/`]);
+    assert.match(spec.stderr, /NotFound|404|not found/i);
+  },
+);
+
 e2e("kubectl exec -it runs a shell on a terminal", async (w, api) => {
   await createRunning(
     w,

@@ -347,6 +347,40 @@ e2e("a pod asking for more CPU than allocatable is rejected with OutOfcpu", asyn
   await waitPod(api, NS, "fits", "Running", (p) => p.status?.phase === "Running");
 });
 
+e2e(
+  "sysctls: a safe one is set in the pod, an unsafe one is rejected with SysctlForbidden",
+  async (w, api) => {
+    const withSysctl = (name: string, sysctl: string, value: string) => {
+      const pod = JSON.parse(
+        podManifest(name, "cat /proc/sys/net/ipv4/ip_local_port_range; sleep 3600"),
+      );
+      pod.spec.securityContext = { sysctls: [{ name: sysctl, value }] };
+      return JSON.stringify(pod);
+    };
+    await create(w, withSysctl("safe-sysctl", "net.ipv4.ip_local_port_range", "40000 50000"));
+    await waitPod(api, NS, "safe-sysctl", "Running", (p) => p.status?.phase === "Running");
+    const logs = await poll("the container's view of its sysctl", async () => {
+      const r = await w.cp.kubectl(["logs", "-n", NS, "safe-sysctl"]);
+      return r.stdout.trim() !== "" ? r.stdout : undefined;
+    }, 30_000);
+    assert.match(logs, /^40000\s+50000\n$/);
+    // Not allowlisted (allowedUnsafeSysctls is empty): upstream's admission rejection.
+    await create(w, withSysctl("unsafe-sysctl", "kernel.msgmax", "65536"));
+    const pod = await waitPod(
+      api,
+      NS,
+      "unsafe-sysctl",
+      "Failed",
+      (p) => p.status?.phase === "Failed",
+    );
+    assert.equal(pod.status?.reason, "SysctlForbidden");
+    assert.equal(
+      pod.status?.message,
+      'Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted',
+    );
+  },
+);
+
 e2e("a static pod runs with a mirror pod, follows edits and goes when removed", async (w, api) => {
   const manifest = (msg: string) =>
     [

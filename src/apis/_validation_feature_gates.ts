@@ -28,7 +28,7 @@ const GATES: Readonly<Record<string, readonly GateStage[]>> = {
   LoggingAlphaOptions: [["1.24", false]],
   LoggingBetaOptions: [["1.24", true]],
   MemoryQoS: [["1.22", false]],
-  NodeLogQuery: [["1.27", false], ["1.30", false]],
+  NodeLogQuery: [["1.27", false], ["1.30", false], ["1.36", true, "locked"]],
   NodeSwap: [["1.22", false], ["1.30", true], ["1.34", true, "locked"]],
   RotateKubeletServerCertificate: [["1.7", false], ["1.12", true]],
 };

@@ -3,9 +3,10 @@
  * A small typed schema for versioned configuration files, standing in for what the upstream
  * kubelet gets from Go struct tags and `scheme.Default`: each field declares its Go type, its
  * upstream default, the command-line flag that may also set it, and one line of documentation.
- * The schema decodes a YAML/JSON node strictly (unknown fields, wrong types and bad syntax are
- * errors that carry the field path and the line), applies defaults as upstream's SetDefaults
- * does, and infers the TypeScript type of the decoded object, so the field table is written once.
+ * The schema decodes a YAML/JSON node strictly (unknown fields, duplicate keys, wrong types and
+ * bad syntax are errors that carry the field path and the line) or, as upstream's lenient
+ * decoder, collecting unknown fields and duplicate keys instead (they are dropped, and the last of
+ * duplicate keys wins), applies defaults as upstream's SetDefaults does, and infers the TypeScript type of the decoded object, so the field table is written once.
  */
 
 import { isMap, isScalar, isSeq, type LineCounter, type Node, type Pair } from "yaml";
@@ -153,6 +154,12 @@ export const f = {
 export interface Source {
   readonly file: string;
   readonly lines?: LineCounter;
+  /**
+   * Where strict-only problems go (unknown fields, keys given twice): with it, decoding records
+   * them and goes on as upstream's lenient decoder (the unknown field is dropped, the last of
+   * duplicate keys wins); without it they are thrown.
+   */
+  readonly strictErrors?: StrictDecodingError[];
 }
 
 /** A configuration value that cannot be used; names the file, line, field path and value. */
@@ -166,6 +173,27 @@ export class ConfigError extends Error {
   ) {
     const where = line === undefined ? file : `${file}:${line}`;
     super(path === "" ? `${where}: ${problem}` : `${where}: field '${path}' ${problem}`);
+  }
+}
+
+/** A problem only strict decoding has: an unknown field, or a key given twice. */
+export class StrictDecodingError extends ConfigError {
+  override name = "StrictDecodingError";
+  constructor(
+    file: string,
+    line: number | undefined,
+    path: string,
+    /** Which of the two it is. */
+    readonly kind: "unknown field" | "duplicate key",
+  ) {
+    super(
+      file,
+      line,
+      path,
+      kind === "unknown field"
+        ? "is not a known field (strict decoding: unknown field)"
+        : "is given more than once (strict decoding: key already set in map)",
+    );
   }
 }
 
@@ -185,9 +213,36 @@ function join(path: string, key: string | number): string {
   return path === "" ? key : `${path}.${key}`;
 }
 
+/** Records a strict-only problem in `src.strictErrors`, or throws it when there is none. */
+function strictProblem(src: Source, error: StrictDecodingError): void {
+  if (!src.strictErrors) throw error;
+  src.strictErrors.push(error);
+}
+
+/** Checks that a key is not given twice in one mapping (sigs.k8s.io/yaml's YAMLToJSONStrict). */
+function checkDuplicate(
+  seen: Set<string>,
+  key: string,
+  keyNode: unknown,
+  path: string,
+  src: Source,
+): void {
+  if (!seen.has(key)) return void seen.add(key);
+  strictProblem(
+    src,
+    new StrictDecodingError(
+      src.file,
+      lineOf(keyNode as Node, src),
+      join(path, key),
+      "duplicate key",
+    ),
+  );
+}
+
 /**
- * Decodes a parsed YAML node against a field: strict (unknown keys and wrong types are errors)
- * and without defaults. `null` counts as absent and returns undefined.
+ * Decodes a parsed YAML node against a field, without defaults: wrong types are errors; unknown
+ * keys and keys given twice are errors too, unless `src.strictErrors` collects them (lenient
+ * decoding). `null` counts as absent and returns undefined.
  */
 export function decode(fld: AnyField, node: unknown, path: string, src: Source): unknown {
   if (node === null || node === undefined) return undefined;
@@ -203,6 +258,7 @@ export function decode(fld: AnyField, node: unknown, path: string, src: Source):
         return fail(`must be an object (${fld.options.go}): current value is ${describe(node)}`);
       }
       const out: Record<string, unknown> = {};
+      const seen = new Set<string>();
       for (const pair of node.items) {
         const key = isScalar(pair.key) ? pair.key.value : pair.key;
         if (typeof key !== "string") {
@@ -213,15 +269,22 @@ export function decode(fld: AnyField, node: unknown, path: string, src: Source):
             `has a key that is not a string: ${show(String(key))}`,
           );
         }
-        const child = spec.fields[key];
+        checkDuplicate(seen, key, pair.key, path, src);
+        const child = Object.hasOwn(spec.fields, key) ? spec.fields[key] : undefined;
         if (!child) {
-          throw new ConfigError(
-            src.file,
-            lineOf(pair.key as Node, src),
-            join(path, key),
-            "is not a known field (strict decoding: unknown field)",
+          strictProblem(
+            src,
+            new StrictDecodingError(
+              src.file,
+              lineOf(pair.key as Node, src),
+              join(path, key),
+              "unknown field",
+            ),
           );
+          continue;
         }
+        // The last of keys given twice wins whole, as in the JSON the lenient decoder reads.
+        delete out[key];
         const v = decode(child, pair.value, join(path, key), src);
         if (v !== undefined) out[key] = v;
       }
@@ -232,6 +295,7 @@ export function decode(fld: AnyField, node: unknown, path: string, src: Source):
         return fail(`must be a map (${fld.options.go}): current value is ${describe(node)}`);
       }
       const out: Record<string, unknown> = {};
+      const seen = new Set<string>();
       for (const pair of node.items) {
         const key = isScalar(pair.key) ? pair.key.value : pair.key;
         if (typeof key !== "string" && typeof key !== "number") {
@@ -242,6 +306,7 @@ export function decode(fld: AnyField, node: unknown, path: string, src: Source):
             "has a key that is not a string",
           );
         }
+        checkDuplicate(seen, String(key), pair.key, path, src);
         const v = decode(spec.of, pair.value, join(path, String(key)), src);
         out[String(key)] = v ?? zeroOf(spec.of);
       }

@@ -403,6 +403,20 @@ export function configFlags(fields: Readonly<Record<string, AnyField>>): Map<str
   return out;
 }
 
+/**
+ * Every flag the command line takes: those that set a configuration field name its dotted
+ * path (`field`); the others are KubeletFlags or global flags (--help, --version, ...).
+ */
+export function kubeletFlagList(
+  fields: Readonly<Record<string, AnyField>>,
+): { readonly name: string; readonly field?: string }[] {
+  return [
+    ...Object.keys(OWN_FLAGS).map((name) => ({ name })),
+    ...Object.entries(LOGGING_FLAGS).map(([name, f]) => ({ name, field: f.path.join(".") })),
+    ...[...configFlags(fields)].map(([name, f]) => ({ name, field: f.path.join(".") })),
+  ];
+}
+
 const TRUE = new Set(["1", "t", "T", "TRUE", "true", "True"]);
 const FALSE = new Set(["0", "f", "F", "FALSE", "false", "False"]);
 

@@ -459,16 +459,11 @@ Deno.test("validateKubeletConfiguration requires containerRuntimeEndpoint", () =
 });
 
 Deno.test("validateKubeletConfiguration gates enableSystemLogQuery", () => {
-  expectIssue(
-    (c) => (c.enableSystemLogQuery = true),
-    "enableSystemLogQuery",
-    "requires feature gate NodeLogQuery",
-  );
+  // NodeLogQuery is GA and locked on in 1.36: no gate to set.
   expectIssue(
     (c) => ((c.enableSystemLogQuery = true), (c.enableSystemLogHandler = false)),
     "enableSystemLogQuery",
     "requires enableSystemLogHandler to be true",
-    { featureGates: { NodeLogQuery: true } },
   );
 });
 

@@ -18,7 +18,11 @@ import {
   type VModuleEntry,
 } from "../klog/klog.ts";
 import { startFreeOSMemory } from "../util/free_os_memory.ts";
-import { loadKubeletConfiguration } from "./kubelet_config.ts";
+import {
+  type LenientDecoding,
+  loadKubeletConfiguration,
+  strictDecodingMessage,
+} from "./kubelet_config.ts";
 import { ConfigReloader } from "./kubelet_config_reload.ts";
 import { type KubeletConfiguration, kubeletConfigurationFields } from "../apis/config_types.ts";
 import { type CommandLine, FlagError, parseCommandLine, usage } from "../apis/flags.ts";
@@ -51,17 +55,36 @@ function vmoduleOf(config: KubeletConfiguration): VModuleEntry[] {
 }
 
 /**
+ * Logs what lenient decoding went past, as upstream's DecodeKubeletConfiguration does for the
+ * --config file. Upstream drops a drop-in's unknown fields without a word; they are logged here
+ * too, with their own message.
+ */
+function logLenientDecoding(log: Logger, d: LenientDecoding): void {
+  if (d.dropin) {
+    log.info("Ignoring unknown fields of a drop-in config file", {
+      path: d.file,
+      err: strictDecodingMessage(d),
+    });
+  } else {log.info("Using lenient decoding as strict decoding failed", {
+      err: strictDecodingMessage(d),
+    });}
+}
+
+/**
  * `--check`: loads the configuration as a start would (falling back to the defaults when it
  * cannot, so the other checks still run), runs every preflight check and prints the report;
  * 1 when there are problems.
  */
 async function check(cl: CommandLine): Promise<number> {
+  // Each try reads the same files: what lenient decoding went past is kept from the first.
+  const lenient = new Map<string, string>();
   const load = async (cgroupV1?: false, given = true) =>
     (await loadKubeletConfiguration({
       configFile: given ? cl.flags.kubeletConfigFile : "",
       dropinDir: given ? cl.flags.kubeletDropinConfigDirectory : "",
       flags: given ? cl.config : [],
       cgroupV1,
+      onLenientDecoding: (d) => lenient.set(d.file, strictDecodingMessage(d)),
     })).config;
   let config: KubeletConfiguration;
   let configError: Error | undefined;
@@ -76,11 +99,13 @@ async function check(cl: CommandLine): Promise<number> {
     });
   }
   const { runPreflight, formatFindings } = await import("../preflight/preflight.ts");
-  const { nodeHostname } = await import("./kubelet_server.ts");
+  const { nodeHostname, validateKubeletFlags } = await import("./kubelet_flags.ts");
   const s = { flags: cl.flags, config };
   const findings = await runPreflight({
     ...s,
     configError,
+    lenientDecoding: [...lenient.values()],
+    flagErrors: validateKubeletFlags(cl.flags),
     pathNeeds: pathNeeds(s),
     nodeName: nodeHostname(cl.flags.hostnameOverride, Deno.hostname),
   });
@@ -157,6 +182,7 @@ export async function main(args: readonly string[], opts: MainOptions = {}): Pro
         configFile: cl.flags.kubeletConfigFile,
         dropinDir: cl.flags.kubeletDropinConfigDirectory,
         flags: cl.config,
+        onLenientDecoding: (d) => logLenientDecoding(log, d),
       })).config;
     const config = await load();
     loaded = true;

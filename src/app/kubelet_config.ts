@@ -3,9 +3,17 @@
  * Builds the effective KubeletConfiguration the way upstream's `NewKubeletCommand` does:
  * built-in defaults (with the legacy command-line defaults when no file is given), then the
  * `--config` file, then `--config-dir` drop-ins (`*.conf`, lexical order, JSON merge patch),
- * then the command-line flags, then validation. Every error names the file, the line where it
- * is known, the field path and the bad value. Corresponds to upstream
- * `cmd/kubelet/app/server.go` (loadConfigFile, mergeKubeletConfigurations,
+ * then the command-line flags, then validation, then the settings this kubelet cannot honour yet
+ * (unsupported_settings.ts). Every error names the file, the line where it is known, the field
+ * path and the bad value.
+ *
+ * Decoding is upstream's (`pkg/kubelet/kubeletconfig/util/codec` DecodeKubeletConfiguration):
+ * the `--config` file is decoded strictly and, when only strictness fails (an unknown field, a
+ * key given twice), again leniently: unknown fields are dropped, the last of duplicate keys wins,
+ * and the problems go to the caller's `onLenientDecoding` to log ("Using lenient decoding as
+ * strict decoding failed"). A drop-in is decoded into a map and merged as JSON: its unknown
+ * fields are dropped as upstream drops them (silently there), and a key given twice refuses it.
+ * Corresponds to upstream `cmd/kubelet/app/server.go` (loadConfigFile, mergeKubeletConfigurations,
  * kubeletConfigFlagPrecedence) and `pkg/kubelet/kubeletconfig/configfiles`.
  */
 
@@ -19,6 +27,7 @@ import {
   decode,
   type Field,
   type Source,
+  StrictDecodingError,
 } from "../apis/config_schema.ts";
 import type { ConfigFlagValue } from "../apis/flags.ts";
 import {
@@ -29,6 +38,7 @@ import {
   kubeletConfigurationFields,
 } from "../apis/config_types.ts";
 import { validateKubeletConfiguration } from "../apis/validation.ts";
+import { unsupportedSettings } from "./unsupported_settings.ts";
 
 /** The root of the configuration schema, as one object field. */
 const ROOT: AnyField = {
@@ -41,8 +51,12 @@ interface LoadedFile {
   readonly file: string;
   readonly doc: Document;
   readonly lines: LineCounter;
-  /** Decoded, strictly checked, not defaulted; apiVersion and kind removed. */
+  /** Decoded, not defaulted; apiVersion and kind removed. */
   readonly values: Record<string, unknown>;
+  /** What strict decoding found and lenient decoding went past (see the module notes). */
+  readonly strictErrors: readonly StrictDecodingError[];
+  /** A --config-dir drop-in. */
+  readonly dropin: boolean;
 }
 
 /** What {@link loadKubeletConfiguration} needs. */
@@ -55,6 +69,11 @@ export interface LoadOptions {
   readonly flags: readonly ConfigFlagValue[];
   /** Whether the host runs cgroup v1, for `failCgroupV1`. @default read from the host */
   readonly cgroupV1?: boolean;
+  /**
+   * Told of each file decoded leniently, as soon as it is read (before validation, which may
+   * still refuse the configuration), as upstream logs it while decoding. @default none
+   */
+  readonly onLenientDecoding?: (d: LenientDecoding) => void;
 }
 
 async function readText(file: string, what: string): Promise<string> {
@@ -79,18 +98,24 @@ async function readText(file: string, what: string): Promise<string> {
   }
 }
 
-/** Reads and strictly decodes one KubeletConfiguration file (YAML or JSON). */
+/**
+ * Reads and decodes one KubeletConfiguration file (YAML or JSON): strictly, apart from what
+ * lenient decoding goes past (returned in `strictErrors`); a drop-in (`dropin`) is refused for a
+ * key given twice, as upstream refuses it.
+ */
 export async function loadConfigFile(
   file: string,
   what = "kubelet config file",
+  dropin = false,
 ): Promise<LoadedFile> {
   const text = await readText(file, what);
   const lines = new LineCounter();
   // go-yaml v2 (behind sigs.k8s.io/yaml) reads YAML 1.1: yes/no/on/off are booleans there too.
+  // Keys given twice are the decoder's to find (uniqueKeys off): lenient decoding goes past them.
   const doc = parseDocument(text, {
     version: "1.1",
     lineCounter: lines,
-    uniqueKeys: true,
+    uniqueKeys: false,
     prettyErrors: false,
   });
   const problem = doc.errors[0];
@@ -103,7 +128,8 @@ export async function loadConfigFile(
       `is not valid YAML or JSON: ${problem.message.split("\n")[0]}`,
     );
   }
-  const src: Source = { file, lines };
+  const strictErrors: StrictDecodingError[] = [];
+  const src: Source = { file, lines, strictErrors };
   const contents = doc.contents;
   if (contents === null) {
     throw new ConfigError(
@@ -116,11 +142,21 @@ export async function loadConfigFile(
   checkTypeMeta(doc, src);
   // apiVersion and kind are TypeMeta, not fields of the table: drop them before decoding.
   const copy = doc.clone();
-  copy.delete("apiVersion");
-  copy.delete("kind");
+  for (const key of ["apiVersion", "kind"]) {
+    for (let n = 0; copy.has(key); n++) {
+      const node = copy.get(key, true) as { range?: [number, number, number] } | undefined;
+      copy.delete(key);
+      if (n === 1) {
+        const line = node?.range ? lines.linePos(node.range[0]).line : undefined;
+        strictErrors.push(new StrictDecodingError(file, line, key, "duplicate key"));
+      }
+    }
+  }
   const values = decode(ROOT, copy.contents, "", src) as Record<string, unknown> | undefined;
+  const twice = strictErrors.find((e) => e.kind === "duplicate key");
+  if (dropin && twice) throw twice;
   resolveRelativePaths(values ?? {}, file);
-  return { file, doc, lines, values: values ?? {} };
+  return { file, doc, lines, values: values ?? {}, strictErrors, dropin };
 }
 
 function checkTypeMeta(doc: Document, src: Source): void {
@@ -232,6 +268,27 @@ function setPath(target: Record<string, unknown>, path: readonly string[], value
   obj[path[path.length - 1] as string] = value;
 }
 
+/** What lenient decoding went past in one file, for the caller to log and `--check` to report. */
+export interface LenientDecoding {
+  readonly file: string;
+  /** A drop-in: upstream drops its unknown fields without a word. */
+  readonly dropin: boolean;
+  readonly errors: readonly StrictDecodingError[];
+}
+
+/**
+ * Upstream's `err` of "Using lenient decoding as strict decoding failed": the strict decoding
+ * error, each problem with its file, line and field.
+ */
+export function strictDecodingMessage(d: LenientDecoding): string {
+  return `strict decoding error: ${d.errors.map((e) => e.message).join(", ")}`;
+}
+
+function reportLenient(f: LoadedFile, opts: LoadOptions): void {
+  if (f.strictErrors.length === 0) return;
+  opts.onLenientDecoding?.({ file: f.file, dropin: f.dropin, errors: f.strictErrors });
+}
+
 /** The configuration and where its values came from, for messages about them later. */
 export interface LoadedConfiguration {
   readonly config: KubeletConfiguration;
@@ -248,12 +305,14 @@ export async function loadKubeletConfiguration(opts: LoadOptions): Promise<Loade
   let raw: Record<string, unknown> = {};
   if (opts.configFile !== "") {
     const base = await loadConfigFile(opts.configFile);
+    reportLenient(base, opts);
     files.push(base);
     raw = base.values;
   }
   if (opts.dropinDir !== "") {
     for (const file of await listDropins(opts.dropinDir)) {
-      const dropin = await loadConfigFile(file, "kubelet drop-in config file");
+      const dropin = await loadConfigFile(file, "kubelet drop-in config file", true);
+      reportLenient(dropin, opts);
       files.push(dropin);
       raw = mergePatch(raw, dropin.values) as Record<string, unknown>;
     }
@@ -282,10 +341,12 @@ export async function loadKubeletConfiguration(opts: LoadOptions): Promise<Loade
   };
 
   const cgroupV1 = opts.cgroupV1 ?? !(await hostIsCgroup2UnifiedMode());
-  const issues = validateKubeletConfiguration(config, {
+  const validation = validateKubeletConfiguration(config, {
     featureGates: config.featureGates,
     cgroupV1,
   });
+  // What upstream would run but this kubelet cannot yet: refused once the rest is valid.
+  const issues = validation.length > 0 ? validation : unsupportedSettings(config);
   const first = issues[0];
   if (first) {
     const where = locate(first.path);

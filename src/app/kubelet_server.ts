@@ -5,7 +5,7 @@
  * `runKubelet` names the node, creates and initialises the Kubelet and starts it (or RunOnce).
  */
 
-import { isIP } from "node:net";
+import { applyOOMScoreAdj } from "../util/oom_adjuster.ts";
 import type { Dependencies } from "../dependencies.ts";
 import { withApiserverRecorder } from "../client/record.ts";
 import { Kubelet } from "../kubelet.ts";
@@ -27,44 +27,13 @@ import { detectNodeIP } from "../nodestatus/node_address.ts";
 import { GOARCH } from "../nodestatus/node_status.ts";
 import { KUBELET_VERSION } from "../util/version.ts";
 import { newKubeletMetrics } from "../metrics/metrics.ts";
+import { nodeHostname, parseNodeIPs, StartError, validateKubeletFlags } from "./kubelet_flags.ts";
+import { hostPath } from "../privilege/host_root.ts";
 
 /** The User-Agent of the kubelet's API requests, in client-go's form. */
 export const USER_AGENT = `kubelet/${KUBELET_VERSION} (linux/${GOARCH}) kubernetes/kubelet-ts`;
 
-/** Everything the command line and the configuration files say (upstream options.KubeletServer). */
-
-/** A configuration that cannot start; the message names the flag or field and value. */
-export class StartError extends Error {
-  override name = "StartError";
-}
-
-/** The node's name: --hostname-override or the hostname, lower-cased (nodeutil.GetHostname). */
-export function nodeHostname(override: string, hostname: () => string): string {
-  const name = (override !== "" ? override : hostname()).trim().toLowerCase();
-  if (name === "") throw new StartError("empty hostname is invalid");
-  return name;
-}
-
-/** Parses --node-ip as upstream's ParseNodeIPArgument: one IP or a dual-stack pair. */
-export function parseNodeIPs(text: string): string[] {
-  if (text === "") return [];
-  const ips = text.split(",").map((s) => s.trim());
-  for (const ip of ips) {
-    if (isIP(ip) === 0) {
-      throw new StartError(
-        `could not parse --node-ip ${JSON.stringify(text)}: '${ip}' is not an IP address`,
-      );
-    }
-  }
-  if (ips.length > 2 || (ips.length === 2 && isIP(ips[0] ?? "") === isIP(ips[1] ?? ""))) {
-    throw new StartError(
-      `could not parse --node-ip ${
-        JSON.stringify(text)
-      }: must contain either a single IP or a dual-stack pair of IPs`,
-    );
-  }
-  return ips;
-}
+export { nodeHostname, parseNodeIPs, StartError } from "./kubelet_flags.ts";
 
 /** Upstream's `run`: checks, then RunKubelet; resolves when the kubelet has stopped. */
 export async function run(
@@ -73,9 +42,12 @@ export async function run(
   signal: AbortSignal,
 ): Promise<void> {
   checkPermissions(pathNeeds(s));
-  if (s.flags.cloudProvider !== "" && s.flags.cloudProvider !== "external") {
+  const flagError = validateKubeletFlags(s.flags)[0];
+  if (flagError) throw flagError;
+  if (s.config.failSwapOn && await swapIsOn(deps.logger)) {
+    // Upstream NewContainerManager, in the same words.
     throw new StartError(
-      `--cloud-provider=${s.flags.cloudProvider} is not supported: only '' and 'external' are (in-tree cloud providers were removed upstream)`,
+      "running with swap on is not supported, please disable swap or set --fail-swap-on flag to false",
     );
   }
   let clients: KubeClient[] = [];
@@ -127,6 +99,13 @@ export async function run(
       imageService: services.imageService,
     };
   }
+  // Upstream's run: the kubelet's own OOM score (the OOM killer picks it last); a failure (no
+  // CAP_SYS_RESOURCE to lower it) is logged and the kubelet goes on.
+  try {
+    await applyOOMScoreAdj(s.config.oomScoreAdj ?? -999);
+  } catch (e) {
+    deps.logger.info("Failed to ApplyOOMScoreAdj", { err: String(e) });
+  }
   background.push(metrics.runtime.run(stopBackground.signal));
   try {
     await runKubelet(s, deps, signal);
@@ -136,6 +115,25 @@ export async function run(
     services?.close();
     for (const c of clients) c.close();
   }
+}
+
+/**
+ * Whether the node has swap on: /proc/swaps lists a device (upstream swap.IsSwapOn). A missing
+ * file means no swap, as upstream assumes.
+ */
+export async function swapIsOn(
+  logger: Dependencies["logger"],
+  file = hostPath("/proc/swaps"),
+): Promise<boolean> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(file);
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
+    logger.info("File does not exist, assuming that swap is disabled", { path: "/proc/swaps" });
+    return false;
+  }
+  return text.split("\n").slice(1).some((line) => line.trim() !== "");
 }
 
 /** The apiserver connection {@link buildKubeletClientConfig} settled on. */
@@ -173,6 +171,8 @@ export async function buildKubeletClientConfig(
       clock,
       logger,
     });
+    warnInsecure(logger, certConfig);
+    if (userConfig !== certConfig) warnInsecure(logger, userConfig);
     const clients: KubeClient[] = [];
     const make = (config: RestConfig, cert?: () => TLSCertificate | undefined) => {
       const c = new KubeClient({
@@ -227,7 +227,22 @@ export async function buildKubeletClientConfig(
       signal,
     });
   }
-  return { config: await loadKubeconfig(flags.kubeConfig), background: [], clients: [] };
+  const restConfig = await loadKubeconfig(flags.kubeConfig);
+  warnInsecure(logger, restConfig);
+  return { config: restConfig, background: [], clients: [] };
+}
+
+/**
+ * Says that the apiserver's certificate goes unverified. client-go and the Go kubelet use such a
+ * kubeconfig without a word; a node's credentials sent to an unverified server deserve one.
+ */
+function warnInsecure(logger: Dependencies["logger"], config: RestConfig): void {
+  if (!config.insecureSkipTLSVerify) return;
+  logger.warning(
+    "The kubeconfig sets insecure-skip-tls-verify: the apiserver's certificate is not verified, " +
+      "so anyone on the path can impersonate it",
+    { kubeconfig: config.source, server: config.server },
+  );
 }
 
 /** Upstream's RunKubelet: names the node, creates and initialises the Kubelet, starts it. */

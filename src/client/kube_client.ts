@@ -1,7 +1,8 @@
 /**
  * @module
  * A small Kubernetes REST client on Deno's fetch: TLS with the kubeconfig's CA and client
- * certificate, client-side rate limiting, JSON bodies, apiserver `Status` errors as typed
+ * certificate (or, for a cluster with `insecure-skip-tls-verify`, through `node:https` without
+ * verifying the server's certificate, _insecure_transport.ts), client-side rate limiting, JSON bodies, apiserver `Status` errors as typed
  * errors, and watches as async iterables. It replaces client-go's clientset for the handful of
  * calls a kubelet makes (nodes, leases, pods, events) at a fraction of the memory that
  * `@kubernetes/client-node`'s generated clients cost; object types still come from client-node,
@@ -15,6 +16,7 @@ import type { RestClientMetrics } from "../metrics/rest_client_metrics.ts";
 import type { Clock } from "../util/clock.ts";
 import type { RestConfig } from "./kubeconfig.ts";
 import { TokenBucket } from "./rate_limiter.ts";
+import { InsecureTransport, type TransportRequest } from "./_insecure_transport.ts";
 
 /** An error the apiserver answered with (a metav1.Status), or a transport failure (code 0). */
 export class KubeApiError extends Error {
@@ -123,16 +125,37 @@ export const PATCH = {
   json: "application/json-patch+json",
 } as const;
 
+/** How requests reach the apiserver with one client certificate. */
+interface Transport {
+  fetch(url: string, req: TransportRequest): Promise<Response>;
+  close(): void;
+}
+
+/** Deno's fetch over one HttpClient (HTTP/2, the server's certificate verified). */
+function fetchTransport(client: Deno.HttpClient): Transport {
+  return {
+    fetch: (url, r) =>
+      fetch(url, {
+        method: r.method,
+        headers: r.headers,
+        body: r.body === undefined ? undefined : bodyOf(r.body),
+        client,
+        signal: r.signal,
+      }),
+    close: () => client.close(),
+  };
+}
+
 /** A client of one apiserver with one identity. */
 export class KubeClient {
   readonly server: string;
-  #http: Deno.HttpClient;
+  #http: Transport;
   /** The certificate #http was built with, when it comes from `clientCertificate`. */
   #httpCert: unknown;
   /** Requests waiting for their answer, per TLS client. */
-  readonly #inflight = new Map<Deno.HttpClient, number>();
+  readonly #inflight = new Map<Transport, number>();
   /** Replaced TLS clients still carrying requests; closed when the last one is answered. */
-  readonly #retired = new Set<Deno.HttpClient>();
+  readonly #retired = new Set<Transport>();
   #closed = false;
   readonly #limiter: TokenBucket;
   readonly #opts: KubeClientOptions;
@@ -145,11 +168,6 @@ export class KubeClient {
     this.#opts = opts;
     this.server = c.server;
     this.#host = /^[a-zA-Z][a-zA-Z0-9+.-]*:\/\/([^/?#]*)/.exec(c.server)?.[1] ?? "none";
-    if (c.insecureSkipTLSVerify) {
-      throw new Error(
-        `${c.source}: insecure-skip-tls-verify is not supported yet; give the cluster's certificate-authority`,
-      );
-    }
     if (opts.clientCertificate) {
       this.#httpCert = opts.clientCertificate();
       this.#http = this.#newHttp(this.#httpCert as { certPem: string; keyPem: string } | undefined);
@@ -163,18 +181,26 @@ export class KubeClient {
     if (c.token) this.#headers.authorization = `Bearer ${c.token}`;
   }
 
-  #newHttp(cert: { certPem: string; keyPem: string } | undefined): Deno.HttpClient {
+  #newHttp(cert: { certPem: string; keyPem: string } | undefined): Transport {
     // client-go would reuse a cached transport for the same TLS settings; none is kept here.
     this.#opts.metrics?.transportCreateCalls.inc({ result: "uncacheable" });
-    return Deno.createHttpClient({
-      caCerts: this.#opts.config.caPem ? [this.#opts.config.caPem] : undefined,
+    const c = this.#opts.config;
+    if (c.insecureSkipTLSVerify) {
+      return new InsecureTransport({
+        certPem: cert?.certPem,
+        keyPem: cert?.keyPem,
+        serverName: c.tlsServerName,
+      });
+    }
+    return fetchTransport(Deno.createHttpClient({
+      caCerts: c.caPem ? [c.caPem] : undefined,
       cert: cert?.certPem,
       key: cert?.keyPem,
-    } as Deno.CreateHttpClientOptions);
+    } as Deno.CreateHttpClientOptions));
   }
 
   /** The TLS client for a new request, rebuilt when the client certificate changed. */
-  #acquire(): Deno.HttpClient {
+  #acquire(): Transport {
     const source = this.#opts.clientCertificate;
     if (source && !this.#closed) {
       const cert = source();
@@ -189,14 +215,14 @@ export class KubeClient {
     return http;
   }
 
-  #release(http: Deno.HttpClient): void {
+  #release(http: Transport): void {
     const n = (this.#inflight.get(http) ?? 1) - 1;
     if (n > 0) return void this.#inflight.set(http, n);
     this.#inflight.delete(http);
     if (this.#retired.delete(http)) closeQuietly(http);
   }
 
-  #retire(http: Deno.HttpClient): void {
+  #retire(http: Transport): void {
     // Closing a client does not cut answers already streaming (watches), only new requests.
     if (this.#inflight.has(http)) this.#retired.add(http);
     else closeQuietly(http);
@@ -253,11 +279,10 @@ export class KubeClient {
     let res: Response;
     const http = this.#acquire();
     try {
-      res = await fetch(this.#url(path, opts.query), {
+      res = await http.fetch(this.#url(path, opts.query), {
         method,
         headers,
-        body: bytes === undefined ? undefined : bodyOf(bytes),
-        client: http,
+        body: bytes,
         signal: signals.length === 0 ? undefined : AbortSignal.any(signals),
       });
     } catch (e) {
@@ -427,7 +452,7 @@ function seconds(ms: number): number {
   return Math.max(0, ms) / 1000;
 }
 
-function closeQuietly(http: Deno.HttpClient): void {
+function closeQuietly(http: Transport): void {
   try {
     http.close();
   } catch {

@@ -3,7 +3,10 @@
  * Reads a kubeconfig file (`--kubeconfig`) into what a client needs: the server URL, the CA,
  * and the client credentials of the current context. Paths in the file are relative to the
  * file's directory, as client-go resolves them. Errors name the file, the line where known and
- * the field. Corresponds to the part of client-go's `clientcmd` the kubelet uses.
+ * the field. A cluster with `insecure-skip-tls-verify: true` is used without verifying the
+ * server's certificate, as client-go uses it (silently there; the kubelet's start-up logs a
+ * warning here), and refused with a certificate authority too, as client-go's transport refuses
+ * it. Corresponds to the part of client-go's `clientcmd` the kubelet uses.
  */
 
 import { dirname, isAbsolute, join } from "node:path";
@@ -16,6 +19,7 @@ export interface RestConfig {
   readonly server: string;
   /** PEM of the CA that signs the server's certificate; undefined uses the system roots. */
   readonly caPem?: string;
+  /** The server's certificate is not verified (kubeconfig `insecure-skip-tls-verify`). */
   readonly insecureSkipTLSVerify: boolean;
   readonly tlsServerName?: string;
   /** PEM client certificate and key. */
@@ -157,14 +161,26 @@ export async function loadKubeconfig(file: string, context?: string): Promise<Re
   if (token === undefined && tokenFile !== undefined) {
     token = (await readPem("tokenFile", tokenFile, undefined))?.trim();
   }
+  const caPem = await readPem(
+    "certificate-authority",
+    path(cluster["certificate-authority"]),
+    cluster["certificate-authority-data"],
+  );
+  const insecureSkipTLSVerify = cluster["insecure-skip-tls-verify"] === true;
+  if (insecureSkipTLSVerify && caPem !== undefined) {
+    // client-go's transport.TLSConfigFor, with the field named.
+    throw new ConfigError(
+      file,
+      undefined,
+      `clusters[${ctx.cluster}].cluster.insecure-skip-tls-verify`,
+      "is true and the cluster has a certificate-authority too: specifying a root certificates " +
+        "file with the insecure flag is not allowed",
+    );
+  }
   return {
     server: server.replace(/\/+$/, ""),
-    caPem: await readPem(
-      "certificate-authority",
-      path(cluster["certificate-authority"]),
-      cluster["certificate-authority-data"],
-    ),
-    insecureSkipTLSVerify: cluster["insecure-skip-tls-verify"] === true,
+    caPem,
+    insecureSkipTLSVerify,
     tlsServerName: typeof cluster["tls-server-name"] === "string"
       ? cluster["tls-server-name"]
       : undefined,

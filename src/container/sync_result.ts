@@ -10,6 +10,7 @@
 export type SyncAction =
   | "StartContainer"
   | "KillContainer"
+  | "RemoveContainer"
   | "InitContainer"
   | "CreatePodSandbox"
   | "ConfigPodSandbox"
@@ -25,6 +26,7 @@ export type SyncErrorReason =
   | "ContainerNotFound"
   | "RunContainerError"
   | "KillContainerError"
+  | "RemoveContainerError"
   | "CreatePodSandboxError"
   | "ConfigPodSandboxError"
   | "KillPodSandboxError"

@@ -5,11 +5,15 @@
  * is "docker.io/library/nginx", tag "latest"); secrets of type `kubernetes.io/dockerconfigjson`
  * and `kubernetes.io/dockercfg` become keyrings whose entries match images by registry host
  * (globs per dot-separated label, same port) and path prefix, most specific first, with
- * "index.docker.io" credentials used for Docker Hub images. Corresponds to upstream
- * `pkg/util/parsers`, `pkg/credentialprovider/keyring.go`, `config.go` and `secrets/secrets.go`.
+ * "index.docker.io" credentials used for Docker Hub images. Credential provider plugins' answers
+ * go into such a keyring too, each entry tagged with the service account it came through.
+ * Corresponds to upstream `pkg/util/parsers`, `pkg/credentialprovider/keyring.go`, `config.go`
+ * and `secrets/secrets.go`.
  */
 
 import type { V1Secret } from "@kubernetes/client-node";
+import { urlsMatch } from "../credentialprovider/urls_match.ts";
+import type { ServiceAccountCoordinates } from "../credentialprovider/plugin_provider.ts";
 
 /** A parsed image reference. */
 export interface ImageName {
@@ -91,13 +95,22 @@ export interface DockerKeyring {
 /** The registry of Docker Hub credentials, as `docker login` writes it. */
 const DEFAULT_REGISTRY_HOST = "index.docker.io";
 
+/** A credential and, for one a provider got with a pod's token, that service account. */
+export interface TrackedDockerAuth {
+  readonly auth: DockerAuth;
+  readonly serviceAccount?: ServiceAccountCoordinates;
+}
+
 /** Upstream `BasicDockerKeyring`: one docker config's entries, keyed by host and path. */
 export class BasicDockerKeyring implements DockerKeyring {
-  readonly #creds = new Map<string, DockerAuth[]>();
+  readonly #creds = new Map<string, TrackedDockerAuth[]>();
   #index: string[] = [];
 
-  /** Adds a docker config: registry location to entry (`{username, password, auth, email}`). */
-  add(config: Readonly<Record<string, unknown>>): void {
+  /**
+   * Adds a docker config: registry location to entry (`{username, password, auth, email}`),
+   * each entry tagged with `serviceAccount` when given (upstream's CredentialSource).
+   */
+  add(config: Readonly<Record<string, unknown>>, serviceAccount?: ServiceAccountCoordinates): void {
     for (const [loc, raw] of Object.entries(config)) {
       const auth = parseEntry(loc, raw);
       const { host, path } = splitSchemeless(loc.replace(/^https?:\/\//, ""));
@@ -106,7 +119,7 @@ export class BasicDockerKeyring implements DockerKeyring {
       const key = effective !== "" && effective !== "/" ? host + effective : host;
       const list = this.#creds.get(key) ?? [];
       if (list.length === 0) this.#index.push(key);
-      list.push(auth);
+      list.push(serviceAccount ? { auth, serviceAccount } : { auth });
       this.#creds.set(key, list);
     }
     // Reverse lexical order puts longer (more specific) keys first, as upstream sorts.
@@ -114,7 +127,12 @@ export class BasicDockerKeyring implements DockerKeyring {
   }
 
   lookup(repo: string): DockerAuth[] {
-    const found: DockerAuth[] = [];
+    return this.lookupTracked(repo).map((t) => t.auth);
+  }
+
+  /** {@link lookup} with each credential's service account. */
+  lookupTracked(repo: string): TrackedDockerAuth[] {
+    const found: TrackedDockerAuth[] = [];
     for (const key of this.#index) {
       if (urlsMatch(key, repo)) found.push(...(this.#creds.get(key) ?? []));
     }
@@ -158,34 +176,6 @@ function parseEntry(loc: string, raw: unknown): DockerAuth {
 function splitSchemeless(s: string): { host: string; path: string } {
   const slash = s.indexOf("/");
   return slash < 0 ? { host: s, path: "" } : { host: s.slice(0, slash), path: s.slice(slash) };
-}
-
-function splitHost(host: string): { labels: string[]; port: string } {
-  const colon = host.lastIndexOf(":");
-  if (colon < 0 || host.endsWith("]")) return { labels: host.split("."), port: "" };
-  return { labels: host.slice(0, colon).split("."), port: host.slice(colon + 1) };
-}
-
-/** Upstream `URLsMatchStr`: same port, same label count, each label globbed, path prefix. */
-export function urlsMatch(glob: string, target: string): boolean {
-  const g = splitSchemeless(glob);
-  const t = splitSchemeless(target);
-  const gh = splitHost(g.host);
-  const th = splitHost(t.host);
-  if (gh.port !== th.port || gh.labels.length !== th.labels.length) return false;
-  if (!t.path.startsWith(g.path)) return false;
-  return gh.labels.every((label, i) => globMatch(label, th.labels[i] ?? ""));
-}
-
-/** Go's `filepath.Match` for one host label: `*`, `?` and `[...]` classes. */
-function globMatch(pattern: string, name: string): boolean {
-  const re = pattern.replace(/[.+^${}()|\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")
-    .replace(/\[!/g, "[^");
-  try {
-    return new RegExp(`^${re}$`).test(name);
-  } catch {
-    return false;
-  }
 }
 
 /** Upstream `isDefaultRegistryMatch`: whether `image` lives on Docker Hub. */

@@ -5,8 +5,8 @@ import {
   isDefaultRegistryMatch,
   keyringFromSecrets,
   parseImageName,
-  urlsMatch,
 } from "./_docker_keyring.ts";
+import { urlsMatch } from "../credentialprovider/urls_match.ts";
 
 const user = (username: string) => ({ username, password: `${username}-pw` });
 

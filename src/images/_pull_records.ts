@@ -56,6 +56,16 @@ export interface ImagePullServiceAccount {
   readonly name: string;
 }
 
+/**
+ * What a pod has to prove it may use an image: its pull secrets' credentials for the image, and
+ * the service account through which a credential provider gave it credentials (upstream keeps
+ * one, the first, since the audience is not taken into account).
+ */
+export interface PodPullCredentials {
+  readonly secrets: readonly ImagePullSecret[];
+  readonly serviceAccount?: ImagePullServiceAccount;
+}
+
 /** The credentials an image was pulled with. */
 export interface ImagePullCredentials {
   readonly kubernetesSecrets?: readonly ImagePullSecret[];
@@ -767,15 +777,17 @@ export class ImagePullManager {
   /**
    * Whether the pod must pull `image` (present as `imageRef`) to prove it may use it: the policy
    * demands verification and no record shows the image pulled anonymously, with node-wide
-   * credentials, or with one of `podSecrets` (by coordinates or by credential hash).
+   * credentials, with one of the pod's pull secrets (by coordinates or by credential hash) or
+   * through the pod's service account (a credential provider's token mode). `podCredentials` is
+   * asked only when a record names secrets or service accounts.
    */
   async mustAttemptImagePull(
     image: string,
     imageRef: string,
-    podSecrets: () => readonly ImagePullSecret[],
+    podCredentials: () => PodPullCredentials | Promise<PodPullCredentials>,
   ): Promise<boolean> {
     if (imageRef === "") return true;
-    const { mustPull, result } = await this.#mustAttemptImagePull(image, imageRef, podSecrets);
+    const { mustPull, result } = await this.#mustAttemptImagePull(image, imageRef, podCredentials);
     this.#metrics?.recordMustPullCheck(result);
     return mustPull;
   }
@@ -784,7 +796,7 @@ export class ImagePullManager {
   async #mustAttemptImagePull(
     image: string,
     imageRef: string,
-    podSecrets: () => readonly ImagePullSecret[],
+    podCredentials: () => PodPullCredentials | Promise<PodPullCredentials>,
   ): Promise<{ mustPull: boolean; result: MustPullCheckResult }> {
     const decided = (mustPull: boolean, result: MustPullCheckResult) => ({ mustPull, result });
     let record: ImagePulledRecord | undefined;
@@ -818,9 +830,13 @@ export class ImagePullManager {
     if (!cached) return decided(true, "mustAuthenticate");
     if (cached.nodePodsAccessible) return decided(false, "credentialRecordFound");
     const cachedSecrets = cached.kubernetesSecrets ?? [];
-    if (cachedSecrets.length === 0) return decided(true, "mustAuthenticate");
+    const cachedAccounts = cached.kubernetesServiceAccounts ?? [];
+    if (cachedSecrets.length === 0 && cachedAccounts.length === 0) {
+      return decided(true, "mustAuthenticate");
+    }
 
-    for (const podSecret of podSecrets()) {
+    const pod = await podCredentials();
+    for (const podSecret of pod.secrets) {
       for (const c of cachedSecrets) {
         const hashesMatch = c.credentialHash !== "" &&
           c.credentialHash === podSecret.credentialHash;
@@ -843,6 +859,15 @@ export class ImagePullManager {
           return decided(false, "credentialRecordFound");
         }
       }
+    }
+    const account = pod.serviceAccount;
+    if (
+      account &&
+      cachedAccounts.some((a) =>
+        a.uid === account.uid && a.namespace === account.namespace && a.name === account.name
+      )
+    ) {
+      return decided(false, "credentialRecordFound");
     }
     return decided(true, "mustAuthenticate");
   }

@@ -323,13 +323,17 @@ Deno.test("ImagePullManager records the credentials of a pull and matches pods a
   assert.equal(await store.intentExists("quay.io/app:1"), false);
 
   const must = (secrets: ReturnType<typeof secret>[]) =>
-    m.mustAttemptImagePull("quay.io/app:1", "sha256:app", () => secrets);
+    m.mustAttemptImagePull("quay.io/app:1", "sha256:app", () => ({ secrets }));
   assert.equal(await must([]), true);
   assert.equal(await must([secret("other", "hash-other")]), true);
   assert.equal(await must([secret("s", "hash-s")]), false);
   // Another tag of the same repository shares the entry.
   assert.equal(
-    await m.mustAttemptImagePull("quay.io/app:2", "sha256:app", () => [secret("s", "hash-s")]),
+    await m.mustAttemptImagePull(
+      "quay.io/app:2",
+      "sha256:app",
+      () => ({ secrets: [secret("s", "hash-s")] }),
+    ),
     false,
   );
 
@@ -345,14 +349,42 @@ Deno.test("ImagePullManager records the credentials of a pull and matches pods a
   assert.equal(r?.lastUpdatedTime, "2026-01-01T00:00:00Z");
 });
 
+Deno.test("ImagePullManager lets a pod of the service account an image was pulled through use it", async () => {
+  await using e = await env();
+  const m = e.manager(await e.open());
+  const account = { uid: "sa-uid", namespace: "default", name: "builder" };
+  await m.recordPullIntent("quay.io/app:1");
+  await m.recordImagePulled("quay.io/app:1", "sha256:app", {
+    kubernetesServiceAccounts: [account],
+  });
+  let asked = 0;
+  const must = (serviceAccount?: typeof account) =>
+    m.mustAttemptImagePull("quay.io/app:1", "sha256:app", () => {
+      asked++;
+      return Promise.resolve({ secrets: [], serviceAccount });
+    });
+  assert.equal(await must(account), false);
+  assert.equal(await must(undefined), true);
+  // Same name, another account (recreated: new uid).
+  assert.equal(await must({ ...account, uid: "other-uid" }), true);
+  assert.equal(await must({ ...account, namespace: "other" }), true);
+  assert.equal(asked, 4);
+});
+
 Deno.test("ImagePullManager lets any pod use an image pulled anonymously", async () => {
   await using e = await env();
   const m = e.manager(await e.open(), () => true);
   await m.recordPullIntent("nginx:1");
   await m.recordImagePulled("nginx:1", "sha256:nginx", { nodePodsAccessible: true });
-  assert.equal(await m.mustAttemptImagePull("nginx:1", "sha256:nginx", () => []), false);
+  assert.equal(
+    await m.mustAttemptImagePull("nginx:1", "sha256:nginx", () => ({ secrets: [] })),
+    false,
+  );
   // A record of one name says nothing about another name of the image.
-  assert.equal(await m.mustAttemptImagePull("mirror.io/nginx:1", "sha256:nginx", () => []), true);
+  assert.equal(
+    await m.mustAttemptImagePull("mirror.io/nginx:1", "sha256:nginx", () => ({ secrets: [] })),
+    true,
+  );
 });
 
 Deno.test("ImagePullManager counts an image with only an intent as pulled by the kubelet", async () => {
@@ -360,16 +392,25 @@ Deno.test("ImagePullManager counts an image with only an intent as pulled by the
   const store = await e.open();
   const m = e.manager(store);
   // No record and no intent: preloaded, exempt under NeverVerifyPreloadedImages.
-  assert.equal(await m.mustAttemptImagePull("quay.io/app:1", "sha256:app", () => []), false);
+  assert.equal(
+    await m.mustAttemptImagePull("quay.io/app:1", "sha256:app", () => ({ secrets: [] })),
+    false,
+  );
   await m.recordPullIntent("quay.io/app:1");
   await m.recordPullIntent("quay.io/app:1");
-  assert.equal(await m.mustAttemptImagePull("quay.io/app:1", "sha256:app", () => []), true);
+  assert.equal(
+    await m.mustAttemptImagePull("quay.io/app:1", "sha256:app", () => ({ secrets: [] })),
+    true,
+  );
   // Two pulls in flight: the intent stays until both have ended.
   await m.recordImagePullFailed("quay.io/app:1");
   assert.equal(await store.intentExists("quay.io/app:1"), true);
   await m.recordImagePullFailed("quay.io/app:1");
   assert.equal(await store.intentExists("quay.io/app:1"), false);
-  assert.equal(await m.mustAttemptImagePull("quay.io/app:1", "sha256:app", () => []), false);
+  assert.equal(
+    await m.mustAttemptImagePull("quay.io/app:1", "sha256:app", () => ({ secrets: [] })),
+    false,
+  );
 });
 
 Deno.test("ImagePullManager.initialize turns leftover intents of present images into records without credentials", async () => {
@@ -393,7 +434,11 @@ Deno.test("ImagePullManager.initialize turns leftover intents of present images 
   assert.equal(await store.intentExists("quay.io/gone:1"), true);
   // Whoever asks must prove their credentials, even with a secret.
   assert.equal(
-    await after.mustAttemptImagePull("quay.io/app:1", "sha256:app", () => [secret("s", "h")]),
+    await after.mustAttemptImagePull(
+      "quay.io/app:1",
+      "sha256:app",
+      () => ({ secrets: [secret("s", "h")] }),
+    ),
     true,
   );
 });

@@ -10,6 +10,9 @@
  * made it succeed (see `_pull_records.ts`), and a pod may use a present image only when the
  * verification policy exempts it or a record shows it pulled anonymously or with one of the pod's
  * pull secrets; otherwise the pod pulls it again with its own credentials.
+ * With `credentialProviders` (KEP-2133) the credentials credential provider plugins give for the
+ * image follow the pull secrets', as upstream's keyring orders them; one got through the pod's
+ * service account token is recorded with that service account.
  * Corresponds to upstream `pkg/kubelet/images/image_manager.go`, `puller.go` and `types.go`,
  * with the credential loop of `kuberuntime_image.go` `PullImage`.
  */
@@ -21,7 +24,13 @@ import { type EventRecorder, type ObjectRef, podRef } from "../client/record.ts"
 import { TokenBucket } from "../client/rate_limiter.ts";
 import { Semaphore } from "../util/semaphore.ts";
 import type { ImageManagerService } from "../cri/remote_image.ts";
-import { type DockerAuth, keyringFromSecrets, parseImageName } from "./_docker_keyring.ts";
+import {
+  BasicDockerKeyring,
+  type DockerAuth,
+  keyringFromSecrets,
+  parseImageName,
+} from "./_docker_keyring.ts";
+import type { ImageCredentialProvider } from "../credentialprovider/plugins.ts";
 import { formatDuration } from "../util/duration.ts";
 import { CriError } from "../cri/connection.ts";
 import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts";
@@ -32,6 +41,7 @@ import {
   type ImagePullCredentials,
   ImagePullManager,
   type ImagePullSecret,
+  type ImagePullServiceAccount,
   PullRecordsStore,
   type RequireVerification,
   verificationPolicy,
@@ -128,6 +138,11 @@ export interface ImageManagerOptions {
    * recorded. @default none
    */
   readonly metrics?: ImageMetrics;
+  /**
+   * The credential provider plugins (`--image-credential-provider-config`), asked for each
+   * image the pod's secrets are looked up for. @default none
+   */
+  readonly credentialProviders?: ImageCredentialProvider;
 }
 
 /** Options that cannot work, found when the {@link ImageManager} is built. */
@@ -224,9 +239,11 @@ export class ImageManager {
   /** Throws {@link ImageManagerOptionsError} for an unknown policy or a bad allowlist pattern. */
   readonly #pulling: ImageManagerOptions["pullingTimeRecorder"];
   readonly #metrics: ImageMetrics | undefined;
+  readonly #providers: ImageCredentialProvider | undefined;
 
   constructor(opts: ImageManagerOptions) {
     this.#metrics = opts.metrics;
+    this.#providers = opts.credentialProviders;
     this.#images = opts.imageService;
     this.#recorder = opts.recorder;
     this.#clock = opts.clock;
@@ -379,9 +396,10 @@ export class ImageManager {
     if (policy === "Never" && present === "") {
       return this.#neverPulled(ref, imgRef);
     }
-    // The pod's credentials for this image, each with the secret it came from; looked up once.
-    let tracked: TrackedAuth[] | undefined;
-    const credentials = () => (tracked ??= trackedCredentials(req.pullSecrets, image));
+    // The pod's credentials for this image, each with the secret or service account it came
+    // from; looked up once, and no earlier than needed (plugins may run for them).
+    let tracked: Promise<TrackedAuth[]> | undefined;
+    const credentials = () => (tracked ??= this.#credentials(req, image, signal));
 
     const verifying = this.#openPullManager();
     let records: ImagePullManager | undefined;
@@ -407,11 +425,14 @@ export class ImageManager {
         this.#pulling?.recordImageFinishedPulling(podUID);
         return { imageRef: present, image: found };
       }
-      const mustPull = await records.mustAttemptImagePull(
-        imgRef,
-        present,
-        () => credentials().flatMap((c) => (c.secret ? [c.secret] : [])),
-      );
+      const mustPull = await records.mustAttemptImagePull(imgRef, present, async () => {
+        const creds = await credentials();
+        return {
+          secrets: creds.flatMap((c) => (c.secret ? [c.secret] : [])),
+          // The first one only: upstream does not tell service accounts apart by audience.
+          serviceAccount: creds.find((c) => c.serviceAccount)?.serviceAccount,
+        };
+      });
       signal.throwIfAborted();
       if (!mustPull) {
         const msg = `Container image ${q(imgRef)} already present on machine and can be ` +
@@ -425,6 +446,9 @@ export class ImageManager {
       if (policy === "Never") return this.#neverPulled(ref, imgRef);
     }
     outcome.pullRequired = true;
+    // Looked up before the pull is queued, as upstream does (plugins may run for them).
+    const pullAuths = await credentials();
+    signal.throwIfAborted();
 
     const backOffKey = `${pod.metadata?.uid ?? ""}_${imgRef}`;
     if (this.#backOff.isInBackOffSinceUpdate(backOffKey)) {
@@ -453,7 +477,7 @@ export class ImageManager {
       let pulled: PullOutcome;
       try {
         pulled = await this.#queue(
-          () => this.#pull(spec, credentials(), req.sandboxConfig, signal),
+          () => this.#pull(spec, pullAuths, req.sandboxConfig, signal),
           signal,
         );
       } catch (e) {
@@ -499,6 +523,46 @@ export class ImageManager {
     const msg = `Container image ${q(imgRef)} is not present with pull policy of Never`;
     this.#recorder.event(ref, "Warning", "ErrImageNeverPull", msg);
     return { error: { reason: "ErrImageNeverPull", message: msg } };
+  }
+
+  /**
+   * Upstream `makeLookupPullCredentialsFunc`: the pod's pull secrets' credentials for `image`,
+   * then those of the credential provider plugins (a plugin's failure is logged by them and
+   * leaves its credentials out).
+   */
+  async #credentials(
+    req: EnsureImageRequest,
+    image: string,
+    signal: AbortSignal,
+  ): Promise<TrackedAuth[]> {
+    let repo: string;
+    try {
+      repo = parseImageName(image).repo;
+    } catch {
+      return [];
+    }
+    const fromSecrets = trackedCredentials(req.pullSecrets, repo);
+    if (!this.#providers) return fromSecrets;
+    const { pod } = req;
+    const provided = await this.#providers.provide(repo, {
+      namespace: pod.metadata?.namespace ?? "",
+      name: pod.metadata?.name ?? "",
+      uid: pod.metadata?.uid ?? "",
+      serviceAccountName: pod.spec?.serviceAccountName ?? "",
+    }, signal);
+    // One keyring of every provider's answer, as upstream's externalCredentialProviderKeyring.
+    const keyring = new BasicDockerKeyring();
+    for (const p of provided) {
+      try {
+        keyring.add(p.config, p.serviceAccount);
+      } catch (e) {
+        this.#log.error(e, "Entry in credential provider response invalid, ignoring");
+      }
+    }
+    const fromProviders = keyring.lookupTracked(repo).map((t) =>
+      t.serviceAccount ? { auth: t.auth, serviceAccount: t.serviceAccount } : { auth: t.auth }
+    );
+    return [...fromSecrets, ...fromProviders];
   }
 
   #queue<T>(fn: () => Promise<T>, signal: AbortSignal): Promise<T> {
@@ -561,24 +625,23 @@ interface PullOutcome {
   readonly used: TrackedAuth | undefined;
 }
 
-/** Upstream `credentialprovider.TrackedAuthConfig`: a credential and the secret it came from. */
+/**
+ * Upstream `credentialprovider.TrackedAuthConfig`: a credential and the secret or service account
+ * it came from.
+ */
 interface TrackedAuth {
   readonly auth: DockerAuth;
-  /** The secret's coordinates and the credential hash; undefined for node-wide credentials. */
+  /** The secret's coordinates and the credential hash; undefined for other credentials. */
   readonly secret?: ImagePullSecret;
+  /** The service account whose token a credential provider got it with. */
+  readonly serviceAccount?: ImagePullServiceAccount;
 }
 
 /**
- * The pod's credentials for `image` in the keyring's order (secrets in order, best match first
- * within each), each with its secret's coordinates and credential hash.
+ * The pod's secrets' credentials for `repo` in the keyring's order (secrets in order, best match
+ * first within each), each with its secret's coordinates and credential hash.
  */
-function trackedCredentials(secrets: readonly V1Secret[], image: string): TrackedAuth[] {
-  let repo: string;
-  try {
-    repo = parseImageName(image).repo;
-  } catch {
-    return [];
-  }
+function trackedCredentials(secrets: readonly V1Secret[], repo: string): TrackedAuth[] {
   return secrets.flatMap((secret) =>
     keyringFromSecrets([secret]).lookup(repo).map((auth) => ({
       auth,
@@ -594,7 +657,9 @@ function trackedCredentials(secrets: readonly V1Secret[], image: string): Tracke
 
 /** Upstream `trackedToImagePullCreds`: an anonymous or node-wide pull is every pod's. */
 function pullCredentials(used: TrackedAuth | undefined): ImagePullCredentials {
-  return used?.secret ? { kubernetesSecrets: [used.secret] } : { nodePodsAccessible: true };
+  if (used?.secret) return { kubernetesSecrets: [used.secret] };
+  if (used?.serviceAccount) return { kubernetesServiceAccounts: [used.serviceAccount] };
+  return { nodePodsAccessible: true };
 }
 
 /**

@@ -17,6 +17,11 @@ import { type ImageManagerService, RemoteImageService } from "../cri/remote_imag
 import { cacheFilename, PullRecordsStore } from "./_pull_records.ts";
 import { MetricsRegistry } from "../metrics/metrics.ts";
 import { ImageMetrics } from "../metrics/image_metrics.ts";
+import type {
+  ImageCredentialProvider,
+  PodCoordinates,
+  ProvidedCredentials,
+} from "../credentialprovider/plugins.ts";
 
 const PRESENT = "docker.io/library/busybox:1.36";
 
@@ -596,4 +601,72 @@ Deno.test("ImageManager counts each credential check by result and sizes the pul
     1,
     "the pod without the secret had to pull",
   );
+});
+
+/** A credential provider that answers `answers` for every image and records what it was asked. */
+function fakeProviders(answers: ProvidedCredentials[]) {
+  const asked: { image: string; pod: PodCoordinates }[] = [];
+  const providers: ImageCredentialProvider = {
+    provide(image, pod) {
+      asked.push({ image, pod });
+      return Promise.resolve(answers);
+    },
+  };
+  return { providers, asked };
+}
+
+Deno.test("ImageManager tries the pull secrets' credentials, then the credential providers'", async () => {
+  await using h = await harness();
+  h.fake.service.images.requireAuth(PRIVATE, { username: "plugin", password: "pw" });
+  const { providers, asked } = fakeProviders([
+    { config: { "other.io": { username: "elsewhere", password: "x" } } },
+    { config: { "quay.io": { username: "plugin", password: "pw" } } },
+  ]);
+  const m = h.manager({ credentialProviders: providers });
+  const p = pod();
+  p.spec = { containers: [], serviceAccountName: "builder" };
+  const res = await ensure(
+    m,
+    { name: "c", image: PRIVATE },
+    [dockerSecret("quay.io", "old", "x")],
+    p,
+  );
+  assert.ok("imageRef" in res, Deno.inspect(res));
+  assert.deepEqual(pullsOf(h), ["old", "plugin"]);
+  // The providers are asked for the repository, without its tag, with the pod's coordinates.
+  assert.deepEqual(asked, [{
+    image: "quay.io/team/app",
+    pod: { namespace: "default", name: "web", uid: "uid-1", serviceAccountName: "builder" },
+  }]);
+});
+
+Deno.test("ImageManager records a pull through a service account token and lets its pods use the image", async () => {
+  await using h = await harness();
+  h.fake.service.images.requireAuth(PRIVATE, { username: "plugin", password: "pw" });
+  const account = { uid: "sa-uid", namespace: "default", name: "builder" };
+  const answers: ProvidedCredentials[] = [
+    { config: { "quay.io": { username: "plugin", password: "pw" } }, serviceAccount: account },
+  ];
+  const { providers, asked } = fakeProviders(answers);
+  const m = h.verifying({ credentialProviders: providers, verificationPolicy: "AlwaysVerify" });
+  const first = await ensure(m, { name: "c", image: PRIVATE }, []);
+  assert.ok("imageRef" in first, Deno.inspect(first));
+  const files = await Array.fromAsync(Deno.readDir(join(h.records, "pulled")));
+  const record = JSON.parse(await Deno.readTextFile(join(h.records, "pulled", files[0]!.name)));
+  assert.deepEqual(record.credentialMapping["quay.io/team/app"], {
+    kubernetesServiceAccounts: [account],
+  });
+  // Another pod of the same service account: the present image is its to use, no pull.
+  h.events.length = 0;
+  const second = await ensure(m, { name: "c", image: PRIVATE }, [], pod("uid-2"));
+  assert.ok("imageRef" in second, Deno.inspect(second));
+  assert.deepEqual(h.events.map((e) => e.message), [ACCESSIBLE(PRIVATE)]);
+  assert.deepEqual(pullsOf(h), ["plugin"]);
+  assert.equal(asked.length, 2);
+  // A pod whose provider answer comes through another account must pull.
+  answers[0] = { ...answers[0]!, serviceAccount: { ...account, name: "other", uid: "o" } };
+  h.events.length = 0;
+  const third = await ensure(m, { name: "c", image: PRIVATE }, [], pod("uid-3"));
+  assert.ok("imageRef" in third, Deno.inspect(third));
+  assert.deepEqual(reasons(h.events), ["Pulling", "Pulled"]);
 });

@@ -154,6 +154,18 @@ export function setLogVerbosity(
   core.vmoduleCache.clear();
 }
 
+/**
+ * Changes only `-v` of a logger createLogger made and of its derived loggers, keeping its
+ * `-vmodule` (upstream's GlogSetter behind `/debug/flags/v`).
+ */
+export function setLogV(logger: Logger, verbosity: number): void {
+  const core = cores.get(logger);
+  if (!core) throw new LoggerOptionsError("Cannot change the verbosity of this logger");
+  checkLevel("verbosity", verbosity);
+  core.verbosity = verbosity;
+  core.vmoduleCache.clear();
+}
+
 function bad(field: string, expected: string, value: unknown): LoggerOptionsError {
   return new LoggerOptionsError(
     `Cannot create logger: '${field}' must be ${expected}: current value is '${String(value)}'`,

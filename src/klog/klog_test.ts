@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createLogger, kobj, type LoggerOptions, LoggerOptionsError } from "./klog.ts";
+import { createLogger, kobj, type LoggerOptions, LoggerOptionsError, setLogV } from "./klog.ts";
 
 // Built from local fields, so the header reads 1202 07:36:22.123 whatever TZ is.
 const NOW = new Date(2024, 11, 2, 7, 36, 22, 123);
@@ -289,4 +289,25 @@ Deno.test("every logger method names its own caller's line, however deep the cal
   assert.match(lines[7]!, /"nested"/);
   assert.ok(lineOf(lines[7]!) < want[0]!, lines[7]);
   assert.deepEqual([...lines.slice(0, 7), lines[8]!].map(lineOf), want);
+});
+
+Deno.test("setLogV changes -v of a logger and its derived loggers, keeping -vmodule", () => {
+  const lines: string[] = [];
+  const log = createLogger({
+    write: (l) => lines.push(l),
+    vmodule: [{ filePattern: "klog_test", verbosity: 6 }],
+  });
+  const child = log.with({ component: "x" });
+  setLogV(log, 3);
+  // This file matches the vmodule entry: level 6 still logs here after -v changed.
+  child.v(6).info("vmodule kept");
+  assert.equal(lines.length, 1);
+  assert.throws(() => setLogV(log, -1), LoggerOptionsError);
+  const plain: string[] = [];
+  const other = createLogger({ write: (l) => plain.push(l) });
+  other.v(3).info("off at -v=0");
+  setLogV(other, 3);
+  other.v(3).info("on at -v=3");
+  assert.equal(plain.length, 1);
+  assert.match(plain[0] ?? "", /on at -v=3/);
 });

@@ -27,6 +27,7 @@ import { hugePageUnitSize } from "../cm/hugepages.ts";
 import { cmpDec, isZeroDec, milliValueOf, parseDec, valueOf } from "../qos/resource_helpers.ts";
 import { namespacesForPod } from "./namespaces.ts";
 import { type HostLinux, hostLinux } from "./_host_linux.ts";
+import type { UsernsManager } from "../userns/userns_manager.ts";
 
 /** A CPU quantity in millicores, exact and rounded up (resource.Quantity's MilliValue). */
 function milliCPU(q: string | undefined): bigint {
@@ -58,6 +59,11 @@ export interface LinuxConfigOptions {
    * @default the host's, each read once through the host view
    */
   readonly host?: HostLinux;
+  /**
+   * Each pod's user namespace as its sandbox got it (the userns manager's allocation).
+   * @default none: a `hostUsers: false` pod is refused as not supported
+   */
+  readonly userNamespaces?: Pick<UsernsManager, "podUserNamespace">;
 }
 
 /** resource.Quantity's Value: whole units rounded up. */
@@ -259,9 +265,16 @@ export function determineEffectiveSecurityContext(
   user: ImageUser,
   opts: LinuxConfigOptions,
 ): api.LinuxContainerSecurityContext {
-  if (pod.spec?.hostUsers === false) {
+  let userns: api.UserNamespace | undefined;
+  if (opts.userNamespaces) {
+    try {
+      userns = opts.userNamespaces.podUserNamespace(pod);
+    } catch (e) {
+      throw new CreateContainerConfigError((e as Error).message, { cause: e });
+    }
+  } else if (pod.spec?.hostUsers === false) {
     throw new CreateContainerConfigError(
-      "user namespaces (hostUsers: false) are not supported yet",
+      "user namespaces (hostUsers: false) are not supported without a user namespace manager",
     );
   }
   const eff = effectiveSecurityContext(pod, container);
@@ -298,7 +311,7 @@ export function determineEffectiveSecurityContext(
     sc.apparmorProfile = apparmor.deprecated;
   }
   // The sandbox's namespaces, user namespace included (containerd 2.x compares the two).
-  sc.namespaceOptions = api.NamespaceOption.create(namespacesForPod(pod));
+  sc.namespaceOptions = api.NamespaceOption.create(namespacesForPod(pod, userns));
   const podSc = pod.spec?.securityContext;
   if (podSc?.fsGroup != null) sc.supplementalGroups.push(BigInt(podSc.fsGroup));
   for (const g of podSc?.supplementalGroups ?? []) sc.supplementalGroups.push(BigInt(g));
@@ -316,6 +329,22 @@ export function determineEffectiveSecurityContext(
   sc.maskedPaths = unmasked ? [] : [...(opts.host ?? hostLinux()).defaultMaskedPaths()];
   sc.readonlyPaths = unmasked ? [] : [...DEFAULT_READONLY_PATHS];
   return sc;
+}
+
+/**
+ * The mounts with the pod's ID mappings when it has its own user namespace, so that the runtime
+ * makes them idmapped mounts (upstream applyPlatformSpecificContainerConfig).
+ */
+export function idMappedMounts(
+  mounts: api.Mount[],
+  userns: api.UserNamespace | undefined,
+): api.Mount[] {
+  if (userns?.mode !== api.NamespaceMode.POD) return mounts;
+  return mounts.map((m) => ({
+    ...m,
+    uidMappings: userns.uids.map((u) => ({ ...u })),
+    gidMappings: userns.gids.map((g) => ({ ...g })),
+  }));
 }
 
 /** upstream getSeccompProfile: the container's field, else the pod's, else the node default. */

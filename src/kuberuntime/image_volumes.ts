@@ -93,7 +93,8 @@ export async function getImageVolumes(
       spec: {
         image: result.imageRef,
         userSpecifiedImage: source.reference ?? "",
-        // RuntimeClass is refused before any container starts: the default handler.
+        // The pod's handler goes here only under the RuntimeClassInImageCriApi gate (alpha,
+        // off; not implemented here), as upstream getPodRuntimeHandler: the default handler.
         runtimeHandler: "",
         annotations: { ...pod.metadata?.annotations },
         imageRef: "",

@@ -39,6 +39,7 @@ import {
   determineEffectiveSecurityContext,
   effectiveSecurityContext,
   generateLinuxContainerResources,
+  idMappedMounts,
   type ImageUser,
   type LinuxConfigOptions,
   selinuxRelabelAllowed,
@@ -350,7 +351,10 @@ export async function generateContainerConfig(
     workingDir: container.workingDir ?? "",
     envs: envs.map((e) => ({ key: e.name, value: encoder.encode(e.value) })),
     // Volume mounts and /etc/hosts first, then the termination log, as upstream appends it.
-    mounts: makeMounts(deps, pod, container, volumeMounts),
+    mounts: idMappedMounts(
+      makeMounts(deps, pod, container, volumeMounts),
+      linux.securityContext?.namespaceOptions?.usernsOptions,
+    ),
     labels: newContainerLabels(container, pod),
     annotations: newContainerAnnotations(container, pod, restartCount),
     logPath: buildContainerLogsPath(container.name, restartCount),
@@ -370,7 +374,7 @@ function withApiDefaults(c: V1Container): V1Container {
   };
 }
 
-/** Fails loudly for what later pieces (block volumes, per-container restart rules) bring. */
+/** Fails loudly for what later pieces (block volumes) bring. */
 function checkSupported(deps: ContainerDeps, pod: V1Pod, container: V1Container): void {
   if ((container.volumeDevices?.length ?? 0) > 0) {
     throw new CreateContainerConfigError("volumeDevices (block volumes) are not supported yet");
@@ -380,12 +384,6 @@ function checkSupported(deps: ContainerDeps, pod: V1Pod, container: V1Container)
     ((pod.spec?.volumes?.length ?? 0) > 0 || (container.volumeMounts?.length ?? 0) > 0)
   ) {
     throw new CreateContainerConfigError("volumes are not supported yet");
-  }
-  const regular = pod.spec?.containers?.some((c) => c.name === container.name) ?? false;
-  if (regular && (container.restartPolicy || (container.restartPolicyRules?.length ?? 0) > 0)) {
-    throw new CreateContainerConfigError(
-      "restartPolicy and restartPolicyRules on containers are not supported yet",
-    );
   }
 }
 
@@ -769,6 +767,7 @@ export type ContainerKillReason =
   | "StartupProbe"
   | "LivenessProbe"
   | "FailedPostStartHook"
+  | "RestartAllContainers"
   | "Unknown";
 
 /** What {@link killContainer} stops. */
@@ -1017,16 +1016,19 @@ export async function killContainersWithSyncResult(
 }
 
 /**
- * upstream removeContainer: removes the container's log file and legacy symlink, then the
- * container; a log that cannot be removed keeps the container for a later attempt.
+ * upstream removeContainer: removes the container's log file and legacy symlink (unless
+ * `keepLogs`, as RestartAllContainers does: the logs stay until the pod goes, and the next
+ * instance's restart count is read from them), then the container; a log that cannot be removed
+ * keeps the container for a later attempt.
  */
 export async function removeContainer(
   deps: ContainerDeps,
   containerId: string,
   signal?: AbortSignal,
+  keepLogs = false,
 ): Promise<void> {
-  const res = await deps.runtime.containerStatus(containerId, false, signal);
-  const s = res.status;
+  const res = keepLogs ? undefined : await deps.runtime.containerStatus(containerId, false, signal);
+  const s = res?.status;
   if (s) {
     const l = getContainerInfoFromLabels(s.labels);
     let name = `${l.podName}_${l.podNamespace}_${l.containerName}-${containerId}`;

@@ -4,11 +4,12 @@
  * the sandbox, start init containers, sidecars and regular containers with crash-loop back-off)
  * and KillPod (stop every container in termination order, then the sandboxes). Owns the
  * crash-loop back-off. Talks to the CRI runtime service, the ImageManager (through
- * `kuberuntime_container.ts`), `kuberuntime_sandbox.ts` for sandbox configs and the event
- * recorder; called by the pod workers through the pod syncer. Corresponds to upstream
- * `pkg/kubelet/kuberuntime/kuberuntime_manager.go` (SyncPod, KillPod, killPodWithSyncResult,
- * doBackOff, createPodSandbox of kuberuntime_sandbox.go), with in-place resize in
- * `_pod_resize.ts` (computePodResizeAction, doPodResizeAction, IsPodResizeInProgress).
+ * `kuberuntime_container.ts`), `kuberuntime_sandbox.ts` for sandbox configs, the RuntimeClass
+ * manager for the sandbox's runtime handler and the event recorder; called by the pod workers
+ * through the pod syncer. Corresponds to upstream `pkg/kubelet/kuberuntime/kuberuntime_manager.go`
+ * (SyncPod, KillPod, killPodWithSyncResult, doBackOff, createPodSandbox of
+ * kuberuntime_sandbox.go), with in-place resize in `_pod_resize.ts` (computePodResizeAction,
+ * doPodResizeAction, IsPodResizeInProgress).
  */
 
 import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts";
@@ -48,7 +49,7 @@ import type { ImageManagerService } from "../cri/remote_image.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
 import { fail, PodSyncResult } from "../container/sync_result.ts";
 import { EventBackOff } from "./_backoff.ts";
-import { computePodActions, type ProbeResults } from "./pod_actions.ts";
+import { computePodActions, type ContainerToRemove, type ProbeResults } from "./pod_actions.ts";
 import type { ServiceSource } from "../envvars.ts";
 import type { ContainerMounter } from "../kubelet_mounts.ts";
 import type { PodVolumesFunc } from "../volume/plugin.ts";
@@ -56,6 +57,8 @@ import { Semaphore } from "../util/semaphore.ts";
 import { getImageVolumes } from "./image_volumes.ts";
 import { ResourceState } from "../allocation/state_checkpoint.ts";
 import type { PodCgroups } from "../cm/container_manager.ts";
+import type { RuntimeHandlerLookup } from "../runtimeclass/runtimeclass_manager.ts";
+import type { UsernsManager } from "../userns/userns_manager.ts";
 import {
   doPodResizeAction,
   isPodResizeInProgress,
@@ -68,6 +71,7 @@ export {
   computePodActions,
   type ComputePodActionsOptions,
   type ContainerToKill,
+  type ContainerToRemove,
   type PodActions,
   type ProbeResult,
   type ProbeResults,
@@ -101,7 +105,7 @@ export const DEFAULT_SANDBOX_STARTS_PER_CPU = 4;
 
 /** Options of {@link KubeRuntimeManager}. */
 export interface KubeRuntimeManagerOptions
-  extends Pick<LinuxConfigOptions, "seccompDefault" | "seccompProfileRoot"> {
+  extends Pick<LinuxConfigOptions, "seccompDefault" | "seccompProfileRoot" | "swapBehavior"> {
   readonly runtime: KubeRuntimeService;
   readonly imageManager: Pick<ImageManager, "ensureImageExists">;
   /** For the image's default user (runAsUser, runAsNonRoot); optional, see ContainerDeps. */
@@ -153,6 +157,8 @@ export interface KubeRuntimeManagerOptions
     KubeletMetrics,
     | "startedPodsTotal"
     | "startedPodsErrorsTotal"
+    | "startedUserNamespacedPodsTotal"
+    | "startedUserNamespacedPodsErrorsTotal"
     | "startedContainersTotal"
     | "startedContainersErrorsTotal"
     | "lifecycleHandlerHttpFallbacks"
@@ -176,6 +182,20 @@ export interface KubeRuntimeManagerOptions
   readonly podCgroups?: Pick<PodCgroups, "getConfig" | "setConfig" | "specConfig" | "memoryUsage">;
   /** Prepares the pod's ResourceClaims before its sandbox is made. @default none: not prepared */
   readonly dra?: Pick<DraManager, "prepareResources">;
+  /**
+   * Resolves `spec.runtimeClassName` to the runtime handler RunPodSandbox gets (the
+   * RuntimeClass manager). @default none: every sandbox gets the default handler "", as
+   * upstream's kubelet without an API client leaves the class unread
+   */
+  readonly runtimeClasses?: RuntimeHandlerLookup;
+  /**
+   * The user namespaces of `hostUsers: false` pods, for their sandboxes and containers.
+   * @default none: such pods fail as not supported
+   */
+  readonly userNamespaces?: Pick<
+    UsernsManager,
+    "getOrCreateUserNamespaceMappings" | "podUserNamespace"
+  >;
 }
 
 /** Runs SyncPod and KillPod against the CRI runtime; see the module documentation. */
@@ -193,6 +213,7 @@ export class KubeRuntimeManager {
   readonly #metrics: KubeRuntimeManagerOptions["metrics"];
   readonly #resize: ResizeDeps;
   readonly #dra: KubeRuntimeManagerOptions["dra"];
+  readonly #runtimeClasses: RuntimeHandlerLookup | undefined;
 
   constructor(opts: KubeRuntimeManagerOptions) {
     this.#runtime = opts.runtime;
@@ -200,7 +221,15 @@ export class KubeRuntimeManager {
     this.#tracker = opts.startupTracker;
     this.#metrics = opts.metrics;
     this.#dra = opts.dra;
-    this.#sandbox = opts.sandbox;
+    this.#runtimeClasses = opts.runtimeClasses;
+    // The sandbox resolves a user-namespaced pod's RuntimeClass for its handler's support.
+    this.#sandbox = opts.userNamespaces
+      ? {
+        ...opts.sandbox,
+        userNamespaces: opts.userNamespaces,
+        runtimeClasses: opts.runtimeClasses,
+      }
+      : opts.sandbox;
     this.#recorder = opts.recorder;
     this.#log = opts.logger;
     this.#probes = opts.probeResults;
@@ -239,6 +268,8 @@ export class KubeRuntimeManager {
         singleProcessOOMKill: opts.sandbox.singleProcessOOMKill,
         seccompDefault: opts.seccompDefault,
         seccompProfileRoot: opts.seccompProfileRoot,
+        swapBehavior: opts.swapBehavior,
+        userNamespaces: opts.userNamespaces,
       },
     };
     this.#resize = {
@@ -277,12 +308,34 @@ export class KubeRuntimeManager {
   /**
    * One SyncPod attempt (upstream SyncPod): computes the actions and carries them out. A failure
    * about this pod is reported in the result, never thrown; only an aborted `signal` throws.
+   * `restartAllContainers` (the pod's AllContainersRestarting condition is True) removes every
+   * container of the pod, keeping the sandbox; a later sync starts them again.
    */
   async syncPod(
     signal: AbortSignal,
     pod: V1Pod,
     podStatus: PodStatus,
     pullSecrets: readonly V1Secret[],
+    restartAllContainers = false,
+  ): Promise<PodSyncResult> {
+    const result = await this.#syncPod(signal, pod, podStatus, pullSecrets, restartAllContainers);
+    // As upstream: a user-namespaced pod counts when its sandbox is created, and as an error
+    // when any step of that sync failed.
+    if (
+      pod.spec?.hostUsers === false && result.results.some((r) => r.action === "CreatePodSandbox")
+    ) {
+      this.#metrics?.startedUserNamespacedPodsTotal.inc();
+      if (result.error()) this.#metrics?.startedUserNamespacedPodsErrorsTotal.inc();
+    }
+    return result;
+  }
+
+  async #syncPod(
+    signal: AbortSignal,
+    pod: V1Pod,
+    podStatus: PodStatus,
+    pullSecrets: readonly V1Secret[],
+    restartAllContainers: boolean,
   ): Promise<PodSyncResult> {
     const result = new PodSyncResult();
     const log = this.#log.with({ pod: kobj(pod) });
@@ -296,7 +349,9 @@ export class KubeRuntimeManager {
     const changes = computePodActions(pod, podStatus, {
       probeResults: this.#probes,
       actuated: (uid, name) => this.#resize.actuated.getContainer(uid, name),
+      restartAllContainers,
     });
+    if (restartAllContainers) log.v(3).info("Pod marked for RestartAllContainers");
     log.v(3).info("computePodActions got for pod", {
       podActions: {
         killPod: changes.killPod,
@@ -306,6 +361,7 @@ export class KubeRuntimeManager {
         containersToStart: changes.containersToStart,
         ephemeralContainersToStart: changes.ephemeralContainersToStart,
         containersToKill: [...changes.containersToKill.keys()],
+        containersToReset: changes.containersToReset.map((c) => c.containerId),
         containersToUpdate: {
           memory: changes.resize.containersToUpdate.memory.map((c) => c.container.name),
           cpu: changes.resize.containersToUpdate.cpu.map((c) => c.container.name),
@@ -352,6 +408,9 @@ export class KubeRuntimeManager {
           log.error(e, "killContainer for pod failed", { containerName: info.name });
           return result;
         }
+      }
+      if (!(await this.#resetContainers(signal, pod, changes.containersToReset, result))) {
+        return result;
       }
     }
 
@@ -620,6 +679,55 @@ export class KubeRuntimeManager {
     this.#backOff.gc();
   }
 
+  /**
+   * Removes the containers of a pod restarting all its containers in place, stopping those not
+   * exited with no grace period (upstream SyncPod's ContainersToReset). Their logs stay. False
+   * after a failure, recorded in `result`.
+   */
+  async #resetContainers(
+    signal: AbortSignal,
+    pod: V1Pod,
+    containers: readonly ContainerToRemove[],
+    result: PodSyncResult,
+  ): Promise<boolean> {
+    for (const { containerId, container, kill } of containers) {
+      const log = this.#log.with({
+        pod: kobj(pod),
+        containerName: container.name,
+        containerID: containerId,
+      });
+      log.v(3).info("Removing container before pod restarts");
+      const r = result.add("RemoveContainer", container.name);
+      if (kill) {
+        log.v(3).info("Killing container before removal");
+        try {
+          await killContainer(this.#deps, signal, {
+            pod,
+            containerId,
+            containerName: container.name,
+            message: "killing",
+            reason: "RestartAllContainers",
+            gracePeriodOverride: 0,
+          });
+        } catch (e) {
+          signal.throwIfAborted();
+          fail(r, "KillContainerError", errorText(e));
+          log.error(e, "killContainer for pod failed");
+          return false;
+        }
+      }
+      try {
+        await removeContainer(this.#deps, containerId, signal, true);
+      } catch (e) {
+        signal.throwIfAborted();
+        fail(r, "RemoveContainerError", errorText(e));
+        log.error(e, "removeContainer for pod failed");
+        return false;
+      }
+    }
+    return true;
+  }
+
   async #killPodWithSyncResult(
     signal: AbortSignal,
     pod: V1Pod | undefined,
@@ -652,7 +760,11 @@ export class KubeRuntimeManager {
     return result;
   }
 
-  /** upstream createPodSandbox: config, log directory, RunPodSandbox. */
+  /**
+   * upstream createPodSandbox: config, log directory, the RuntimeClass's handler, RunPodSandbox.
+   * A handler the runtime lacks fails RunPodSandbox with the runtime's error, as upstream, which
+   * checks nothing beforehand.
+   */
   async #createPodSandbox(
     signal: AbortSignal,
     pod: V1Pod,
@@ -679,13 +791,20 @@ export class KubeRuntimeManager {
         };
       }
     }
-    const runtimeClass = pod.spec?.runtimeClassName;
-    if (runtimeClass) {
-      const e = new Error(`RuntimeClass ${JSON.stringify(runtimeClass)} is not supported yet`);
-      return { error: e, message: `Failed to create sandbox for pod ${name}: ${e.message}` };
+    let runtimeHandler = "";
+    if (this.#runtimeClasses) {
+      try {
+        runtimeHandler = this.#runtimeClasses.lookupRuntimeHandler(pod.spec?.runtimeClassName);
+      } catch (e) {
+        // A class not (yet) in the cache: the next sync of the pod tries again.
+        return { error: e, message: `Failed to create sandbox for pod ${name}: ${errorText(e)}` };
+      }
+      if (runtimeHandler !== "") {
+        this.#log.v(2).info("Running pod with runtime handler", { pod: kobj(pod), runtimeHandler });
+      }
     }
     try {
-      const run = () => this.#runtime.runPodSandbox(config, "", signal);
+      const run = () => this.#runtime.runPodSandbox(config, runtimeHandler, signal);
       const id = this.#sandboxStarts ? await this.#sandboxStarts.run(run, signal) : await run();
       return { id, config };
     } catch (e) {

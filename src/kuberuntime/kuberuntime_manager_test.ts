@@ -27,6 +27,11 @@ import type { PodSyncResult } from "../container/sync_result.ts";
 import { DraManager } from "../cm/dra_manager.ts";
 import { DraMetrics } from "../metrics/dra_metrics.ts";
 import { KubeletMetrics, MetricsRegistry } from "../metrics/metrics.ts";
+import {
+  RuntimeClassNotFoundError,
+  type RuntimeHandlerLookup,
+} from "../runtimeclass/runtimeclass_manager.ts";
+import { handlerSupportsUserNamespaces, UsernsManager } from "../userns/userns_manager.ts";
 
 const IMAGE = "busybox:1.36";
 const UID = "uid-web";
@@ -717,18 +722,6 @@ Deno.test("KubeRuntimeManager.syncPod replaces a dead sandbox with attempt+1", a
 
 Deno.test("KubeRuntimeManager.syncPod reports failures in the result, never throws", async () => {
   await using h = await harness();
-  const rc = pod({ runtimeClassName: "gvisor" });
-  const r = await h.sync(rc);
-  assert.deepEqual(steps(r), [
-    "KillPodSandbox uid-web",
-    `CreatePodSandbox web_default(uid-web) CreatePodSandboxError: Failed to create sandbox for pod "web_default(uid-web)": RuntimeClass "gvisor" is not supported yet`,
-  ]);
-  assert.equal(h.events.at(-1)?.reason, "FailedCreatePodSandBox");
-  assert.equal(
-    h.events.at(-1)?.message,
-    `Failed to create pod sandbox: RuntimeClass "gvisor" is not supported yet`,
-  );
-
   const vol = pod({
     containers: [{ name: "main", image: IMAGE, volumeMounts: [{ name: "v", mountPath: "/v" }] }],
     volumes: [{ name: "v", emptyDir: {} }],
@@ -738,6 +731,83 @@ Deno.test("KubeRuntimeManager.syncPod reports failures in the result, never thro
     r2.error()?.message ?? "",
     /CreateContainerConfigError: "volumes are not supported yet"/,
   );
+});
+
+/** A RuntimeClass cache holding `classes` (name → handler), changed by the test. */
+function runtimeClasses(classes: Map<string, string>): RuntimeHandlerLookup {
+  return {
+    lookupRuntimeHandler(name) {
+      if (!name) return "";
+      const handler = classes.get(name);
+      if (handler === undefined) throw new RuntimeClassNotFoundError(name);
+      return handler;
+    },
+  };
+}
+
+Deno.test("KubeRuntimeManager.syncPod runs the sandbox with the RuntimeClass's handler", async () => {
+  // The fake runtime's one handler besides the default.
+  const classes = new Map([["second", "runc"]]);
+  await using h = await harness(undefined, { runtimeClasses: runtimeClasses(classes) });
+  const r = await h.sync(pod({ runtimeClassName: "second" }));
+  assert.equal(r.error(), undefined);
+  const [sb] = [...h.fake.service.sandboxes.values()];
+  assert.equal(sb?.runtimeHandler, "runc");
+  assert.deepEqual(h.created().map(([n, , s]) => [n, s]), [["main", RUNNING]]);
+
+  // A pod naming no class gets the default handler.
+  const plain = await h.manager.syncPod(
+    AbortSignal.timeout(10_000),
+    pod({}, "uid-plain"),
+    await h.status("uid-plain"),
+    [],
+  );
+  assert.equal(plain.error(), undefined);
+  const handlers = [...h.fake.service.sandboxes.values()].map((s) => s.runtimeHandler);
+  assert.deepEqual(handlers, ["runc", ""]);
+});
+
+Deno.test("KubeRuntimeManager.syncPod fails a pod whose RuntimeClass is missing as upstream, and runs it once the class exists", async () => {
+  const classes = new Map<string, string>();
+  await using h = await harness(undefined, { runtimeClasses: runtimeClasses(classes) });
+  const p = pod({ runtimeClassName: "second" });
+  const r = await h.sync(p);
+  assert.deepEqual(steps(r), [
+    "KillPodSandbox uid-web",
+    `CreatePodSandbox web_default(uid-web) CreatePodSandboxError: Failed to create sandbox for pod "web_default(uid-web)": runtimeclass.node.k8s.io "second" not found`,
+  ]);
+  assert.deepEqual(h.events.map((e) => [e.type, e.reason, e.message]), [[
+    "Warning",
+    "FailedCreatePodSandBox",
+    `Failed to create pod sandbox: runtimeclass.node.k8s.io "second" not found`,
+  ]]);
+  assert.equal(h.fake.calls.get("RunPodSandbox") ?? 0, 0, "the runtime is not asked");
+
+  classes.set("second", "runc");
+  const again = await h.sync(p);
+  assert.equal(again.error(), undefined);
+  assert.deepEqual([...h.fake.service.sandboxes.values()].map((s) => s.runtimeHandler), ["runc"]);
+});
+
+Deno.test("KubeRuntimeManager.syncPod passes a handler the runtime lacks, which fails RunPodSandbox with the runtime's error", async () => {
+  const classes = new Map([["kata", "kata-fc"]]);
+  await using h = await harness(undefined, { runtimeClasses: runtimeClasses(classes) });
+  const r = await h.sync(pod({ runtimeClassName: "kata" }));
+  assert.equal(h.fake.calls.get("RunPodSandbox") ?? 0, 1, "no check before the runtime's");
+  const message =
+    'rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "kata-fc" is configured';
+  assert.equal(
+    steps(r).at(-1),
+    `CreatePodSandbox web_default(uid-web) CreatePodSandboxError: Failed to create sandbox for pod "web_default(uid-web)": ${message}`,
+  );
+  assert.equal(h.events.at(-1)?.message, `Failed to create pod sandbox: ${message}`);
+});
+
+Deno.test("KubeRuntimeManager.syncPod without a RuntimeClass cache runs every sandbox with the default handler, as upstream standalone", async () => {
+  await using h = await harness();
+  const r = await h.sync(pod({ runtimeClassName: "second" }));
+  assert.equal(r.error(), undefined);
+  assert.deepEqual([...h.fake.service.sandboxes.values()].map((s) => s.runtimeHandler), [""]);
 });
 
 Deno.test("KubeRuntimeManager.killPod stops containers with the grace period, then the sandbox", async () => {
@@ -1109,4 +1179,344 @@ Deno.test("KubeRuntimeManager.syncPod does not count a container start held back
   h.clock.step(10_000);
   await h.sync(p);
   assert.equal(count(), 3);
+});
+
+Deno.test("KubeRuntimeManager.syncPod runs a hostUsers: false pod in its own user namespace, sandbox, containers and mounts alike", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  const handlers: api.RuntimeHandler[] = [
+    { name: "", features: { recursiveReadOnlyMounts: true, userNamespaces: true } },
+    { name: "runc", features: { recursiveReadOnlyMounts: true, userNamespaces: false } },
+  ];
+  const podsDir = await Deno.makeTempDir({ prefix: "kuberuntime-userns-" });
+  try {
+    const userNamespaces = await UsernsManager.open({
+      podsDirectory: podsDir,
+      maxPods: 110,
+      handlerSupportsUserNamespaces: (h) => handlerSupportsUserNamespaces(handlers, h),
+      kubeletMappings: (ids) => Promise.resolve({ firstID: ids, length: ids * 200 }),
+      random: () => 0.5,
+      logger: createLogger({ write: () => {} }),
+    });
+    const classes = new Map([["second", "runc"]]);
+    await using h = await harness(undefined, {
+      metrics,
+      userNamespaces,
+      runtimeClasses: runtimeClasses(classes),
+    });
+    const r = await h.sync(pod({ hostUsers: false }));
+    assert.equal(r.error(), undefined);
+    const mapping = { hostId: 101 * 65536, containerId: 0, length: 65536 };
+    const userns = { mode: api.NamespaceMode.POD, uids: [mapping], gids: [mapping] };
+    const [sb] = [...h.fake.service.sandboxes.values()];
+    assert.deepEqual(sb?.config.linux?.securityContext?.namespaceOptions?.usernsOptions, userns);
+    const [c] = [...h.fake.service.containers.values()];
+    // containerd 2.x requires the container's user namespace to be the sandbox's.
+    assert.deepEqual(c?.config.linux?.securityContext?.namespaceOptions?.usernsOptions, userns);
+    // Every mount (here the termination log) is idmapped with the pod's mappings.
+    assert.ok((c?.config.mounts.length ?? 0) > 0);
+    for (const m of c!.config.mounts) {
+      assert.deepEqual([m.uidMappings, m.gidMappings], [[mapping], [mapping]], m.containerPath);
+    }
+    assert.equal(metrics.startedUserNamespacedPodsTotal.get(), 1);
+    assert.equal(metrics.startedUserNamespacedPodsErrorsTotal.get(), 0);
+
+    // A pod keeping the host's users: the node's namespace, plain mounts, not counted.
+    const plain = await h.manager.syncPod(
+      AbortSignal.timeout(10_000),
+      pod({}, "uid-plain"),
+      await h.status("uid-plain"),
+      [],
+    );
+    assert.equal(plain.error(), undefined);
+    const other = [...h.fake.service.containers.values()].find((x) => x.id !== c!.id)!;
+    assert.equal(
+      other.config.linux?.securityContext?.namespaceOptions?.usernsOptions?.mode,
+      api.NamespaceMode.NODE,
+    );
+    assert.ok(other.config.mounts.every((m) => m.uidMappings.length === 0));
+    assert.equal(metrics.startedUserNamespacedPodsTotal.get(), 1);
+
+    // A RuntimeClass whose handler lacks user namespaces: upstream's message, counted as an error.
+    const bad = await h.manager.syncPod(
+      AbortSignal.timeout(10_000),
+      pod({ hostUsers: false, runtimeClassName: "second" }, "uid-bad"),
+      await h.status("uid-bad"),
+      [],
+    );
+    const msg =
+      'can\'t set `spec.hostUsers: false`, RuntimeClass handler "runc" does not support user namespaces';
+    assert.equal(
+      steps(bad).at(-1),
+      `CreatePodSandbox web_default(uid-bad) CreatePodSandboxError: Failed to generate sandbox config for pod "web_default(uid-bad)": ${msg}`,
+    );
+    assert.equal(h.events.at(-1)?.message, `Failed to create pod sandbox: ${msg}`);
+    assert.equal(metrics.startedUserNamespacedPodsTotal.get(), 2);
+    assert.equal(metrics.startedUserNamespacedPodsErrorsTotal.get(), 1);
+  } finally {
+    await Deno.remove(podsDir, { recursive: true });
+  }
+});
+
+// ---- container restart rules (ContainerRestartRules, RestartAllContainersOnContainerExits) ----
+
+/** The three running containers of upstream's makeBasePodAndStatus, with `mutate` applied. */
+function basePod(mutate: (cs: V1Container[]) => void, restartPolicy: string): V1Pod {
+  const containers: V1Container[] = ["foo1", "foo2", "foo3"].map((name) => ({
+    name,
+    image: IMAGE,
+  }));
+  mutate(containers);
+  return pod({ containers, restartPolicy });
+}
+
+// Upstream TestComputePodActionsWithContainerRestartRules, re-expressed.
+Deno.test("computePodActions applies container-level restart policies as upstream's table", () => {
+  type Row = [
+    string,
+    (cs: V1Container[]) => void,
+    string,
+    (p: V1Pod) => { sandboxes: api.PodSandboxStatus[]; containers: api.ContainerStatus[] },
+    ReturnType<typeof summary>,
+  ];
+  const set = (policy: string, ...idx: number[]) => (cs: V1Container[]) => {
+    for (const i of idx) cs[i]!.restartPolicy = policy;
+  };
+  const states = (p: V1Pod, ...s: Array<[State, number?]>) =>
+    p.spec!.containers.map((c, i) => cs(p, c, s[i]?.[0] ?? "running", s[i]?.[1] ?? 0));
+  const rows: Row[] = [
+    [
+      "restart exited containers if RestartPolicy == Always",
+      set("Always", 0, 1),
+      "Never",
+      (p) => ({ sandboxes: [sandbox()], containers: states(p, ["exited", 0], ["exited", 111]) }),
+      { ...NOTHING, start: [0, 1] },
+    ],
+    [
+      "restart failed containers if RestartPolicy == OnFailure",
+      set("OnFailure", 0, 1),
+      "Never",
+      (p) => ({ sandboxes: [sandbox()], containers: states(p, ["exited", 0], ["exited", 111]) }),
+      { ...NOTHING, start: [1] },
+    ],
+    [
+      "restart created but not started containers if RestartPolicy == OnFailure",
+      set("OnFailure", 0, 1),
+      "Never",
+      (p) => ({ sandboxes: [sandbox()], containers: states(p, ["exited", 0], ["created"]) }),
+      { ...NOTHING, start: [1] },
+    ],
+    [
+      "don't restart containers if RestartPolicy == Never",
+      set("Never", 0, 1),
+      "Always",
+      (p) => ({ sandboxes: [sandbox()], containers: states(p, ["exited", 0], ["exited", 111]) }),
+      NOTHING,
+    ],
+    [
+      "kill pod and recreate all containers (except for the succeeded one) if the sandbox is dead",
+      set("OnFailure", 1),
+      "Always",
+      (p) => ({
+        sandboxes: [sandbox("notready")],
+        containers: states(p, ["running"], ["exited", 0]),
+      }),
+      { ...NOTHING, killPod: true, createSandbox: true, attempt: 1, start: [0, 2] },
+    ],
+  ];
+  for (const [name, mutate, restartPolicy, runtime, want] of rows) {
+    const p = basePod(mutate, restartPolicy);
+    const { sandboxes, containers } = runtime(p);
+    assert.deepEqual(summary(computePodActions(p, status(sandboxes, containers))), want, name);
+  }
+});
+
+Deno.test("computePodActions restarts a container on an exit code its rules name, whatever the pod's policy", () => {
+  const p = pod({
+    restartPolicy: "Never",
+    containers: [{
+      name: "main",
+      image: IMAGE,
+      restartPolicy: "Never",
+      restartPolicyRules: [{ action: "Restart", exitCodes: { operator: "In", values: [42] } }],
+    }],
+  });
+  const main = p.spec!.containers[0]!;
+  const after = (code: number) =>
+    summary(computePodActions(p, status([sandbox()], [cs(p, main, "exited", code)])));
+  assert.deepEqual(after(42), { ...NOTHING, start: [0] });
+  assert.deepEqual(after(1), { ...NOTHING, killPod: true });
+
+  // A running container has no exit code: a liveness failure follows its restartPolicy alone.
+  const failing = computePodActions(p, status([sandbox()], [cs(p, main, "running")]), {
+    probeResults: { liveness: () => "Failure", startup: () => undefined },
+  });
+  assert.deepEqual(summary(failing), {
+    ...NOTHING,
+    killPod: true,
+    kill: ["Container main failed liveness probe"],
+  }, "nothing left to run: the pod is killed");
+  const always = pod({
+    containers: [{ ...main, restartPolicy: "Always" }],
+    restartPolicy: "Never",
+  });
+  const restarted = computePodActions(
+    always,
+    status([sandbox()], [cs(always, always.spec!.containers[0]!, "running")]),
+    { probeResults: { liveness: () => "Failure", startup: () => undefined } },
+  );
+  assert.deepEqual(summary(restarted), {
+    ...NOTHING,
+    start: [0],
+    kill: ["Container main failed liveness probe, will be restarted"],
+  });
+});
+
+Deno.test("computePodActions retries a failed init container whose rules or policy say so in a Never pod", () => {
+  const p = pod({
+    restartPolicy: "Never",
+    initContainers: [{
+      name: "setup",
+      image: IMAGE,
+      restartPolicy: "OnFailure",
+    }],
+  });
+  const setup = p.spec!.initContainers![0]!;
+  const a = computePodActions(p, status([sandbox()], [cs(p, setup, "exited", 3)]));
+  assert.deepEqual(summary(a), { ...NOTHING, init: [0] });
+  const never = pod({
+    restartPolicy: "Always",
+    initContainers: [{ ...setup, restartPolicy: "Never" }],
+  });
+  const b = computePodActions(never, status([sandbox()], [cs(never, setup, "exited", 3)]));
+  assert.deepEqual(summary(b), { ...NOTHING, killPod: true });
+});
+
+const RESTART_ALL_ON_1 = [{
+  action: "RestartAllContainers",
+  exitCodes: { operator: "In", values: [1] },
+}];
+
+/** The reset list as [name, id, kill]. */
+function resets(a: PodActions): Array<[string, string, boolean]> {
+  return a.containersToReset.map((r) => [r.container.name, r.containerId, r.kill]);
+}
+
+// Upstream TestComputePodActionsForRestartAllContainers, re-expressed.
+Deno.test("computePodActions removes every container, the triggering ones last, when the pod restarts all its containers", () => {
+  const base = basePod(() => {}, "Always");
+  const running = (p: V1Pod) =>
+    p.spec!.containers.map((c, i) => cs(p, c, "running", 0, { id: `id${i + 1}` }));
+  const notMarked = computePodActions(base, status([sandbox()], running(base)));
+  assert.deepEqual(resets(notMarked), []);
+  const marked = computePodActions(base, status([sandbox()], running(base)), {
+    restartAllContainers: true,
+  });
+  assert.deepEqual(resets(marked), [
+    ["foo1", "id1", true],
+    ["foo2", "id2", true],
+    ["foo3", "id3", true],
+  ]);
+  assert.deepEqual(summary(marked), NOTHING, "nothing else: the sandbox stays");
+
+  // A regular container's exit triggers it: sidecars and running containers are killed first.
+  const p = pod({
+    initContainers: ["restartable-init-1", "restartable-init-2"].map((name) => ({
+      name,
+      image: IMAGE,
+      restartPolicy: "Always",
+    })),
+    containers: [
+      { name: "foo1", image: IMAGE },
+      { name: "foo2", image: IMAGE },
+      { name: "foo3", image: IMAGE, restartPolicy: "Never", restartPolicyRules: RESTART_ALL_ON_1 },
+    ],
+    restartPolicy: "Never",
+  });
+  const [i1, i2] = p.spec!.initContainers!;
+  const [f1, f2, f3] = p.spec!.containers;
+  const regular = computePodActions(
+    p,
+    status([sandbox()], [
+      cs(p, f1!, "running", 0, { id: "id1" }),
+      cs(p, f2!, "running", 0, { id: "id2" }),
+      cs(p, f3!, "exited", 1, { id: "id3" }),
+      cs(p, i1!, "running", 0, { id: "initid1" }),
+      cs(p, i2!, "running", 0, { id: "initid2" }),
+    ]),
+    { restartAllContainers: true },
+  );
+  assert.deepEqual(resets(regular), [
+    ["foo1", "id1", true],
+    ["foo2", "id2", true],
+    ["restartable-init-1", "initid1", true],
+    ["restartable-init-2", "initid2", true],
+    ["foo3", "id3", false],
+  ]);
+
+  // Every instance goes, past terminated ones included.
+  const past = computePodActions(
+    p,
+    status([sandbox()], [
+      cs(p, f3!, "exited", 1, { id: "id3" }),
+      cs(p, f1!, "exited", 99, { id: "id1-past" }),
+      cs(p, f3!, "exited", 1, { id: "id3-past" }),
+    ]),
+    { restartAllContainers: true },
+  );
+  assert.deepEqual(resets(past), [
+    ["foo1", "id1-past", false],
+    ["foo3", "id3", false],
+    ["foo3", "id3-past", false],
+  ]);
+});
+
+Deno.test("KubeRuntimeManager.syncPod restarts all containers in place: kills, removes keeping logs, then starts them again", async () => {
+  await using h = await harness((name) =>
+    name === "app" ? { exitAfterStart: true, exitCode: 1 } : undefined
+  );
+  const p = pod({
+    restartPolicy: "Never",
+    containers: [
+      { name: "app", image: IMAGE, restartPolicy: "Never", restartPolicyRules: RESTART_ALL_ON_1 },
+      { name: "side", image: IMAGE },
+    ],
+  });
+  await h.sync(p);
+  assert.deepEqual(h.created().map(([n, a, s]) => [n, a, s]), [
+    ["app", 0, EXITED],
+    ["side", 0, RUNNING],
+  ]);
+  const sandboxId = [...h.fake.service.sandboxes.keys()][0]!;
+  // containerd writes each instance's log; they must survive the removal.
+  const logDir = join(h.dir, "logs", `default_web_${UID}`);
+  for (const name of ["app", "side"]) {
+    await Deno.mkdir(join(logDir, name), { recursive: true });
+    await Deno.writeTextFile(join(logDir, name, "0.log"), "");
+  }
+
+  const reset = await h.manager.syncPod(AbortSignal.timeout(10_000), p, await h.status(), [], true);
+  assert.equal(reset.error(), undefined);
+  assert.deepEqual(steps(reset), [
+    `RemoveContainer side`,
+    `RemoveContainer app`,
+    `ConfigPodSandbox ${sandboxId}`,
+  ]);
+  assert.deepEqual(h.stops, [["side", 2]], "the running one is stopped with no grace period");
+  const killing = h.events.find((e) => e.reason === "Killing");
+  assert.equal(killing?.message, "killing");
+  assert.deepEqual(h.created(), [], "every container is removed");
+  assert.deepEqual([...h.fake.service.sandboxes.keys()], [sandboxId], "the sandbox stays");
+  for (const name of ["app", "side"]) {
+    assert.equal((await Deno.stat(join(logDir, name, "0.log"))).isFile, true, `${name} log kept`);
+  }
+
+  // The next sync starts them again in the same sandbox, counted from their logs.
+  const again = await h.sync(p);
+  assert.equal(again.error(), undefined);
+  assert.deepEqual(steps(again), [
+    `ConfigPodSandbox ${sandboxId}`,
+    "StartContainer app",
+    "StartContainer side",
+  ]);
+  assert.deepEqual(h.created().map(([n, a]) => [n, a]), [["app", 1], ["side", 1]]);
 });

@@ -9,8 +9,10 @@
  * `calculateLinuxResources` of `kuberuntime_container_linux.go`, `kuberuntime/util`
  * (NamespacesForPod), `pkg/kubelet/kubelet_pods.go` (GeneratePodHostNameAndDomain),
  * `pkg/kubelet/util` (GetNodenameForKernel) and `kuberuntime/helpers.go`
- * (BuildPodLogsDirectory). Pod specs this kubelet cannot honour yet (Windows pods, user
- * namespaces) are refused with {@link SandboxConfigError}.
+ * (BuildPodLogsDirectory). A `hostUsers: false` pod gets the user namespace the userns manager
+ * allocates for its RuntimeClass's handler (upstream NamespacesForPod). Pod specs this kubelet
+ * cannot honour (Windows pods; user namespaces without a userns manager) are refused with
+ * {@link SandboxConfigError}.
  */
 
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
@@ -28,6 +30,8 @@ import { createLogger, kobj, type Logger } from "../klog/klog.ts";
 import { newPodAnnotations, newPodLabels } from "./labels.ts";
 import { milliCPUToQuota, milliCPUToShares } from "../cm/helpers_linux.ts";
 import { namespacesForPod } from "./namespaces.ts";
+import type { RuntimeHandlerLookup } from "../runtimeclass/runtimeclass_manager.ts";
+import type { UsernsManager } from "../userns/userns_manager.ts";
 
 /** Options of {@link generatePodSandboxConfig}. */
 export interface SandboxConfigOptions {
@@ -48,6 +52,13 @@ export interface SandboxConfigOptions {
   readonly cgroupV2?: boolean;
   /** Config singleProcessOOMKill; false on cgroup v2 sets memory.oom.group. @default !cgroupV2 */
   readonly singleProcessOOMKill?: boolean;
+  /**
+   * Allocates the user namespace of a `hostUsers: false` pod (upstream's usernsManager).
+   * @default none: such a pod is refused as not supported
+   */
+  readonly userNamespaces?: Pick<UsernsManager, "getOrCreateUserNamespaceMappings">;
+  /** Resolves the pod's RuntimeClass to its runtime handler. @default the default handler "" */
+  readonly runtimeClasses?: RuntimeHandlerLookup;
   readonly logger?: Logger;
 }
 
@@ -261,15 +272,29 @@ function sandboxSysctls(pod: V1Pod): Record<string, string> {
   return out;
 }
 
-function namespaceOptions(pod: V1Pod): api.NamespaceOption {
-  const s = pod.spec;
-  const hostUsers = s?.hostUsers;
-  if (hostUsers === false) {
-    throw new SandboxConfigError(
-      "Cannot create sandbox: 'spec.hostUsers' false (a user namespace for the pod) is not supported yet",
-    );
+/**
+ * upstream NamespacesForPod: the user namespace comes from the userns manager, which checks that
+ * the pod's runtime handler supports one. The RuntimeClass is resolved here only for pods that
+ * ask for a user namespace; for the others the runtime manager resolves it before RunPodSandbox.
+ * Rejects with the manager's error (upstream's message) as it is.
+ */
+async function namespaceOptions(
+  pod: V1Pod,
+  opts: SandboxConfigOptions,
+): Promise<api.NamespaceOption> {
+  const userns = opts.userNamespaces;
+  if (!userns) {
+    if (pod.spec?.hostUsers === false) {
+      throw new SandboxConfigError(
+        "Cannot create sandbox: 'spec.hostUsers' false (a user namespace for the pod) is not supported: no user namespace manager",
+      );
+    }
+    return namespacesForPod(pod);
   }
-  return namespacesForPod(pod);
+  const handler = pod.spec?.hostUsers === false
+    ? opts.runtimeClasses?.lookupRuntimeHandler(pod.spec.runtimeClassName) ?? ""
+    : "";
+  return namespacesForPod(pod, await userns.getOrCreateUserNamespaceMappings(pod, handler));
 }
 
 function supplementalGroupsPolicy(value: string | undefined): api.SupplementalGroupsPolicy {
@@ -283,7 +308,10 @@ function supplementalGroupsPolicy(value: string | undefined): api.SupplementalGr
   throw new SandboxConfigError(`unsupported supplementalGroupsPolicy: ${value}`);
 }
 
-function sandboxSecurityContext(pod: V1Pod): api.LinuxSandboxSecurityContext {
+function sandboxSecurityContext(
+  pod: V1Pod,
+  namespaceOptions: api.NamespaceOption,
+): api.LinuxSandboxSecurityContext {
   const sc = pod.spec?.securityContext;
   const groups: bigint[] = [];
   if (sc?.fsGroup !== undefined) groups.push(BigInt(sc.fsGroup));
@@ -291,7 +319,7 @@ function sandboxSecurityContext(pod: V1Pod): api.LinuxSandboxSecurityContext {
   for (const g of sc?.supplementalGroups ?? []) groups.push(BigInt(g));
   const se = sc?.seLinuxOptions;
   return {
-    namespaceOptions: namespaceOptions(pod),
+    namespaceOptions,
     selinuxOptions: se
       ? { user: se.user ?? "", role: se.role ?? "", type: se.type ?? "", level: se.level ?? "" }
       : undefined,
@@ -463,7 +491,7 @@ export async function generatePodSandboxConfig(
     cgroupParent: typeof opts.cgroupParent === "function"
       ? opts.cgroupParent(pod)
       : opts.cgroupParent ?? "",
-    securityContext: sandboxSecurityContext(pod),
+    securityContext: sandboxSecurityContext(pod, await namespaceOptions(pod, opts)),
     sysctls: sandboxSysctls(pod),
     overhead,
     resources,

@@ -14,6 +14,7 @@ import {
   type SandboxConfigOptions,
 } from "./kuberuntime_sandbox.ts";
 import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
+import { handlerSupportsUserNamespaces, UsernsManager } from "../userns/userns_manager.ts";
 
 const UID = "3f1e2d4c-0000-4000-8000-000000000001";
 const quiet = createLogger({ write: () => {} });
@@ -34,6 +35,15 @@ function options(over: Partial<SandboxConfigOptions> = {}): SandboxConfigOptions
     logger: quiet,
     ...over,
   };
+}
+
+async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "sandbox-userns-" });
+  try {
+    await fn(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 }
 
 function container(name: string, extra: Partial<V1Container> = {}): V1Container {
@@ -418,17 +428,73 @@ Deno.test("generatePodSandboxConfig follows the CFS quota and OOM group settings
   assert.deepEqual(single.resources?.unified, {});
 });
 
-Deno.test("generatePodSandboxConfig refuses Windows pods and user namespaces as not supported yet", async () => {
+Deno.test("generatePodSandboxConfig refuses Windows pods, and user namespaces without a manager", async () => {
   await assert.rejects(
     () => generatePodSandboxConfig(pod({ os: { name: "windows" } }), 0, options()),
     { name: "SandboxConfigError", message: /'spec\.os\.name' "windows" is not supported yet/ },
   );
   await assert.rejects(
     () => generatePodSandboxConfig(pod({ hostUsers: false }), 0, options()),
-    { name: "SandboxConfigError", message: /'spec\.hostUsers' false .* is not supported yet/ },
+    { name: "SandboxConfigError", message: /'spec\.hostUsers' false .* is not supported/ },
   );
   const linuxPod = await generatePodSandboxConfig(pod({ os: { name: "linux" } }), 0, options());
   assert.equal(linuxPod.hostname, "web");
+});
+
+Deno.test("generatePodSandboxConfig gives a hostUsers: false pod its allocated user namespace", async () => {
+  await withTempDir(async (dir) => {
+    const handlers: api.RuntimeHandler[] = [
+      { name: "", features: { recursiveReadOnlyMounts: true, userNamespaces: true } },
+      { name: "kata", features: { recursiveReadOnlyMounts: false, userNamespaces: false } },
+    ];
+    const userNamespaces = await UsernsManager.open({
+      podsDirectory: dir,
+      maxPods: 110,
+      handlerSupportsUserNamespaces: (h) => handlerSupportsUserNamespaces(handlers, h),
+      kubeletMappings: (ids) => Promise.resolve({ firstID: ids, length: ids * 200 }),
+      random: () => 0,
+      logger: quiet,
+    });
+    const lookups: (string | undefined)[] = [];
+    const runtimeClasses = {
+      lookupRuntimeHandler: (name: string | null | undefined) => {
+        lookups.push(name ?? undefined);
+        return name === "kata" ? "kata" : "";
+      },
+    };
+    const opts = options({ userNamespaces, runtimeClasses });
+    const s = sc(await generatePodSandboxConfig(pod({ hostUsers: false }), 0, opts));
+    const mapping = { hostId: 65536, containerId: 0, length: 65536 };
+    assert.deepEqual(s.namespaceOptions, {
+      network: api.NamespaceMode.POD,
+      pid: api.NamespaceMode.CONTAINER,
+      ipc: api.NamespaceMode.POD,
+      targetId: "",
+      usernsOptions: { mode: api.NamespaceMode.POD, uids: [mapping], gids: [mapping] },
+    });
+    // The pod's next sandbox (or config) gets the same block back.
+    const again = sc(await generatePodSandboxConfig(pod({ hostUsers: false }), 1, opts));
+    assert.deepEqual(again.namespaceOptions, s.namespaceOptions);
+    assert.equal(userNamespaces.allocated, 1);
+    // Pods keeping the host's users name the node's namespace; their class is not looked up.
+    const host = sc(await generatePodSandboxConfig(pod({ runtimeClassName: "kata" }), 0, opts));
+    assert.equal(host.namespaceOptions?.usernsOptions?.mode, api.NamespaceMode.NODE);
+    assert.deepEqual(lookups, [undefined, undefined]);
+    // A handler without user namespaces fails the sandbox with upstream's message.
+    await assert.rejects(
+      () =>
+        generatePodSandboxConfig(
+          pod({ hostUsers: false, runtimeClassName: "kata" }, "other"),
+          0,
+          opts,
+        ),
+      {
+        name: "UserNamespaceError",
+        message:
+          'can\'t set `spec.hostUsers: false`, RuntimeClass handler "kata" does not support user namespaces',
+      },
+    );
+  });
 });
 
 Deno.test("generatePodSandboxConfig stops on an aborted signal", async () => {

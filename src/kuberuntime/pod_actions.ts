@@ -2,12 +2,14 @@
  * @module
  * computePodActions: what one SyncPod must do to bring the runtime's view of a pod to its spec
  * (kill it, make a new sandbox, which init containers and sidecars and which regular containers
- * to start, which containers to kill and why). Pure: it reads the pod, the runtime status and
- * the probe results only. Private to `kuberuntime_manager.ts`, which re-exports it. Corresponds
- * to upstream `computePodActions` (kuberuntime_manager.go), `computeInitContainerActions` and
- * `hasAnyRegularContainerCreated` (kuberuntime_container.go), `PodSandboxChanged`
- * (kuberuntime/util) and `ShouldContainerBeRestarted` (container/helpers.go), with
- * SidecarContainers GA and LegacySidecarContainers off as in v1.36.
+ * to start, which containers to kill and why, and which to remove when the pod restarts all its
+ * containers in place). Pure: it reads the pod, the runtime status and the probe results only.
+ * Private to `kuberuntime_manager.ts`, which re-exports it. Corresponds to upstream
+ * `computePodActions` and `getContainersToReset` (kuberuntime_manager.go),
+ * `computeInitContainerActions` and `hasAnyRegularContainerCreated` (kuberuntime_container.go),
+ * `PodSandboxChanged` (kuberuntime/util) and `ShouldContainerBeRestarted` (container/helpers.go),
+ * with SidecarContainers GA, LegacySidecarContainers off, and ContainerRestartRules and
+ * RestartAllContainersOnContainerExits on, as in v1.36.
  */
 
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
@@ -19,7 +21,11 @@ import {
   type KubeContainerStatus,
   toKubeContainerStatuses,
 } from "./kuberuntime_container.ts";
-import { isRestartableInitContainer } from "../pod/podutil.ts";
+import {
+  containerShouldRestart,
+  findMatchingContainerRestartRule,
+  isRestartableInitContainer,
+} from "../pod/podutil.ts";
 import { podSandboxChanged } from "./sandbox_changed.ts";
 import {
   type ActuatedLookup,
@@ -34,6 +40,14 @@ export interface ContainerToKill {
   readonly container?: V1Container;
   readonly message: string;
   readonly reason: ContainerKillReason;
+}
+
+/** A container to remove for RestartAllContainers (upstream containerToRemoveInfo). */
+export interface ContainerToRemove {
+  readonly containerId: string;
+  readonly container: V1Container;
+  /** It is not exited: stop it (with no grace period) before removing it. */
+  readonly kill: boolean;
 }
 
 /** What one SyncPod must do (upstream podActions). */
@@ -58,6 +72,12 @@ export interface PodActions {
   containersToKill: Map<string, ContainerToKill>;
   /** Running containers to resize in place, and whether the pod cgroup follows. */
   resize: ResizeActions;
+  /**
+   * Every instance of every init and regular container, in removal order, when the pod
+   * restarts all its containers in place: regular containers, then init containers, then those
+   * that exited into RestartAllContainers (regular, then init). Empty otherwise.
+   */
+  containersToReset: ContainerToRemove[];
 }
 
 /** A probe's last result (upstream proberesults.Result). */
@@ -78,6 +98,11 @@ export interface ComputePodActionsOptions {
    * resize running containers in place. @default none: running containers are not resized
    */
   readonly actuated?: ActuatedLookup;
+  /**
+   * The pod's API status says AllContainersRestarting: remove every container, keeping the
+   * sandbox, so that all start again (upstream SyncPod's restartAllContainers). @default false
+   */
+  readonly restartAllContainers?: boolean;
 }
 
 const NO_PROBES: ProbeResults = { liveness: () => undefined, startup: () => undefined };
@@ -86,19 +111,20 @@ function shouldRestartOnFailure(pod: V1Pod): boolean {
   return pod.spec?.restartPolicy !== "Never";
 }
 
-/** upstream ShouldContainerBeRestarted. */
+/**
+ * upstream ShouldContainerBeRestarted: an exited container restarts as its restart rules, its
+ * own restartPolicy and then the pod's say.
+ */
 export function shouldContainerBeRestarted(
   pod: V1Pod,
+  container: V1Container,
   status: KubeContainerStatus | undefined,
 ): boolean {
   if (pod.metadata?.deletionTimestamp != null) return false;
   if (!status) return true;
   if (status.state === "running") return false;
   if (status.state === "unknown" || status.state === "created") return true;
-  const policy = pod.spec?.restartPolicy;
-  if (policy === "Never") return false;
-  if (policy === "OnFailure" && status.exitCode === 0) return false;
-  return true;
+  return containerShouldRestart(container, pod.spec, status.exitCode);
 }
 
 /** upstream isInitContainerFailed. */
@@ -136,8 +162,23 @@ export function computePodActions(
     ephemeralContainersToStart: [],
     containersToKill: new Map(),
     resize: emptyResizeActions(),
+    containersToReset: [],
   };
   const containers = pod.spec?.containers ?? [];
+
+  if (opts.restartAllContainers) {
+    // Everything goes, the containers that triggered the restart last; the next sync starts
+    // the pod's containers again in the same sandbox, init containers first.
+    const inits = getContainersToReset(pod.spec?.initContainers ?? [], statuses);
+    const regular = getContainersToReset(containers, statuses);
+    changes.containersToReset = [
+      ...regular.targets,
+      ...inits.targets,
+      ...regular.sources,
+      ...inits.sources,
+    ];
+    return changes;
+  }
 
   if (sandbox.changed) {
     // A pod that must not restart, whose containers have run, is only killed.
@@ -145,10 +186,13 @@ export function computePodActions(
       changes.createSandbox = false;
       return changes;
     }
+    // Containers that succeeded do not run again when they restart only on failure (their own
+    // restartPolicy, else the pod's); the others, Never ones included, all start again.
     const toStart = containers.flatMap((c, i) => {
       const s = findContainerStatus(statuses, c.name);
       const succeeded = s?.state === "exited" && s.exitCode === 0;
-      return pod.spec?.restartPolicy === "OnFailure" && succeeded ? [] : [i];
+      const runOnce = (c.restartPolicy ?? pod.spec?.restartPolicy) === "OnFailure";
+      return runOnce && succeeded ? [] : [i];
     });
     if (toStart.length === 0 && hasAnyRegularContainerCreated(pod, statuses)) {
       changes.createSandbox = false;
@@ -176,7 +220,7 @@ export function computePodActions(
     const status = findContainerStatus(statuses, container.name);
     killOlderRunning(statuses, container, status, changes);
     if (!status || status.state !== "running") {
-      if (shouldContainerBeRestarted(pod, status)) {
+      if (shouldContainerBeRestarted(pod, container, status)) {
         changes.containersToStart.push(idx);
         if (status?.state === "unknown") {
           // It may still run: kill it first so that two never run at once.
@@ -192,7 +236,10 @@ export function computePodActions(
     }
     let message: string;
     let reason: ContainerKillReason = "";
-    let restart = shouldRestartOnFailure(pod);
+    // A running container has no exit code for its rules: only its restartPolicy counts.
+    let restart = container.restartPolicy !== undefined
+      ? container.restartPolicy !== "Never"
+      : shouldRestartOnFailure(pod);
     if (hashContainer(container) !== status.hash) {
       message = `Container ${container.name} definition changed`;
       // A changed spec restarts whatever the restart policy.
@@ -360,7 +407,7 @@ function computeInitContainerActions(
         if (sidecar) {
           toStart.push(i);
         } else if (isInitContainerFailed(status)) {
-          if (!restartOnFailure) {
+          if (!shouldContainerBeRestarted(pod, container, status)) {
             changes.killPod = true;
             changes.initContainersToStart = [];
             return false;
@@ -374,7 +421,11 @@ function computeInitContainerActions(
         break;
       default: {
         const message = `Init container is in "unknown" state, try killing it before restart`;
-        if (!sidecar && !restartOnFailure) {
+        // No exit code for the rules: only the container's restartPolicy counts.
+        const restart = container.restartPolicy !== undefined
+          ? container.restartPolicy !== "Never"
+          : restartOnFailure;
+        if (!sidecar && !restart) {
           changes.killPod = true;
           changes.initContainersToStart = [];
           return false;
@@ -388,4 +439,32 @@ function computeInitContainerActions(
   if (!isPreviouslyInitialized) toStart.push(0);
   changes.initContainersToStart = toStart.reverse();
   return podHasInitialized;
+}
+
+/**
+ * upstream getContainersToReset: every instance of the containers, split into the sources (exited
+ * with a code whose first matching rule is RestartAllContainers) and the targets (the rest; those
+ * not exited are killed first).
+ */
+function getContainersToReset(
+  containers: readonly V1Container[],
+  statuses: readonly KubeContainerStatus[],
+): { sources: ContainerToRemove[]; targets: ContainerToRemove[] } {
+  const sources: ContainerToRemove[] = [];
+  const targets: ContainerToRemove[] = [];
+  for (const container of containers) {
+    for (const s of statuses) {
+      if (s.name !== container.name) continue;
+      if (s.state !== "exited") {
+        targets.push({ containerId: s.id, container, kill: true });
+      } else if (
+        findMatchingContainerRestartRule(container, s.exitCode)?.action === "RestartAllContainers"
+      ) {
+        sources.push({ containerId: s.id, container, kill: false });
+      } else {
+        targets.push({ containerId: s.id, container, kill: false });
+      }
+    }
+  }
+  return { sources, targets };
 }

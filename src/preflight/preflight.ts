@@ -3,7 +3,9 @@
  * `kubelet --check`: one run over everything that would stop the kubelet on this node, each
  * problem reported with what to do, instead of the first one ending a start-up. Upstream has no
  * such mode (kubeadm's preflight checks cover a part of it, from outside). The checks:
- * - configuration: the file, drop-ins and flags load and validate (what main.ts reports);
+ * - configuration: the file, drop-ins and flags load and validate (what main.ts reports), with
+ *   nothing left to lenient decoding (unknown fields, keys given twice), and the per-node flags
+ *   pass their checks (--node-ip, --node-labels, ...);
  * - permissions: every configured path is inside the agent's Deno permission set;
  * - runtime: the CRI socket exists, answers `runtime.v1` Version and Status, and its cgroup
  *   driver (RuntimeConfig, where served) is the configured one;
@@ -12,7 +14,8 @@
  * - certificates: the serving certificate and key (readable, matching, valid now and for 30
  *   days), the client CA file, the kubeconfig's client certificate;
  * - apiserver: reachable, and the kubeconfig's credentials accepted (SelfSubjectReview);
- * - cis: the CIS Kubernetes Benchmark's kubelet items (cis_benchmark.ts), as warnings.
+ * - cis: the CIS Kubernetes Benchmark's kubelet items (cis_benchmark.ts), as warnings; not
+ *   checked when the configuration did not load (the defaults are not the site's).
  * The remote checks live in `_remote.ts`. Host files are read under `root`, so tests
  * plant a host.
  */
@@ -45,6 +48,13 @@ export interface PreflightOptions {
   /** The loaded configuration; when it failed to load, `configError` and the defaults. */
   readonly config: KubeletConfiguration;
   readonly configError?: Error;
+  /**
+   * What lenient decoding went past in each file (unknown fields, keys given twice), as
+   * app/kubelet_config.ts words it: the kubelet starts, but the file does not say what was meant.
+   */
+  readonly lenientDecoding?: readonly string[];
+  /** Problems with the per-node flags (app/kubelet_flags.ts validateKubeletFlags). */
+  readonly flagErrors?: readonly Error[];
   /** The paths the configuration names (app/kubelet_server.ts pathNeeds). */
   readonly pathNeeds: readonly PathNeed[];
   /** Host files are read under this root. @default "/" */
@@ -104,15 +114,28 @@ export function formatFindings(findings: readonly Finding[]): string {
 }
 
 function checkConfiguration(o: PreflightOptions): Finding[] {
+  const out: Finding[] = (o.flagErrors ?? []).map((e) =>
+    problem("flags", e.message, "correct or remove the flag named")
+  );
+  for (const text of o.lenientDecoding ?? []) {
+    out.push(problem(
+      "configuration",
+      `the kubelet would start, but ignoring what strict decoding refuses: ${text}`,
+      "remove or correct the field named (a misspelt field is ignored, and of a key given twice " +
+        "the last is used)",
+    ));
+  }
   if (o.configError) {
-    return [
+    out.push(
       problem(
         "configuration",
         o.configError.message,
         "correct the file, drop-in or flag named; the checks below use the defaults in its place",
       ),
-    ];
+    );
+    return out;
   }
+  if (out.length > 0) return out;
   const file = o.flags.kubeletConfigFile;
   return [
     ok(
@@ -315,6 +338,14 @@ async function servingPair(certFile: string, keyFile: string, now: number): Prom
 
 /** The CIS items: each failed one a warning with its fix, a single line when all pass. */
 async function checkCis(o: PreflightOptions): Promise<Finding[]> {
+  if (o.configError) {
+    // The defaults in place of a configuration that did not load say nothing of the site's.
+    return [warning(
+      "cis",
+      "not checked: the configuration did not load (see above)",
+      "correct the configuration and run --check again",
+    )];
+  }
   const results = [
     ...cisKubeletChecks(o.config, o.flags),
     ...await cisFileChecks(cisFiles(o.config, o.flags)),

@@ -7,7 +7,8 @@
  * ordinary paths to it. The view mirrors the host's layout (`<view>/proc/meminfo`,
  * `<view>/sys/fs/cgroup/...`), so modules that read "under a root" take the view as their root.
  *
- * Named /proc files, a few /sys directories and /etc files are mounted read-only;
+ * Named /proc files, a few /sys directories and /etc files (machine ids, os-release, and
+ * passwd, subuid and subgid for the user namespace range) are mounted read-only;
  * /sys/fs/cgroup recursively and writable (the agent manages the kubepods tree); each as a
  * slave, so nothing done under the view propagates back to the host. The view lives outside every
  * directory the agent may write or remove, and {@link openHostView} first clears what an
@@ -78,6 +79,10 @@ export function hostViewEntries(pid = Deno.pid): HostViewEntry[] {
     ro("/var/lib/dbus/machine-id"),
     ro("/etc/os-release"),
     ro("/usr/lib/os-release"),
+    // The kubelet user and its subordinate IDs, the range of pods' user namespaces.
+    ro("/etc/passwd"),
+    ro("/etc/subuid"),
+    ro("/etc/subgid"),
   ];
 }
 

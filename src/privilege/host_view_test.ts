@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { type HostViewEntry, openHostView } from "./host_view.ts";
+import { hostViewEntries, type HostViewEntry, openHostView } from "./host_view.ts";
 
 /** A mount table that the fake `mount` and `umount` commands keep. */
 function fakeMounts(initial: string[] = []) {
@@ -120,4 +120,14 @@ Deno.test("openHostView undoes its mounts when one fails and names the command",
     await Deno.remove(dir, { recursive: true }).catch(() => {});
     await Deno.remove(host, { recursive: true });
   }
+});
+
+Deno.test("hostViewEntries shows the files of the user namespace range, read-only", () => {
+  const byPath = new Map(hostViewEntries(4242).map((e) => [e.path, e]));
+  for (const path of ["/etc/passwd", "/etc/subuid", "/etc/subgid"]) {
+    assert.deepEqual(byPath.get(path), { path, kind: "file", writable: false, recursive: false });
+  }
+  // Not /etc/shadow, nor /etc as a whole.
+  assert.equal(byPath.has("/etc/shadow"), false);
+  assert.equal(byPath.has("/etc"), false);
 });

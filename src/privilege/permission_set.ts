@@ -6,13 +6,15 @@
  * config); the plan is made in a short-lived Worker (plan_worker.ts), so that the
  * launcher's isolate never loads the configuration's parsers; the launcher mounts the host view
  * (host_view.ts) and runs the agent in a Worker whose permissions list exactly the paths the
- * configuration names, the host view, the programs the agent runs and nothing else: a read of
+ * configuration names, the host view, the programs the agent runs (with the image credential
+ * provider plugins the configuration names, each by its path) and nothing else: a read of
  * /etc/shadow, a write outside the root dir, log dirs and cgroup tree, or a spawn of an unnamed
  * program fails with Deno's NotCapable inside the agent.
  *
  * Has no upstream counterpart: the Go kubelet runs with all of root's rights.
  */
 
+import { OWN_OOM_SCORE_ADJ } from "../util/oom_adjuster.ts";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { systemBusAddress, unixPathOf } from "../util/dbus.ts";
@@ -25,6 +27,9 @@ export const LOGIND_DROPIN_DIRECTORY = "/etc/systemd/logind.conf.d";
 
 /** The programs the agent runs: volume mounts and unmounts, filesystem stats, and the shutdown inhibitor lock. */
 export const AGENT_PROGRAMS: readonly string[] = ["mount", "umount", "df", "systemd-inhibit"];
+
+/** The program node log queries run, only with enableSystemLogQuery (server/journal_copy.ts JOURNALCTL; a test keeps them equal). */
+export const LOG_QUERY_PROGRAM = "journalctl";
 
 /** Host files every agent reads whatever its configuration: the hosts file host-network pods get. */
 const HOST_READS: readonly string[] = ["/etc/hosts"];
@@ -69,6 +74,11 @@ export interface AgentPermissionsOptions {
   readonly busAddress?: string;
   /** More files to read: those the kubeconfigs name ({@link kubeconfigFiles}). @default [] */
   readonly extraRead?: readonly string[];
+  /**
+   * The credential provider plugins' executables (`<bin-dir>/<name>` of each provider of
+   * `--image-credential-provider-config`), which the agent runs. @default []
+   */
+  readonly credentialProviderExecutables?: readonly string[];
 }
 
 /** The permission set of the agent under `opts.server`'s configuration. */
@@ -88,6 +98,8 @@ export function agentPermissions(opts: AgentPermissionsOptions): AgentPermission
   read.add(logs);
   write.add(logs);
   read.add(opts.nodeLogDir ?? "/var/log");
+  // The kubelet's own OOM score (oomScoreAdj), set at start.
+  write.add(OWN_OOM_SCORE_ADJ);
   // The whole view is readable (it holds only what was mounted: a host path that is missing
   // reads as NotFound, not as a permission error); only the cgroup tree is writable.
   read.add(view.root);
@@ -115,7 +127,11 @@ export function agentPermissions(opts: AgentPermissionsOptions): AgentPermission
   return {
     read: [...read].sort(),
     write: [...write].sort(),
-    run: [...AGENT_PROGRAMS],
+    run: [
+      ...AGENT_PROGRAMS,
+      ...(opts.credentialProviderExecutables ?? []),
+      ...(server.config.enableSystemLogQuery === true ? [LOG_QUERY_PROGRAM] : []),
+    ],
     net: true,
     env: true,
     sys: [...SYS],
@@ -233,6 +249,23 @@ export async function planLaunch(req: LaunchPlanRequest): Promise<LaunchPlan> {
     return inProcess;
   }
   const { flags } = cl;
+  let credentialProviderExecutables: readonly string[] = [];
+  if (
+    flags.imageCredentialProviderConfigFile !== "" || flags.imageCredentialProviderBinDir !== ""
+  ) {
+    const { loadCredentialProviderPlugins } = await import("../credentialprovider/plugins.ts");
+    try {
+      credentialProviderExecutables = (await loadCredentialProviderPlugins({
+        configPath: flags.imageCredentialProviderConfigFile,
+        binDir: flags.imageCredentialProviderBinDir,
+        serviceAccountTokenGate:
+          config.featureGates?.KubeletServiceAccountTokenForCredentialProviders ?? true,
+      })).executables;
+    } catch {
+      // The kubelet says what is wrong with them, and stops.
+      return inProcess;
+    }
+  }
   const viewDir = await hostViewDir(req.runDir ?? LAUNCHER_RUN_DIR, flags.rootDirectory);
   const permissions = agentPermissions({
     server: { flags, config },
@@ -240,6 +273,7 @@ export async function planLaunch(req: LaunchPlanRequest): Promise<LaunchPlan> {
     // and a missing path reads as NotFound either way.
     view: { root: viewDir, mounted: hostViewEntries() },
     extraRead: await kubeconfigFiles([flags.kubeConfig, flags.bootstrapKubeconfig]),
+    credentialProviderExecutables,
   });
   // Bootstrapping writes the kubeconfig, and only it, into its directory: the launcher makes
   // the directory rather than the agent being granted all of it (often /etc/kubernetes, static

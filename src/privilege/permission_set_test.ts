@@ -218,3 +218,105 @@ Deno.test("the sandbox's logind drop-in directory is the node shutdown manager's
   const { LOGIND_DROPIN_DIRECTORY } = await import("./permission_set.ts");
   assert.equal(LOGIND_DROPIN_DIRECTORY, LOGIND_CONFIG_DIRECTORY);
 });
+
+Deno.test("planLaunch lets the agent run the configured credential provider plugins, and no other file of their directory", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "sandbox-cp-" });
+  try {
+    const bin = join(dir, "plugins");
+    await Deno.mkdir(bin);
+    for (const name of ["ecr-credential-provider", "not-configured"]) {
+      await Deno.writeTextFile(join(bin, name), "#!/bin/sh\necho ran\n", { mode: 0o755 });
+    }
+    const cpConfig = join(dir, "credential-provider.yaml");
+    await Deno.writeTextFile(
+      cpConfig,
+      [
+        "apiVersion: kubelet.config.k8s.io/v1",
+        "kind: CredentialProviderConfig",
+        "providers:",
+        "  - name: ecr-credential-provider",
+        '    matchImages: ["*.dkr.ecr.*.amazonaws.com"]',
+        "    defaultCacheDuration: 12h",
+        "    apiVersion: credentialprovider.kubelet.k8s.io/v1",
+      ].join("\n"),
+    );
+    const kubeletConfig = join(dir, "kubelet.yaml");
+    await Deno.writeTextFile(
+      kubeletConfig,
+      [
+        "apiVersion: kubelet.config.k8s.io/v1beta1",
+        "kind: KubeletConfiguration",
+        "failCgroupV1: false",
+        `containerRuntimeEndpoint: unix://${dir}/cri.sock`,
+        `podLogsDir: ${dir}/pod-logs`,
+      ].join("\n"),
+    );
+    const { planLaunch } = await import("./permission_set.ts");
+    const args = [
+      ...["--config", kubeletConfig, "--root-dir", join(dir, "root")],
+      ...["--image-credential-provider-config", cpConfig],
+      ...["--image-credential-provider-bin-dir", bin],
+    ];
+    const plan = await planLaunch({ args, cgroupV1: true, root: true, runDir: "/run/test-views" });
+    assert.equal(plan.kind, "sandbox");
+    if (plan.kind !== "sandbox") return;
+    const { permissions } = plan;
+    assert.deepEqual(permissions.run, [
+      "mount",
+      "umount",
+      "df",
+      "systemd-inhibit",
+      join(bin, "ecr-credential-provider"),
+    ]);
+    assert.ok(permissions.read.includes(cpConfig) && permissions.read.includes(bin));
+    const answers = await probe(permissions, [
+      { op: "run", program: join(bin, "ecr-credential-provider") },
+      { op: "read", path: cpConfig },
+      { op: "run", program: join(bin, "not-configured") },
+    ]);
+    assert.deepEqual(answers.slice(0, 2), [{ ok: true }, { ok: true }]);
+    assert.match(answers[2]?.error ?? "", /^NotCapable: Requires run access/);
+
+    // A configuration that does not load: the kubelet reports it, outside the sandbox.
+    await Deno.writeTextFile(cpConfig, "kind: Nope\n");
+    const broken = await planLaunch({
+      args,
+      cgroupV1: true,
+      root: true,
+      runDir: "/run/test-views",
+    });
+    assert.deepEqual(broken, { kind: "in-process" });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("agentPermissions lets the agent run journalctl only when enableSystemLogQuery is on", async () => {
+  const { JOURNALCTL } = await import("../server/journal_copy.ts");
+  const { LOG_QUERY_PROGRAM } = await import("./permission_set.ts");
+  assert.equal(LOG_QUERY_PROGRAM, JOURNALCTL);
+  const dir = await Deno.makeTempDir({ prefix: "sandbox-journal-" });
+  try {
+    const s = await server(dir);
+    const view = { root: join(dir, "view"), mounted: [] };
+    const off = agentPermissions({ server: s, view });
+    assert.ok(!off.run.includes("journalctl"));
+    s.config.enableSystemLogHandler = true;
+    s.config.enableSystemLogQuery = true;
+    const on = agentPermissions({ server: s, view });
+    assert.deepEqual(on.run, [...off.run, "journalctl"]);
+    // The journal's units, as the node log query asks for them.
+    const ops: ProbeOp[] = [{
+      op: "run",
+      program: "journalctl",
+      args: ["--field", "_SYSTEMD_UNIT"],
+    }];
+    const [denied] = await probe(off, ops);
+    assert.match(denied?.error ?? "", /^NotCapable: Requires run access to "journalctl"/);
+    const [allowed] = await probe(on, ops);
+    // Where journalctl is not installed, the permission still lets the agent try.
+    assert.ok(allowed?.ok || /^NotFound/.test(allowed?.error ?? ""), allowed?.error);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -79,6 +79,16 @@ export function pathNeeds(s: KubeletServer): PathNeed[] {
       source: "authentication.x509.clientCAFile",
     },
     { permission: "read", path: config.resolvConf ?? "", source: "resolvConf" },
+    {
+      permission: "read",
+      path: flags.imageCredentialProviderConfigFile,
+      source: "--image-credential-provider-config",
+    },
+    {
+      permission: "read",
+      path: flags.imageCredentialProviderBinDir,
+      source: "--image-credential-provider-bin-dir",
+    },
     { permission: "read", path: config.podLogsDir ?? "", source: "podLogsDir" },
     { permission: "write", path: config.podLogsDir ?? "", source: "podLogsDir" },
   ];

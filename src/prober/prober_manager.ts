@@ -17,6 +17,8 @@ import { kobj, type Logger } from "../klog/klog.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
 import { MAX_PROBE_RETRIES, type ProbeKind, type Prober } from "./prober.ts";
 import { type ProbeResult, ProberMetrics, ResultsManager, type WorkerLabels } from "./_results.ts";
+import { containerShouldRestart } from "../pod/podutil.ts";
+import { type RuntimeContainerState, shouldAllContainersRestart } from "../status/generate.ts";
 
 export type { ProbeKind, ProbeResult };
 
@@ -380,9 +382,11 @@ export class ProberManager {
     if (c.state !== api.ContainerState.CONTAINER_RUNNING) {
       this.#log.v(3).info("Non-running container probed", log);
       results.set(w.containerId, "Failure", w.podUID);
-      // Stop when the container will not be restarted.
-      return c.state !== api.ContainerState.CONTAINER_EXITED ||
-        w.pod.spec?.restartPolicy !== "Never";
+      // Stop when the container will not be restarted: its restart rules and policy (then the
+      // pod's) say so, and the pod is not restarting all its containers in place.
+      if (c.state !== api.ContainerState.CONTAINER_EXITED) return true;
+      return containerShouldRestart(w.container, w.pod.spec, c.exitCode) ||
+        shouldAllContainersRestart(w.pod, status.containerStatuses.map(runtimeState), undefined);
     }
 
     if (w.pod.metadata?.deletionTimestamp && w.kind !== "readiness") {
@@ -532,4 +536,20 @@ export class ProberManager {
 
 function periodMs(spec: V1Probe): number {
   return (spec.periodSeconds || DEFAULTS.periodSeconds) * 1000;
+}
+
+/** A CRI container status as {@link shouldAllContainersRestart} reads it. */
+function runtimeState(c: api.ContainerStatus): RuntimeContainerState {
+  const exited = c.state === api.ContainerState.CONTAINER_EXITED;
+  return {
+    name: c.metadata?.name ?? "",
+    state: exited
+      ? "exited"
+      : c.state === api.ContainerState.CONTAINER_RUNNING
+      ? "running"
+      : c.state === api.ContainerState.CONTAINER_CREATED
+      ? "created"
+      : "unknown",
+    exitCode: exited ? c.exitCode : 0,
+  };
 }

@@ -419,6 +419,22 @@ Deno.test("ProberManager stops a worker when the container exits and will not re
   await t.stop();
 });
 
+Deno.test("ProberManager keeps probing an exited container its restart rules restart", async () => {
+  const t = setup();
+  t.statuses.set("u1", status("u1", [running("c", "id1", t.t0)]));
+  const c: V1Container = {
+    ...container("c", { readiness: { periodSeconds: 1 } }),
+    restartPolicy: "Never",
+    restartPolicyRules: [{ action: "Restart", exitCodes: { operator: "In", values: [1] } }],
+  };
+  t.manager.addPod(pod("u1", [c], { restartPolicy: "Never" }));
+  await t.settle();
+  t.statuses.set("u1", status("u1", [exited("c", "id1")]));
+  await t.step(S);
+  assert.equal(t.manager.workerCount, 1, "exit 1 matches its Restart rule");
+  await t.stop();
+});
+
 Deno.test("ProberManager sets liveness Success and stops when the pod is being deleted", async () => {
   const t = setup();
   t.statuses.set("u1", status("u1", [running("c", "id1", t.t0)]));

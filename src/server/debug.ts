@@ -40,3 +40,70 @@ export function debugPodRoutes(opts: DebugPodRoutesOptions): Route[] {
     },
   }];
 }
+
+/** What {@link debugFlagsRoutes} needs. */
+export interface DebugFlagsRoutesOptions {
+  /** KubeletConfiguration enableDebuggingHandlers. @default true */
+  readonly enabled?: boolean;
+  /** KubeletConfiguration enableDebugFlagsHandler. @default true */
+  readonly flagsEnabled?: boolean;
+  /** Sets the log verbosity (`-v`), leaving `-vmodule` as it is. */
+  readonly setVerbosity: (v: number) => void;
+}
+
+const UINT32_MAX = 2 ** 32 - 1;
+const INT32_MAX = 2 ** 31 - 1;
+
+/** A plain-text answer as apiserver's writePlainText writes it (the text, then a newline). */
+function plain(res: Parameters<Route["handler"] & object>[1], status: number, text: string) {
+  res.writeHead(status, { "content-type": "text/plain", "x-content-type-options": "nosniff" });
+  res.end(`${text}\n`);
+}
+
+/**
+ * `PUT /debug/flags/v` with the new verbosity as its body (upstream InstallDebugFlagsHandler and
+ * component-base's GlogSetter): "successfully set klog.logging.verbosity to <v>"; 400 with Go's
+ * parse error for a body that is not a whole number, 406 for another method, 405 when
+ * enableDebugFlagsHandler (or enableDebuggingHandlers) is off.
+ */
+export function debugFlagsRoutes(opts: DebugFlagsRoutesOptions): Route[] {
+  return [{
+    pattern: "/debug/flags/v",
+    handler: async ({ req }, res) => {
+      if (opts.enabled === false) return httpError(res, 405, "Debug endpoints are disabled.");
+      if (opts.flagsEnabled === false) return httpError(res, 405, "flags endpoint is disabled.");
+      if (req.method !== "PUT") return plain(res, 406, "unsupported http method");
+      let body = "";
+      const decoder = new TextDecoder();
+      for await (const chunk of req) body += decoder.decode(chunk as Uint8Array, { stream: true });
+      body += decoder.decode();
+      if (!/^\d+$/.test(body)) {
+        return plain(
+          res,
+          400,
+          `strconv.ParseUint: parsing ${JSON.stringify(body)}: invalid syntax`,
+        );
+      }
+      const v = Number(body);
+      if (v > UINT32_MAX) {
+        return plain(
+          res,
+          400,
+          `strconv.ParseUint: parsing ${JSON.stringify(body)}: value out of range`,
+        );
+      }
+      if (v > INT32_MAX) {
+        // klog's Level.Set parses an int32.
+        return plain(
+          res,
+          400,
+          `failed set klog.logging.verbosity ${body}: strconv.ParseInt: parsing ${
+            JSON.stringify(body)
+          }: value out of range`,
+        );
+      }
+      opts.setVerbosity(v);
+      plain(res, 200, `successfully set klog.logging.verbosity to ${body}`);
+    },
+  }];
+}

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import type { ServerResponse } from "node:http";
 import type { KubeletRequest } from "./server.ts";
-import { debugPodRoutes } from "./debug.ts";
+import { debugFlagsRoutes, debugPodRoutes } from "./debug.ts";
 import type { PodTimeline } from "../pod_startup_latency_tracker.ts";
 
 const T0 = Date.UTC(2026, 0, 1, 12);
@@ -71,4 +71,62 @@ Deno.test("debugPodRoutes answers 404 for an unknown pod and 405 when debugging 
   const off = await get(false, "ns", "web");
   assert.equal(off.status, 405);
   assert.equal(off.body, "Debug endpoints are disabled.\n");
+});
+
+async function putV(
+  body: string,
+  opts: { enabled?: boolean; flagsEnabled?: boolean; method?: string } = {},
+) {
+  const set: number[] = [];
+  const [route] = debugFlagsRoutes({
+    enabled: opts.enabled,
+    flagsEnabled: opts.flagsEnabled,
+    setVerbosity: (v) => set.push(v),
+  });
+  assert.equal(route?.pattern, "/debug/flags/v");
+  const out = { status: 0, body: "", headersSent: false };
+  const res = {
+    writeHead(status: number) {
+      out.status = status;
+      out.headersSent = true;
+      return this;
+    },
+    end(chunk?: string) {
+      out.body += chunk ?? "";
+    },
+    get headersSent() {
+      return out.headersSent;
+    },
+  };
+  const req = {
+    method: opts.method ?? "PUT",
+    async *[Symbol.asyncIterator]() {
+      yield new TextEncoder().encode(body);
+    },
+  };
+  await route!.handler!({ req } as unknown as KubeletRequest, res as unknown as ServerResponse);
+  return { ...out, set };
+}
+
+Deno.test("debugFlagsRoutes sets the verbosity as upstream's /debug/flags/v", async () => {
+  assert.deepEqual(await putV("4"), {
+    status: 200,
+    body: "successfully set klog.logging.verbosity to 4\n",
+    headersSent: true,
+    set: [4],
+  });
+  const bad = await putV("four");
+  assert.equal(bad.status, 400);
+  assert.equal(bad.body, 'strconv.ParseUint: parsing "four": invalid syntax\n');
+  assert.deepEqual(bad.set, []);
+  const big = await putV("3000000000");
+  assert.equal(
+    big.body,
+    'failed set klog.logging.verbosity 3000000000: strconv.ParseInt: parsing "3000000000": value out of range\n',
+  );
+  assert.equal((await putV("4", { method: "GET" })).status, 406);
+  const off = await putV("4", { flagsEnabled: false });
+  assert.equal(off.status, 405);
+  assert.match(off.body, /^flags endpoint is disabled\./);
+  assert.equal((await putV("4", { enabled: false })).status, 405);
 });

@@ -7,10 +7,14 @@
  * previous, from the runtime's pod status and the pod's API status), asks the runtime for its log
  * path and streams the file with {@link readLogs}. Node logs: a static file server confined to
  * the node log directory, refusing symlinks that lead out of it. Talks to the pod manager, the
- * pod cache, and the CRI RuntimeService (ContainerStatus). Corresponds to upstream
+ * pod cache, and the CRI RuntimeService (ContainerStatus). With enableSystemLogQuery, `/logs/`
+ * also answers node log queries (`?query=<service or file>`, journal.ts and journal_copy.ts):
+ * a query of services streams journalctl's output or the services' files, a query of one file
+ * serves that file as `/logs/<file>` would. Corresponds to upstream
  * `pkg/kubelet/server/server.go` (getContainerLogs, getLogs, InstallSystemLogHandler),
  * `pkg/kubelet/kubelet_pods.go` (GetKubeletContainerLogs, validateContainerLogStatus),
- * `kuberuntime_container.go` (GetContainerLogs) and the `/logs/` http.FileServer of `kubelet.go`.
+ * `kuberuntime_container.go` (GetContainerLogs) and the `/logs/` handler of `kubelet.go` (Run: the
+ * http.FileServer, and the NodeLogQuery handler in front of it).
  */
 
 import type { ServerResponse } from "node:http";
@@ -24,6 +28,15 @@ import { getContainerInfoFromLabels } from "../kuberuntime/labels.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
 import { httpError, type KubeletRequest, type Route } from "./server.ts";
+import {
+  aggregateError,
+  goParseQuery,
+  NODE_LOG_DIR,
+  type NodeLogQuery,
+  parseNodeLogQuery,
+  validateNodeLogQuery,
+} from "./journal.ts";
+import { copyNodeLogQuery } from "./journal_copy.ts";
 
 /** What {@link logRoutes} needs. */
 export interface LogRoutesOptions {
@@ -48,13 +61,15 @@ export interface LogRoutesOptions {
   enableDebuggingHandlers?: boolean;
   /** enableSystemLogHandler: when false `/logs/` answers 405. @default true */
   enableSystemLogHandler?: boolean;
-  /** enableSystemLogQuery (NodeLogQuery): not supported yet, true throws. @default false */
+  /**
+   * enableSystemLogQuery: `/logs/?query=` answers node log queries (the NodeLogQuery gate is GA
+   * and locked on in 1.36; validation requires enableSystemLogHandler). @default false
+   */
   enableSystemLogQuery?: boolean;
-}
-
-/** A configuration this module cannot serve. */
-export class LogRoutesConfigError extends Error {
-  override name = "LogRoutesConfigError";
+  /** The journalctl program node log queries run. @default "journalctl" */
+  journalctl?: string;
+  /** The deadline of one node log query. @default 30000 */
+  nodeLogQueryTimeoutMs?: number;
 }
 
 /** Upstream waiting reasons used when the runtime has no container yet (kubelet_pods.go). */
@@ -348,11 +363,6 @@ function disabled(message: string): Route["handler"] {
 
 /** The log routes; see the module documentation. */
 export function logRoutes(opts: LogRoutesOptions): Route[] {
-  if (opts.enableSystemLogQuery) {
-    throw new LogRoutesConfigError(
-      "Cannot serve /logs/: 'enableSystemLogQuery' (NodeLogQuery, journalctl queries) is not supported yet: current value is 'true'",
-    );
-  }
   if (opts.enableDebuggingHandlers === false) {
     const handler = disabled("Debug endpoints are disabled.");
     return [
@@ -362,7 +372,12 @@ export function logRoutes(opts: LogRoutesOptions): Route[] {
   }
   const logs: Route = opts.enableSystemLogHandler === false
     ? { pattern: "/logs/*path", handler: disabled("logs endpoint is disabled.") }
-    : { pattern: "/logs/*path", handler: (r, res) => serveNodeLogs(opts, r, res) };
+    : {
+      pattern: "/logs/*path",
+      handler: opts.enableSystemLogQuery
+        ? (r, res) => serveNodeLogQuery(opts, r, res)
+        : (r, res) => serveNodeLogs(opts, r, res),
+    };
   return [
     {
       pattern: "/containerLogs/:namespace/:pod/:container",
@@ -688,17 +703,107 @@ async function serveNodeLogs(
   res: ServerResponse,
 ): Promise<void> {
   if (!onlyGet(r, res)) return;
+  const urlPath = nodeLogPath(r, res);
+  if (urlPath !== undefined) await serveNodeLogFile(opts, r, res, urlPath);
+}
+
+/** The decoded path under `/logs` (with its leading `/`), or undefined once answered. */
+function nodeLogPath(r: KubeletRequest, res: ServerResponse): string | undefined {
   const prefix = "/logs/";
   const rawPath = r.url.pathname;
-  if (!rawPath.startsWith(prefix)) return httpError(res, 404, "404 page not found");
-  let urlPath: string;
-  try {
-    urlPath = decodeURIComponent(rawPath.slice(prefix.length - 1));
-  } catch {
-    return httpError(res, 400, "invalid URL escape");
+  let refusal: [number, string] | undefined;
+  let urlPath = "";
+  if (!rawPath.startsWith(prefix)) refusal = [404, "404 page not found"];
+  else {
+    try {
+      urlPath = decodeURIComponent(rawPath.slice(prefix.length - 1));
+      if (urlPath.includes("\0")) refusal = [400, "invalid character in file path"];
+    } catch {
+      refusal = [400, "invalid URL escape"];
+    }
   }
-  if (urlPath.includes("\0")) return httpError(res, 400, "invalid character in file path");
-  const root = opts.nodeLogDirectory ?? "/var/log";
+  if (refusal === undefined) return urlPath;
+  httpError(res, ...refusal);
+}
+
+/**
+ * `/logs/` with enableSystemLogQuery (upstream's handler in kubelet.go Run): a query is decoded
+ * (400 for values that do not parse), must come without a path (406), is validated (406);
+ * services are streamed as journal_copy.ts writes them, one file is served as `/logs/<file>`
+ * would be. A request without query parameters is the file server's.
+ */
+async function serveNodeLogQuery(
+  opts: LogRoutesOptions,
+  r: KubeletRequest,
+  res: ServerResponse,
+): Promise<void> {
+  if (!onlyGet(r, res)) return;
+  const urlPath = nodeLogPath(r, res);
+  if (urlPath === undefined) return;
+  const query = parseNodeLogQuery(goParseQuery(r.url.search.slice(1)));
+  if (query === undefined) return await serveNodeLogFile(opts, r, res, urlPath);
+  if ("errors" in query) return httpError(res, 400, aggregateError(query.errors));
+  if (urlPath !== "/" && urlPath !== "//") {
+    return httpError(res, 406, "path not allowed in query mode");
+  }
+  const root = opts.nodeLogDirectory ?? NODE_LOG_DIR;
+  const errors = await validateNodeLogQuery(query, root);
+  if (errors.length > 0) return httpError(res, 406, aggregateError(errors));
+  if (query.services.length > 0) return await streamNodeLogQuery(opts, r, res, query);
+  // Validation leaves exactly one file, relative to the log directory.
+  await serveNodeLogFile(opts, r, res, `/${query.files[0]}`);
+}
+
+/** The answer to a query of services, gzip-encoded when the client asks for exactly "gzip". */
+async function streamNodeLogQuery(
+  opts: LogRoutesOptions,
+  r: KubeletRequest,
+  res: ServerResponse,
+  query: NodeLogQuery,
+): Promise<void> {
+  const headers: Record<string, string> = { "content-type": "text/plain;charset=UTF-8" };
+  const gzip = r.req.headers["accept-encoding"] === "gzip";
+  if (gzip) headers["content-encoding"] = "gzip";
+  res.writeHead(200, headers);
+  const out = responseWriter(res);
+  let write = (chunk: Uint8Array) => out.write(chunk);
+  let finish = async () => {};
+  if (gzip) {
+    const compress = new CompressionStream("gzip") as TransformStream<Uint8Array, Uint8Array>;
+    const sent = compress.readable.pipeTo(
+      new WritableStream({ write: (chunk) => out.write(chunk) }),
+    );
+    const input = compress.writable.getWriter();
+    write = (chunk) => input.write(chunk);
+    finish = async () => {
+      await input.close();
+      await sent;
+    };
+  }
+  try {
+    await copyNodeLogQuery(query, write, {
+      journalctl: opts.journalctl,
+      logDir: opts.nodeLogDirectory,
+      timeoutMs: opts.nodeLogQueryTimeoutMs,
+    }, r.signal);
+    await finish();
+    res.end();
+  } catch (e) {
+    if (!r.signal.aborted) {
+      opts.logger.v(2).info("Node log query ended early", { err: message(e) });
+    }
+    res.destroy();
+  }
+}
+
+/** `/logs/<urlPath>` from the node log directory, as http.FileServer serves it. */
+async function serveNodeLogFile(
+  opts: LogRoutesOptions,
+  r: KubeletRequest,
+  res: ServerResponse,
+  urlPath: string,
+): Promise<void> {
+  const root = opts.nodeLogDirectory ?? NODE_LOG_DIR;
   if (urlPath.endsWith("/index.html")) return localRedirect(r, res, "./");
   const name = posix.normalize(urlPath).replace(/\/+$/, "") || "/";
   const cleaned = posix.resolve("/", name);

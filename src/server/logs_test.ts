@@ -14,7 +14,6 @@ import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
 import { serveKubeletAPI, type UserInfo } from "./server.ts";
 import {
   logRoutes,
-  LogRoutesConfigError,
   type LogRoutesOptions,
   parseContainerLogQuery,
   selectLogContainer,
@@ -461,7 +460,7 @@ Deno.test("logRoutes /containerLogs follow of an exited container ends at the en
   assert.equal(r.body, "done\n");
 });
 
-Deno.test("logRoutes disabled handlers answer 405 and log queries are not supported yet", async () => {
+Deno.test("logRoutes disabled handlers answer 405", async () => {
   {
     await using h = await harness({ enableDebuggingHandlers: false });
     for (const path of ["/containerLogs/default/web/main", "/logs/"]) {
@@ -476,19 +475,6 @@ Deno.test("logRoutes disabled handlers answer 405 and log queries are not suppor
     assert.equal(r.status, 405);
     assert.equal(r.body, "logs endpoint is disabled.\n");
   }
-  assert.throws(
-    () =>
-      logRoutes({
-        getPodByName: () => undefined,
-        getPodStatus: () => {
-          throw new Error("unused");
-        },
-        runtime: { containerStatus: () => Promise.reject(new Error("unused")) },
-        logger: createLogger({ write: () => {} }),
-        enableSystemLogQuery: true,
-      }),
-    (e) => e instanceof LogRoutesConfigError && /not supported yet/.test(e.message),
-  );
 });
 
 Deno.test("parseContainerLogQuery reads booleans as upstream and prefers the later since", () => {
@@ -666,4 +652,138 @@ Deno.test("logRoutes /logs/ refuses traversal out of the node log directory", as
   }
   // A cleaned `..` stays inside: /logs/sub/../syslog is /logs/syslog.
   assert.equal((await call(h.port, "/logs/sub/..%2fsyslog")).body, "system log\n");
+});
+
+// --- node log queries ---
+
+/** A journalctl stand-in that knows the kubelet unit and prints one entry for any query. */
+async function fakeJournalctl(dir: string): Promise<string> {
+  const program = join(dir, "journalctl");
+  await Deno.writeTextFile(
+    program,
+    `#!/bin/sh\nif [ "$1" = "--field" ]; then echo kubelet.service; exit 0; fi\necho "journal: $*"\n`,
+    { mode: 0o755 },
+  );
+  return program;
+}
+
+/** One GET whose body is kept as bytes (for a gzip answer). */
+function callRaw(
+  port: number,
+  path: string,
+  headers: Record<string, string>,
+): Promise<{ status: number; headers: IncomingHttpHeaders; body: Uint8Array<ArrayBuffer> }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host: "127.0.0.1", port, path, headers, rejectUnauthorized: false },
+      (res) => {
+        const chunks: Uint8Array[] = [];
+        res.on("data", (d: Uint8Array) => chunks.push(d));
+        res.on("end", () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body: new Uint8Array(Buffer.concat(chunks)),
+          }));
+        res.on("error", reject);
+      },
+    );
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+Deno.test("logRoutes /logs/?query= streams journalctl's answer for a service, plain or gzip", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "nlq-bin-" });
+  try {
+    await using h = await harness({
+      enableSystemLogQuery: true,
+      journalctl: await fakeJournalctl(dir),
+    });
+    const r = await call(h.port, "/logs/?query=kubelet&tailLines=2&sinceTime=2026-01-02T03:04:05Z");
+    assert.equal(r.status, 200);
+    assert.equal(r.headers["content-type"], "text/plain;charset=UTF-8");
+    assert.equal(
+      r.body,
+      "journal: --utc --no-pager --output=short-precise --since=2026-1-2 03:4:5 --pager-end --lines=2 --unit=kubelet\n",
+    );
+    const z = await callRaw(h.port, "/logs/?query=kubelet", { "accept-encoding": "gzip" });
+    assert.equal(z.status, 200);
+    assert.equal(z.headers["content-encoding"], "gzip");
+    const plain = await new Response(
+      new Blob([z.body]).stream().pipeThrough(new DecompressionStream("gzip")),
+    ).text();
+    assert.equal(plain, "journal: --utc --no-pager --output=short-precise --unit=kubelet\n");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("logRoutes /logs/?query= refuses bad queries with upstream's statuses and words", async () => {
+  await using h = await harness({
+    enableSystemLogQuery: true,
+    journalctl: "/nonexistent/journalctl",
+  });
+  await nodeLogFiles(h);
+  const cases: [string, number, string][] = [
+    [
+      "/logs/?query=kubelet&tailLines=x",
+      400,
+      'tailLines: Invalid value: "x": strconv.Atoi: parsing "x": invalid syntax',
+    ],
+    ["/logs/?query=%20", 400, 'query: Invalid value: [" "]: may not be empty'],
+    ["/logs/sub/?query=kubelet", 406, "path not allowed in query mode"],
+    ["/logs/?query=kubelet&boot=1", 406, "boot: Invalid value: 1: must be less than 1"],
+    ["/logs/?tailLines=3", 406, "query: Required value: cannot be empty with options"],
+    [
+      "/logs/?query=/sub/app.log",
+      406,
+      'query: Invalid value: ["/sub/app.log"]: statat /sub/app.log: path escapes from parent',
+    ],
+    [
+      "/logs/?query=./escape",
+      406,
+      'query: Invalid value: ["./escape"]: statat ./escape: path escapes from parent',
+    ],
+  ];
+  for (const [path, status, body] of cases) {
+    const r = await call(h.port, path);
+    assert.equal(r.status, status, path);
+    assert.equal(r.headers["content-type"], "text/plain; charset=utf-8", path);
+    assert.equal(r.body, `${body}\n`, path);
+  }
+});
+
+Deno.test("logRoutes /logs/?query= serves one file, and a service's file when the journal lacks it", async () => {
+  await using h = await harness({
+    enableSystemLogQuery: true,
+    journalctl: "/nonexistent/journalctl",
+  });
+  await nodeLogFiles(h);
+  const file = await call(h.port, "/logs/?query=sub/app.log");
+  assert.equal(file.status, 200);
+  assert.equal(file.body, "app\n");
+  assert.equal(file.headers["content-length"], "4");
+  const service = await call(h.port, "/logs/?query=syslog");
+  assert.equal(service.status, 200);
+  assert.equal(service.headers["content-type"], "text/plain;charset=UTF-8");
+  assert.equal(service.body, "system log\n");
+  const missing = await call(h.port, "/logs/?query=nope");
+  assert.equal(missing.body, "\nlog not found for nope\n");
+  // Without a query, /logs/ is still the file server.
+  assert.equal((await call(h.port, "/logs/sub/app.log")).body, "app\n");
+  assert.equal(
+    (await call(h.port, "/logs/?unknown=1")).headers["content-type"],
+    "text/html; charset=utf-8",
+  );
+});
+
+Deno.test("logRoutes /logs/ ignores a query while enableSystemLogQuery is off", async () => {
+  await using h = await harness();
+  await nodeLogFiles(h);
+  const r = await call(h.port, "/logs/sub/app.log?query=syslog");
+  assert.equal(r.status, 200);
+  assert.equal(r.body, "app\n");
+  const listing = await call(h.port, "/logs/?query=syslog");
+  assert.equal(listing.headers["content-type"], "text/html; charset=utf-8");
 });

@@ -5,11 +5,15 @@
  * containers completed, or the sidecars started), ContainersReady and Ready (are all containers
  * ready, and the readiness gates true), with upstream's reasons and messages. Also the few pod
  * helpers they share with the status generator and the status manager (restartable init
- * containers, condition lookup, observed generation). Pure functions: no I/O, no clock (the
- * status manager stamps the transition times).
+ * containers, condition lookup, observed generation). AllContainersRestarting (a container exited
+ * with a RestartAllContainers rule, and the pod's containers are being removed to run again in the
+ * same sandbox) comes with the two questions it asks of the runtime's containers. Pure functions:
+ * no I/O, no clock (the status manager stamps the transition times).
  *
  * Corresponds to upstream `pkg/kubelet/status/generate.go`, plus `PodConditionByKubelet` from
- * `pkg/kubelet/types/pod_status.go` and a few `pkg/api/v1/pod` helpers.
+ * `pkg/kubelet/types/pod_status.go`, `ShouldAllContainersRestart` and
+ * `AllContainersRestartCleanedUp` from `pkg/kubelet/container/helpers.go` and a few
+ * `pkg/api/v1/pod` helpers, with RestartAllContainersOnContainerExits on (beta in v1.36).
  */
 
 import type {
@@ -18,9 +22,14 @@ import type {
   V1Pod,
   V1PodCondition,
   V1PodSpec,
+  V1PodStatus,
 } from "@kubernetes/client-node";
 import type { PodStatus } from "../container/pod_cache.ts";
-import { getContainerStatus, isRestartableInitContainer } from "../pod/podutil.ts";
+import {
+  findMatchingContainerRestartRule,
+  getContainerStatus,
+  isRestartableInitContainer,
+} from "../pod/podutil.ts";
 import { podSandboxChanged } from "../kuberuntime/sandbox_changed.ts";
 import { POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING } from "./resize_conditions.ts";
 
@@ -36,6 +45,8 @@ export const CONTAINERS_NOT_READY = "ContainersNotReady";
 export const CONTAINERS_NOT_INITIALIZED = "ContainersNotInitialized";
 /** Reason: one or more readiness gates are not true. */
 export const READINESS_GATES_NOT_READY = "ReadinessGatesNotReady";
+/** Reason: a container exited and triggered the RestartAllContainers action. */
+export const RESTART_ALL_CONTAINERS_STARTED = "RestartAllContainersStarted";
 
 /** Condition types (v1.PodConditionType). */
 export const POD_SCHEDULED = "PodScheduled";
@@ -44,6 +55,7 @@ export const POD_INITIALIZED = "Initialized";
 export const CONTAINERS_READY = "ContainersReady";
 export const POD_READY_TO_START_CONTAINERS = "PodReadyToStartContainers";
 export const DISRUPTION_TARGET = "DisruptionTarget";
+export const ALL_CONTAINERS_RESTARTING = "AllContainersRestarting";
 
 const KUBELET_CONDITIONS: ReadonlySet<string> = new Set([
   POD_SCHEDULED,
@@ -54,6 +66,8 @@ const KUBELET_CONDITIONS: ReadonlySet<string> = new Set([
   POD_RESIZE_PENDING,
   // Behind PodReadyToStartContainersCondition, on by default.
   POD_READY_TO_START_CONTAINERS,
+  // Behind RestartAllContainersOnContainerExits, on by default since v1.36.
+  ALL_CONTAINERS_RESTARTING,
 ]);
 
 /** Whether the kubelet owns conditions of this type (upstream PodConditionByKubelet). */
@@ -210,6 +224,7 @@ export function generatePodInitializedCondition(
   pod: V1Pod,
   statuses: readonly V1ContainerStatus[] | undefined,
   phase: string | undefined,
+  oldStatus?: Pick<V1PodStatus, "conditions">,
 ): V1PodCondition {
   const inits = pod.spec?.initContainers ?? [];
   if (statuses === undefined && inits.length > 0) {
@@ -234,6 +249,11 @@ export function generatePodInitializedCondition(
     messages.push(`containers with incomplete status: ${goList(incomplete)}`);
   }
   if (messages.length > 0) {
+    // Restarting all containers in place sends completed init containers back to waiting; a
+    // pod once initialized stays so.
+    if (getPodCondition(oldStatus?.conditions, POD_INITIALIZED)?.status === "True") {
+      return condition(pod, POD_INITIALIZED, "True");
+    }
     return condition(
       pod,
       POD_INITIALIZED,
@@ -277,4 +297,84 @@ function terminalReason(phase: string): string | undefined {
   if (phase === "Failed") return POD_FAILED;
   if (phase === "Succeeded") return POD_COMPLETED;
   return undefined;
+}
+
+/** What {@link shouldAllContainersRestart} reads of a runtime container. */
+export interface RuntimeContainerState {
+  readonly name: string;
+  readonly state: "created" | "running" | "exited" | "unknown";
+  readonly exitCode: number;
+}
+
+/**
+ * Whether the pod is restarting all its containers in place (upstream
+ * kubecontainer.ShouldAllContainersRestart): the API status says AllContainersRestarting, or
+ * an init or regular container (its newest instance in `runtime`, newest first, or its API
+ * status) has exited with a code whose first matching rule is RestartAllContainers.
+ */
+export function shouldAllContainersRestart(
+  pod: V1Pod,
+  runtime: readonly RuntimeContainerState[] | undefined,
+  apiStatus: V1PodStatus | undefined,
+): boolean {
+  const cond = getPodCondition(apiStatus?.conditions, ALL_CONTAINERS_RESTARTING);
+  if (cond?.status === "True") return true;
+  const api = [
+    ...(apiStatus?.initContainerStatuses ?? []),
+    ...(apiStatus?.containerStatuses ?? []),
+  ];
+  const triggers = (c: V1Container, exitCode: number) =>
+    findMatchingContainerRestartRule(c, exitCode)?.action === "RestartAllContainers";
+  for (const c of [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])]) {
+    const r = runtime?.find((s) => s.name === c.name);
+    if (r?.state === "exited" && triggers(c, r.exitCode)) return true;
+    const t = apiStatus === undefined
+      ? undefined
+      : getContainerStatus(api, c.name)?.state?.terminated;
+    if (t !== undefined && triggers(c, t.exitCode)) return true;
+  }
+  return false;
+}
+
+/**
+ * Whether the runtime holds no instance of any init or regular container of the pod any more
+ * (upstream kubecontainer.AllContainersRestartCleanedUp).
+ */
+export function allContainersRestartCleanedUp(
+  pod: V1Pod,
+  runtime: readonly Pick<RuntimeContainerState, "name">[],
+): boolean {
+  const names = new Set(
+    [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])].map((c) => c.name),
+  );
+  return !runtime.some((r) => names.has(r.name));
+}
+
+/**
+ * AllContainersRestarting (upstream GenerateAllContainersRestartingCondition): True, reason
+ * RestartAllContainersStarted, from the exit that triggered the action until the runtime holds
+ * none of the pod's containers; False otherwise (reason PodCompleted or PodFailed in a terminal
+ * phase). Only pods with a RestartAllContainers rule carry it. It has no observedGeneration.
+ */
+export function generateAllContainersRestartingCondition(
+  pod: V1Pod,
+  runtime: readonly RuntimeContainerState[],
+  oldStatus: V1PodStatus | undefined,
+  phase: string | undefined,
+): V1PodCondition {
+  if (phase === "Succeeded" || phase === "Failed") {
+    return { type: ALL_CONTAINERS_RESTARTING, status: "False", reason: terminalReason(phase) };
+  }
+  if (
+    !shouldAllContainersRestart(pod, runtime, oldStatus) ||
+    allContainersRestartCleanedUp(pod, runtime)
+  ) {
+    return { type: ALL_CONTAINERS_RESTARTING, status: "False" };
+  }
+  return {
+    type: ALL_CONTAINERS_RESTARTING,
+    status: "True",
+    reason: RESTART_ALL_CONTAINERS_STARTED,
+    message: "container exited with restart policy rule",
+  };
 }

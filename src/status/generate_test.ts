@@ -3,10 +3,14 @@ import type { V1ContainerStatus, V1Pod } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { runtimePodStatus, sandboxStatus } from "../testing/pod_status_fixtures.ts";
 import {
+  allContainersRestartCleanedUp,
+  generateAllContainersRestartingCondition,
   generateContainersReadyCondition,
   generatePodInitializedCondition,
   generatePodReadyCondition,
   generatePodReadyToStartContainersCondition,
+  type RuntimeContainerState,
+  shouldAllContainersRestart,
 } from "./generate.ts";
 
 function pod(spec: Partial<NonNullable<V1Pod["spec"]>> = {}, generation?: number): V1Pod {
@@ -190,5 +194,163 @@ Deno.test("generatePodReadyToStartContainersCondition is True with a usable sand
   assert.deepEqual(generatePodReadyToStartContainersCondition(pod(), runtimePodStatus([])), {
     type: "PodReadyToStartContainers",
     status: "False",
+  });
+});
+
+const RESTART_ALL_42 = {
+  action: "RestartAllContainers",
+  exitCodes: { operator: "In", values: [42] },
+};
+const RESTARTING_TRUE = { type: "AllContainersRestarting", status: "True" };
+
+// Upstream TestGenerateAllContainersRestartingCondition, re-expressed.
+Deno.test("generateAllContainersRestartingCondition is True from the triggering exit until the containers are gone", () => {
+  const p = pod({
+    containers: [{ name: "container1" }, {
+      name: "trigger",
+      restartPolicy: "Never",
+      restartPolicyRules: [RESTART_ALL_42],
+    }],
+  });
+  const started = {
+    type: "AllContainersRestarting",
+    status: "True",
+    reason: "RestartAllContainersStarted",
+    message: "container exited with restart policy rule",
+  };
+  const table: [string, RuntimeContainerState[], V1Pod["status"], string, object][] = [
+    ["pod pending", [], undefined, "Pending", { type: "AllContainersRestarting", status: "False" }],
+    ["pod failed", [], undefined, "Failed", {
+      type: "AllContainersRestarting",
+      status: "False",
+      reason: "PodFailed",
+    }],
+    ["pod succeeded", [], undefined, "Succeeded", {
+      type: "AllContainersRestarting",
+      status: "False",
+      reason: "PodCompleted",
+    }],
+    [
+      "container triggers RestartAllContainers rule",
+      [
+        { name: "container1", state: "running", exitCode: 0 },
+        { name: "trigger", state: "exited", exitCode: 42 },
+      ],
+      undefined,
+      "Running",
+      started,
+    ],
+    [
+      "container triggers RestartAllContainers rule, cleaning up",
+      [
+        { name: "container1", state: "exited", exitCode: 0 },
+        { name: "trigger", state: "exited", exitCode: 42 },
+      ],
+      { conditions: [RESTARTING_TRUE] },
+      "Running",
+      started,
+    ],
+    [
+      "container triggers RestartAllContainers rule, cleaned up",
+      [],
+      { conditions: [RESTARTING_TRUE] },
+      "Pending",
+      { type: "AllContainersRestarting", status: "False" },
+    ],
+    [
+      "another exit code does not trigger it",
+      [{ name: "trigger", state: "exited", exitCode: 1 }],
+      undefined,
+      "Running",
+      { type: "AllContainersRestarting", status: "False" },
+    ],
+  ];
+  for (const [name, runtime, old, phase, want] of table) {
+    assert.deepEqual(generateAllContainersRestartingCondition(p, runtime, old, phase), want, name);
+  }
+});
+
+// Upstream TestShouldAllContainersRestart, re-expressed.
+Deno.test("shouldAllContainersRestart reads the condition, then exits matching a RestartAllContainers rule", () => {
+  const withRule = (name: string, restartPolicy: string) => ({
+    name,
+    restartPolicy,
+    restartPolicyRules: [RESTART_ALL_42],
+  });
+  const table: [string, V1Pod, RuntimeContainerState[] | undefined, V1Pod["status"], boolean][] = [
+    [
+      "pod marked with condition",
+      pod({ containers: [{ name: "regular", restartPolicy: "Never" }] }),
+      [{ name: "regular", state: "running", exitCode: 0 }],
+      { conditions: [RESTARTING_TRUE] },
+      true,
+    ],
+    [
+      "regular container exited with matching rules",
+      pod({ containers: [withRule("regular", "Never")] }),
+      [{ name: "regular", state: "exited", exitCode: 42 }],
+      undefined,
+      true,
+    ],
+    [
+      "init container exited with matching rules",
+      pod({ containers: [], initContainers: [withRule("init", "Never")] }),
+      [{ name: "init", state: "exited", exitCode: 42 }],
+      undefined,
+      true,
+    ],
+    [
+      "sidecar container exited with matching rules",
+      pod({ containers: [], initContainers: [withRule("init", "Always")] }),
+      [{ name: "init", state: "exited", exitCode: 42 }],
+      undefined,
+      true,
+    ],
+    [
+      "container exited without rules",
+      pod({ containers: [{ name: "regular" }] }),
+      [{ name: "regular", state: "exited", exitCode: 1 }],
+      undefined,
+      false,
+    ],
+    [
+      "an API status terminated with a matching code",
+      pod({ containers: [withRule("regular", "Never")] }),
+      undefined,
+      { containerStatuses: [cs("regular", { state: { terminated: { exitCode: 42 } } })] },
+      true,
+    ],
+    [
+      "only the newest instance counts",
+      pod({ containers: [withRule("regular", "Never")] }),
+      [
+        { name: "regular", state: "running", exitCode: 0 },
+        { name: "regular", state: "exited", exitCode: 42 },
+      ],
+      undefined,
+      false,
+    ],
+  ];
+  for (const [name, p, runtime, apiStatus, want] of table) {
+    assert.equal(shouldAllContainersRestart(p, runtime, apiStatus), want, name);
+  }
+});
+
+Deno.test("allContainersRestartCleanedUp is true once no init or regular container is left", () => {
+  const p = pod({ initContainers: [{ name: "i" }] });
+  assert.equal(allContainersRestartCleanedUp(p, []), true);
+  assert.equal(allContainersRestartCleanedUp(p, [{ name: "other" }]), true, "not the pod's");
+  assert.equal(allContainersRestartCleanedUp(p, [{ name: "i" }]), false);
+  assert.equal(allContainersRestartCleanedUp(p, [{ name: "b" }]), false);
+});
+
+Deno.test("generatePodInitializedCondition stays True once initialized while init containers restart", () => {
+  const p = pod({ initContainers: [{ name: "i" }] });
+  const waiting = [cs("i", { state: { waiting: { reason: "RestartingAllContainers" } } })];
+  assert.equal(generatePodInitializedCondition(p, waiting, "Running").status, "False");
+  const old = { conditions: [{ type: "Initialized", status: "True" }] };
+  assert.deepEqual(generatePodInitializedCondition(p, waiting, "Running", old), {
+    type: "Initialized",
+    status: "True",
   });
 });

@@ -29,10 +29,11 @@ import type {
 import type { Clock } from "../util/clock.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import { isStatus, type KubeClient } from "../client/kube_client.ts";
-import { containerShouldRestart, podIsTerminalPhase } from "../kubelet_pods.ts";
+import { podIsTerminalPhase } from "../kubelet_pods.ts";
 import { isMirrorPod, isStaticPod } from "../qos/qos.ts";
 import { rfc3339 } from "../nodestatus/node_status.ts";
 import {
+  ALL_CONTAINERS_RESTARTING,
   CONTAINERS_READY,
   DISRUPTION_TARGET,
   generateContainersReadyConditionForTerminalPhase,
@@ -45,7 +46,11 @@ import {
   podConditionByKubelet,
   podConditionSharedByKubelet,
 } from "./generate.ts";
-import { isRestartableInitContainer } from "../pod/podutil.ts";
+import {
+  allContainersCouldRestart,
+  containerShouldRestart,
+  isRestartableInitContainer,
+} from "../pod/podutil.ts";
 import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts";
 import { type Json, jsonEqual, podStatusPatch, toJson } from "./_pod_status_patch.ts";
 import { deepCopy } from "../util/deep_copy.ts";
@@ -365,6 +370,7 @@ export class StatusManager {
         POD_READY_TO_START_CONTAINERS,
         POD_SCHEDULED,
         DISRUPTION_TARGET,
+        ALL_CONTAINERS_RESTARTING,
       ]
     ) {
       updateLastTransitionTime(status, oldStatus, type, now);
@@ -818,6 +824,8 @@ function checkContainerStateTransition(
 ): Error | undefined {
   const spec = pod.spec;
   if (spec?.restartPolicy === "Always" || spec?.restartPolicy === undefined) return undefined;
+  // A pod that may restart all its containers in place lets every container leave terminated.
+  if (allContainersCouldRestart(spec)) return undefined;
   for (const old of oldStatus.containerStatuses ?? []) {
     const t = old.state?.terminated;
     if (t === undefined) continue;
@@ -842,6 +850,7 @@ function checkContainerStateTransition(
     const t = old.state?.terminated;
     if (t === undefined) continue;
     if (t.exitCode !== 0 && spec.restartPolicy === "OnFailure") continue;
+    if (containerShouldRestart(container, spec, t.exitCode)) continue;
     for (const s of newStatus.initContainerStatuses ?? []) {
       if (s.name === old.name && s.state?.terminated === undefined) {
         return new Error(

@@ -10,7 +10,8 @@
  * eviction manager measures the directory and evicts the pod that overflows it), so it only
  * sizes tmpfs mounts in this module. Not modelled: project quotas (the
  * LocalStorageCapacityIsolationFSQuotaMonitoring gate), the plugin's "ready" marker directory,
- * the stickyBit field (absent from the client types) and hugetlbfs media.
+ * the stickyBit field (absent from the client types). HugePages media mount hugetlbfs with the
+ * page size of the medium or of the pod's hugepage requests.
  *
  * Corresponds to upstream `pkg/volume/emptydir/empty_dir.go` (emptyDir SetUpAt, TearDownAt,
  * calculateEmptyDirMemorySize, generateTmpfsMountOptions) and `pkg/volume/volume_linux.go`
@@ -34,6 +35,7 @@ import {
 import { isRestartableInitContainer } from "../pod/podutil.ts";
 import { createLogger, type Logger } from "../klog/klog.ts";
 import type { Mounter } from "../util/mount.ts";
+import { formatBinarySI, isQuantity, parseQuantity } from "../util/quantity.ts";
 import { getPodQOS } from "../qos/qos.ts";
 import type {
   MountedVolume,
@@ -114,17 +116,17 @@ export class EmptyDirPlugin implements VolumePlugin {
   }
 
   /**
-   * Creates the volume directory with mode 0777 (medium "") or mounts a tmpfs on it (medium
-   * "Memory"), then applies the pod's fsGroup. Idempotent: an existing tmpfs mount is kept.
+   * Creates the volume directory with mode 0777 (medium ""), mounts a tmpfs on it (medium
+   * "Memory") or hugetlbfs (media "HugePages", "HugePages-<size>"), then applies the pod's
+   * fsGroup. Idempotent: an existing tmpfs or hugetlbfs mount is kept.
    */
   async setUp(ctx: VolumeSetUpContext): Promise<MountedVolume> {
     ctx.signal?.throwIfAborted();
     const { pod, volume, dir } = ctx;
     const medium = volume.emptyDir?.medium ?? "";
     if (isHugePageMedium(medium)) {
-      throw new EmptyDirError(`emptyDir medium "${medium}" is not supported yet`);
-    }
-    if (medium === "") {
+      await this.#setupHugepages(pod, medium, dir, ctx.signal);
+    } else if (medium === "") {
       await this.#setupDir(dir);
     } else if (medium === "Memory") {
       const size = emptyDirMemorySize(pod, volume, this.#nodeAllocatableMemory());
@@ -181,6 +183,46 @@ export class EmptyDirPlugin implements VolumePlugin {
         }`,
       );
     }
+  }
+
+  /**
+   * Mounts hugetlbfs with the page size of the medium, or of the pod's one hugepage request for
+   * medium "HugePages" (upstream setupHugepages). Idempotent: a hugetlbfs mount already there
+   * is kept when its page size is the medium's.
+   */
+  async #setupHugepages(pod: V1Pod, medium: string, dir: string, signal?: AbortSignal) {
+    await this.#setupDir(dir);
+    const real = await Deno.realPath(dir);
+    const existing = await this.#mounter.mountAt(real);
+    if (existing?.fsType === "hugetlbfs") {
+      if (medium === "HugePages") return;
+      const option = [...existing.superOptions, ...existing.options].find((o) =>
+        o.startsWith("pagesize=")
+      );
+      if (option === undefined) {
+        throw new EmptyDirError(
+          `pod ${pod.metadata?.uid ?? ""}: mounted dir ${dir} pagesize is not determined`,
+        );
+      }
+      // The kernel writes "2M": with the binary suffix it compares with the medium's size.
+      let mounted = option.slice("pagesize=".length).trim();
+      if (!mounted.endsWith("i")) mounted += "i";
+      const wanted = hugePageSizeFromMedium(medium);
+      if (parseQuantity(mounted) !== wanted) {
+        throw new EmptyDirError(
+          `pod ${pod.metadata?.uid ?? ""}: mounted dir ${dir} pagesize '${
+            formatBinarySI(parseQuantity(mounted))
+          }' and requested medium size '${formatBinarySI(wanted)}' differ`,
+        );
+      }
+      return;
+    }
+    const option = pageSizeMountOption(medium, pod);
+    this.#log.v(3).info("Mounting hugepages for volume", {
+      podUID: pod.metadata?.uid ?? "",
+      dir,
+    });
+    await this.#mounter.mount("nodev", real, "hugetlbfs", [option], signal);
   }
 
   async #setupTmpfs(
@@ -274,6 +316,55 @@ function memoryLimitsDeclared(pod: V1Pod): boolean {
     declared = true;
   }
   return declared;
+}
+
+/** Upstream `HugePageSizeFromMedium`: the bytes of "HugePages-<size>". */
+function hugePageSizeFromMedium(medium: string): number {
+  if (medium === "HugePages") {
+    throw new EmptyDirError(`medium: ${medium} doesn't have size information`);
+  }
+  const size = medium.slice("HugePages-".length);
+  if (!isQuantity(size)) {
+    throw new EmptyDirError(
+      `medium: ${medium}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'`,
+    );
+  }
+  return parseQuantity(size);
+}
+
+/**
+ * The `pagesize=` option of a hugetlbfs emptyDir (upstream getPageSizeMountOption): the
+ * medium's size, which some container (or the pod, with pod-level resources) must request; for
+ * medium "HugePages", the one hugepage size the pod's containers request.
+ */
+export function pageSizeMountOption(medium: string, pod: V1Pod): string {
+  const mediumSize = medium === "HugePages" ? undefined : hugePageSizeFromMedium(medium);
+  const lists: (Readonly<Record<string, unknown>> | undefined)[] = [];
+  if (isPodLevelResourcesSet(pod)) lists.push(pod.spec?.resources?.requests);
+  for (const c of [...(pod.spec?.containers ?? []), ...(pod.spec?.initContainers ?? [])]) {
+    lists.push(c.resources?.requests);
+  }
+  let found: number | undefined;
+  for (const list of lists) {
+    for (const name of Object.keys(list ?? {})) {
+      if (!name.startsWith("hugepages-")) continue;
+      const size = parseQuantity(name.slice("hugepages-".length));
+      if (mediumSize === undefined) {
+        if (found !== undefined && found !== size) {
+          throw new EmptyDirError(
+            `medium: ${medium} can't be used if container requests multiple huge page sizes`,
+          );
+        }
+        found = size;
+      } else if (size === mediumSize) found = size;
+    }
+  }
+  if (found === undefined) {
+    throw new EmptyDirError(
+      `medium ${medium}: hugePages storage requested, but there is no resource request for huge pages`,
+    );
+  }
+  return `pagesize=${formatBinarySI(found)}`;
 }
 
 /** Upstream `IsHugePageMedium`: "HugePages" or "HugePages-<size>". */

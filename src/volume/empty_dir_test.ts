@@ -8,6 +8,7 @@ import {
   EmptyDirError,
   emptyDirMemorySize,
   EmptyDirPlugin,
+  pageSizeMountOption,
   setVolumeOwnership,
 } from "./empty_dir.ts";
 import { podVolumeDir } from "./plugin.ts";
@@ -28,6 +29,8 @@ function needsRoot(what: string): boolean {
 interface FakeMount {
   mountPoint: string;
   fsType: string;
+  /** The superblock options (mountinfo's last field). @default "rw" */
+  superOptions?: string;
 }
 
 /** A Mounter whose commands are recorded and act on an in-memory mount table. */
@@ -48,7 +51,9 @@ function fakeMounter(initial: FakeMount[] = []) {
   const readMountInfo = () =>
     Promise.resolve(
       table.map((m, i) =>
-        `${100 + i} 1 0:${50 + i} / ${m.mountPoint} rw,relatime - ${m.fsType} ${m.fsType} rw`
+        `${100 + i} 1 0:${50 + i} / ${m.mountPoint} rw,relatime - ${m.fsType} ${m.fsType} ${
+          m.superOptions ?? "rw"
+        }`
       ).join("\n"),
     );
   return { calls, table, mounter: new Mounter({ run, readMountInfo }) };
@@ -179,21 +184,81 @@ Deno.test("EmptyDirPlugin setUp mounts tmpfs over a mount of another type", asyn
   });
 });
 
-Deno.test("EmptyDirPlugin setUp refuses HugePages media as not supported yet", async () => {
+Deno.test("EmptyDirPlugin setUp mounts hugetlbfs with the medium's or the pod's page size", async () => {
   await withTempDir(async (root) => {
     const { mounter, calls } = fakeMounter();
     const plugin = new EmptyDirPlugin({ mounter, logger: quiet });
+    const pod = podOf({
+      containers: [{
+        name: "c",
+        resources: {
+          requests: { "hugepages-2Mi": "4Mi", memory: "1Mi" },
+          limits: { "hugepages-2Mi": "4Mi", memory: "1Mi" },
+        },
+      }],
+    });
     for (const medium of ["HugePages", "HugePages-2Mi"]) {
       const dir = join(root, medium);
-      await assert.rejects(
-        plugin.setUp({ pod: podOf(), volume: emptyDir("h", medium), dir }),
-        (err: Error) =>
-          err instanceof EmptyDirError &&
-          err.message === `emptyDir medium "${medium}" is not supported yet`,
-      );
-      await assert.rejects(Deno.stat(dir), Deno.errors.NotFound);
+      await plugin.setUp({ pod, volume: emptyDir("h", medium), dir });
+      assert.deepEqual(calls.at(-1), {
+        cmd: "mount",
+        args: ["-t", "hugetlbfs", "-o", "pagesize=2Mi", "nodev", await Deno.realPath(dir)],
+      });
     }
-    assert.deepEqual(calls, []);
+    // Mounted already: set-up is a no-op.
+    await plugin.setUp({ pod, volume: emptyDir("h", "HugePages"), dir: join(root, "HugePages") });
+    assert.equal(calls.length, 2);
+  });
+});
+
+Deno.test("pageSizeMountOption refuses what upstream's getPageSizeMountOption refuses", () => {
+  const pod = (requests: Record<string, string>[]) =>
+    podOf({
+      containers: requests.map((r, i) => ({ name: `c${i}`, resources: { requests: r } })),
+    });
+  assert.equal(
+    pageSizeMountOption(
+      "HugePages-1Gi",
+      pod([{ "hugepages-2Mi": "2Mi" }, { "hugepages-1Gi": "1Gi" }]),
+    ),
+    "pagesize=1Gi",
+  );
+  assert.throws(
+    () =>
+      pageSizeMountOption(
+        "HugePages",
+        pod([{ "hugepages-2Mi": "2Mi" }, { "hugepages-1Gi": "1Gi" }]),
+      ),
+    /^EmptyDirError: medium: HugePages can't be used if container requests multiple huge page sizes$/,
+  );
+  assert.throws(
+    () => pageSizeMountOption("HugePages-2Mi", pod([{ memory: "1Mi" }])),
+    /^EmptyDirError: medium HugePages-2Mi: hugePages storage requested, but there is no resource request for huge pages$/,
+  );
+  assert.throws(
+    () => pageSizeMountOption("HugePages-1Gi", pod([{ "hugepages-2Mi": "2Mi" }])),
+    /there is no resource request for huge pages/,
+  );
+});
+
+Deno.test("EmptyDirPlugin setUp refuses a hugetlbfs mount of another page size", async () => {
+  await withTempDir(async (root) => {
+    const dir = join(root, "h");
+    await Deno.mkdir(dir);
+    const fake = fakeMounter([{
+      mountPoint: await Deno.realPath(dir),
+      fsType: "hugetlbfs",
+      superOptions: "rw,pagesize=1024M",
+    }]);
+    const plugin = new EmptyDirPlugin({ mounter: fake.mounter, logger: quiet });
+    await assert.rejects(
+      plugin.setUp({ pod: podOf({}, "u1"), volume: emptyDir("h", "HugePages-2Mi"), dir }),
+      (err: Error) =>
+        err instanceof EmptyDirError &&
+        err.message ===
+          `pod u1: mounted dir ${dir} pagesize '1Gi' and requested medium size '2Mi' differ`,
+    );
+    assert.deepEqual(fake.calls, []);
   });
 });
 

@@ -1,0 +1,116 @@
+/**
+ * @module
+ * The KubeletConfiguration settings upstream acts on and this kubelet cannot yet: each one set
+ * stops the agent at start (and a SIGHUP reload), naming the field, its value and that it is not
+ * supported yet, instead of being accepted and silently ignored. Upstream has no counterpart: its
+ * managers (`pkg/kubelet/cm/cpumanager`, `memorymanager`, `topologymanager`, the tracing and
+ * logging options of component-base) are what these fields configure. kubelet_config.ts runs
+ * {@link unsupportedSettings} after upstream's validation, so a value upstream refuses gets
+ * upstream's message first. The table test (config_fields_test.ts) holds every field to one of:
+ * read by a module, an upstream no-op, or refused here (or by the module named there).
+ */
+
+import type { KubeletConfiguration } from "../apis/config_types.ts";
+import type { ValidationIssue } from "../apis/validation.ts";
+import { parseQuantity } from "../util/quantity.ts";
+
+const NOT_YET = "is not supported yet by this kubelet";
+
+/** What the configuration sets that this kubelet would have to ignore; empty when nothing. */
+export function unsupportedSettings(cfg: KubeletConfiguration): ValidationIssue[] {
+  const out: ValidationIssue[] = [];
+  const add = (path: string, value: unknown, why: string) =>
+    out.push({ path, value, message: `${NOT_YET} (${why})` });
+
+  // pkg/kubelet/cm: the CPU, memory and topology managers. Under their none policies upstream
+  // runs no reconcile loop and ignores cpuManagerReconcilePeriod, topologyManagerScope,
+  // topologyManagerPolicyOptions and reservedMemory; any other policy must refuse here.
+  if (cfg.cpuManagerPolicy !== "none") {
+    add("cpuManagerPolicy", cfg.cpuManagerPolicy, "no CPU manager: exclusive CPUs are not pinned");
+  }
+  const cpuOptions = Object.entries(cfg.cpuManagerPolicyOptions ?? {});
+  if (cpuOptions.length > 0 && cfg.cpuManagerPolicy === "none") {
+    // Upstream's NewNonePolicy refuses options too, with this error.
+    out.push({
+      path: "cpuManagerPolicyOptions",
+      value: cfg.cpuManagerPolicyOptions,
+      message:
+        `is refused with the none CPU manager policy, as upstream refuses it: None policy: ` +
+        `received unsupported options=map[${cpuOptions.map(([k, v]) => `${k}:${v}`).join(" ")}]`,
+    });
+  }
+  if (cfg.memoryManagerPolicy !== "None") {
+    add(
+      "memoryManagerPolicy",
+      cfg.memoryManagerPolicy,
+      "no memory manager: memory and hugepages are not pinned to NUMA nodes",
+    );
+  }
+  if (cfg.topologyManagerPolicy !== "none") {
+    add(
+      "topologyManagerPolicy",
+      cfg.topologyManagerPolicy,
+      "no topology manager: NUMA alignment is not checked at admission",
+    );
+  }
+  if ((cfg.reservedSystemCPUs ?? "") !== "") {
+    add(
+      "reservedSystemCPUs",
+      cfg.reservedSystemCPUs,
+      "no CPU manager to keep these CPUs from pods, and allocatable cpu is not computed from them",
+    );
+  }
+  if ((cfg.podCIDR ?? "") !== "") {
+    add("podCIDR", cfg.podCIDR, "the pod CIDR is not sent to the runtime with UpdateRuntimeConfig");
+  }
+  if ((cfg.tlsCurvePreferences ?? []).length > 0) {
+    add(
+      "tlsCurvePreferences",
+      cfg.tlsCurvePreferences,
+      "the server's TLS stack chooses its key exchange groups itself",
+    );
+  }
+  if (cfg.enableContentionProfiling) {
+    add(
+      "enableContentionProfiling",
+      true,
+      "there is no Go block profiler and no /debug/pprof/ to serve it",
+    );
+  }
+  if (cfg.tracing?.endpoint !== undefined) {
+    add("tracing.endpoint", cfg.tracing.endpoint, "no OpenTelemetry spans are made or exported");
+  }
+  if ((cfg.tracing?.samplingRatePerMillion ?? 0) > 0) {
+    add(
+      "tracing.samplingRatePerMillion",
+      cfg.tracing?.samplingRatePerMillion,
+      "no OpenTelemetry spans are made or exported",
+    );
+  }
+  for (const format of ["text", "json"] as const) {
+    const o = cfg.logging.options[format];
+    if (o.splitStream) {
+      add(`logging.options.${format}.splitStream`, true, "every log line goes to stderr");
+    }
+    if (o.infoBufferSize !== "" && parseQuantity(o.infoBufferSize) !== 0) {
+      add(
+        `logging.options.${format}.infoBufferSize`,
+        o.infoBufferSize,
+        "log lines are written unbuffered",
+      );
+    }
+  }
+  if ((cfg.showHiddenMetricsForVersion ?? "") !== "") {
+    add(
+      "showHiddenMetricsForVersion",
+      cfg.showHiddenMetricsForVersion,
+      "the metrics registry keeps no hidden metrics to show again",
+    );
+  }
+  if (cfg.featureGates?.MemoryQoS === true) {
+    // Under MemoryQoS, memoryThrottlingFactor and memoryReservationPolicy take effect upstream;
+    // without it (the default) upstream ignores them too.
+    add("featureGates.MemoryQoS", true, "memory.high and memory.min are not set for containers");
+  }
+  return out;
+}
