@@ -1119,6 +1119,14 @@ export class Kubelet {
       machineInfo: () => machine,
       rootfsCapacity: () => filesystemCapacity(flags.rootDirectory),
       containerRuntimeVersion: () => this.#runtimeVersion,
+      runtimeHandlers: () =>
+        this.#runtimeHandlers.map((h) => ({
+          name: h.name,
+          features: h.features && {
+            recursiveReadOnlyMounts: h.features.recursiveReadOnlyMounts,
+            userNamespaces: h.features.userNamespaces,
+          },
+        })),
       listImages: (s) => images?.list(s) ?? Promise.resolve([]),
       notReadyReasons: () =>
         [

@@ -23,6 +23,7 @@ import {
   type InitialNodeOptions,
   nodeStatus,
   nodeStatusHasChanged,
+  type StatusInputs,
 } from "./nodestatus/node_status.ts";
 
 /** Upstream's nodeStatusUpdateRetry. */
@@ -42,6 +43,8 @@ export interface NodeStatusOptions extends InitialNodeOptions {
   readonly rootfsCapacity: () => Promise<number | undefined>;
   /** "containerd://1.6.20" once the runtime answered Version. */
   readonly containerRuntimeVersion: () => string;
+  /** The runtime's handlers of its last CRI Status. @default none */
+  readonly runtimeHandlers?: () => StatusInputs["runtimeHandlers"];
   /** The node's images (the kubelet serves them from its image cache, src/images/image_cache.ts). */
   readonly listImages: (signal?: AbortSignal) => Promise<readonly api.Image[]>;
   /** Why the node is not ready, from the runtime state; empty when it is. */
@@ -234,6 +237,7 @@ export class NodeStatusManager {
       nodeIPs: o.nodeIPs,
       kubeletVersion: o.kubeletVersion,
       containerRuntimeVersion: o.containerRuntimeVersion(),
+      runtimeHandlers: o.runtimeHandlers?.(),
       images: await o.listImages(signal).catch(() => []),
       notReadyReasons: notReadyReasons ?? o.notReadyReasons(),
       pressure: o.pressure?.(),

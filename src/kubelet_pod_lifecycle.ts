@@ -209,10 +209,16 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
   });
   const tokenManager = new TokenManager({ client: o.kubeClient, clock, logger });
   const plugins = o.credentialProviderPlugins;
+  if (plugins) metrics?.credentialProviderConfigInfo.set(1, { hash: plugins.hash });
   const credentialProviders = plugins && new CredentialProviders({
     plugins,
     clock,
     logger,
+    observer: metrics && {
+      observeDuration: (name, seconds) =>
+        metrics.credentialProviderPluginDuration.observe(seconds, { plugin_name: name }),
+      countError: (name) => metrics.credentialProviderPluginErrors.inc({ plugin_name: name }),
+    },
     // Token mode only with the KubeletServiceAccountTokenForCredentialProviders gate (beta, on).
     serviceAccounts: config.featureGates?.KubeletServiceAccountTokenForCredentialProviders === false
       ? undefined

@@ -249,6 +249,19 @@ e2e(
     );
     await running(api, "via-plugin-too");
     assert.equal((await runs(w)).length, 1, JSON.stringify(await runs(w)));
+
+    // Upstream's plugin metrics: one timed run, no error, and the configuration's hash.
+    const metrics = await w.cp.kubectl(["get", "--raw", `/api/v1/nodes/${NODE}/proxy/metrics`]);
+    assert.equal(metrics.code, 0, metrics.stderr);
+    assert.match(
+      metrics.stdout,
+      /^kubelet_credential_provider_plugin_duration_count\{plugin_name="test-credential-provider"\} 1$/m,
+    );
+    assert.doesNotMatch(metrics.stdout, /^kubelet_credential_provider_plugin_errors_total\{/m);
+    assert.match(
+      metrics.stdout,
+      /^kubelet_credential_provider_config_info\{hash="sha256:[0-9a-f]{64}"\} 1$/m,
+    );
   },
 );
 

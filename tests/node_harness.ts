@@ -168,6 +168,35 @@ export async function ensureTestCgroupRoot(name: string): Promise<string> {
   return `/${TEST_CGROUP_PARENT}/${safe}`;
 }
 
+/**
+ * A pod cgroup's CFS quota, shares and memory limit (cgroup v1 files, or cpu.max and memory.max on
+ * v2), of the agent whose directory is `agentDir` (its cgroupRoot is {@link ensureTestCgroupRoot}
+ * of the directory's name), for a pod of QoS class `qos` ("" for Guaranteed, else "burstable" or
+ * "besteffort").
+ */
+export async function podCgroupLimits(
+  agentDir: string,
+  uid: string,
+  qos: "" | "burstable" | "besteffort" = "",
+): Promise<Record<string, string>> {
+  const layout = await detectCgroupLayout();
+  const safe = basename(agentDir).replace(/[^A-Za-z0-9_.-]/g, "_");
+  const pod = join(`/${TEST_CGROUP_PARENT}/${safe}/kubepods`, qos, `pod${uid}`);
+  const read = async (dir: string, file: string) =>
+    (await Deno.readTextFile(join(dir, pod, file))).trim();
+  const cpuDir = layout.v1.get("cpu");
+  const memDir = layout.v1.get("memory");
+  if (cpuDir === undefined || memDir === undefined) {
+    const dir = layout.unified!;
+    return { "cpu.max": await read(dir, "cpu.max"), "memory.max": await read(dir, "memory.max") };
+  }
+  return {
+    "cpu.cfs_quota_us": await read(cpuDir, "cpu.cfs_quota_us"),
+    "cpu.shares": await read(cpuDir, "cpu.shares"),
+    "memory.limit_in_bytes": await read(memDir, "memory.limit_in_bytes"),
+  };
+}
+
 /** Every cgroup hierarchy's root: the v1 mounts and the cgroup2 one (hybrid hosts have both). */
 async function cgroupRoots(): Promise<string[]> {
   const layout = await detectCgroupLayout();

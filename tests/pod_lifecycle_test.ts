@@ -16,6 +16,7 @@ import {
   e2eSuite,
   getPod,
   POD_POLL_MS,
+  podCgroupLimits,
   poll,
   startNodeAgent,
   SYNC_LOOP_STARTED,
@@ -378,6 +379,48 @@ e2e(
       pod.status?.message,
       'Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted',
     );
+  },
+);
+
+e2e(
+  "pod-level resources bound the pod cgroup and a container without limits of its own",
+  async (w, api) => {
+    const pod = JSON.parse(podManifest("pod-level", "sleep 3600"));
+    // Guaranteed by the pod-level resources alone: the container sets none.
+    pod.spec.resources = {
+      requests: { cpu: "200m", memory: "64Mi" },
+      limits: { cpu: "200m", memory: "64Mi" },
+    };
+    await create(w, JSON.stringify(pod));
+    const running = await waitPod(
+      api,
+      NS,
+      "pod-level",
+      "Running",
+      (p) => p.status?.phase === "Running",
+    );
+    assert.equal(running.status?.qosClass, "Guaranteed");
+    const cgroup = await podCgroupLimits(w.dir, running.metadata!.uid!);
+    const mem = String(64 * 2 ** 20);
+    assert.deepEqual(
+      cgroup,
+      "cpu.max" in cgroup
+        ? { "cpu.max": "20000 100000", "memory.max": mem }
+        : { "cpu.cfs_quota_us": "20000", "cpu.shares": "204", "memory.limit_in_bytes": mem },
+    );
+    // The container's own limit is the pod's (upstream getMemoryLimit), as its cgroup shows.
+    const limit = await w.cp.kubectl([
+      "exec",
+      "-n",
+      NS,
+      "pod-level",
+      "--",
+      "sh",
+      "-c",
+      "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max",
+    ]);
+    assert.equal(limit.code, 0, limit.stderr);
+    assert.equal(limit.stdout.trim(), mem);
   },
 );
 

@@ -13,19 +13,25 @@
  */
 
 import assert from "node:assert/strict";
-import { basename, join } from "node:path";
+import { join } from "node:path";
 import type { V1ContainerStatus, V1Pod } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import { CriConnection } from "../src/cri/connection.ts";
 import { RemoteRuntimeService } from "../src/cri/remote_runtime.ts";
-import { detectCgroupLayout } from "../src/cm/cgroup_layout.ts";
 import type { KubeClient } from "../src/client/kube_client.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type BenchAgent, startUpstreamKubelet } from "./_bench_agents.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
-import { e2eSuite, POD_POLL_MS, poll, startNodeAgent, waitPod } from "./node_harness.ts";
+import {
+  e2eSuite,
+  POD_POLL_MS,
+  podCgroupLimits,
+  poll,
+  startNodeAgent,
+  waitPod,
+} from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
 
 const gate = await requireRoot("RuntimeClass e2e tests", ["containerd", "ctr", "runc", "go"]);
@@ -220,26 +226,6 @@ async function sandboxOf(
   }
 }
 
-/** The pod cgroup's CFS quota, shares and memory limit (cgroup v1 or v2 files). */
-async function podCgroup(agentDir: string, uid: string): Promise<Record<string, string>> {
-  const layout = await detectCgroupLayout();
-  // The harness gives each agent its own cgroup root (tests/node_harness.ts).
-  const root = `/kubelet-ts-e2e/${basename(agentDir).replace(/[^A-Za-z0-9_.-]/g, "_")}/kubepods`;
-  const read = async (dir: string, file: string) =>
-    (await Deno.readTextFile(join(dir, `${root}/pod${uid}`, file))).trim();
-  const cpuDir = layout.v1.get("cpu");
-  const memDir = layout.v1.get("memory");
-  if (cpuDir === undefined || memDir === undefined) {
-    const dir = layout.unified!;
-    return { "cpu.max": await read(dir, "cpu.max"), "memory.max": await read(dir, "memory.max") };
-  }
-  return {
-    "cpu.cfs_quota_us": await read(cpuDir, "cpu.cfs_quota_us"),
-    "cpu.shares": await read(cpuDir, "cpu.shares"),
-    "memory.limit_in_bytes": await read(memDir, "memory.limit_in_bytes"),
-  };
-}
-
 async function running(api: KubeClient, name: string): Promise<V1Pod> {
   return await waitPod(api, NS, name, "Running", (p) => p.status?.phase === "Running", 120_000);
 }
@@ -271,9 +257,9 @@ suite.test(
 
     // The pod cgroup holds the containers' limits plus the overhead: 500m and 96Mi, as the Go
     // kubelet's does.
-    const cgroup = await podCgroup(w.agentDir, ours.metadata!.uid!);
+    const cgroup = await podCgroupLimits(w.agentDir, ours.metadata!.uid!);
     console.error(`pod cgroup: ${JSON.stringify(cgroup)}`);
-    assert.deepEqual(cgroup, await podCgroup(w.upstreamDir, theirs.metadata!.uid!));
+    assert.deepEqual(cgroup, await podCgroupLimits(w.upstreamDir, theirs.metadata!.uid!));
     const memory = String(96 * 2 ** 20);
     if ("cpu.max" in cgroup) {
       assert.deepEqual(cgroup, { "cpu.max": "50000 100000", "memory.max": memory });

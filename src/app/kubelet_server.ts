@@ -5,7 +5,7 @@
  * `runKubelet` names the node, creates and initialises the Kubelet and starts it (or RunOnce).
  */
 
-import { applyOOMScoreAdj } from "../util/oom_adjuster.ts";
+import { applyOOMScoreAdj, OWN_OOM_SCORE_ADJ } from "../util/oom_adjuster.ts";
 import type { Dependencies } from "../dependencies.ts";
 import { withApiserverRecorder } from "../client/record.ts";
 import { Kubelet } from "../kubelet.ts";
@@ -100,11 +100,14 @@ export async function run(
     };
   }
   // Upstream's run: the kubelet's own OOM score (the OOM killer picks it last); a failure (no
-  // CAP_SYS_RESOURCE to lower it) is logged and the kubelet goes on.
-  try {
-    await applyOOMScoreAdj(s.config.oomScoreAdj ?? -999);
-  } catch (e) {
-    deps.logger.info("Failed to ApplyOOMScoreAdj", { err: String(e) });
+  // CAP_SYS_RESOURCE to lower it) is logged and the kubelet goes on. In the sandbox the launcher
+  // has set it already: only a process with every permission may write /proc/self.
+  if (Deno.permissions.querySync({ name: "write", path: OWN_OOM_SCORE_ADJ }).state === "granted") {
+    try {
+      await applyOOMScoreAdj(s.config.oomScoreAdj ?? -999);
+    } catch (e) {
+      deps.logger.info("Failed to ApplyOOMScoreAdj", { err: String(e) });
+    }
   }
   background.push(metrics.runtime.run(stopBackground.signal));
   try {

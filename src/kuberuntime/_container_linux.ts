@@ -24,7 +24,14 @@ import { getContainerOOMScoreAdjust, getPodQOS, isCriticalPod } from "../qos/qos
 import { parseQuantity } from "../util/quantity.ts";
 import { milliCPUToQuota, milliCPUToShares, QUOTA_PERIOD } from "../cm/helpers_linux.ts";
 import { hugePageUnitSize } from "../cm/hugepages.ts";
-import { cmpDec, isZeroDec, milliValueOf, parseDec, valueOf } from "../qos/resource_helpers.ts";
+import {
+  cmpDec,
+  isPodLevelResourcesSet,
+  isZeroDec,
+  milliValueOf,
+  parseDec,
+  valueOf,
+} from "../qos/resource_helpers.ts";
 import { namespacesForPod } from "./namespaces.ts";
 import { type HostLinux, hostLinux } from "./_host_linux.ts";
 import type { UsernsManager } from "../userns/userns_manager.ts";
@@ -78,10 +85,15 @@ export function generateLinuxContainerResources(
   container: V1Container,
   opts: LinuxConfigOptions,
 ): api.LinuxContainerResources {
-  const limits = container.resources?.limits ?? {};
+  const own = container.resources?.limits ?? {};
   const requests = container.resources?.requests ?? {};
-  if (pod.spec?.resources?.limits || pod.spec?.resources?.requests) {
-    throw new CreateContainerConfigError("pod-level resources are not supported yet");
+  // upstream getCPULimit / getMemoryLimit: with pod-level resources, a container without its own
+  // limit is bounded by the pod's (what components reading the container's limits rely on).
+  const podLimits = isPodLevelResourcesSet(pod) ? pod.spec?.resources?.limits ?? {} : {};
+  const limits: Record<string, string> = { ...own };
+  for (const name of ["cpu", "memory"] as const) {
+    const pl = podLimits[name];
+    if (pl !== undefined && quantityValue(own[name]) === 0) limits[name] = String(pl);
   }
   const cpuLimit = milliCPU(limits.cpu);
   // A missing request defaults to the limit, as the apiserver does for new pods; an explicit 0
@@ -98,14 +110,24 @@ export function generateLinuxContainerResources(
   }
   if (opts.cgroupV2 && !opts.singleProcessOOMKill) r.unified = { "memory.oom.group": "1" };
   const host = opts.host ?? hostLinux();
-  r.hugepageLimits = hugepageLimits(limits, host.hugePageSizes());
+  // Pod-level hugepage limits, then the container's own, which take precedence.
+  r.hugepageLimits = hugepageLimits(
+    { ...stringValues(podLimits), ...stringValues(own) },
+    host.hugePageSizes(),
+  );
   configureContainerSwapResources(r, pod, container, opts, host);
   return r;
 }
 
+/** A resource list's quantities as strings (the client types allow numbers). */
+function stringValues(list: Readonly<Record<string, unknown>>): Record<string, string> {
+  return Object.fromEntries(Object.entries(list).map(([k, v]) => [k, String(v)]));
+}
+
 /**
  * upstream GetHugepageLimitsFromResources: every page size of the node, limited to what the
- * container's `hugepages-<size>` limit says, else 0 (no hugepages without asking).
+ * `hugepages-<size>` limits say (the pod's, overridden by the container's), else 0 (no
+ * hugepages without asking).
  */
 function hugepageLimits(
   limits: Readonly<Record<string, string>>,

@@ -1393,3 +1393,34 @@ Deno.test("generateContainerConfig relabels mounts only where SELinux is enabled
     ["/dev/termination-log", true],
   ]);
 });
+
+Deno.test("generateContainerConfig bounds a container without its own limits by the pod-level ones", async () => {
+  await using h = await harness();
+  const podLevel = {
+    resources: {
+      requests: { cpu: "250m", memory: "32Mi", "hugepages-2Mi": "2Mi" },
+      limits: { cpu: "500m", memory: "64Mi", "hugepages-2Mi": "2Mi" },
+    },
+  };
+  const bare: V1Container = { name: "main", image: IMAGE };
+  const r = await resourcesOf(h, pod([bare], podLevel), {});
+  assert.equal(r?.cpuQuota, 50_000n, "upstream getCPULimit: the pod's 500m");
+  assert.equal(r?.memoryLimitInBytes, 64n * 2n ** 20n, "upstream getMemoryLimit: the pod's");
+  assert.deepEqual(r?.hugepageLimits, [
+    { pageSize: "2MB", limit: 2n * 2n ** 20n },
+    { pageSize: "1GB", limit: 0n },
+  ]);
+  // The container's own limits take precedence.
+  const own: V1Container = {
+    name: "main",
+    image: IMAGE,
+    resources: {
+      requests: { cpu: "100m", memory: "16Mi" },
+      limits: { cpu: "200m", memory: "16Mi", "hugepages-2Mi": "4Mi" },
+    },
+  };
+  const o = await resourcesOf(h, pod([own], podLevel), {});
+  assert.equal(o?.cpuQuota, 20_000n);
+  assert.equal(o?.memoryLimitInBytes, 16n * 2n ** 20n);
+  assert.equal(o?.hugepageLimits?.[0]?.limit, 4n * 2n ** 20n);
+});

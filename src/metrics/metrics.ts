@@ -132,6 +132,11 @@ export class KubeletMetrics {
   readonly image: ImageMetrics;
   /** Resource claim preparation (dra_metrics.ts). */
   readonly dra: DraMetrics;
+  /** kubelet_credential_provider_plugin_{duration,errors_total}{plugin_name}: each plugin run. */
+  readonly credentialProviderPluginDuration: Histogram;
+  readonly credentialProviderPluginErrors: Counter;
+  /** kubelet_credential_provider_config_info{hash}: 1 for the configuration in use, when any. */
+  readonly credentialProviderConfigInfo: Gauge;
   /** kubelet_http_{requests_total,requests_duration_seconds,inflight_requests}: the 10250 and read-only servers. */
   readonly httpRequests: Counter;
   readonly httpRequestsDuration: Histogram;
@@ -400,6 +405,22 @@ export class KubeletMetrics {
     this.volume = new VolumeMetrics(r);
     this.image = new ImageMetrics(r);
     this.dra = new DraMetrics(r);
+    this.credentialProviderPluginDuration = histogram(
+      "kubelet_credential_provider_plugin_duration",
+      "Duration of execution in seconds for credential provider plugin",
+      DEF_BUCKETS,
+      ["plugin_name"],
+    );
+    this.credentialProviderPluginErrors = counter(
+      "kubelet_credential_provider_plugin_errors_total",
+      "Number of errors from credential provider plugin",
+      ["plugin_name"],
+    );
+    this.credentialProviderConfigInfo = gauge(
+      "kubelet_credential_provider_config_info",
+      "Information about the last applied credential provider configuration with hash as label",
+      ["hash"],
+    );
     const httpLabels = ["method", "path", "server_type", "long_running"];
     this.httpRequests = counter(
       "kubelet_http_requests_total",

@@ -276,10 +276,18 @@ const UPSTREAM_KUBELET_FAMILIES = `
 
 /**
  * The kubelet_* families upstream registers that its scrape above has no series of (vectors
- * nothing was recorded in), with the HELP of pkg/kubelet/metrics and pkg/kubelet/server/metrics.
+ * nothing was recorded in, or families registered only with a credential provider
+ * configuration), with the HELP of pkg/kubelet/metrics, pkg/kubelet/server/metrics and
+ * pkg/credentialprovider/plugin/metrics.go.
  */
 const UPSTREAM_UNSCRAPED_FAMILIES =
-  `# HELP kubelet_container_requested_resizes_total [ALPHA] Number of requested resizes, counted at the container level. Different resources on the same container are counted separately. The 'requirement' label refers to 'memory' or 'limits'; the 'operation' label can be one of 'add', 'remove', 'increase' or 'decrease'.
+  `# HELP kubelet_credential_provider_config_info [ALPHA] Information about the last applied credential provider configuration with hash as label
+# TYPE kubelet_credential_provider_config_info gauge
+# HELP kubelet_credential_provider_plugin_duration [ALPHA] Duration of execution in seconds for credential provider plugin
+# TYPE kubelet_credential_provider_plugin_duration histogram
+# HELP kubelet_credential_provider_plugin_errors_total [ALPHA] Number of errors from credential provider plugin
+# TYPE kubelet_credential_provider_plugin_errors_total counter
+# HELP kubelet_container_requested_resizes_total [ALPHA] Number of requested resizes, counted at the container level. Different resources on the same container are counted separately. The 'requirement' label refers to 'memory' or 'limits'; the 'operation' label can be one of 'add', 'remove', 'increase' or 'decrease'.
 # TYPE kubelet_container_requested_resizes_total counter
 # HELP kubelet_evictions [ALPHA] Cumulative number of pod evictions by eviction signal
 # TYPE kubelet_evictions counter
@@ -308,6 +316,9 @@ const UPSTREAM_LABELS: Readonly<Record<string, readonly string[]>> = {
   kubelet_active_pods: ["static"],
   kubelet_cgroup_manager_duration_seconds: ["operation_type"],
   kubelet_container_requested_resizes_total: ["operation", "requirement", "resource"],
+  kubelet_credential_provider_config_info: ["hash"],
+  kubelet_credential_provider_plugin_duration: ["plugin_name"],
+  kubelet_credential_provider_plugin_errors_total: ["plugin_name"],
   kubelet_cri_losing_support: ["version"],
   kubelet_desired_pods: ["static"],
   kubelet_evictions: ["eviction_signal"],
@@ -348,6 +359,7 @@ const POD_START = "0.5 1 2 3 4 5 6 8 10 20 30 45 60 120 180 240 300 360 480 600 
 const UPSTREAM_BUCKETS: Readonly<Record<string, string>> = {
   kubelet_cgroup_manager_duration_seconds: DEF,
   kubelet_containers_per_pod_count: "1 2 4 8 16",
+  kubelet_credential_provider_plugin_duration: DEF,
   kubelet_evented_pleg_connection_latency_seconds: DEF,
   kubelet_http_requests_duration_seconds: DEF,
   kubelet_pleg_pod_relist_duration_seconds: DEF,
@@ -415,7 +427,7 @@ Deno.test("KubeletMetrics renders every kubelet_* family with upstream's HELP, t
   const text = await m.render();
   const rendered = familyLines(text);
   const upstream = familyLines(UPSTREAM_KUBELET_FAMILIES + UPSTREAM_UNSCRAPED_FAMILIES);
-  assert.equal(upstream.size, 72 + 10);
+  assert.equal(upstream.size, 72 + 13);
   const differ = [...upstream].filter(([name, lines]) => rendered.get(name) !== lines);
   assert.deepEqual(differ.map(([n]) => rendered.get(n) ?? `${n} missing`), []);
   // No kubelet_* family upstream lacks.

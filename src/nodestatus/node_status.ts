@@ -68,6 +68,14 @@ export interface StatusInputs {
   readonly kubeletVersion: string;
   /** e.g. "containerd://1.6.20". */
   readonly containerRuntimeVersion: string;
+  /** The runtime's handlers and their features, from its last CRI Status. @default none */
+  readonly runtimeHandlers?: readonly {
+    readonly name: string;
+    readonly features?: {
+      readonly recursiveReadOnlyMounts: boolean;
+      readonly userNamespaces: boolean;
+    };
+  }[];
   readonly images: readonly api.Image[];
   /** Why the node is not ready (runtime, network, storage errors), empty when ready. */
   readonly notReadyReasons: readonly string[];
@@ -288,8 +296,22 @@ export function nodeStatus(inputs: StatusInputs, previous?: V1NodeStatus): V1Nod
       kubeProxyVersion: "",
       operatingSystem: "linux",
       architecture: GOARCH,
+      // NodeSwap (locked on): the machine's swap, when it has any.
+      ...(machine.swapCapacity ? { swap: { capacity: machine.swapCapacity } } : {}),
     },
     images,
+    // Upstream's RuntimeHandlers setter (an empty list is left out of the object).
+    ...(inputs.runtimeHandlers?.length
+      ? {
+        runtimeHandlers: inputs.runtimeHandlers.map((h) => ({
+          name: h.name,
+          features: {
+            recursiveReadOnlyMounts: h.features?.recursiveReadOnlyMounts ?? false,
+            userNamespaces: h.features?.userNamespaces ?? false,
+          },
+        })),
+      }
+      : {}),
   };
 }
 

@@ -263,3 +263,23 @@ Deno.test("capacityAndAllocatable leaves ephemeral-storage out without localStor
   assert.equal(allocatable["ephemeral-storage"], undefined);
   assert.equal(capacity.cpu, "2");
 });
+
+Deno.test("nodeStatus reports the machine's swap in nodeInfo only when it has some (NodeSwap)", () => {
+  assert.equal(nodeStatus(inputs()).nodeInfo?.swap, undefined);
+  const swapped = nodeStatus(inputs({ machine: { ...MACHINE, swapCapacity: 2 * 2 ** 30 } }));
+  assert.deepEqual(swapped.nodeInfo?.swap, { capacity: 2 * 2 ** 30 });
+});
+
+Deno.test("nodeStatus lists the runtime's handlers with their features, as upstream's RuntimeHandlers setter", () => {
+  assert.equal(nodeStatus(inputs()).runtimeHandlers, undefined, "none reported: left out");
+  const s = nodeStatus(inputs({
+    runtimeHandlers: [
+      { name: "", features: { recursiveReadOnlyMounts: true, userNamespaces: true } },
+      { name: "runc-test" },
+    ],
+  }));
+  assert.deepEqual(s.runtimeHandlers, [
+    { name: "", features: { recursiveReadOnlyMounts: true, userNamespaces: true } },
+    { name: "runc-test", features: { recursiveReadOnlyMounts: false, userNamespaces: false } },
+  ]);
+});

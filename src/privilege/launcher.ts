@@ -14,6 +14,7 @@
 import { hostIsCgroup2UnifiedMode } from "../cm/cgroup_mode.ts";
 import { realClock } from "../util/clock.ts";
 import { startFreeOSMemory } from "../util/free_os_memory.ts";
+import { applyOOMScoreAdj } from "../util/oom_adjuster.ts";
 import { openHostView } from "./host_view.ts";
 import { missingPermissions } from "./permissions.ts";
 import { createLogger, type Logger } from "../klog/klog.ts";
@@ -33,6 +34,8 @@ export interface LaunchOptions {
   readonly runDir?: string;
   /** Where the launcher's own lines go. @default stderr */
   readonly write?: (line: string) => void;
+  /** Sets the process's OOM score before the sandbox starts. @default util/oom_adjuster.ts */
+  readonly applyOOMScoreAdj?: (value: number) => Promise<void>;
 }
 
 /**
@@ -78,6 +81,12 @@ export async function launch(args: readonly string[], opts: LaunchOptions = {}):
     return await inProcess(args);
   }
   const logger = log(plan.logging);
+  // Upstream's run sets the kubelet's own OOM score; the Worker shares this process's score.
+  try {
+    await (opts.applyOOMScoreAdj ?? applyOOMScoreAdj)(plan.oomScoreAdj);
+  } catch (e) {
+    logger.info("Failed to ApplyOOMScoreAdj", { err: String(e) });
+  }
   try {
     return await runInSandbox({
       args,

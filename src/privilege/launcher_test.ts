@@ -162,12 +162,16 @@ Deno.test("launch says so and exits 1 when the host view cannot be made", async 
     const runDir = join(dir, "not-a-dir");
     await Deno.writeTextFile(runDir, "");
     const lines: string[] = [];
+    const scores: number[] = [];
     const code = await launch(["--config", file, "--root-dir", join(dir, "root")], {
       runDir,
       inProcess: () => Promise.reject(new Error("must not run")),
       write: (l) => lines.push(l),
+      applyOOMScoreAdj: (v) => Promise.resolve(void scores.push(v)),
     });
     assert.equal(code, 1);
+    // The kubelet's OOM score is the launcher's to set, before the sandbox (default -999).
+    assert.deepEqual(scores, [-999]);
     assert.equal(lines.length, 1, lines.join("\n"));
     assert.match(
       lines[0]!,

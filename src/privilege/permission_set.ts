@@ -14,7 +14,6 @@
  * Has no upstream counterpart: the Go kubelet runs with all of root's rights.
  */
 
-import { OWN_OOM_SCORE_ADJ } from "../util/oom_adjuster.ts";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { systemBusAddress, unixPathOf } from "../util/dbus.ts";
@@ -98,8 +97,6 @@ export function agentPermissions(opts: AgentPermissionsOptions): AgentPermission
   read.add(logs);
   write.add(logs);
   read.add(opts.nodeLogDir ?? "/var/log");
-  // The kubelet's own OOM score (oomScoreAdj), set at start.
-  write.add(OWN_OOM_SCORE_ADJ);
   // The whole view is readable (it holds only what was mounted: a host path that is missing
   // reads as NotFound, not as a permission error); only the cgroup tree is writable.
   read.add(view.root);
@@ -205,6 +202,11 @@ export type LaunchPlan =
     readonly mkdir?: string;
     /** The configuration's logging, for the launcher's own lines. */
     readonly logging: { readonly format: "text" | "json"; readonly verbosity: number };
+    /**
+     * oomScoreAdj: the launcher sets the process's score before the Worker starts (Deno gives
+     * `/proc/self` files only to a process with every permission).
+     */
+    readonly oomScoreAdj: number;
   };
 
 /**
@@ -288,5 +290,6 @@ export async function planLaunch(req: LaunchPlanRequest): Promise<LaunchPlan> {
       format: config.logging.format === "json" ? "json" : "text",
       verbosity: config.logging.verbosity,
     },
+    oomScoreAdj: config.oomScoreAdj ?? -999,
   };
 }
