@@ -47,7 +47,7 @@ import { readRlimit } from "./stats/process_stats.ts";
 import { loadOrGenerateServingCert, tlsSettings } from "./server/tls.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import type { MachineInfo } from "./stats/machine_info.ts";
-import { initialNode, nodeStatus } from "./nodestatus/node_status.ts";
+import { initialNode, nodeDeclaredFeatures, nodeStatus } from "./nodestatus/node_status.ts";
 import type { PodCache } from "./container/pod_cache.ts";
 import type { PodLifecycleEventGenerator } from "./pleg/generic.ts";
 import type { PodManager } from "./pod/pod_manager.ts";
@@ -1119,6 +1119,7 @@ export class Kubelet {
       machineInfo: () => machine,
       rootfsCapacity: () => filesystemCapacity(flags.rootDirectory),
       containerRuntimeVersion: () => this.#runtimeVersion,
+      declaredFeatures: nodeDeclaredFeatures(config.featureGates ?? {}),
       runtimeHandlers: () =>
         this.#runtimeHandlers.map((h) => ({
           name: h.name,

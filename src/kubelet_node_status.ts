@@ -43,6 +43,8 @@ export interface NodeStatusOptions extends InitialNodeOptions {
   readonly rootfsCapacity: () => Promise<number | undefined>;
   /** "containerd://1.6.20" once the runtime answered Version. */
   readonly containerRuntimeVersion: () => string;
+  /** status.declaredFeatures. @default none */
+  readonly declaredFeatures?: readonly string[];
   /** The runtime's handlers of its last CRI Status. @default none */
   readonly runtimeHandlers?: () => StatusInputs["runtimeHandlers"];
   /** The node's images (the kubelet serves them from its image cache, src/images/image_cache.ts). */
@@ -238,6 +240,7 @@ export class NodeStatusManager {
       kubeletVersion: o.kubeletVersion,
       containerRuntimeVersion: o.containerRuntimeVersion(),
       runtimeHandlers: o.runtimeHandlers?.(),
+      declaredFeatures: o.declaredFeatures,
       images: await o.listImages(signal).catch(() => []),
       notReadyReasons: notReadyReasons ?? o.notReadyReasons(),
       pressure: o.pressure?.(),

@@ -112,5 +112,12 @@ export function unsupportedSettings(cfg: KubeletConfiguration): ValidationIssue[
     // without it (the default) upstream ignores them too.
     add("featureGates.MemoryQoS", true, "memory.high and memory.min are not set for containers");
   }
+  if (cfg.featureGates?.RuntimeClassInImageCriApi === true) {
+    add(
+      "featureGates.RuntimeClassInImageCriApi",
+      true,
+      "images are pulled and listed for the default runtime handler only",
+    );
+  }
   return out;
 }

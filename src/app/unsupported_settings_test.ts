@@ -30,6 +30,12 @@ Deno.test("unsupportedSettings stops the start naming file, line, field, value a
     ["memoryManagerPolicy: Static\n", 3, "memoryManagerPolicy", "'Static'"],
     ["topologyManagerPolicy: single-numa-node\n", 3, "topologyManagerPolicy", "'single-numa-node'"],
     ["topologyManagerPolicy: best-effort\n", 3, "topologyManagerPolicy", "'best-effort'"],
+    [
+      "featureGates:\n  RuntimeClassInImageCriApi: true\n",
+      4,
+      "featureGates.RuntimeClassInImageCriApi",
+      "true",
+    ],
   ];
   for (const [text, line, field, value] of cases) {
     const { file, result } = await loadText(text);

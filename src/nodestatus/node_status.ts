@@ -68,6 +68,11 @@ export interface StatusInputs {
   readonly kubeletVersion: string;
   /** e.g. "containerd://1.6.20". */
   readonly containerRuntimeVersion: string;
+  /**
+   * The features this node declares (status.declaredFeatures, NodeDeclaredFeatures), sorted.
+   * @default none
+   */
+  readonly declaredFeatures?: readonly string[];
   /** The runtime's handlers and their features, from its last CRI Status. @default none */
   readonly runtimeHandlers?: readonly {
     readonly name: string;
@@ -300,6 +305,9 @@ export function nodeStatus(inputs: StatusInputs, previous?: V1NodeStatus): V1Nod
       ...(machine.swapCapacity ? { swap: { capacity: machine.swapCapacity } } : {}),
     },
     images,
+    ...(inputs.declaredFeatures?.length
+      ? { declaredFeatures: [...inputs.declaredFeatures] } as Record<string, unknown>
+      : {}),
     // Upstream's RuntimeHandlers setter (an empty list is left out of the object).
     ...(inputs.runtimeHandlers?.length
       ? {
@@ -354,4 +362,22 @@ export function nodeStatusHasChanged(a: V1NodeStatus | undefined, b: V1NodeStatu
       conditions: (s.conditions ?? []).map((c) => ({ ...c, lastHeartbeatTime: undefined })),
     });
   return strip(a) !== strip(b);
+}
+
+/**
+ * The features this node declares to the scheduler and to pod update admission
+ * (status.declaredFeatures, upstream discoverNodeDeclaredFeatures with the NodeDeclaredFeatures
+ * gate): of upstream's registry, those this agent supports with their gate on. Left out:
+ * ExtendWebSocketsToKubelet (the apiserver keeps translating WebSocket streams to SPDY for this
+ * node), InPlacePodLevelResourcesVerticalScaling and InPlacePodVerticalScalingInitContainers (not
+ * built: such resizes are refused before they reach the node), UserNamespacesHostNetworkSupport
+ * (alpha, off).
+ */
+export function nodeDeclaredFeatures(gates: Readonly<Record<string, boolean>>): string[] {
+  if (gates.NodeDeclaredFeatures === false) return [];
+  const out: string[] = [];
+  if (gates.RestartAllContainersOnContainerExits !== false) {
+    out.push("RestartAllContainersOnContainerExits");
+  }
+  return out;
 }

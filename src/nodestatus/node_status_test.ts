@@ -12,6 +12,7 @@ import {
   GOARCH,
   hugePageResourceName,
   initialNode,
+  nodeDeclaredFeatures,
   nodeStatus,
   nodeStatusHasChanged,
   type StatusInputs,
@@ -282,4 +283,18 @@ Deno.test("nodeStatus lists the runtime's handlers with their features, as upstr
     { name: "", features: { recursiveReadOnlyMounts: true, userNamespaces: true } },
     { name: "runc-test", features: { recursiveReadOnlyMounts: false, userNamespaces: false } },
   ]);
+});
+
+Deno.test("the node declares the features it supports, as upstream's NodeDeclaredFeatures setter", () => {
+  assert.deepEqual(nodeDeclaredFeatures({}), ["RestartAllContainersOnContainerExits"]);
+  assert.deepEqual(nodeDeclaredFeatures({ RestartAllContainersOnContainerExits: false }), []);
+  assert.deepEqual(nodeDeclaredFeatures({ NodeDeclaredFeatures: false }), []);
+  const s = nodeStatus(inputs({ declaredFeatures: ["RestartAllContainersOnContainerExits"] }));
+  assert.deepEqual((s as { declaredFeatures?: string[] }).declaredFeatures, [
+    "RestartAllContainersOnContainerExits",
+  ]);
+  assert.equal(
+    (nodeStatus(inputs()) as { declaredFeatures?: string[] }).declaredFeatures,
+    undefined,
+  );
 });
