@@ -5,6 +5,7 @@
  * `runKubelet` names the node, creates and initialises the Kubelet and starts it (or RunOnce).
  */
 
+import { KUBELET_OOM_SCORE_ADJ } from "../qos/qos.ts";
 import { applyOOMScoreAdj, OWN_OOM_SCORE_ADJ } from "../util/oom_adjuster.ts";
 import type { Dependencies } from "../dependencies.ts";
 import { withApiserverRecorder } from "../client/record.ts";
@@ -104,7 +105,7 @@ export async function run(
   // has set it already: only a process with every permission may write /proc/self.
   if (Deno.permissions.querySync({ name: "write", path: OWN_OOM_SCORE_ADJ }).state === "granted") {
     try {
-      await applyOOMScoreAdj(s.config.oomScoreAdj ?? -999);
+      await applyOOMScoreAdj(s.config.oomScoreAdj ?? KUBELET_OOM_SCORE_ADJ);
     } catch (e) {
       deps.logger.info("Failed to ApplyOOMScoreAdj", { err: String(e) });
     }

@@ -14,6 +14,7 @@
  * Has no upstream counterpart: the Go kubelet runs with all of root's rights.
  */
 
+import { KUBELET_OOM_SCORE_ADJ } from "../qos/qos.ts";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { systemBusAddress, unixPathOf } from "../util/dbus.ts";
@@ -264,8 +265,10 @@ export async function planLaunch(req: LaunchPlanRequest): Promise<LaunchPlan> {
           config.featureGates?.KubeletServiceAccountTokenForCredentialProviders ?? true,
       })).executables;
     } catch {
-      // The kubelet says what is wrong with them, and stops.
-      return inProcess;
+      // The kubelet loads them again, says what is wrong and stops, in its sandbox: a failed
+      // check never runs it without one, and with no plugin in the set a plugin installed in
+      // between is not run either (fail closed).
+      credentialProviderExecutables = [];
     }
   }
   const viewDir = await hostViewDir(req.runDir ?? LAUNCHER_RUN_DIR, flags.rootDirectory);
@@ -290,6 +293,6 @@ export async function planLaunch(req: LaunchPlanRequest): Promise<LaunchPlan> {
       format: config.logging.format === "json" ? "json" : "text",
       verbosity: config.logging.verbosity,
     },
-    oomScoreAdj: config.oomScoreAdj ?? -999,
+    oomScoreAdj: config.oomScoreAdj ?? KUBELET_OOM_SCORE_ADJ,
   };
 }

@@ -277,7 +277,8 @@ Deno.test("planLaunch lets the agent run the configured credential provider plug
     assert.deepEqual(answers.slice(0, 2), [{ ok: true }, { ok: true }]);
     assert.match(answers[2]?.error ?? "", /^NotCapable: Requires run access/);
 
-    // A configuration that does not load: the kubelet reports it, outside the sandbox.
+    // A configuration that does not load: the kubelet reports it from its sandbox, which runs no
+    // plugin (a check that fails never turns the sandbox off).
     await Deno.writeTextFile(cpConfig, "kind: Nope\n");
     const broken = await planLaunch({
       args,
@@ -285,7 +286,11 @@ Deno.test("planLaunch lets the agent run the configured credential provider plug
       root: true,
       runDir: "/run/test-views",
     });
-    assert.deepEqual(broken, { kind: "in-process" });
+    assert.equal(broken.kind, "sandbox");
+    assert.ok(
+      broken.kind === "sandbox" &&
+        !broken.permissions.run.includes(join(bin, "ecr-credential-provider")),
+    );
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

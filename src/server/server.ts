@@ -486,10 +486,9 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
     const ctrl = new AbortController();
     const onClose = () => ctrl.abort();
     res.on("close", onClose);
-    const done = track(req.method ?? "GET", new URL(req.url ?? "/", "https://kubelet").pathname);
-    res.on("close", done);
-    const signal = AbortSignal.any([opts.signal, ctrl.signal]);
     const path = new URL(req.url ?? "/", "https://kubelet").pathname;
+    res.on("close", track(req.method ?? "GET", path));
+    const signal = AbortSignal.any([opts.signal, ctrl.signal]);
     const found = find(req.method ?? "GET", path, false);
     (async () => {
       const r = await admit(req, found.params ?? {}, signal, (s, m) => httpError(res, s, m));
@@ -505,12 +504,11 @@ export async function serveKubeletAPI(opts: KubeletAPIOptions): Promise<KubeletA
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Uint8Array) => {
     if (tooLarge(req)) return;
     const ctrl = new AbortController();
-    const done = track(req.method ?? "GET", new URL(req.url ?? "/", "https://kubelet").pathname);
-    socket.on("close", done);
+    const path = new URL(req.url ?? "/", "https://kubelet").pathname;
+    socket.on("close", track(req.method ?? "GET", path));
     socket.on("close", () => ctrl.abort());
     socket.on("error", () => ctrl.abort());
     const signal = AbortSignal.any([opts.signal, ctrl.signal]);
-    const path = new URL(req.url ?? "/", "https://kubelet").pathname;
     const found = find(req.method ?? "GET", path, true);
     const fail = (status: number, message: string) => {
       const text = `${message}\n`;
