@@ -10,6 +10,8 @@
  * tests/results/. Test support only.
  */
 
+import type { MetricDeclaration } from "../src/metrics/metrics.ts";
+
 /** A family as read by {@link parseLoose}. */
 export interface LooseFamily {
   readonly name: string;
@@ -100,6 +102,13 @@ export interface CompareOptions {
   readonly skip?: (family: string) => string | undefined;
   readonly kind?: SeriesKind;
   readonly exceptions?: readonly Exception[];
+  /**
+   * Families our agent registers (MetricsRegistry.declared) though its scrape may show none: a
+   * vector appears once first observed, so a family upstream shows only after something
+   * happened there (a failed RunPodSandbox: kubelet_run_podsandbox_errors_total) is not
+   * missing when ours declares it with upstream's type, HELP and label names.
+   */
+  readonly declared?: ReadonlyMap<string, MetricDeclaration>;
 }
 
 /** What {@link compareScrapes} found. */
@@ -110,6 +119,8 @@ export interface Comparison {
   readonly unused: Exception[];
   /** Exceptions that excused something, with what. */
   readonly used: { readonly exception: Exception; readonly found: string }[];
+  /** Upstream's families our scrape lacks though our agent declares them alike. */
+  readonly unobserved: string[];
 }
 
 /** Label names of a family's samples, without `le` and `quantile`. */
@@ -127,6 +138,7 @@ export function compareScrapes(opts: CompareOptions): Comparison {
   const usedSet = new Set<Exception>();
   const used: Comparison["used"] = [];
   const problems: string[] = [];
+  const unobserved: string[] = [];
   const report = (family: string, what: string, found: string) => {
     const e = exceptions.find((x) => x.family === family && x.what === what);
     if (e) {
@@ -138,7 +150,23 @@ export function compareScrapes(opts: CompareOptions): Comparison {
     if (opts.skip?.(name) !== undefined) continue;
     const ours = opts.ours.get(name);
     if (!ours) {
-      report(name, "family", `missing (upstream: ${up.type}, ${up.samples.length} samples)`);
+      const d = opts.declared?.get(name);
+      if (!d) {
+        report(name, "family", `missing (upstream: ${up.type}, ${up.samples.length} samples)`);
+        continue;
+      }
+      const alike = d.type === up.type && d.help === up.help &&
+        [...labelNames(up)].every((l) => d.labelNames.includes(l));
+      if (alike) unobserved.push(`${opts.endpoint} ${name}`);
+      else {
+        report(
+          name,
+          "family",
+          `no samples, and declared unlike upstream's (${d.type} ${JSON.stringify(d.help)} ` +
+            `[${d.labelNames.join(", ")}]; upstream ${up.type} ${JSON.stringify(up.help)} ` +
+            `[${[...labelNames(up)].join(", ")}])`,
+        );
+      }
       continue;
     }
     if (ours.type !== up.type) report(name, "type", `type ${ours.type}, upstream ${up.type}`);
@@ -160,7 +188,7 @@ export function compareScrapes(opts: CompareOptions): Comparison {
       for (const k of upKinds) if (!ourKinds.has(k)) report(name, `kind:${k}`, `no ${k} series`);
     }
   }
-  return { problems, unused: exceptions.filter((e) => !usedSet.has(e)), used };
+  return { problems, unused: exceptions.filter((e) => !usedSet.has(e)), used, unobserved };
 }
 
 /** Counts for the record: families per endpoint, ours and upstream's, and how many are shared. */

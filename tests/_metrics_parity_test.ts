@@ -89,6 +89,40 @@ kubelet_running_pods 2
   );
 });
 
+Deno.test("compareScrapes: a family ours declares alike but has not observed is not missing", () => {
+  const upstream = parseLoose(`# HELP kubelet_run_podsandbox_errors_total [ALPHA] Errors.
+# TYPE kubelet_run_podsandbox_errors_total counter
+kubelet_run_podsandbox_errors_total{runtime_handler=""} 1
+# HELP kubelet_other_errors_total [ALPHA] Other.
+# TYPE kubelet_other_errors_total counter
+kubelet_other_errors_total{operation_type="x"} 1
+# HELP kubelet_absent_total [ALPHA] Absent.
+# TYPE kubelet_absent_total counter
+kubelet_absent_total 1
+`);
+  const declared = new Map([
+    ["kubelet_run_podsandbox_errors_total", {
+      name: "kubelet_run_podsandbox_errors_total",
+      type: "counter" as const,
+      help: "[ALPHA] Errors.",
+      labelNames: ["runtime_handler"],
+    }],
+    ["kubelet_other_errors_total", {
+      name: "kubelet_other_errors_total",
+      type: "counter" as const,
+      help: "[ALPHA] Other.",
+      labelNames: ["handler"],
+    }],
+  ]);
+  const c = compareScrapes({ endpoint: "/metrics", upstream, ours: new Map(), declared });
+  assert.deepEqual(c.unobserved, ["/metrics kubelet_run_podsandbox_errors_total"]);
+  assert.deepEqual(c.problems, [
+    "/metrics kubelet_absent_total: missing (upstream: counter, 1 samples)",
+    "/metrics kubelet_other_errors_total: no samples, and declared unlike upstream's (counter " +
+    '"[ALPHA] Other." [handler]; upstream counter "[ALPHA] Other." [operation_type])',
+  ]);
+});
+
 Deno.test("compareScrapes: a kind of series upstream has and we lack is a problem", () => {
   const line = (id: string, container = "", image = "", pod = "") =>
     `container_cpu_usage_seconds_total{container="${container}",id="${id}",image="${image}",name="",namespace="",pod="${pod}"} 1`;

@@ -61,6 +61,14 @@ export interface MetricOptions {
   readonly labelNames?: readonly string[];
 }
 
+/** A registered metric as {@link MetricsRegistry.declared} lists it. */
+export interface MetricDeclaration {
+  readonly name: string;
+  readonly type: "counter" | "gauge" | "histogram";
+  readonly help: string;
+  readonly labelNames: readonly string[];
+}
+
 /** Called once per metric when a vector drops a label set for being full. */
 export type OverflowReporter = (metric: string, labels: Labels) => void;
 
@@ -254,6 +262,20 @@ export class MetricsRegistry {
     metric.onOverflow ??= this.#onOverflow;
     this.#metrics.set(metric.name, metric);
     return metric;
+  }
+
+  /**
+   * Every registered metric as declared, empty vectors included (what component-base's
+   * Describe gives): its name, type, HELP with the stability prefix, and label names.
+   * Collectors' families are not listed.
+   */
+  declared(): MetricDeclaration[] {
+    return [...this.#metrics.values()].map((m) => ({
+      name: m.name,
+      type: m instanceof Counter ? "counter" : m instanceof Gauge ? "gauge" : "histogram",
+      help: m.help,
+      labelNames: m.labelNames,
+    }));
   }
 
   /** Adds a collector run at every scrape. */

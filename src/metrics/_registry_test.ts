@@ -101,3 +101,16 @@ Deno.test("MetricsRegistry refuses a second metric of the same name", () => {
   r.register(new Gauge({ name: "g", help: "h" }));
   assert.throws(() => r.register(new Gauge({ name: "g", help: "h" })), /registered twice/);
 });
+
+Deno.test("MetricsRegistry.declared lists every metric, unobserved vectors included", async () => {
+  const r = new MetricsRegistry();
+  r.register(new Counter({ name: "e_total", help: "Errors.", labelNames: ["handler"] }));
+  r.register(new Gauge({ name: "g", help: "G.", stabilityLevel: "STABLE" }));
+  r.register(new Histogram({ name: "h_seconds", help: "H.", buckets: [1], labelNames: [] }));
+  assert.equal((await r.render()).includes("e_total"), false);
+  assert.deepEqual(r.declared(), [
+    { name: "e_total", type: "counter", help: "[ALPHA] Errors.", labelNames: ["handler"] },
+    { name: "g", type: "gauge", help: "[STABLE] G.", labelNames: [] },
+    { name: "h_seconds", type: "histogram", help: "[ALPHA] H.", labelNames: [] },
+  ]);
+});

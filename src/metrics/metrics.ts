@@ -28,7 +28,7 @@ import type { Logger } from "../klog/klog.ts";
  * the registry, for tests that build one family module on a registry of their own.
  */
 export { Counter, Gauge, Histogram };
-export { MetricsRegistry } from "./_registry.ts";
+export { type MetricDeclaration, MetricsRegistry } from "./_registry.ts";
 import { processCollector, type ProcessCollectorOptions } from "./_process.ts";
 import { VolumeMetrics } from "./volume_metrics.ts";
 import { ImageMetrics } from "./image_metrics.ts";
