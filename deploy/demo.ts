@@ -13,7 +13,7 @@
  * from /var/log/pods as it grows, and stop the agent (SIGTERM) and containerd when asked to.
  * Once the pod runs it says which socket `ctr` and `crictl` take to look at it; at the end, what
  * this run leaves on the machine (packages it installed, the images in its containerd, its
- * directories, caches and cgroups) and how to remove each. Exits with the agent's exit code.
+ * directories, caches and cgroups, the kernel settings the kubelet wrote) and how to undo each. Exits with the agent's exit code.
  * Needs root: run it as `deno run --allow-all deploy/demo.ts`.
  */
 
@@ -27,6 +27,7 @@ import {
 } from "../tests/containerd_harness.ts";
 import { binaryPath, CRICTL_VERSION } from "../tests/control_plane_build.ts";
 import { AGENT_RUN_FLAGS } from "./compile.ts";
+import { KERNEL_TUNABLES } from "../src/cm/kernel_tunables.ts";
 import {
   type BuiltImage,
   BUSYBOX,
@@ -152,6 +153,15 @@ interface Touched {
   imported: readonly BuiltImage[];
   wroteConfig: boolean;
   agent: boolean;
+  /** The kernel tunables the kubelet writes at start, as they were before it ran. */
+  tunablesBefore?: ReadonlyMap<string, string>;
+}
+
+/** The values of the kernel tunables the kubelet sets at start (src/cm/kernel_tunables.ts). */
+function readTunables(): Map<string, string> {
+  return new Map(
+    KERNEL_TUNABLES.map(([name]) => [name, Deno.readTextFileSync(`/proc/sys/${name}`).trim()]),
+  );
 }
 
 async function main(args: readonly string[]): Promise<number> {
@@ -242,6 +252,7 @@ async function main(args: readonly string[]): Promise<number> {
       startClock("counting from now anyway");
     }, POD_START_TIMEOUT_S * 1000);
     touched.agent = true;
+    touched.tunablesBefore = readTunables();
     const code = await runAgent(root.signal);
     await tail;
     return code;
@@ -389,6 +400,21 @@ async function printLeftovers(touched: Touched): Promise<void> {
       `Deno's cache (${await denoDir()}) holds the agent's npm packages, shared with every Deno ` +
         `program; 'deno clean' empties it`,
     );
+  }
+  if (touched.tunablesBefore) {
+    const now = readTunables();
+    const changed = [...touched.tunablesBefore].filter(([name, was]) => now.get(name) !== was);
+    if (changed.length > 0) {
+      lines.push(
+        `the kernel settings the kubelet wants (as the Go kubelet sets them without ` +
+          `protectKernelDefaults): ${
+            changed.map(([n, was]) => `${n.replaceAll("/", ".")} ${was} → ${now.get(n)}`)
+              .join(", ")
+          }; restore: sysctl -w ${
+            changed.map(([n, was]) => `${n.replaceAll("/", ".")}=${was}`).join(" ")
+          }`,
+      );
+    }
   }
   if (lines.length === 0) return;
   console.log("demo: this run leaves on this machine:");

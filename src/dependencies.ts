@@ -15,6 +15,7 @@ import type { KubeClient } from "./client/kube_client.ts";
 import type { KubeletMetrics } from "./metrics/metrics.ts";
 import type { ImageManagerService } from "./cri/remote_image.ts";
 import type { RuntimeService } from "./cri/remote_runtime.ts";
+import type { ApplyProcessSettingsOptions } from "./app/process_settings.ts";
 
 /** What the kubelet asks of the host's OS (upstream `kubecontainer.OSInterface`). */
 export interface OSInterface {
@@ -46,6 +47,12 @@ export interface Dependencies {
   readonly reloader?: ConfigReloader;
   /** Where the kubelet's own metrics are recorded (/metrics); the Kubelet makes one when unset. */
   readonly metrics?: KubeletMetrics;
+  /**
+   * Where the process settings (OOM score, open-files limit, kernel tunables) are applied at
+   * start; "launcher" when the launcher has applied them before the sandbox.
+   * @default the process's and the host's own (app/process_settings.ts)
+   */
+  readonly processSettings?: Omit<ApplyProcessSettingsOptions, "logger"> | "launcher";
 }
 
 /** Builds the default dependencies (upstream's UnsecuredDependencies: nothing is dialled yet). */

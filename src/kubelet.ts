@@ -80,6 +80,8 @@ import { statPath } from "./privilege/launcher_calls.ts";
 import { containerRuntimeVersion } from "./kuberuntime/runtime_version.ts";
 import { loadCredentialProviderPlugins } from "./credentialprovider/plugins.ts";
 import { handlerSupportsUserNamespaces, UsernsManager } from "./userns/userns_manager.ts";
+import { warnFlexVolumeDrivers } from "./volume/flex_volume.ts";
+import { initNetworkUtil } from "./kubelet_network_linux.ts";
 import {
   ACTUATED_PODS_STATE_FILE,
   ALLOCATED_PODS_STATE_FILE,
@@ -294,6 +296,10 @@ export class Kubelet {
       apiVersion: version.runtimeApiVersion,
     });
     await this.setupLogDirs();
+    // Upstream Run makes the iptables util chains before the pod lifecycle starts.
+    if (config.makeIPTablesUtilChains) {
+      stopped.push((await initNetworkUtil({ logger: log, clock: deps.clock, signal })).done);
+    }
     stopped.push(...(await this.#startPodLifecycle(signal)));
     // One relist before the first runtime status, so the PLEG's health check does not hold
     // the node NotReady until the next status period.
@@ -392,6 +398,8 @@ export class Kubelet {
       );
       logger.v(2).info("Warning: cgroup check", { error: CGROUP_V1_DEPRECATED_WARNING });
     }
+    // Upstream's volume plugin manager probes volumePluginDir's FlexVolume drivers here.
+    await warnFlexVolumeDrivers({ volumePluginDir: config.volumePluginDir, logger });
 
     const sources: string[] = [];
     const podConfig = new PodConfig({
@@ -453,6 +461,7 @@ export class Kubelet {
     }
     const pods = newPodLifecycle({
       userNamespaces,
+      runtimeHandlers: () => this.#runtimeHandlers,
       credentialProviderPlugins,
       allocatedState,
       actuatedState,
@@ -980,6 +989,11 @@ export class Kubelet {
         enabled: config.enableDebuggingHandlers,
         flagsEnabled: config.enableDebugFlagsHandler,
         setVerbosity: (v) => setLogV(deps.logger, v),
+      }),
+      ...(await import("./server/pprof.ts")).profilingRoutes({
+        enabled: config.enableDebuggingHandlers,
+        profilingEnabled: config.enableProfilingHandler,
+        signal,
       }),
       ...logRoutes({
         enableSystemLogHandler: config.enableSystemLogHandler,

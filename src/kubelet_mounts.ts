@@ -22,6 +22,7 @@ import type { V1Container, V1HostAlias, V1Pod, V1VolumeMount } from "@kubernetes
 import * as api from "../proto/runtime/v1/api.ts";
 import { kobj, type Logger } from "./klog/klog.ts";
 import type { PodVolumesFunc } from "./volume/plugin.ts";
+import type { RuntimeHandlerLookup } from "./runtimeclass/runtimeclass_manager.ts";
 import {
   askLauncher,
   type HostCallHandlers,
@@ -146,6 +147,40 @@ export function translateMountPropagation(mode: string | undefined): api.MountPr
       return api.MountPropagation.PROPAGATION_BIDIRECTIONAL;
   }
   throw new MountsError(`invalid MountPropagation mode: ${JSON.stringify(mode)}`);
+}
+
+/**
+ * upstream runtimeClassSupportsRecursiveReadOnlyMounts: whether the runtime handler of the pod's
+ * RuntimeClass supports recursive read-only mounts, from the handlers of the runtime's last CRI
+ * Status. Without a RuntimeClass manager (standalone mode), a runtime that lists no handlers,
+ * or a class or handler that cannot be found (logged as upstream's errors): false.
+ */
+export function runtimeClassSupportsRecursiveReadOnlyMounts(
+  pod: V1Pod,
+  o: {
+    readonly runtimeClasses?: RuntimeHandlerLookup;
+    readonly handlers: readonly api.RuntimeHandler[];
+    readonly logger: Logger;
+  },
+): boolean {
+  if (!o.runtimeClasses) return false;
+  let name: string;
+  try {
+    name = o.runtimeClasses.lookupRuntimeHandler(pod.spec?.runtimeClassName);
+  } catch (e) {
+    o.logger.error(e, "failed to look up the runtime handler", {
+      runtimeClassName: pod.spec?.runtimeClassName,
+    });
+    return false;
+  }
+  // A runtime that does not list its handlers: no need to say anything.
+  if (o.handlers.length === 0) return false;
+  const h = o.handlers.find((h) => h.name === name);
+  if (!h) {
+    o.logger.error(null, "Unknown runtime handler", { runtimeHandlerName: name });
+    return false;
+  }
+  return h.features?.recursiveReadOnlyMounts ?? false;
 }
 
 /**

@@ -11,6 +11,7 @@ import {
   managedHostsFileContent,
   MountsError,
   nodeHostsFileContent,
+  runtimeClassSupportsRecursiveReadOnlyMounts,
   safeMakeDir,
   serveSubPathCall,
   shouldMountHostsFile,
@@ -569,4 +570,44 @@ Deno.test("serveSubPathCall runs a subPath's steps in the launcher: exists, make
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("runtimeClassSupportsRecursiveReadOnlyMounts asks the pod's handler, as upstream", () => {
+  const lines: string[] = [];
+  const logger = createLogger({ write: (l) => lines.push(l) });
+  const handlers: api.RuntimeHandler[] = [
+    { name: "", features: { recursiveReadOnlyMounts: true, userNamespaces: false } },
+    { name: "runc-old", features: { recursiveReadOnlyMounts: false, userNamespaces: false } },
+  ];
+  const classes = new Map([["old", "runc-old"], ["gone", "runc-gone"]]);
+  const runtimeClasses = {
+    lookupRuntimeHandler: (name: string | null | undefined) => {
+      if (!name) return "";
+      const h = classes.get(name);
+      if (h === undefined) throw new Error(`runtimeclass.node.k8s.io "${name}" not found`);
+      return h;
+    },
+  };
+  const pod = (runtimeClassName?: string): V1Pod => ({
+    spec: { containers: [], runtimeClassName },
+  });
+  const ask = (p: V1Pod, o: { handlers?: api.RuntimeHandler[]; classes?: boolean } = {}) =>
+    runtimeClassSupportsRecursiveReadOnlyMounts(p, {
+      ...(o.classes === false ? {} : { runtimeClasses }),
+      handlers: o.handlers ?? handlers,
+      logger,
+    });
+  assert.equal(ask(pod()), true);
+  assert.equal(ask(pod("old")), false);
+  // Standalone (no RuntimeClass manager), or a runtime that lists no handlers: never.
+  assert.equal(ask(pod(), { classes: false }), false);
+  assert.equal(ask(pod(), { handlers: [] }), false);
+  assert.deepEqual(lines, []);
+  assert.equal(ask(pod("missing")), false);
+  assert.match(
+    lines[0]!,
+    /"failed to look up the runtime handler" err=.*not found.* runtimeClassName="missing"/,
+  );
+  assert.equal(ask(pod("gone")), false);
+  assert.match(lines[1]!, /"Unknown runtime handler" runtimeHandlerName="runc-gone"/);
 });

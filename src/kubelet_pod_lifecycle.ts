@@ -11,7 +11,8 @@
 import type { KubeletMetrics } from "./metrics/metrics.ts";
 import { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
-import type { V1ConfigMap, V1Node, V1Secret } from "@kubernetes/client-node";
+import type { V1ConfigMap, V1Node, V1Pod, V1Secret } from "@kubernetes/client-node";
+import type * as api from "../proto/runtime/v1/api.ts";
 import type { Clock } from "./util/clock.ts";
 import { type EventRecorder, nodeRef } from "./client/record.ts";
 import { DnsConfigurer } from "./network/dns.ts";
@@ -21,7 +22,7 @@ import type { KubeClient } from "./client/kube_client.ts";
 import type { KubeletConfiguration } from "./apis/config_types.ts";
 import { type PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
 import type { PodCgroups } from "./cm/container_manager.ts";
-import { KubeletMounts } from "./kubelet_mounts.ts";
+import { KubeletMounts, runtimeClassSupportsRecursiveReadOnlyMounts } from "./kubelet_mounts.ts";
 import { Mounter } from "./util/mount.ts";
 import { envSourceOf, ObjectManager } from "./client/object_manager.ts";
 import { Prober } from "./prober/prober.ts";
@@ -141,6 +142,8 @@ export interface PodLifecycleOptions {
    * @default none: such pods fail as not supported
    */
   readonly userNamespaces?: UsernsManager;
+  /** The handlers of the runtime's last CRI Status (recursive read-only support). @default none */
+  readonly runtimeHandlers?: () => readonly api.RuntimeHandler[];
 }
 
 /** The built graph; nothing runs until {@link PodLifecycle.run}. */
@@ -284,6 +287,12 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     ? new RuntimeClassManager({ client: kubeClient, clock, logger })
     : undefined;
   const nodeAllocatable = () => o.getNode()?.status?.allocatable;
+  const supportsRecursiveReadOnly = (pod: V1Pod) =>
+    runtimeClassSupportsRecursiveReadOnlyMounts(pod, {
+      runtimeClasses,
+      handlers: o.runtimeHandlers?.() ?? [],
+      logger,
+    });
   const volumeOptions: VolumeManagerOptions = {
     podsDirectory,
     plugins: o.volumePlugins ?? probeVolumePlugins({
@@ -318,6 +327,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     onUpdate: (_kind, podUID) => loopRef.loop?.pushProbeUpdate(podUID),
   });
   const dra = new DraManager({ clock, logger, metrics: metrics?.dra });
+  const podLevelResize = config.featureGates?.InPlacePodLevelResourcesVerticalScaling ?? true;
   const runtimeManager = new KubeRuntimeManager({
     runtime,
     imageService,
@@ -345,7 +355,12 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     envSource: kubeClient ? envSourceOf(configMaps, secrets) : undefined,
     hostIPs: o.nodeIPs,
     nodeAllocatable,
-    kubeletMounts: new KubeletMounts({ podsDirectory, podVolumes, logger }),
+    kubeletMounts: new KubeletMounts({
+      podsDirectory,
+      podVolumes,
+      logger,
+      supportsRecursiveReadOnly,
+    }),
     services: serviceLister,
     podVolumes,
     startupTracker,
@@ -363,6 +378,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     swapBehavior: config.memorySwap?.swapBehavior,
     actuatedState: o.actuatedState,
     podCgroups: o.podCgroups,
+    inPlacePodLevelResourcesVerticalScaling: podLevelResize,
     dra,
     runtimeClasses,
     userNamespaces: o.userNamespaces,
@@ -383,6 +399,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     clock,
     logger,
     metrics,
+    inPlacePodLevelResourcesVerticalScaling: podLevelResize,
   });
   const mirrorClient = o.kubeClient
     ? new MirrorClient({
@@ -412,6 +429,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     kubeClient: o.kubeClient,
     getNode: o.getNode,
     nodeIPs: o.nodeIPs,
+    supportsRecursiveReadOnly,
     networkErrors: o.networkErrors,
     podsDirectory,
     runtimePodIds: () => pleg.podIds(),

@@ -28,7 +28,11 @@ import type { Clock } from "./util/clock.ts";
 import { type EventRecorder, podRef } from "./client/record.ts";
 import { kobj, type Logger } from "./klog/klog.ts";
 import type { KubeClient } from "./client/kube_client.ts";
-import { generateAPIPodStatus, podIsTerminalPhase } from "./kubelet_pods.ts";
+import {
+  generateAPIPodStatus,
+  podIsTerminalPhase,
+  readPodCgroupForStatus,
+} from "./kubelet_pods.ts";
 import { readTerminationMessage } from "./kuberuntime/kuberuntime_manager.ts";
 import { admitPod } from "./lifecycle/predicate.ts";
 import type { PodCgroups } from "./cm/container_manager.ts";
@@ -113,6 +117,11 @@ export interface PodSyncerOptions {
   /** This node as admission sees it; undefined until it is known. */
   readonly getNode: () => V1Node | undefined;
   readonly nodeIPs: readonly string[];
+  /**
+   * Whether the pod's runtime handler supports recursive read-only mounts, for its volume mount
+   * statuses. @default never
+   */
+  readonly supportsRecursiveReadOnly?: (pod: V1Pod) => boolean;
   /** The network's current errors, undefined when ready (upstream runtimeState.networkErrors). */
   readonly networkErrors: () => string | undefined;
   /** `<rootDirectory>/pods`. */
@@ -1165,8 +1174,10 @@ export class PodSyncer implements SyncHandler {
     const ids = new Set(status.containerStatuses.map((c) => c.id));
     for (const id of [...read.keys()]) if (!ids.has(id)) read.delete(id);
     const base = this.#o.statusManager.getPodStatus(uidOf(pod));
+    const withBase = base ? { ...pod, status: base } : pod;
     const generated = generateAPIPodStatus({
-      pod: base ? { ...pod, status: base } : pod,
+      pod: withBase,
+      podCgroup: await readPodCgroupForStatus(withBase, this.#o.podCgroups, this.#o.logger),
       podStatus: status,
       podIsTerminal,
       reasons: this.#o.reasonCache,
@@ -1179,6 +1190,8 @@ export class PodSyncer implements SyncHandler {
       actuated: this.#o.runtime.actuatedResources
         ? (u, n) => this.#o.runtime.actuatedResources!(u, n)
         : undefined,
+      supportsRecursiveReadOnly: this.#o.supportsRecursiveReadOnly?.(pod) ?? false,
+      logger: this.#o.logger,
     });
     const override = this.#statusOverrides.get(uid);
     if (!override) return generated;

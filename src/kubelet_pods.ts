@@ -4,13 +4,19 @@
  * a pod (a {@link PodStatus} from the pod cache), the last reported API status, the last sync
  * errors (the {@link ReasonCache}) and the probe results into a `V1PodStatus`: phase, conditions,
  * container and init container statuses with their waiting / running / terminated states, last
- * termination state and restart count, pod and host IPs, QoS class. Pure: it talks to nothing; the
- * pod workers call it and hand the result to the status manager.
+ * termination state and restart count, pod and host IPs, QoS class, and the pod-level resources
+ * (InPlacePodLevelResourcesVerticalScaling: `status.resources` as the pod cgroup runs while the
+ * pod runs, else as allocated, and `status.allocatedResources`, the pod's requests). Pure: it
+ * talks to nothing (the pod cgroup's settings are read before, by
+ * {@link readPodCgroupForStatus}); the pod workers call it and hand the result to the status
+ * manager.
  *
  * Corresponds to upstream `pkg/kubelet/kubelet_pods.go` (generateAPIPodStatus, getPhase,
  * convertStatusToAPIStatus, convertToAPIContainerStatuses, sortPodIPs), the runtime container
  * status conversion of `pkg/kubelet/kuberuntime/kuberuntime_container.go` (toKubeContainerStatus)
- * and the helpers it uses from `pkg/kubelet/container/helpers.go` and `pkg/api/v1/pod/util.go`.
+ * and the helpers it uses from `pkg/kubelet/container/helpers.go` and `pkg/api/v1/pod/util.go`,
+ * convertToAPIPodLevelResourcesStatus and getEffectiveAllocatedResources (kubelet_pods.go) and
+ * the cgroup readers of `pkg/kubelet/cm/helpers_linux.go` (CPURequestsFromConfig, ...).
  * Feature gates are taken at their v1.36 defaults: ContainerRestartRules on, RecursiveReadOnlyMounts
  * on, PodObservedGenerationTracking on, RestartAllContainersOnContainerExits on (a container that
  * exits with a RestartAllContainers rule has every container removed and run again in the same
@@ -31,7 +37,17 @@ import type {
 } from "@kubernetes/client-node";
 import { type RuntimeResources, toRuntimeResources } from "./kuberuntime/pod_resize.ts";
 import { formatBinarySI } from "./util/quantity.ts";
-import { milliValueOf, parseDec, valueOf } from "./qos/resource_helpers.ts";
+import { formatQuantity, intQuantity, parseQuantityFormatted } from "./util/quantity_format.ts";
+import {
+  type Dec,
+  milliValueOf,
+  parseDec,
+  podLimits,
+  podRequests,
+  type ResourceList,
+  valueOf,
+} from "./qos/resource_helpers.ts";
+import type { ResourceConfig } from "./cm/cgroup_manager.ts";
 import * as api from "../proto/runtime/v1/api.ts";
 import { kobj, type Logger } from "./klog/klog.ts";
 import {
@@ -64,6 +80,7 @@ import {
 import { parseIP } from "./_pod_ips.ts";
 import { deepCopy } from "./util/deep_copy.ts";
 import type { PodSyncHandler } from "./lifecycle/interfaces.ts";
+import { resolveRecursiveReadOnly } from "./kubelet_mounts.ts";
 
 /** Waiting reason of containers while the pod's init containers run. */
 export const POD_INITIALIZING = "PodInitializing";
@@ -116,6 +133,51 @@ export interface GenerateStatusOptions {
    * not report (memory requests, and everything on a runtime that reports nothing). @default none
    */
   actuated?: (uid: string, name: string) => V1ResourceRequirements | undefined;
+  /**
+   * The pod's runtime handler supports recursive read-only mounts (upstream
+   * runtimeClassSupportsRecursiveReadOnlyMounts): a read-only volume mount's status says
+   * Enabled when its mode resolves to one. @default false
+   */
+  supportsRecursiveReadOnly?: boolean;
+  /**
+   * The pod cgroup's settings as read for this status ({@link readPodCgroupForStatus}); a
+   * resource whose read failed, or every one without pod cgroups, keeps the last status's value.
+   * @default none
+   */
+  podCgroup?: PodCgroupConfig;
+}
+
+/** The pod cgroup's cpu and memory settings (upstream GetPodCgroupConfig), each if read. */
+export interface PodCgroupConfig {
+  readonly cpu?: ResourceConfig;
+  readonly memory?: ResourceConfig;
+}
+
+/**
+ * Reads the pod cgroup's settings for the status of a pod whose status says Running (upstream
+ * convertToAPIPodLevelResourcesStatus reads them only then); a failed read is logged and left
+ * out. Undefined for any other pod, or without pod cgroups.
+ */
+export async function readPodCgroupForStatus(
+  pod: V1Pod,
+  podCgroups:
+    | { getConfig(pod: V1Pod, resource: "cpu" | "memory"): Promise<ResourceConfig> }
+    | undefined,
+  logger?: Logger,
+): Promise<PodCgroupConfig | undefined> {
+  if (!podCgroups || pod.status?.phase !== "Running") return undefined;
+  const read = async (resource: "cpu" | "memory", what: string) => {
+    try {
+      return await podCgroups.getConfig(pod, resource);
+    } catch (e) {
+      logger?.error(e, what, { podName: pod.metadata?.name });
+      return undefined;
+    }
+  };
+  const memory = await read("memory", "failed to read memory cgroup config for the pod");
+  // Upstream's message for the cpu read, as it is.
+  const cpu = await read("cpu", "failed to read memory cgroup limits for the pod");
+  return { ...(memory ? { memory } : {}), ...(cpu ? { cpu } : {}) };
 }
 
 /** Whether the phase is Succeeded or Failed (upstream podutil.IsPodPhaseTerminal). */
@@ -558,20 +620,155 @@ function convertStatusToAPIStatus(
       { hasInitContainers: hasInit, isInitContainer: false, podRestarting },
     );
   }
+  // InPlacePodLevelResourcesVerticalScaling: the pod-level resources, for every pod.
+  s.resources = podLevelResourcesStatus(pod, old, opts.podCgroup);
+  const allocated = formatResourceList(podRequests(pod), pod, "requests");
+  if (Object.keys(allocated).length > 0) s.allocatedResources = allocated;
   return s;
 }
 
-/** The volume mounts of a container as its status shows them (RecursiveReadOnlyMounts). */
-function volumeMountStatuses(container: V1Container): V1VolumeMountStatus[] | undefined {
+/**
+ * upstream convertToAPIPodLevelResourcesStatus: for a pod whose status says Running, its
+ * pod-level resources with what its cgroup runs with (cpu requests from the shares, cpu limits
+ * from the quota, the memory limit; cpu at or below what the kernel takes keeps the allocated
+ * value; a value not read keeps the last status's), the memory request from the pod's requests;
+ * for any other pod, its requests and limits as allocated (getEffectiveAllocatedResources).
+ */
+function podLevelResourcesStatus(
+  pod: V1Pod,
+  old: V1PodStatus,
+  cgroup: PodCgroupConfig | undefined,
+): V1ResourceRequirements {
+  if (pod.status?.phase !== "Running") {
+    const out = deepCopy(pod.spec?.resources ?? {});
+    const requests = formatResourceList(podRequests(pod), pod, "requests");
+    const limits = formatResourceList(podLimits(pod), pod, "limits");
+    delete out.requests;
+    delete out.limits;
+    if (Object.keys(limits).length > 0) out.limits = limits;
+    if (Object.keys(requests).length > 0) out.requests = requests;
+    return out;
+  }
+  const resources = deepCopy(pod.spec?.resources ?? {});
+  const requests: Record<string, string> = { ...resources.requests };
+  const limits: Record<string, string> = { ...resources.limits };
+  const oldResources = old.resources ?? {};
+  const preserve = (
+    name: string,
+    from: Readonly<Record<string, string>> | undefined,
+    to: Record<string, string>,
+  ) => {
+    const v = from?.[name];
+    if (old.phase === "Running" && old.resources !== undefined && v !== undefined) to[name] = v;
+  };
+  const allocatedMilli = (list: Readonly<Record<string, string>>) =>
+    list.cpu === undefined ? 0n : milliValueOf(parseDec(String(list.cpu)));
+
+  // cm.CPURequestsFromConfig: shares as millicores (SharesToMilliCPU).
+  const shares = cgroup?.cpu?.cpuShares;
+  const cpuRequest = shares !== undefined && shares >= MIN_SHARES
+    ? (shares * 1000n + 1023n) / 1024n
+    : 0n;
+  if (cpuRequest > 0n) {
+    if (cpuRequest > MIN_SHARES || allocatedMilli(requests) > MIN_SHARES) {
+      requests.cpu = milliCPU(cpuRequest);
+    }
+  } else preserve("cpu", oldResources.requests, requests);
+
+  if (requests.memory === undefined) {
+    const aggregated = podRequests(pod).get("memory");
+    if (aggregated !== undefined) {
+      requests.memory = formatLike(aggregated, quantitiesOf(pod, "memory", "requests")[0]);
+    }
+  }
+  // Upstream keeps the last status's memory request: it is not written to the cgroup.
+  preserve("memory", oldResources.requests, requests);
+
+  // cm.CPULimitsFromConfig: the quota as millicores (QuotaToMilliCPU).
+  const period = cgroup?.cpu?.cpuPeriod;
+  const quota = cgroup?.cpu?.cpuQuota;
+  const cpuLimit = period !== undefined && period > 0n && quota !== undefined && quota !== -1n
+    ? (quota * 1000n) / period
+    : 0n;
+  if (cpuLimit > 0n) {
+    if (cpuLimit > MIN_MILLI_CPU_LIMIT || allocatedMilli(limits) > MIN_MILLI_CPU_LIMIT) {
+      limits.cpu = milliCPU(cpuLimit);
+    }
+  } else preserve("cpu", oldResources.limits, limits);
+
+  // cm.MemoryLimitsFromConfig: a positive limit (cgroup v1's "unlimited" is one, as upstream).
+  const memory = cgroup?.memory?.memory;
+  if (memory !== undefined && memory > 0n) {
+    limits.memory = formatQuantity(intQuantity(memory, "BinarySI"));
+  } else preserve("memory", oldResources.limits, limits);
+
+  delete resources.requests;
+  delete resources.limits;
+  if (Object.keys(limits).length > 0) resources.limits = limits;
+  if (Object.keys(requests).length > 0) resources.requests = requests;
+  return resources;
+}
+
+/**
+ * The quantity strings a pod's requests or limits of `name` are summed from, in the order
+ * upstream's PodRequests and PodLimits take them: the first one's format is the sum's (Go's
+ * Quantity.Add).
+ */
+function quantitiesOf(pod: V1Pod, name: string, list: "requests" | "limits"): string[] {
+  const out: string[] = [];
+  const podLevel = pod.spec?.resources?.[list]?.[name];
+  if (podLevel !== undefined) out.push(String(podLevel));
+  for (const c of [...(pod.spec?.containers ?? []), ...(pod.spec?.initContainers ?? [])]) {
+    const q = c.resources?.[list]?.[name];
+    if (q !== undefined) out.push(String(q));
+  }
+  const overhead = pod.spec?.overhead?.[name];
+  if (overhead !== undefined) out.push(String(overhead));
+  return out;
+}
+
+/** A resource list as the API writes it: each amount in the format of what it was summed from. */
+function formatResourceList(
+  list: ResourceList,
+  pod: V1Pod,
+  kind: "requests" | "limits",
+): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of list) {
+    out[name] = formatLike(value, quantitiesOf(pod, name, kind)[0]);
+  }
+  return out;
+}
+
+/** Go's Quantity.String() for a sum whose format is that of `like` (its first addend's). */
+function formatLike(value: Dec, like: string | undefined): string {
+  const format = like === undefined ? "DecimalSI" : parseQuantityFormatted(like).format;
+  return formatQuantity({ value, format });
+}
+
+/**
+ * The volume mounts of a container as its status shows them (RecursiveReadOnlyMounts): a
+ * read-only one is Enabled when its mode resolves to recursive read-only on the pod's handler.
+ */
+function volumeMountStatuses(
+  container: V1Container,
+  opts: GenerateStatusOptions,
+): V1VolumeMountStatus[] | undefined {
   const mounts = container.volumeMounts ?? [];
   if (mounts.length === 0) return undefined;
   return mounts.map((m) => {
     const v: V1VolumeMountStatus = { name: m.name, mountPath: m.mountPath };
     if (m.readOnly) {
       v.readOnly = true;
-      // The runtime handlers' recursive read-only support is not known here, so as upstream
-      // without runtime class support: never Enabled.
-      v.recursiveReadOnly = "Disabled";
+      let enabled = false;
+      try {
+        enabled = resolveRecursiveReadOnly(m, opts.supportsRecursiveReadOnly ?? false);
+      } catch (e) {
+        opts.logger?.error(e, "failed to resolve recursive read-only mode", {
+          mode: m.recursiveReadOnly,
+        });
+      }
+      v.recursiveReadOnly = enabled ? "Enabled" : "Disabled";
     }
     return v;
   });
@@ -612,7 +809,7 @@ function convertContainerStatuses(
       state: { waiting: { reason: defaultReason } },
       lastState: {},
     };
-    const mounts = volumeMountStatuses(c);
+    const mounts = volumeMountStatuses(c, opts);
     if (mounts !== undefined) status.volumeMounts = mounts;
     const old = oldStatuses.get(c.name);
     if (old !== undefined) {

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { createLogger } from "./klog/klog.ts";
 import type { V1ContainerStatus, V1Pod, V1PodSpec } from "@kubernetes/client-node";
 import * as api from "../proto/runtime/v1/api.ts";
 import {
@@ -753,6 +754,39 @@ Deno.test("generateAPIPodStatus sets observedGeneration and volume mount statuse
   ]);
 });
 
+Deno.test("generateAPIPodStatus: a read-only mount is recursively read-only where the handler can", () => {
+  const p = pod({
+    containers: [{
+      name: "app",
+      image: "nginx",
+      volumeMounts: [
+        { name: "a", mountPath: "/a", readOnly: true, recursiveReadOnly: "IfPossible" },
+        { name: "b", mountPath: "/b", readOnly: true, recursiveReadOnly: "Enabled" },
+        { name: "c", mountPath: "/c", readOnly: true },
+      ],
+    }],
+  });
+  const modes = (o: Partial<GenerateStatusOptions>) =>
+    generate(p, runtime([]), o).containerStatuses?.[0]?.volumeMounts?.map((m) =>
+      m.recursiveReadOnly
+    );
+  assert.deepEqual(modes({ supportsRecursiveReadOnly: true }), ["Enabled", "Enabled", "Disabled"]);
+  // Enabled on a handler without support: the container cannot start; its status says Disabled
+  // and the error is logged, as upstream's.
+  const lines: string[] = [];
+  const logger = createLogger({ write: (l) => lines.push(l) });
+  assert.deepEqual(modes({ supportsRecursiveReadOnly: false, logger }), [
+    "Disabled",
+    "Disabled",
+    "Disabled",
+  ]);
+  assert.equal(lines.length, 1);
+  assert.match(
+    lines[0]!,
+    /"failed to resolve recursive read-only mode" err="volume \\"b\\" requested recursive read-only mode, but it is not supported by the runtime" mode="Enabled"/,
+  );
+});
+
 Deno.test("generateAPIPodStatus reports the resources a running container has, and what is allocated", () => {
   const p = pod({
     containers: [{
@@ -935,4 +969,76 @@ Deno.test("generateAPIPodStatus keeps a container with restart rules Running aft
   );
   const s1 = generate(p, runtime([cri("app", { state: "exited", created: 1, exitCode: 1 })]));
   assert.equal(s1.phase, "Failed");
+});
+
+Deno.test("generateAPIPodStatus reports pod-level resources as allocated, then as the pod cgroup runs them", () => {
+  // Resized from 200m / 64Mi limits: allocated, not actuated yet.
+  const p = pod({
+    containers: [{ name: "app", image: "app:1" }],
+    resources: {
+      requests: { cpu: "200m", memory: "64Mi" },
+      limits: { cpu: "400m", memory: "128Mi" },
+    },
+  });
+  const rt = runtime([cri("app", { state: "running", created: 1 })]);
+  // Not Running yet (the last status says Pending): as allocated.
+  const first = generate({ ...p, status: { phase: "Pending" } }, rt);
+  assert.deepEqual(first.resources, p.spec!.resources);
+  assert.deepEqual(first.allocatedResources, { cpu: "200m", memory: "64Mi" });
+  // Running: what the pod cgroup runs with (the old limits), the memory request as allocated.
+  const oldCgroup = {
+    cpu: { cpuShares: 204n, cpuQuota: 20_000n, cpuPeriod: 100_000n },
+    memory: { memory: 64n * 2n ** 20n },
+  };
+  const second = generate({ ...p, status: first }, rt, { podCgroup: oldCgroup });
+  assert.deepEqual(second.resources, {
+    requests: { cpu: "200m", memory: "64Mi" },
+    limits: { cpu: "200m", memory: "64Mi" },
+  });
+  // Actuated: the new limits.
+  const newCgroup = {
+    cpu: { cpuShares: 204n, cpuQuota: 40_000n, cpuPeriod: 100_000n },
+    memory: { memory: 128n * 2n ** 20n },
+  };
+  const third = generate({ ...p, status: second }, rt, { podCgroup: newCgroup });
+  assert.deepEqual(third.resources, p.spec!.resources);
+  assert.deepEqual(third.allocatedResources, { cpu: "200m", memory: "64Mi" });
+  // Not read (no pod cgroups, or a failed read): the last status's values stay.
+  const fourth = generate({ ...p, status: second }, rt);
+  assert.deepEqual(fourth.resources, second.resources);
+});
+
+Deno.test("generateAPIPodStatus sums containers into the pod-level status as Go formats quantities", () => {
+  const p = pod({
+    containers: [
+      { name: "a", image: "a:1", resources: { requests: { cpu: "100m", memory: "64Mi" } } },
+      {
+        name: "b",
+        image: "b:1",
+        resources: { requests: { cpu: "900m", memory: "32Mi" }, limits: { memory: "100M" } },
+      },
+    ],
+  });
+  const rt = runtime([
+    cri("a", { state: "running", created: 1 }),
+    cri("b", { state: "running", created: 1 }),
+  ]);
+  const s = generate({ ...p, status: { phase: "Pending" } }, rt);
+  assert.equal(s.phase, "Running");
+  assert.deepEqual(s.allocatedResources, { cpu: "1", memory: "96Mi" });
+  assert.deepEqual(s.resources, {
+    requests: { cpu: "1", memory: "96Mi" },
+    limits: { memory: "100M" },
+  });
+  // Running without a pod memory limit: cgroup v1's "unlimited" is reported, as upstream.
+  const running = generate({ ...p, status: s }, rt, {
+    podCgroup: {
+      cpu: { cpuShares: 1024n, cpuQuota: -1n, cpuPeriod: 100_000n },
+      memory: { memory: 9223372036854771712n },
+    },
+  });
+  assert.deepEqual(running.resources, {
+    requests: { cpu: "1", memory: "96Mi" },
+    limits: { memory: "9007199254740988Ki" },
+  });
 });

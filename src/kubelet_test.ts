@@ -27,6 +27,8 @@ Deno.test("Kubelet updateRuntimeUp keeps the runtime state from CRI Status every
   });
   config.healthzPort = 0;
   config.enableServer = false;
+  // Not the host's iptables from a unit test (kubelet_network_linux_test.ts covers them).
+  config.makeIPTablesUtilChains = false;
   config.containerRuntimeEndpoint = fake.endpoint;
   const services = preInitRuntimeService({
     containerRuntimeEndpoint: fake.endpoint,

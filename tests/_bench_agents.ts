@@ -24,12 +24,10 @@
  *   certificate is accepted (webhook authentication and authorization stay on, as upstream).
  * - `podLogsDir`: a directory of the run; `/var/log/containers` links stay where upstream puts
  *   them and are removed by name at the end.
- * - `protectKernelDefaults` stays false (upstream's default): the upstream kubelet then sets
- *   `vm.overcommit_memory=1`, `kernel.panic=10` and `kernel.panic_on_oops=1` on the host when it
- *   starts and fails to start if it cannot. This machine is shared, so {@link
- *   startUpstreamKubelet} notes the six sysctls upstream checks before the start and writes the
- *   old values back once the kubelet is up (it checks them only at start) and again at stop.
- *   Our agent does not touch them.
+ * - `protectKernelDefaults` stays false (upstream's default): both kubelets then set
+ *   `vm.overcommit_memory=1`, `kernel.panic=10` and `kernel.panic_on_oops=1` on the host when
+ *   they start and fail to start if they cannot. This machine is shared, so the harnesses write
+ *   the values the suite found back once the kubelet is up and at stop (tests/kernel_tunables.ts).
  * - The upstream kubelet cannot raise its own OOM score (CAP_SYS_RESOURCE is missing here) and
  *   logs that, as our agent does.
  *
@@ -49,6 +47,7 @@ import { freePort } from "./child_process.ts";
 import { residentMiB } from "./_bench_measure.ts";
 import { ensureUpstreamKubelet, KUBERNETES_VERSION } from "./control_plane_build.ts";
 import type { ControlPlane } from "./control_plane.ts";
+import { restoreKernelTunables, saveKernelTunables } from "./kernel_tunables.ts";
 import type { V1Node } from "@kubernetes/client-node";
 import {
   adminClient,
@@ -177,36 +176,6 @@ export async function startOurAgent(opts: BenchAgentOptions): Promise<BenchAgent
   };
 }
 
-/** The sysctls upstream's container manager checks at start (`setupKernelTunables`). */
-export const KERNEL_TUNABLES = [
-  "vm/overcommit_memory",
-  "vm/panic_on_oom",
-  "kernel/panic",
-  "kernel/panic_on_oops",
-  "kernel/keys/root_maxkeys",
-  "kernel/keys/root_maxbytes",
-] as const;
-
-async function readTunables(): Promise<Map<string, string>> {
-  const out = new Map<string, string>();
-  for (const name of KERNEL_TUNABLES) {
-    out.set(name, (await Deno.readTextFile(`/proc/sys/${name}`)).trim());
-  }
-  return out;
-}
-
-/** Writes back every tunable that differs from `saved`; returns what it restored. */
-async function restoreTunables(saved: ReadonlyMap<string, string>): Promise<string[]> {
-  const restored: string[] = [];
-  for (const [name, value] of saved) {
-    const now = (await Deno.readTextFile(`/proc/sys/${name}`)).trim();
-    if (now === value) continue;
-    await Deno.writeTextFile(`/proc/sys/${name}`, value);
-    restored.push(`${name.replaceAll("/", ".")} ${now} → ${value}`);
-  }
-  return restored;
-}
-
 /** What the upstream kubelet logs once its sync loop runs (the same line as ours). */
 const UPSTREAM_STARTED = SYNC_LOOP_STARTED;
 
@@ -232,7 +201,7 @@ export async function startUpstreamKubelet(
       ...sharedConfigLines(opts.dir),
     ],
   });
-  const saved = await readTunables();
+  saveKernelTunables(false);
   const spawned = performance.now();
   const child = new Deno.Command(binary, {
     args: [
@@ -279,8 +248,8 @@ export async function startUpstreamKubelet(
       }
     },
   };
-  const restore = async () => {
-    const restored = await restoreTunables(saved);
+  const restore = () => {
+    const restored = restoreKernelTunables();
     if (restored.length > 0) opts.log?.(`bench: restored sysctls ${restored.join(", ")}`);
   };
   let startMs = NaN;
@@ -292,10 +261,10 @@ export async function startUpstreamKubelet(
     await waitNodeReady(opts.cp, opts.nodeName, 120_000);
   } catch (e) {
     await stopChild(child);
-    await restore();
+    restore();
     throw e;
   }
-  await restore();
+  restore();
   return {
     label: "upstream",
     nodeName: opts.nodeName,
@@ -306,7 +275,7 @@ export async function startUpstreamKubelet(
       const code = await stopChild(child);
       // A process the kubelet started may still hold its stderr open: do not wait for ever.
       await settledWithin(pump.catch(() => {}), 10_000, "the upstream kubelet's stderr");
-      await restore();
+      restore();
       return code;
     }),
   };

@@ -7,6 +7,13 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { AGENT_RUN_FLAGS, AGENT_RUNTIME_FLAGS } from "../deploy/compile.ts";
+import { restoreKernelTunables, saveKernelTunables } from "./kernel_tunables.ts";
+
+/**
+ * A line the agent logs after it has written the kernel tunables (its Worker's first line,
+ * "kubelet version"), after which the suite's values may go back.
+ */
+const TUNABLES_DONE = '"kubelet version"';
 
 /** The repository root, where deno.json (and its permission set) lives. */
 export const REPO_ROOT = fileURLToPath(new URL("../", import.meta.url));
@@ -25,6 +32,18 @@ export interface AgentOptions {
    * `permissions`, `executable` and the V8 and deno flags of the environment do not apply.
    */
   readonly command?: readonly string[];
+}
+
+/**
+ * The error lines of an agent's stderr, but for the one this machine gives every kubelet at start:
+ * without CAP_SYS_RESOURCE no process may raise its hard limit on open files to maxOpenFiles'
+ * default, which upstream's kubelet logs as an error too ("Failed to set rlimit on max file
+ * handles") and goes on.
+ */
+export function errorLines(stderr: string): string[] {
+  return stderr.split("\n").filter((l) =>
+    l.startsWith("E") && !l.includes('"Failed to set rlimit on max file handles"')
+  );
 }
 
 /** The whitespace-separated words of environment variable `name` (none when unset). */
@@ -85,7 +104,9 @@ export async function runAgent(
   args: readonly string[],
   opts: AgentOptions = {},
 ): Promise<{ code: number; stdout: string; stderr: string }> {
+  saveKernelTunables(false);
   const out = await command(args, opts).output();
+  restoreKernelTunables();
   const dec = new TextDecoder();
   return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
 }
@@ -101,7 +122,11 @@ export interface RunningAgent {
 
 /** Starts the agent and returns while it runs. */
 export function spawnAgent(args: readonly string[], opts: AgentOptions = {}): RunningAgent {
+  saveKernelTunables(false);
   const child = command(args, opts).spawn();
+  // The kubelet writes the kernel tunables it wants at start (tests/kernel_tunables.ts): the
+  // suite's values go back once it ends, and each time a wait for its start-up line succeeds.
+  void child.status.then(() => restoreKernelTunables());
   let err = "";
   const dec = new TextDecoder();
   const pump = (async () => {
@@ -126,6 +151,7 @@ export function spawnAgent(args: readonly string[], opts: AgentOptions = {}): Ru
           throw new Error(`agent exited without logging ${text}; stderr:\n${err}`);
         }
       }
+      if (err.includes(TUNABLES_DONE)) restoreKernelTunables();
     },
   };
 }

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parse, stringify } from "yaml";
 import { startFakeRuntime } from "../src/testing/fake_remote_runtime.ts";
-import { runAgent, spawnAgent } from "./agent_process.ts";
+import { errorLines, runAgent, spawnAgent } from "./agent_process.ts";
 import { freePort } from "./child_process.ts";
 import { startControlPlane } from "./control_plane.ts";
 import { requireRoot } from "./requirements.ts";
@@ -66,7 +66,7 @@ Deno.test("the agent refuses cpuManagerPolicy static at start, naming file, line
     await Deno.writeTextFile(file, `${HEADER}failCgroupV1: false\ncpuManagerPolicy: static\n`);
     const r = await runAgent(["--config", file]);
     assert.equal(r.code, 1, r.stderr);
-    const errors = r.stderr.split("\n").filter((l) => l.startsWith("E"));
+    const errors = errorLines(r.stderr);
     assert.equal(errors.length, 1, r.stderr);
     for (
       const part of [

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { startFakeRuntime } from "../src/testing/fake_remote_runtime.ts";
 import { request } from "node:https";
-import { runAgent, spawnAgent } from "./agent_process.ts";
+import { errorLines, runAgent, spawnAgent } from "./agent_process.ts";
 import { freePort } from "./child_process.ts";
 
 const HEADER = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
@@ -29,7 +29,7 @@ async function withConfig(
 /** Asserts exit 1 and one error line that contains every fragment, with no stack trace. */
 function assertOneError(r: { code: number; stderr: string }, ...fragments: string[]): void {
   assert.equal(r.code, 1, r.stderr);
-  const errors = r.stderr.split("\n").filter((l) => l.startsWith("E"));
+  const errors = errorLines(r.stderr);
   assert.equal(errors.length, 1, `expected one error line:\n${r.stderr}`);
   for (const f of fragments) {
     assert.ok(errors[0]?.includes(f), `missing ${JSON.stringify(f)} in:\n${errors[0]}`);
@@ -214,6 +214,28 @@ function agentArgs(dir: string, file: string): string[] {
 }
 
 Deno.test({
+  name: "main sets the process's open-files limit (maxOpenFiles) before the kubelet starts",
+  sanitizeResources: false,
+  async fn() {
+    const dir = await Deno.makeTempDir({ prefix: "kubelet-process-" });
+    try {
+      const { file, socket } = await agentConfig(dir);
+      await Deno.writeTextFile(file, "maxOpenFiles: 4096\n", { append: true });
+      await using _runtime = await startFakeRuntime({ socket });
+      const agent = spawnAgent(agentArgs(dir, file));
+      await agent.waitFor("Started kubelet");
+      // RLIMIT_NOFILE, soft and hard, of the process (the launcher's and the kubelet's Worker's).
+      const limits = await Deno.readTextFile(`/proc/${agent.process.pid}/limits`);
+      assert.match(limits, /^Max open files\s+4096\s+4096\s+files/m, limits);
+      agent.process.kill("SIGTERM");
+      assert.equal((await agent.process.status).code, 0, agent.stderr());
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
   name: "main exits 0 on SIGTERM after stopping its servers",
   sanitizeResources: false,
   async fn() {
@@ -278,7 +300,7 @@ Deno.test({
       await agent.waitFor("Container runtime is not reachable");
       // Let it retry a few times: the error is logged once per state change, not per retry.
       await new Promise((r) => setTimeout(r, 1500));
-      const errors = agent.stderr().split("\n").filter((l) => l.startsWith("E"));
+      const errors = errorLines(agent.stderr());
       assert.equal(errors.length, 1, agent.stderr());
       assert.ok(errors[0]?.includes(`endpoint="unix://${socket}"`), errors[0]);
       assert.doesNotMatch(agent.stderr(), /^\s+at /m, "stack trace printed");

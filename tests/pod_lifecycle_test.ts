@@ -424,6 +424,93 @@ e2e(
   },
 );
 
+e2e(
+  "a resize of pod-level resources reaches the pod cgroup, the container and the pod status",
+  async (w, api) => {
+    const pod = JSON.parse(podManifest("pod-level-resize", "sleep 3600"));
+    pod.spec.resources = {
+      requests: { cpu: "200m", memory: "64Mi" },
+      limits: { cpu: "200m", memory: "64Mi" },
+    };
+    await create(w, JSON.stringify(pod));
+    const running = await waitPod(
+      api,
+      NS,
+      "pod-level-resize",
+      "Running",
+      (p) => p.status?.phase === "Running",
+    );
+    const uid = running.metadata!.uid!;
+    // Guaranteed stays Guaranteed: requests and limits grow together.
+    const patch = await w.cp.kubectl([
+      "patch",
+      "pod",
+      "pod-level-resize",
+      "-n",
+      NS,
+      "--subresource",
+      "resize",
+      "--type",
+      "merge",
+      "-p",
+      JSON.stringify({
+        spec: {
+          resources: {
+            requests: { cpu: "400m", memory: "128Mi" },
+            limits: { cpu: "400m", memory: "128Mi" },
+          },
+        },
+      }),
+    ]);
+    assert.equal(patch.code, 0, patch.stderr);
+    const mem = String(128 * 2 ** 20);
+    const cgroup = await poll(
+      "the pod cgroup at the new pod-level limits",
+      async () => {
+        const c = await podCgroupLimits(w.dir, uid);
+        const want = "cpu.max" in c
+          ? { "cpu.max": "40000 100000", "memory.max": mem }
+          : { "cpu.cfs_quota_us": "40000", "cpu.shares": "409", "memory.limit_in_bytes": mem };
+        return JSON.stringify(c) === JSON.stringify(want) ? c : undefined;
+      },
+      60_000,
+      POD_POLL_MS,
+    );
+    assert.ok(cgroup);
+    // The container sets no limit of its own: it follows the pod's.
+    const limit = await w.cp.kubectl([
+      "exec",
+      "-n",
+      NS,
+      "pod-level-resize",
+      "--",
+      "sh",
+      "-c",
+      "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max",
+    ]);
+    assert.equal(limit.code, 0, limit.stderr);
+    assert.equal(limit.stdout.trim(), mem);
+    // The status reports the new allocation and what the pod cgroup runs with; the resize is
+    // done (no PodResizePending or PodResizeInProgress condition), in the same container.
+    const resized = await waitPod(
+      api,
+      NS,
+      "pod-level-resize",
+      "the pod-level resize in the status",
+      (p) =>
+        p.status?.resources?.limits?.cpu === "400m" &&
+        p.status?.resources?.limits?.memory === "128Mi" &&
+        !(p.status?.conditions ?? []).some((c) => c.type.startsWith("PodResize")),
+    );
+    assert.deepEqual(resized.status?.allocatedResources, { cpu: "400m", memory: "128Mi" });
+    assert.equal(resized.status?.resources?.requests?.cpu, "400m");
+    assert.equal(status(resized)?.restartCount, 0);
+    assert.equal(status(resized)?.containerID, status(running)?.containerID);
+    const del = await w.cp.kubectl(["delete", "pod", "pod-level-resize", "-n", NS, "--wait=false"]);
+    assert.equal(del.code, 0, del.stderr);
+  },
+);
+
 e2e("a static pod runs with a mirror pod, follows edits and goes when removed", async (w, api) => {
   const manifest = (msg: string) =>
     [

@@ -12,6 +12,7 @@ import { ensureRegistryPackages } from "./registry_harness.ts";
 import { ensureControlPlaneBinaries } from "./control_plane_build.ts";
 import { ensureDBusPackages } from "./dbus_harness.ts";
 import { removeStaleTestCgroups } from "./node_harness.ts";
+import { saveKernelTunables } from "./kernel_tunables.ts";
 
 const root = Deno.uid() === 0;
 if (root) {
@@ -22,6 +23,8 @@ if (root) {
   console.error("tests/setup: runtime, image and registry packages present");
   // Earlier runs' agents leave their pods' cgroups behind (pods outlive a kubelet); hundreds of
   // them slow every cgroup operation on the machine.
+  // The kernel tunables both kubelets write at start go back to these (tests/kernel_tunables.ts).
+  saveKernelTunables(true);
   const stale = await removeStaleTestCgroups();
   if (stale > 0) console.error(`tests/setup: removed ${stale} cgroup trees of earlier runs`);
   // kube-apiserver, kubectl, crictl and etcd from their Go modules: minutes the first time on a

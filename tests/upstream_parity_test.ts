@@ -443,9 +443,10 @@ const NODE_EXCEPTIONS: Readonly<Record<string, string>> = {
   ".status.nodeInfo.kubeletVersion":
     "v1.36.3+kubelet-ts.<version>: upstream's version with semver build metadata naming this " +
     "agent, which version-skew checks ignore",
-  ".status.declaredFeatures": "only RestartAllContainersOnContainerExits is declared: the " +
-    "scheduler places no pod here that needs an undeclared one (the resizes this agent does " +
-    "not do; WebSockets stay translated to SPDY by the apiserver)",
+  ".status.declaredFeatures": "InPlacePodLevelResourcesVerticalScaling and " +
+    "RestartAllContainersOnContainerExits only: the scheduler places no pod here that needs an " +
+    "undeclared one (init containers' resize is not built; WebSockets stay translated to SPDY " +
+    "by the apiserver)",
 };
 
 /**

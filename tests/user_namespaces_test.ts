@@ -7,7 +7,11 @@
  * volumes (an emptyDir and the projected service account token, a tmpfs) are idmapped mounts:
  * what root writes inside is owned by the host's root on disk. On Debian's containerd 1.6, which
  * reports no runtime handlers, the pod's sandbox fails with upstream's message, and the Go
- * kubelet v1.36.3 on its own containerd 1.6 gives the same event for the same pod.
+ * kubelet v1.36.3 on its own containerd 1.6 gives the same event for the same pod. The same world
+ * shows the other handler feature containerd 2.x reports, recursive read-only mounts: a
+ * `recursiveReadOnly: Enabled` mount is read-only down to its submounts there and says Enabled in
+ * the container's status; on containerd 1.6, IfPossible is a plain read-only mount and Enabled
+ * fails with the Go kubelet's message.
  */
 
 import assert from "node:assert/strict";
@@ -326,6 +330,114 @@ suite.test(
     );
     const p = await waitPod(api, NS, "on-c16", "Pending", (p) => p.status?.phase === "Pending");
     assert.equal(p.status?.containerStatuses?.[0]?.state?.waiting?.reason, "ContainerCreating");
+  },
+);
+
+/** A busybox pod mounting `hostDir` read-only at /rro with `mode` of recursiveReadOnly. */
+function rroManifest(name: string, nodeName: string, hostDir: string, mode: string): string {
+  return JSON.stringify({
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: { name, namespace: NS, labels: { e2e: "user-namespaces" } },
+    spec: {
+      nodeName,
+      restartPolicy: "Always",
+      terminationGracePeriodSeconds: 2,
+      containers: [{
+        name: "test",
+        image: BUSYBOX_IMAGE,
+        command: ["/bin/sh", "-c", "sleep 3600"],
+        volumeMounts: [{
+          name: "host",
+          mountPath: "/rro",
+          readOnly: true,
+          recursiveReadOnly: mode,
+        }],
+      }],
+      volumes: [{ name: "host", hostPath: { path: hostDir, type: "Directory" } }],
+    },
+  });
+}
+
+/** Exit code and output of `touch <path>` in the pod. */
+async function tryTouch(w: World, pod: string, path: string): Promise<[number, string]> {
+  const r = await w.cp.kubectl(["exec", pod, "-n", NS, "-c", "test", "--", "touch", path]);
+  return [r.code, r.stderr];
+}
+
+suite.test(
+  "recursiveReadOnly: containerd 2.x mounts read-only all the way down; on containerd 1.6 Enabled fails as under the Go kubelet",
+  async (w, api) => {
+    // A host directory with a tmpfs mounted inside it: a plain read-only bind mount leaves the
+    // tmpfs writable, a recursively read-only one does not.
+    const hostDir = join(w.dir, "rro");
+    await Deno.mkdir(join(hostDir, "sub"), { recursive: true });
+    const mount = await new Deno.Command("mount", {
+      args: ["-t", "tmpfs", "-o", "size=1m", "tmpfs", join(hostDir, "sub")],
+    }).output();
+    assert.equal(mount.code, 0, new TextDecoder().decode(mount.stderr));
+    try {
+      const running = (name: string) =>
+        waitPod(api, NS, name, "Running", (p) => p.status?.phase === "Running", 120_000);
+      const rroOf = (p: { status?: { containerStatuses?: { volumeMounts?: unknown[] }[] } }) =>
+        (p.status?.containerStatuses?.[0]?.volumeMounts?.[0] as { recursiveReadOnly?: string })
+          ?.recursiveReadOnly;
+
+      // containerd 2.x: its CRI Status says the default handler supports it.
+      await create(w, rroManifest("rro-c2", NODE2, hostDir, "Enabled"));
+      await running("rro-c2");
+      const [code, err] = await tryTouch(w, "rro-c2", "/rro/sub/x");
+      assert.notEqual(code, 0, "the submount is writable");
+      assert.match(err, /Read-only file system/);
+      await poll(
+        "rro-c2 status Enabled",
+        async () => {
+          const p = await waitPod(api, NS, "rro-c2", "Running", () => true);
+          return rroOf(p) === "Enabled" ? true : undefined;
+        },
+        30_000,
+        POD_POLL_MS,
+      );
+
+      // containerd 1.6 lists no handlers: IfPossible is a plain read-only mount, Disabled.
+      await create(w, rroManifest("rro-c16-ifpossible", NODE16, hostDir, "IfPossible"));
+      const c16 = await running("rro-c16-ifpossible");
+      assert.equal(rroOf(c16), "Disabled");
+      assert.deepEqual((await tryTouch(w, "rro-c16-ifpossible", "/rro/sub/y"))[0], 0);
+      assert.notEqual((await tryTouch(w, "rro-c16-ifpossible", "/rro/top"))[0], 0);
+
+      // Enabled cannot be had there: the container waits, with the Go kubelet's message.
+      const waiting = async (name: string, nodeName: string) => {
+        await create(w, rroManifest(name, nodeName, hostDir, "Enabled"));
+        const p = await waitPod(
+          api,
+          NS,
+          name,
+          "CreateContainerConfigError",
+          (p) =>
+            p.status?.containerStatuses?.[0]?.state?.waiting?.reason ===
+              "CreateContainerConfigError",
+          120_000,
+        );
+        return p.status!.containerStatuses![0]!.state!.waiting!.message ?? "";
+      };
+      const ours = await waiting("rro-c16-enabled", NODE16);
+      const theirs = await waiting("rro-up-enabled", NODE_UPSTREAM);
+      console.error(
+        `recursiveReadOnly Enabled on containerd 1.6: ours ${ours}; Go kubelet ${theirs}`,
+      );
+      assert.equal(ours, theirs);
+      assert.equal(
+        ours,
+        'failed to resolve recursive read-only mode: volume "host" requested recursive read-only mode, but it is not supported by the runtime',
+      );
+    } finally {
+      for (const pod of ["rro-c2", "rro-c16-ifpossible", "rro-c16-enabled", "rro-up-enabled"]) {
+        await w.cp.kubectl(["delete", "pod", pod, "-n", NS, "--wait=false", "--ignore-not-found"]);
+      }
+      for (const pod of ["rro-c2", "rro-c16-ifpossible"]) await waitPodGone(api, NS, pod, 120_000);
+      await new Deno.Command("umount", { args: ["-l", join(hostDir, "sub")] }).output();
+    }
   },
 );
 

@@ -3,9 +3,10 @@
  * Which resources the kubelet has accepted for each pod (its allocation), apart from what the
  * pod spec asks for: the spec changes the moment a user resizes a pod, the allocation only once
  * the resize fits beside the other pods. At admission the pod's resources are checkpointed
- * (`<root-dir>/allocated_pods_state`); a later resize is admitted again with the resize admit
- * handler and the admission checks (node resources first among them) against the other pods'
- * allocations. One that fits becomes the new allocation (PodResizeInProgress, a ResizeStarted
+ * (`<root-dir>/allocated_pods_state`): each container's, and the pod-level `spec.resources`
+ * (InPlacePodLevelResourcesVerticalScaling, beta and on); a later resize of either is admitted
+ * again with the resize admit handler and the admission checks (node resources first among
+ * them) against the other pods' allocations. One that fits becomes the new allocation (PodResizeInProgress, a ResizeStarted
  * event); one that does not is PodResizePending, Deferred (retried when resources free up, when
  * pods are added or removed, and every 3 minutes) or Infeasible (never retried), with a
  * ResizeDeferred or ResizeInfeasible event. The pod workers sync the pod as allocated, never
@@ -75,29 +76,42 @@ export interface AllocationManagerOptions {
   readonly logger: Logger;
   /** Infeasible and deferred-then-accepted resizes. @default none recorded */
   readonly metrics?: AllocationMetrics;
+  /**
+   * featureGates.InPlacePodLevelResourcesVerticalScaling: the pod-level resources are part of
+   * the allocation (checkpointed, compared, resized). @default true
+   */
+  readonly inPlacePodLevelResourcesVerticalScaling?: boolean;
 }
 
 /** The pod's allocated resources and pending resizes; see the module documentation. */
 export class AllocationManager {
   readonly #o: AllocationManagerOptions;
+  readonly #podLevel: boolean;
   #pending: string[] = [];
   #nextRetryMs: number;
   #wake?: () => void;
 
   constructor(opts: AllocationManagerOptions) {
     this.#o = opts;
+    this.#podLevel = opts.inPlacePodLevelResourcesVerticalScaling ?? true;
     this.#nextRetryMs = INITIAL_RETRY_DELAY_MS;
   }
 
   /**
-   * The pod as allocated: each resizable container's resources replaced by the checkpointed
-   * ones where they differ (a copy then; the pod itself otherwise). `updated` says whether the
-   * allocation differs from the spec, that is, whether a resize is not yet accepted.
+   * The pod as allocated: each resizable container's resources, and the pod-level ones,
+   * replaced by the checkpointed ones where they differ (a copy then; the pod itself
+   * otherwise). `updated` says whether the allocation differs from the spec, that is, whether a
+   * resize is not yet accepted.
    */
   updatePodFromAllocation(pod: V1Pod): { pod: V1Pod; updated: boolean } {
     const info = this.#o.state.get(pod.metadata?.uid ?? "");
     if (!info) return { pod, updated: false };
-    return applyAllocation(pod, info);
+    return applyAllocation(pod, info, this.#podLevel);
+  }
+
+  /** The pod's allocated pod-level resources, if checkpointed (GetPodLevelResourceAllocation). */
+  podLevelAllocation(uid: string): V1ResourceRequirements | undefined {
+    return this.#o.state.get(uid)?.podLevelResources;
   }
 
   /** The container's allocated resources, if checkpointed. */
@@ -107,7 +121,7 @@ export class AllocationManager {
 
   /** Checkpoints the pod's resources as its allocation (upstream SetAllocatedResources). */
   setAllocatedResources(pod: V1Pod): Promise<void> {
-    return this.#o.state.set(pod.metadata?.uid ?? "", allocationFromPod(pod));
+    return this.#o.state.set(pod.metadata?.uid ?? "", allocationFromPod(pod, this.#podLevel));
   }
 
   /**
@@ -265,7 +279,7 @@ export class AllocationManager {
       conditions.clearPending(uid);
       return false;
     }
-    let answer = resizeAdmit(pod, allocatedPod, this.#o.metrics);
+    let answer = resizeAdmit(pod, allocatedPod, this.#o.metrics, this.#podLevel);
     if (answer.admit) {
       answer = this.#o.canAdmit(
         pod,
@@ -371,8 +385,12 @@ export function isResizableContainer(
   return type !== "ephemeral";
 }
 
-/** The pod's resizable containers' resources, to checkpoint (upstream allocationFromPod). */
-export function allocationFromPod(pod: V1Pod): PodResourceInfo {
+/**
+ * The pod's resizable containers' resources, and with `podLevel` (the
+ * InPlacePodLevelResourcesVerticalScaling gate) its pod-level ones, to checkpoint (upstream
+ * allocationFromPod).
+ */
+export function allocationFromPod(pod: V1Pod, podLevel = true): PodResourceInfo {
   const containers = new Map<string, V1ResourceRequirements>();
   for (const c of pod.spec?.initContainers ?? []) {
     if (isResizableContainer(c, "init")) {
@@ -382,7 +400,7 @@ export function allocationFromPod(pod: V1Pod): PodResourceInfo {
   for (const c of pod.spec?.containers ?? []) {
     containers.set(c.name, copyRequirements(c.resources ?? {}));
   }
-  const pl = pod.spec?.resources;
+  const pl = podLevel ? pod.spec?.resources : undefined;
   return {
     containerResources: containers,
     ...(pl ? { podLevelResources: copyRequirements(pl) } : {}),
@@ -390,43 +408,74 @@ export function allocationFromPod(pod: V1Pod): PodResourceInfo {
 }
 
 /**
- * The pod with each container's cpu and memory requests raised to what its status reports
- * (`resources.requests`, `allocatedResources`) where that is more: upstream PodRequests with
- * UseStatusResources, as the admission's NodeInfo counts the other pods.
+ * The pod with each container's cpu and memory requests, and its pod-level ones, raised to
+ * what its status reports (`resources.requests`, `allocatedResources`) where that is more:
+ * upstream PodRequests with UseStatusResources and
+ * InPlacePodLevelResourcesVerticalScalingEnabled, as the admission's NodeInfo counts the
+ * other pods.
  */
 export function withStatusResources(pod: V1Pod): V1Pod {
   const statuses = [
     ...(pod.status?.containerStatuses ?? []),
     ...(pod.status?.initContainerStatuses ?? []),
   ];
-  if (statuses.length === 0) return pod;
   let changed = false;
   const raise = (containers: readonly V1Container[] | undefined) =>
     containers?.map((c) => {
       const s = statuses.find((x) => x.name === c.name);
       if (!s) return c;
-      const requests = { ...(c.resources?.requests ?? {}) };
-      let raised = false;
-      for (const name of ["cpu", "memory"]) {
-        for (const q of [s.resources?.requests?.[name], s.allocatedResources?.[name]]) {
-          if (q === undefined) continue;
-          const have = requests[name];
-          if (have === undefined || cmpDec(parseDec(String(q)), parseDec(String(have))) > 0) {
-            requests[name] = String(q);
-            raised = true;
-          }
-        }
-      }
-      if (!raised) return c;
+      const requests = raiseRequests(c.resources?.requests ?? {}, ["cpu", "memory"], [
+        s.resources?.requests,
+        s.allocatedResources,
+      ]);
+      if (!requests) return c;
       changed = true;
       return { ...c, resources: { ...c.resources, requests } };
     });
   const containers = raise(pod.spec?.containers);
   const inits = raise(pod.spec?.initContainers);
-  if (!changed) return pod;
+  const podLevel = raisePodLevelRequests(pod);
+  if (!changed && !podLevel) return pod;
   const spec = { ...pod.spec!, containers: containers ?? [] };
   if (inits) spec.initContainers = inits;
+  if (podLevel) spec.resources = { ...spec.resources, requests: podLevel };
   return { ...pod, spec };
+}
+
+/** Raises a requests list to the larger quantities of `sources`; undefined when nothing is. */
+function raiseRequests(
+  requests: Readonly<Record<string, string>>,
+  names: readonly string[],
+  sources: readonly (Readonly<Record<string, string>> | undefined)[],
+): Record<string, string> | undefined {
+  const out = { ...requests };
+  let raised = false;
+  for (const name of names) {
+    for (const q of sources.map((s) => s?.[name])) {
+      if (q === undefined) continue;
+      const have = out[name];
+      if (have === undefined || cmpDec(parseDec(String(q)), parseDec(String(have))) > 0) {
+        out[name] = String(q);
+        raised = true;
+      }
+    }
+  }
+  return raised ? out : undefined;
+}
+
+/**
+ * The pod-level requests raised to the pod's status (`status.resources.requests`,
+ * `status.allocatedResources`) where that is more, for each of cpu and memory they name;
+ * undefined when none is.
+ */
+function raisePodLevelRequests(pod: V1Pod): Record<string, string> | undefined {
+  const requests = pod.spec?.resources?.requests;
+  if (!requests) return undefined;
+  const names = Object.keys(requests).filter((n) => n === "cpu" || n === "memory");
+  return raiseRequests(requests, names, [
+    pod.status?.resources?.requests,
+    pod.status?.allocatedResources,
+  ]);
 }
 
 /** Quantities equal as numbers, a missing list equal to an empty one (apiequality.Semantic). */
@@ -453,10 +502,14 @@ export function requirementsEqual(
   return listEqual(a?.limits, b?.limits) && listEqual(a?.requests, b?.requests);
 }
 
-/** upstream updatePodFromAllocation over one pod's checkpointed info. */
+/**
+ * upstream updatePodFromAllocation over one pod's checkpointed info; the pod-level resources
+ * only with `podLevel` (the InPlacePodLevelResourcesVerticalScaling gate).
+ */
 export function applyAllocation(
   pod: V1Pod,
   info: PodResourceInfo,
+  podLevel = true,
 ): { pod: V1Pod; updated: boolean } {
   let updated = false;
   const apply = (containers: readonly V1Container[] | undefined) =>
@@ -468,46 +521,59 @@ export function applyAllocation(
     });
   const containers = apply(pod.spec?.containers);
   const inits = apply(pod.spec?.initContainers);
-  const podLevel = info.podLevelResources;
-  const podLevelChanged = !requirementsEqual(pod.spec?.resources, podLevel);
+  const allocated = info.podLevelResources;
+  const podLevelChanged = podLevel && !requirementsEqual(pod.spec?.resources, allocated);
   if (!updated && !podLevelChanged) return { pod, updated };
   const spec = { ...pod.spec!, containers: containers ?? [] };
   if (inits) spec.initContainers = inits;
   if (podLevelChanged) {
-    if (podLevel) spec.resources = copyRequirements(podLevel);
+    if (allocated) spec.resources = copyRequirements(allocated);
     else delete spec.resources;
   }
   return { pod: { ...pod, spec }, updated: true };
 }
 
-/**
- * kubelet_pod_infeasible_resizes_total's reason_detail for a pod-level resize, which this
- * kubelet cannot do. Upstream v1.36 resizes pod-level resources (its reasons are
- * feature_gate_off, swap_limitation, plr_feature_gate_off,
- * guaranteed_pod_cpu_manager_static_policy and guaranteed_pod_memory_manager_static_policy,
- * none of which can occur here: the gates are on, and there is no swap, CPU or memory manager).
- */
-export const INFEASIBLE_POD_LEVEL_RESOURCES = "pod_level_resources_unsupported";
+/** kubelet_pod_infeasible_resizes_total's reason_detail for a pod-level resize, gate off. */
+export const INFEASIBLE_PLR_FEATURE_GATE_OFF = "plr_feature_gate_off";
 
 /**
- * The resize admit handler (upstream podResizesAdmitHandler on Linux, swap off): pod-level
- * resources cannot be resized by this kubelet (it does not run pods that set them). An
- * infeasible resize is counted each time it is found, as upstream.
+ * upstream IsInPlacePodLevelResourcesVerticalScalingAllowed (features_linux.go): allowed with
+ * the gate on, else the message and the metric's reason_detail.
+ */
+export function isInPlacePodLevelResourcesVerticalScalingAllowed(
+  gate: boolean,
+): { allowed: true } | { allowed: false; message: string; reason: string } {
+  if (!gate) {
+    return {
+      allowed: false,
+      message: "InPlacePodLevelResourcesVerticalScaling is disabled",
+      reason: INFEASIBLE_PLR_FEATURE_GATE_OFF,
+    };
+  }
+  return { allowed: true };
+}
+
+/**
+ * The resize admit handler (upstream podResizesAdmitHandler on Linux): a resize of the
+ * pod-level resources is infeasible when the InPlacePodLevelResourcesVerticalScaling gate is
+ * off (`podLevelGate`), counted each time it is found, as upstream. Upstream's other
+ * infeasible cases cannot occur here: InPlacePodVerticalScaling is locked on, and there is no
+ * CPU or memory manager with the static policy; a container memory resize with swap
+ * (swap_limitation) is not checked by this handler yet.
  */
 export function resizeAdmit(
   pod: V1Pod,
   allocatedPod: V1Pod,
   metrics?: Pick<AllocationMetrics, "podInfeasibleResizes">,
+  podLevelGate = true,
 ): AdmitAnswer {
-  const want = pod.spec?.resources;
-  const have = allocatedPod.spec?.resources;
-  if ((want || have) && !requirementsEqual(want, have)) {
-    metrics?.podInfeasibleResizes.inc({ reason_detail: INFEASIBLE_POD_LEVEL_RESOURCES });
-    return {
-      admit: false,
-      reason: REASON_INFEASIBLE,
-      message: "In-place resize of pod-level resources is not supported by this kubelet yet",
-    };
+  if (!requirementsEqual(pod.spec?.resources, allocatedPod.spec?.resources)) {
+    const allowed = isInPlacePodLevelResourcesVerticalScalingAllowed(podLevelGate);
+    if (!allowed.allowed) {
+      // A pending pod-level resize that is not allowed keeps the allocated resources.
+      metrics?.podInfeasibleResizes.inc({ reason_detail: allowed.reason });
+      return { admit: false, reason: REASON_INFEASIBLE, message: allowed.message };
+    }
   }
   return { admit: true };
 }

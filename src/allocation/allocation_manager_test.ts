@@ -6,11 +6,14 @@ import type { ObjectRef } from "../client/record.ts";
 import {
   AllocationManager,
   type CanAdmit,
-  INFEASIBLE_POD_LEVEL_RESOURCES,
+  INFEASIBLE_PLR_FEATURE_GATE_OFF,
   INITIAL_RETRY_DELAY_MS,
+  resizeAdmit,
   resizeMessage,
   RETRY_DELAY_MS,
+  withStatusResources,
 } from "./allocation_manager.ts";
+import { milliValueOf, podRequests } from "../qos/resource_helpers.ts";
 import { ResourceState } from "./state_checkpoint.ts";
 import { PodResizeConditions } from "../status/resize_conditions.ts";
 import { KubeletMetrics } from "../metrics/metrics.ts";
@@ -33,11 +36,8 @@ function pod(uid: string, cpu: string, generation = 1): V1Pod {
 /** A node with `capacity` millicores; pods fit while their requests sum within it. */
 function cpuFit(capacity: number): CanAdmit {
   return (p, others) => {
-    const milli = (x: V1Pod) =>
-      (x.spec?.containers ?? []).reduce(
-        (n, c) => n + Number(String(c.resources?.requests?.cpu ?? "0").replace("m", "")),
-        0,
-      );
+    // Pod-level requests, when set, are what the pod asks for (upstream PodRequests).
+    const milli = (x: V1Pod) => Number(milliValueOf(podRequests(x).get("cpu")));
     const used = others.reduce((n, o) => n + milli(o), 0);
     return used + milli(p) <= capacity ? { admit: true } : {
       admit: false,
@@ -54,7 +54,7 @@ async function advance(clock: FakeClock, ms: number): Promise<void> {
   for (let i = 0; i < 3; i++) await new Promise((r) => setTimeout(r, 0));
 }
 
-function setup(capacity = 1000) {
+function setup(capacity = 1000, podLevelGate = true) {
   const clock = new FakeClock();
   const conditions = new PodResizeConditions(clock);
   const metrics = new KubeletMetrics({ process: false });
@@ -75,6 +75,7 @@ function setup(capacity = 1000) {
     clock,
     logger: createLogger({ write: () => {} }),
     metrics,
+    inPlacePodLevelResourcesVerticalScaling: podLevelGate,
   });
   const add = (p: V1Pod) => {
     const r = m.addPod([...pods.values()], p);
@@ -156,17 +157,103 @@ Deno.test("a resize that does not fit is Deferred, and allocated once another po
   assert.deepEqual(conditions.get("a").map((x) => x.type), ["PodResizeInProgress"]);
 });
 
-Deno.test("a pod-level resize is Infeasible and leaves the queue", () => {
+/** A pod whose one container sets nothing: the pod-level resources size it. */
+function podLevelPod(uid: string, cpu: string, memory: string, generation = 1): V1Pod {
+  return {
+    metadata: { uid, name: uid, namespace: "ns", generation },
+    spec: {
+      containers: [{ name: "c", image: "img" }],
+      resources: { requests: { cpu, memory }, limits: { cpu, memory } },
+    },
+  };
+}
+
+Deno.test("AllocationManager allocates a pod-level resize that fits: InProgress, ResizeStarted", () => {
+  const { m, add, pods, conditions, events, synced } = setup();
+  add(podLevelPod("a", "200m", "64Mi"));
+  assert.deepEqual(m.podLevelAllocation("a")?.limits, { cpu: "200m", memory: "64Mi" });
+  const resized = podLevelPod("a", "400m", "128Mi", 2);
+  pods.set("a", resized);
+  // Until the resize is decided, the pod runs with its allocated pod-level resources.
+  const before = m.updatePodFromAllocation(resized);
+  assert.equal(before.updated, true);
+  assert.deepEqual(before.pod.spec?.resources?.limits, { cpu: "200m", memory: "64Mi" });
+  m.pushPendingResize("a");
+  assert.deepEqual(m.retryPendingResizes("pod_updated").map((p) => p.metadata?.uid), ["a"]);
+  assert.deepEqual(m.podLevelAllocation("a")?.limits, { cpu: "400m", memory: "128Mi" });
+  assert.equal(m.updatePodFromAllocation(resized).updated, false);
+  assert.deepEqual(conditions.get("a").map((c) => [c.type, c.observedGeneration]), [
+    ["PodResizeInProgress", 2],
+  ]);
+  assert.equal(events.at(-1)?.reason, "ResizeStarted");
+  assert.deepEqual(synced, ["a"]);
+  assert.equal(m.hasPendingResizes(), false);
+});
+
+Deno.test("AllocationManager defers a pod-level resize that does not fit beside the others", () => {
   const { m, add, pods, conditions, events } = setup();
-  add(pod("a", "100m"));
-  const p = pod("a", "100m", 2);
-  p.spec!.resources = { limits: { cpu: "1" } };
-  pods.set("a", p);
+  add(podLevelPod("a", "500m", "64Mi"));
+  add(pod("b", "400m"));
+  pods.set("a", podLevelPod("a", "700m", "64Mi", 2));
+  m.pushPendingResize("a");
+  assert.deepEqual(m.retryPendingResizes("pod_updated"), []);
+  assert.equal(conditions.isDeferred("a"), true);
+  assert.match(conditions.get("a")[0]?.message ?? "", /requested: 700, used: 400/);
+  assert.equal(events.at(-1)?.reason, "ResizeDeferred");
+  assert.deepEqual(m.podLevelAllocation("a")?.requests, { cpu: "500m", memory: "64Mi" });
+  pods.delete("b");
+  assert.equal(m.retryPendingResizes("pods_removed").length, 1);
+  assert.deepEqual(m.podLevelAllocation("a")?.requests, { cpu: "700m", memory: "64Mi" });
+});
+
+Deno.test("resizeAdmit refuses a pod-level resize as Infeasible with the gate off, as upstream", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  const allocated = podLevelPod("a", "200m", "64Mi");
+  const wanted = podLevelPod("a", "400m", "64Mi", 2);
+  assert.deepEqual(resizeAdmit(wanted, allocated, metrics, true), { admit: true });
+  assert.deepEqual(await resizeCounts(metrics), []);
+  assert.deepEqual(resizeAdmit(wanted, allocated, metrics, false), {
+    admit: false,
+    reason: "Infeasible",
+    message: "InPlacePodLevelResourcesVerticalScaling is disabled",
+  });
+  // Counted each time the handler finds it (upstream Admit counts every call).
+  resizeAdmit(wanted, allocated, metrics, false);
+  assert.deepEqual(await resizeCounts(metrics), [
+    `infeasible{${INFEASIBLE_PLR_FEATURE_GATE_OFF}}=2`,
+  ]);
+  // A container resize of a pod whose pod-level resources did not change is not refused.
+  assert.deepEqual(resizeAdmit(pod("a", "300m"), pod("a", "200m"), metrics, false), {
+    admit: true,
+  });
+});
+
+Deno.test("AllocationManager with the gate off leaves pod-level resources out, as upstream", () => {
+  const { m, add, pods, conditions, events } = setup(1000, false);
+  add(podLevelPod("a", "200m", "64Mi"));
+  assert.equal(m.podLevelAllocation("a"), undefined);
+  // Upstream's UpdatePodFromAllocation does not look at them: no resize to decide.
+  const resized = podLevelPod("a", "400m", "64Mi", 2);
+  pods.set("a", resized);
+  assert.equal(m.updatePodFromAllocation(resized).updated, false);
   m.pushPendingResize("a");
   m.retryPendingResizes("pod_updated");
-  assert.equal(conditions.isInfeasible("a"), true);
-  assert.equal(events.at(-1)?.reason, "ResizeInfeasible");
-  assert.equal(m.hasPendingResizes(), false);
+  assert.deepEqual(conditions.get("a"), []);
+  assert.deepEqual(events.filter((e) => e.reason.startsWith("Resize")), []);
+});
+
+Deno.test("withStatusResources counts pod-level requests at what the pod still runs with", () => {
+  const p = podLevelPod("a", "200m", "64Mi", 2);
+  assert.equal(withStatusResources(p), p);
+  // Shrunk from 600m, not actuated yet: the status says 600m.
+  p.status = {
+    resources: { requests: { cpu: "600m", memory: "64Mi" } },
+    allocatedResources: { cpu: "200m", memory: "32Mi" },
+  };
+  const counted = withStatusResources(p);
+  assert.deepEqual(counted.spec?.resources?.requests, { cpu: "600m", memory: "64Mi" });
+  assert.deepEqual(counted.spec?.resources?.limits, { cpu: "200m", memory: "64Mi" });
+  assert.deepEqual(p.spec?.resources?.requests, { cpu: "200m", memory: "64Mi" }, "not changed");
 });
 
 Deno.test("pending resizes that do not raise requests go first, then higher priority", () => {
@@ -274,23 +361,4 @@ Deno.test("AllocationManager counts a Deferred resize once, when accepted, by wh
   // Accepted: a later retry has nothing left to count.
   m.retryPendingResizes("pod_terminated");
   assert.deepEqual(await resizeCounts(metrics), ["deferred_accepted{pods_removed}=1"]);
-});
-
-Deno.test("AllocationManager counts an infeasible resize each time the handler finds it", async () => {
-  const { m, add, pods, metrics } = setup();
-  add(pod("a", "100m"));
-  const p = pod("a", "100m", 2);
-  p.spec!.resources = { limits: { cpu: "1" } };
-  pods.set("a", p);
-  m.pushPendingResize("a");
-  m.retryPendingResizes("pod_updated");
-  const label = `infeasible{${INFEASIBLE_POD_LEVEL_RESOURCES}}`;
-  assert.deepEqual(await resizeCounts(metrics), [`${label}=1`]);
-  // Infeasible leaves the queue: a retry does not count it again...
-  m.retryPendingResizes("periodic_retry");
-  assert.deepEqual(await resizeCounts(metrics), [`${label}=1`]);
-  // ...another update of the pod, admitted again, does (upstream Admit counts every call).
-  m.pushPendingResize("a");
-  m.retryPendingResizes("pod_updated");
-  assert.deepEqual(await resizeCounts(metrics), [`${label}=2`]);
 });

@@ -122,6 +122,24 @@ export class ResourceState {
     return this.#store();
   }
 
+  /** The pod's pod-level resources, if recorded. */
+  getPodLevel(uid: string): V1ResourceRequirements | undefined {
+    return this.#pods.get(uid)?.podLevelResources;
+  }
+
+  /**
+   * Records the pod's pod-level resources (keeping its containers') and checkpoints them
+   * (upstream SetPodLevelResources).
+   */
+  setPodLevel(uid: string, r: V1ResourceRequirements): Promise<void> {
+    const old = this.#pods.get(uid);
+    this.#pods.set(uid, {
+      containerResources: new Map(old?.containerResources ?? []),
+      podLevelResources: copyRequirements(r),
+    });
+    return this.#store();
+  }
+
   /** Forgets the pod. */
   remove(uid: string): Promise<void> {
     if (!this.#pods.delete(uid)) return Promise.resolve();

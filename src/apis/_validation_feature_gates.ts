@@ -3,9 +3,14 @@
  * The feature gates that kubelet configuration validation consults: upstream's versioned
  * defaults for each (pkg/features/kube_features.go, plus component-base's logging gates), the
  * effective state at a release once the configuration's and the command line's overrides are
- * applied, and the rule that a gate locked at a release cannot be changed. Private to
+ * applied, and upstream's refusal of a gate the release does not know or has locked. Private to
  * validation.ts, which re-exports {@link effectiveFeatureGates}.
  */
+
+import { featureGateStates } from "../metrics/component_metrics.ts";
+
+/** The release whose gates component_metrics.ts's registry knows, with their locks. */
+const REGISTRY_RELEASE = "1.36";
 
 /** Reports one issue, as validateKubeletConfiguration collects them. */
 type Add = (path: string, value: unknown, message: string) => void;
@@ -68,7 +73,12 @@ export function effectiveFeatureGates(
   return out;
 }
 
-/** Reports each gate set to something other than the value it is locked to at this release. */
+/**
+ * Upstream SetFromMap's refusals, which validation repeats: a gate the release does not know, and
+ * a gate set to something other than the value it is locked to. At the release of the known-gate
+ * registry (component_metrics.ts, {@link REGISTRY_RELEASE}) every gate is checked; at another
+ * release, only the locks of the gates in {@link GATES}.
+ */
 export function checkLockedGates(
   kubernetesVersion: string,
   fromConfig: Readonly<Record<string, boolean>> | undefined,
@@ -76,13 +86,24 @@ export function checkLockedGates(
   add: Add,
 ) {
   const version = minorOf(kubernetesVersion);
+  const registry = version.join(".") === REGISTRY_RELEASE;
   for (const [name, on] of Object.entries({ ...fromConfig, ...fromFlags })) {
     const stage = gateStage(name, version);
-    if (stage?.[2] === "locked" && on !== stage[1]) {
+    let lockedTo = stage?.[2] === "locked" ? stage[1] : undefined;
+    if (registry && lockedTo === undefined) {
+      // featureGateStates keeps a locked gate at its default whatever is set.
+      const state = featureGateStates({ [name]: on }).find((g) => g.name === name);
+      if (!state) {
+        add(`featureGates.${name}`, on, `unrecognized feature gate: ${name}`);
+        continue;
+      }
+      if (state.enabled !== on) lockedTo = state.enabled;
+    }
+    if (lockedTo !== undefined && on !== lockedTo) {
       add(
         `featureGates.${name}`,
         on,
-        `cannot be set to ${on}: the feature is locked to ${stage[1]} in ${kubernetesVersion}`,
+        `cannot set feature gate ${name} to ${on}, feature is locked to ${lockedTo}`,
       );
     }
   }

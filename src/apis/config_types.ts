@@ -553,8 +553,9 @@ export const kubeletConfigurationFields = {
   }),
   contentType: f.string({
     go: "string",
-    doc: "Content type of requests sent to the API server.",
-    default: "application/vnd.kubernetes.protobuf",
+    doc:
+      "Content type of requests sent to the API server: application/json, the only one this kubelet speaks (upstream's default is application/vnd.kubernetes.protobuf, refused here).",
+    default: "application/json",
     flag: "kube-api-content-type",
   }),
   kubeAPIQPS: f.int32({
@@ -638,7 +639,8 @@ export const kubeletConfigurationFields = {
   }),
   makeIPTablesUtilChains: f.bool({
     go: "*bool",
-    doc: "Creates the KUBE-IPTABLES-HINT chain as a hint about the host's iptables mode.",
+    doc:
+      "Creates the KUBE-IPTABLES-HINT chain (the host's iptables mode) and, for IPv4, KUBE-FIREWALL dropping outside packets to 127.0.0.0/8; recreated when a firewall flush removes them.",
     default: true,
     flag: "make-iptables-util-chains",
   }),

@@ -128,7 +128,8 @@ Deno.test("kubeletConfigurationFields defaults match upstream defaults.go", () =
   assert.equal(cfg.cpuCFSQuotaPeriod, 100);
   assert.equal(cfg.nodeStatusMaxImages, 50);
   assert.equal(cfg.maxOpenFiles, 1_000_000);
-  assert.equal(cfg.contentType, "application/vnd.kubernetes.protobuf");
+  // Upstream's default is application/vnd.kubernetes.protobuf: this kubelet speaks JSON only.
+  assert.equal(cfg.contentType, "application/json");
   assert.equal(cfg.kubeAPIQPS, 50);
   assert.equal(cfg.kubeAPIBurst, 100);
   assert.equal(cfg.serializeImagePulls, true);

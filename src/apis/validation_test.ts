@@ -247,7 +247,27 @@ Deno.test("validateKubeletConfiguration reports a locked feature gate", () => {
   expectIssue(
     (c) => (c.featureGates = { NodeSwap: false }),
     "featureGates.NodeSwap",
-    "cannot be set to false: the feature is locked to true in v1.36.3",
+    "cannot set feature gate NodeSwap to false, feature is locked to true",
+  );
+  // Locked in upstream's v1.36 registry, not among the gates validation consults.
+  expectIssue(
+    (c) => (c.featureGates = { SidecarContainers: false }),
+    "featureGates.SidecarContainers",
+    "cannot set feature gate SidecarContainers to false, feature is locked to true",
+  );
+  expectIssue(
+    (c) => (c.featureGates = { GitRepoVolumeDriver: true }),
+    "featureGates.GitRepoVolumeDriver",
+    "cannot set feature gate GitRepoVolumeDriver to true, feature is locked to false",
+  );
+  assert.deepEqual(issuesAfter((c) => (c.featureGates = { SidecarContainers: true })), []);
+});
+
+Deno.test("validateKubeletConfiguration reports a feature gate upstream does not know", () => {
+  expectIssue(
+    (c) => (c.featureGates = { NoSuchGate: true }),
+    "featureGates.NoSuchGate",
+    "unrecognized feature gate: NoSuchGate",
   );
 });
 

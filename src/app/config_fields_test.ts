@@ -167,13 +167,8 @@ const FIELDS: Record<string, Class> = {
   cpuCFSQuota: read("kubelet_pod_lifecycle.ts", "config.cpuCFSQuota"),
   cpuCFSQuotaPeriod: read("kubelet_pod_lifecycle.ts", "config.cpuCFSQuotaPeriod"),
   nodeStatusMaxImages: read("nodestatus/node_status.ts", "config.nodeStatusMaxImages"),
-  maxOpenFiles: pending(
-    "upstream sets the kubelet's RLIMIT_NOFILE at start (rlimit.SetNumFiles); Deno has no " +
-      "setrlimit and the sandboxed agent no FFI: the launcher would have to",
-  ),
-  contentType: pending(
-    "requests are always JSON; protobuf (upstream's default) is not spoken by the client",
-  ),
+  maxOpenFiles: read("app/kubelet_server.ts", "config.maxOpenFiles"),
+  contentType: refused("application/vnd.kubernetes.protobuf"),
   kubeAPIQPS: read("app/kubelet_server.ts", "config.kubeAPIQPS"),
   kubeAPIBurst: read("app/kubelet_server.ts", "config.kubeAPIBurst"),
   serializeImagePulls: read("kubelet_pod_lifecycle.ts", "config.serializeImagePulls"),
@@ -193,14 +188,8 @@ const FIELDS: Record<string, Class> = {
   ),
   podsPerCore: read("nodestatus/node_status.ts", "config.podsPerCore"),
   enableControllerAttachDetach: read("kubelet.ts", "config.enableControllerAttachDetach"),
-  protectKernelDefaults: pending(
-    "upstream's container manager sets (false) or checks (true) six kernel tunables at start " +
-      "(setupKernelTunables); src/cm does neither",
-  ),
-  makeIPTablesUtilChains: pending(
-    "upstream makes the KUBE-IPTABLES-HINT and KUBE-KUBELET-CANARY chains (true, the default); " +
-      "nothing here touches iptables",
-  ),
+  protectKernelDefaults: read("app/kubelet_server.ts", "config.protectKernelDefaults"),
+  makeIPTablesUtilChains: read("kubelet.ts", "config.makeIPTablesUtilChains"),
   iptablesMasqueradeBit: noop('deprecated in types.go: "no longer has any effect"'),
   iptablesDropBit: noop('deprecated in types.go: "no longer has any effect"'),
   featureGates: read("kubelet.ts", "config.featureGates"),
@@ -222,10 +211,7 @@ const FIELDS: Record<string, Class> = {
   kubeReservedCgroup: read("cm/container_manager.ts", "kubeReservedCgroup"),
   enforceNodeAllocatable: read("cm/container_manager.ts", "enforceNodeAllocatable"),
   allowedUnsafeSysctls: read("kubelet.ts", "config.allowedUnsafeSysctls"),
-  volumePluginDir: pending(
-    "flexvolume drivers in it are not run (a flexVolume pod fails as not supported yet); the " +
-      "default is always set, so only a directory holding drivers could be refused",
-  ),
+  volumePluginDir: read("kubelet.ts", "config.volumePluginDir"),
   providerID: read("kubelet.ts", "config.providerID"),
   kernelMemcgNotification: refused(true, {
     by: (c) => evictionConfigFrom(c),
@@ -263,9 +249,7 @@ const FIELDS: Record<string, Class> = {
     "config.crashLoopBackOff?.maxContainerRestartPeriod",
   ),
   reservedMemory: noop(`${NONE_POLICY}: memorymanager.NewManager takes it for Static only`),
-  enableProfilingHandler: pending(
-    "/debug/pprof/ is not served (true, the default, serves Go's profiles upstream); src/server",
-  ),
+  enableProfilingHandler: read("kubelet.ts", "config.enableProfilingHandler"),
   enableDebugFlagsHandler: read("kubelet.ts", "config.enableDebugFlagsHandler"),
   seccompDefault: read("kubelet.ts", "config.seccompDefault"),
   memoryThrottlingFactor: noop(
@@ -360,14 +344,7 @@ const FLAGS: Record<string, Class> = {
 };
 
 /** Fields the pending rows are allowed to hold; a new one must be added here knowingly. */
-const KNOWN_PENDING = [
-  "maxOpenFiles",
-  "contentType",
-  "protectKernelDefaults",
-  "makeIPTablesUtilChains",
-  "volumePluginDir",
-  "enableProfilingHandler",
-];
+const KNOWN_PENDING: string[] = [];
 
 function leafFields(): string[] {
   return listFields(kubeletConfigurationFields)
@@ -512,7 +489,6 @@ Deno.test("each flag said to be refused stops the start, naming the flag", () =>
 
 Deno.test("the rows still pending are the known ones", () => {
   const rows = [...Object.entries(FIELDS), ...Object.entries(FLAGS)];
-  const open = rows.filter(([, c]) => c.kind === "pending").map(([n]) => n)
-    .filter((n) => !n.startsWith("image-credential-provider-"));
+  const open = rows.filter(([, c]) => c.kind === "pending").map(([n]) => n);
   assert.deepEqual(open, KNOWN_PENDING);
 });

@@ -212,7 +212,11 @@ export async function main(args: readonly string[], opts: MainOptions = {}): Pro
       import("../dependencies.ts"),
       import("./kubelet_server.ts"),
     ]);
-    const deps = { ...unsecuredDependencies({ logger: log }), reloader };
+    const deps = {
+      ...unsecuredDependencies({ logger: log }),
+      reloader,
+      ...(opts.sandboxed ? { processSettings: "launcher" as const } : {}),
+    };
     const root = new AbortController();
     const onSignal = (name: Deno.Signal) => () => {
       if (root.signal.aborted) {

@@ -6,7 +6,7 @@
  */
 
 import { KUBELET_OOM_SCORE_ADJ } from "../qos/qos.ts";
-import { applyOOMScoreAdj, OWN_OOM_SCORE_ADJ } from "../util/oom_adjuster.ts";
+import { applyProcessSettings, KernelTunablesError } from "./process_settings.ts";
 import type { Dependencies } from "../dependencies.ts";
 import { withApiserverRecorder } from "../client/record.ts";
 import { Kubelet } from "../kubelet.ts";
@@ -100,14 +100,23 @@ export async function run(
       imageService: services.imageService,
     };
   }
-  // Upstream's run: the kubelet's own OOM score (the OOM killer picks it last); a failure (no
-  // CAP_SYS_RESOURCE to lower it) is logged and the kubelet goes on. In the sandbox the launcher
-  // has set it already: only a process with every permission may write /proc/self.
-  if (Deno.permissions.querySync({ name: "write", path: OWN_OOM_SCORE_ADJ }).state === "granted") {
+  // Upstream's run: the kubelet's own OOM score (the OOM killer picks it last) and open-files
+  // limit, whose failures are logged; the container manager's kernel tunables, which stop the
+  // start. In the sandbox the launcher has applied them already (only a process with every
+  // permission may).
+  if (deps.processSettings !== "launcher") {
+    const settings = {
+      oomScoreAdj: s.config.oomScoreAdj ?? KUBELET_OOM_SCORE_ADJ,
+      maxOpenFiles: s.config.maxOpenFiles,
+      protectKernelDefaults: s.config.protectKernelDefaults ?? false,
+    };
     try {
-      await applyOOMScoreAdj(s.config.oomScoreAdj ?? KUBELET_OOM_SCORE_ADJ);
+      await applyProcessSettings(settings, { ...deps.processSettings, logger: deps.logger });
     } catch (e) {
-      deps.logger.info("Failed to ApplyOOMScoreAdj", { err: String(e) });
+      if (e instanceof KernelTunablesError) {
+        deps.logger.error(e, "Failed to start ContainerManager");
+      }
+      throw e;
     }
   }
   background.push(metrics.runtime.run(stopBackground.signal));

@@ -8,6 +8,7 @@ import { nodeHostname, parseNodeIPs, run, StartError } from "./kubelet_server.ts
 import { pathNeeds } from "../privilege/permissions.ts";
 import type { KubeletServer } from "../apis/flags.ts";
 import { startFakeRuntime } from "../testing/fake_remote_runtime.ts";
+import { KERNEL_TUNABLES } from "../cm/kernel_tunables.ts";
 
 async function server(
   flags: Partial<ReturnType<typeof newKubeletFlags>> = {},
@@ -26,7 +27,12 @@ async function server(
   return { flags: { ...newKubeletFlags(), rootDirectory: "/srv/kubelet", ...flags }, config };
 }
 
-function fakeDeps(lines: string[], os: Partial<OSInterface> = {}): Dependencies {
+function fakeDeps(
+  lines: string[],
+  os: Partial<OSInterface> = {},
+  applied: string[] = [],
+  overcommit = 1,
+): Dependencies {
   return {
     logger: createLogger({ write: (l) => lines.push(l), now: () => new Date(0), pid: 1 }),
     clock: new FakeClock(0),
@@ -35,6 +41,20 @@ function fakeDeps(lines: string[], os: Partial<OSInterface> = {}): Dependencies 
       hostname: () => "Node-A.Example",
       mkdirAll: () => Promise.resolve(),
       ...os,
+    },
+    // Never the test process's or the host's own.
+    processSettings: {
+      applyOOMScoreAdj: (v) => Promise.resolve(void applied.push(`oom_score_adj=${v}`)),
+      setNoFileLimit: (soft, hard) => (applied.push(`nofile=${soft}:${hard}`), 1),
+      sysctl: {
+        get: (name) =>
+          Promise.resolve(
+            name === "vm/overcommit_memory"
+              ? overcommit
+              : KERNEL_TUNABLES.find(([n]) => n === name)![1],
+          ),
+        set: (name, value) => Promise.resolve(void applied.push(`${name}=${value}`)),
+      },
     },
   };
 }
@@ -99,6 +119,51 @@ Deno.test("run uses the injected OS and negotiates CRI v1 with the runtime", asy
     lines.some((l) => l.includes('"Started kubelet" nodeName="node-a.example" mode="standalone"')),
     lines.join("\n"),
   );
+});
+
+Deno.test("run applies the process settings itself unless the launcher has", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kubelet-server-" });
+  try {
+    await using fake = await startFakeRuntime({ socket: `${dir}/cri.sock` });
+    // protectKernelDefaults: a tunable unlike upstream's stops the start.
+    const lines: string[] = [];
+    const applied: string[] = [];
+    const s = await server({}, fake.endpoint);
+    s.config.protectKernelDefaults = true;
+    s.config.maxOpenFiles = 4096;
+    await assert.rejects(
+      run(s, fakeDeps(lines, {}, applied, 0), new AbortController().signal),
+      { message: "invalid kernel flag: vm/overcommit_memory, expected value: 1, actual value: 0" },
+    );
+    assert.deepEqual(applied, ["oom_score_adj=-999", "nofile=4096:4096"]);
+    assert.ok(
+      lines.some((l) =>
+        l.includes('"Failed to set rlimit on max file handles" err="operation not permitted"')
+      ),
+      lines.join("\n"),
+    );
+    assert.ok(
+      lines.some((l) => l.includes('"Failed to start ContainerManager" err="invalid kernel flag')),
+      lines.join("\n"),
+    );
+    // Under the launcher nothing is applied here (and the differing tunable is not seen).
+    const ctl = new AbortController();
+    const more: string[] = [];
+    const started: string[] = [];
+    const done = run(
+      s,
+      { ...fakeDeps(started, {}, more, 0), processSettings: "launcher" },
+      ctl.signal,
+    );
+    while (!started.some((l) => l.includes("Started kubelet"))) {
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    ctl.abort();
+    await done;
+    assert.deepEqual(more, []);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("run refuses what is not supported or cannot be read, loudly", async () => {

@@ -13,6 +13,7 @@
 import type { KubeletConfiguration } from "../apis/config_types.ts";
 import type { ValidationIssue } from "../apis/validation.ts";
 import { parseQuantity } from "../util/quantity.ts";
+import { unsupportedFeatureGates } from "./feature_gates.ts";
 
 const NOT_YET = "is not supported yet by this kubelet";
 
@@ -74,7 +75,7 @@ export function unsupportedSettings(cfg: KubeletConfiguration): ValidationIssue[
     add(
       "enableContentionProfiling",
       true,
-      "there is no Go block profiler and no /debug/pprof/ to serve it",
+      "V8 has no block profiler: /debug/pprof/block answers 501",
     );
   }
   if (cfg.tracing?.endpoint !== undefined) {
@@ -107,17 +108,14 @@ export function unsupportedSettings(cfg: KubeletConfiguration): ValidationIssue[
       "the metrics registry keeps no hidden metrics to show again",
     );
   }
-  if (cfg.featureGates?.MemoryQoS === true) {
-    // Under MemoryQoS, memoryThrottlingFactor and memoryReservationPolicy take effect upstream;
-    // without it (the default) upstream ignores them too.
-    add("featureGates.MemoryQoS", true, "memory.high and memory.min are not set for containers");
-  }
-  if (cfg.featureGates?.RuntimeClassInImageCriApi === true) {
+  if (cfg.contentType !== "application/json") {
+    // The default here; upstream's is protobuf, which needs each API type's protobuf codec.
     add(
-      "featureGates.RuntimeClassInImageCriApi",
-      true,
-      "images are pulled and listed for the default runtime handler only",
+      "contentType",
+      cfg.contentType,
+      "requests and answers are application/json; remove the setting or set application/json",
     );
   }
+  out.push(...unsupportedFeatureGates(cfg.featureGates));
   return out;
 }

@@ -36,6 +36,8 @@ Deno.test("unsupportedSettings stops the start naming file, line, field, value a
       "featureGates.RuntimeClassInImageCriApi",
       "true",
     ],
+    ["featureGates:\n  MemoryQoS: true\n", 4, "featureGates.MemoryQoS", "true"],
+    ["featureGates:\n  PodLevelResources: false\n", 4, "featureGates.PodLevelResources", "false"],
   ];
   for (const [text, line, field, value] of cases) {
     const { file, result } = await loadText(text);

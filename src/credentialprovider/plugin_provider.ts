@@ -161,6 +161,7 @@ export class PluginProvider {
           token = await sa.getServiceAccountToken(pod.namespace, pod.serviceAccountName, {
             audiences: [attrs.serviceAccountTokenAudience],
             boundObjectRef: { apiVersion: "v1", kind: "Pod", name: pod.name, uid: pod.uid },
+            serviceAccountUID: uid,
           }, signal);
         } catch (e) {
           throw new Error(`failed to get service account token: ${errorText(e)}`, { cause: e });

@@ -228,6 +228,8 @@ Deno.test("PluginProvider asks for a pod-bound token for the configured audience
     spec: {
       audiences: ["my-audience"],
       boundObjectRef: { apiVersion: "v1", kind: "Pod", name: "pod", uid: "pod-uid" },
+      // Upstream's precondition: the token is for this account, not one made again since.
+      serviceAccountUID: "builder-uid",
     },
   }]);
   assert.deepEqual(plugin.requests, [{

@@ -9,7 +9,7 @@
  */
 
 import type { V1Pod } from "@kubernetes/client-node";
-import { parseQuantityFormatted, type Quantity } from "./_quantity.ts";
+import { parseQuantityFormatted, type Quantity } from "../util/quantity_format.ts";
 import { cmpDec, type Dec, podLimits, valueOf } from "../qos/resource_helpers.ts";
 import type { PodStats } from "../apis/stats_types.ts";
 import type { StatsFunc } from "./_signals.ts";

@@ -14,7 +14,7 @@ import {
   type Quantity,
   type QuantityFormat,
   zeroQuantity,
-} from "./_quantity.ts";
+} from "../util/quantity_format.ts";
 import { cmpDec, type Dec, isPodLevelResourcesSet } from "../qos/resource_helpers.ts";
 import { SIGNAL_RESOURCE, type Threshold } from "./thresholds.ts";
 import type { SignalObservations, StatsFunc } from "./_signals.ts";

@@ -95,9 +95,25 @@ export interface DockerKeyring {
 /** The registry of Docker Hub credentials, as `docker login` writes it. */
 const DEFAULT_REGISTRY_HOST = "index.docker.io";
 
-/** A credential and, for one a provider got with a pod's token, that service account. */
+/** A pull secret's coordinates (upstream SecretCoordinates). */
+export interface SecretCoordinates {
+  readonly uid: string;
+  readonly namespace: string;
+  readonly name: string;
+}
+
+/**
+ * Where a credential came from (upstream CredentialSource): a pod's pull secret, or the service
+ * account whose token a credential provider got it with; neither for node-wide credentials.
+ */
+export type CredentialSource =
+  | { readonly secret: SecretCoordinates }
+  | { readonly serviceAccount: ServiceAccountCoordinates };
+
+/** A credential and where it came from. */
 export interface TrackedDockerAuth {
   readonly auth: DockerAuth;
+  readonly secret?: SecretCoordinates;
   readonly serviceAccount?: ServiceAccountCoordinates;
 }
 
@@ -108,18 +124,21 @@ export class BasicDockerKeyring implements DockerKeyring {
 
   /**
    * Adds a docker config: registry location to entry (`{username, password, auth, email}`),
-   * each entry tagged with `serviceAccount` when given (upstream's CredentialSource).
+   * each entry tagged with its source when given. Throws on an entry whose auth does not
+   * decode, adding none of the config.
    */
-  add(config: Readonly<Record<string, unknown>>, serviceAccount?: ServiceAccountCoordinates): void {
-    for (const [loc, raw] of Object.entries(config)) {
-      const auth = parseEntry(loc, raw);
+  add(config: Readonly<Record<string, unknown>>, source?: CredentialSource): void {
+    const entries = Object.entries(config).map(([loc, raw]) =>
+      [loc, parseEntry(loc, raw)] as const
+    );
+    for (const [loc, auth] of entries) {
       const { host, path } = splitSchemeless(loc.replace(/^https?:\/\//, ""));
       // The docker client treats /v1/ and /v2/ as the bare host (ResolveAuthConfig).
       const effective = path.startsWith("/v1/") || path.startsWith("/v2/") ? path.slice(3) : path;
       const key = effective !== "" && effective !== "/" ? host + effective : host;
       const list = this.#creds.get(key) ?? [];
       if (list.length === 0) this.#index.push(key);
-      list.push(serviceAccount ? { auth, serviceAccount } : { auth });
+      list.push(source ? { auth, ...source } : { auth });
       this.#creds.set(key, list);
     }
     // Reverse lexical order puts longer (more specific) keys first, as upstream sorts.
@@ -139,15 +158,6 @@ export class BasicDockerKeyring implements DockerKeyring {
     if (found.length > 0) return found;
     if (isDefaultRegistryMatch(repo)) return [...(this.#creds.get(DEFAULT_REGISTRY_HOST) ?? [])];
     return [];
-  }
-}
-
-/** Upstream `UnionDockerKeyring`: every keyring's matches, keyrings in order. */
-export class UnionDockerKeyring implements DockerKeyring {
-  constructor(readonly keyrings: readonly DockerKeyring[]) {}
-
-  lookup(repo: string): DockerAuth[] {
-    return this.keyrings.flatMap((k) => k.lookup(repo));
   }
 }
 
@@ -193,29 +203,45 @@ const SECRET_KEYS: Readonly<Record<string, string>> = {
   "kubernetes.io/dockercfg": ".dockercfg",
 };
 
+/** A pull secret whose docker config does not parse: the pod's pulls fail, naming it. */
+export class PullSecretError extends Error {
+  override name = "PullSecretError";
+}
+
 /**
- * The keyring of a pod's pull secrets, one keyring a secret, in order. Secrets of other types
- * or whose data does not parse are skipped, as upstream `secrets.MakeDockerKeyring` does.
+ * The keyring of a pod's pull secrets (upstream `secrets.MakeDockerKeyring`): one keyring of
+ * every secret's entries, each tagged with its secret, most specific registry key first across
+ * all of them. Secrets of other types, or without their key, are skipped; a secret whose data
+ * does not parse throws {@link PullSecretError} naming it, as upstream's fails the lookup.
  */
-export function keyringFromSecrets(secrets: readonly V1Secret[]): DockerKeyring {
-  const keyrings: DockerKeyring[] = [];
+export function keyringFromSecrets(secrets: readonly V1Secret[]): BasicDockerKeyring {
+  const keyring = new BasicDockerKeyring();
   for (const secret of secrets) {
     const key = SECRET_KEYS[secret.type ?? ""];
     const data = key === undefined ? undefined : secret.data?.[key];
-    if (data === undefined) continue;
+    if (data === undefined || data === "") continue;
+    const meta = secret.metadata ?? {};
+    const coords = { uid: meta.uid ?? "", namespace: meta.namespace ?? "", name: meta.name ?? "" };
     try {
       const parsed: unknown = JSON.parse(new TextDecoder().decode(base64Bytes(data)));
-      if (typeof parsed !== "object" || parsed === null) continue;
-      const config = key === ".dockerconfigjson" ? (parsed as { auths?: unknown }).auths : parsed;
-      if (typeof config !== "object" || config === null) continue;
-      const keyring = new BasicDockerKeyring();
-      keyring.add(config as Record<string, unknown>);
-      keyrings.push(keyring);
-    } catch {
-      continue;
+      // JSON null is an empty config, as Go's decoder reads it.
+      const config =
+        (key === ".dockerconfigjson" ? (parsed as { auths?: unknown } | null)?.auths : parsed) ??
+          {};
+      if (typeof config !== "object" || config === null || Array.isArray(config)) {
+        throw new Error(`expected an object of registries, got ${JSON.stringify(config)}`);
+      }
+      keyring.add(config as Record<string, unknown>, { secret: coords });
+    } catch (e) {
+      throw new PullSecretError(
+        `pull secret ${coords.namespace}/${coords.name}: ${key} does not parse: ${
+          e instanceof Error ? e.message : String(e)
+        }`,
+        { cause: e },
+      );
     }
   }
-  return new UnionDockerKeyring(keyrings);
+  return keyring;
 }
 
 function base64Bytes(b64: string): Uint8Array {

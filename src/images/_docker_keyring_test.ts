@@ -5,6 +5,7 @@ import {
   isDefaultRegistryMatch,
   keyringFromSecrets,
   parseImageName,
+  PullSecretError,
 } from "./_docker_keyring.ts";
 import { urlsMatch } from "../credentialprovider/urls_match.ts";
 
@@ -77,20 +78,82 @@ Deno.test("urlsMatch and isDefaultRegistryMatch follow upstream's rules", () => 
 
 Deno.test("keyringFromSecrets reads dockerconfigjson and dockercfg secrets in order", () => {
   const enc = (o: unknown) => btoa(JSON.stringify(o));
+  const meta = (name: string) => ({ name, namespace: "ns", uid: `uid-${name}` });
   const secrets: V1Secret[] = [
     {
+      metadata: meta("opaque"),
       type: "Opaque",
       data: { ".dockerconfigjson": enc({ auths: { "quay.io": user("opaque") } }) },
     },
     {
+      metadata: meta("json"),
       type: "kubernetes.io/dockerconfigjson",
       data: { ".dockerconfigjson": enc({ auths: { "quay.io": user("json") } }) },
     },
-    { type: "kubernetes.io/dockercfg", data: { ".dockercfg": enc({ "quay.io": user("cfg") }) } },
-    { type: "kubernetes.io/dockercfg", data: { ".dockercfg": btoa("not json") } },
+    {
+      metadata: meta("cfg"),
+      type: "kubernetes.io/dockercfg",
+      data: { ".dockercfg": enc({ "quay.io": user("cfg") }) },
+    },
+    // Of the right type without its key, or an empty one: skipped.
+    { metadata: meta("empty"), type: "kubernetes.io/dockercfg", data: { ".dockercfg": "" } },
+    { metadata: meta("other-key"), type: "kubernetes.io/dockercfg", data: { x: enc({}) } },
   ];
-  assert.deepEqual(keyringFromSecrets(secrets).lookup("quay.io/x").map((c) => c.username), [
-    "json",
-    "cfg",
+  const found = keyringFromSecrets(secrets).lookupTracked("quay.io/x");
+  assert.deepEqual(found.map((c) => [c.auth.username, c.secret?.name]), [
+    ["json", "json"],
+    ["cfg", "cfg"],
   ]);
+  assert.deepEqual(found[0]?.secret, { name: "json", namespace: "ns", uid: "uid-json" });
+});
+
+Deno.test("keyringFromSecrets merges the secrets: the most specific registry first, across them", () => {
+  const enc = (o: unknown) => btoa(JSON.stringify(o));
+  const secret = (name: string, auths: Record<string, unknown>): V1Secret => ({
+    metadata: { name, namespace: "ns", uid: name },
+    type: "kubernetes.io/dockerconfigjson",
+    data: { ".dockerconfigjson": enc({ auths }) },
+  });
+  // Upstream's one BasicDockerKeyring: quay.io/team (second secret) before quay.io (first).
+  const k = keyringFromSecrets([
+    secret("wide", { "quay.io": user("wide") }),
+    secret("team", { "quay.io/team": user("team") }),
+  ]);
+  assert.deepEqual(k.lookupTracked("quay.io/team/app").map((c) => c.secret?.name), [
+    "team",
+    "wide",
+  ]);
+  assert.deepEqual(k.lookupTracked("quay.io/other").map((c) => c.secret?.name), ["wide"]);
+});
+
+Deno.test("keyringFromSecrets fails as a whole on a secret that does not parse, naming it", () => {
+  const good: V1Secret = {
+    metadata: { name: "good", namespace: "ns" },
+    type: "kubernetes.io/dockercfg",
+    data: { ".dockercfg": btoa(JSON.stringify({ "quay.io": user("good") })) },
+  };
+  const bad = (name: string, data: string): V1Secret => ({
+    metadata: { name, namespace: "ns" },
+    type: "kubernetes.io/dockerconfigjson",
+    data: { ".dockerconfigjson": btoa(data) },
+  });
+  assert.throws(
+    () => keyringFromSecrets([good, bad("broken", "not json")]),
+    (e: Error) =>
+      e instanceof PullSecretError &&
+      e.message.startsWith("pull secret ns/broken: .dockerconfigjson does not parse: "),
+  );
+  assert.throws(
+    () =>
+      keyringFromSecrets([
+        bad("bad-auth", JSON.stringify({ auths: { "q.io": { auth: "eA==" } } })),
+      ]),
+    /pull secret ns\/bad-auth: .dockerconfigjson does not parse: the auth of registry 'q.io' has no ':'/,
+  );
+  assert.throws(
+    () => keyringFromSecrets([bad("list", JSON.stringify({ auths: [] }))]),
+    /pull secret ns\/list: .dockerconfigjson does not parse: expected an object of registries, got \[\]/,
+  );
+  // JSON null is an empty config, as Go reads it.
+  assert.deepEqual(keyringFromSecrets([bad("null", "null")]).lookup("quay.io/x"), []);
 });

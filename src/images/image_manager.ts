@@ -29,6 +29,7 @@ import {
   type DockerAuth,
   keyringFromSecrets,
   parseImageName,
+  PullSecretError,
 } from "./_docker_keyring.ts";
 import type { ImageCredentialProvider } from "../credentialprovider/plugins.ts";
 import { formatDuration } from "../util/duration.ts";
@@ -362,6 +363,10 @@ export class ImageManager {
     const fail = (reason: ImageErrorReason, message: string): EnsureImageResult => ({
       error: { reason, message },
     });
+    // Nothing is pulled with the other secrets, as upstream's keyring fails as a whole; upstream
+    // shows the decoder's bare text as both reason and message, here ErrImagePull names the
+    // secret and the key that do not parse.
+    const badSecret = (e: PullSecretError): EnsureImageResult => fail("ErrImagePull", e.message);
 
     let image: string;
     try {
@@ -425,14 +430,20 @@ export class ImageManager {
         this.#pulling?.recordImageFinishedPulling(podUID);
         return { imageRef: present, image: found };
       }
-      const mustPull = await records.mustAttemptImagePull(imgRef, present, async () => {
-        const creds = await credentials();
-        return {
-          secrets: creds.flatMap((c) => (c.secret ? [c.secret] : [])),
-          // The first one only: upstream does not tell service accounts apart by audience.
-          serviceAccount: creds.find((c) => c.serviceAccount)?.serviceAccount,
-        };
-      });
+      let mustPull: boolean;
+      try {
+        mustPull = await records.mustAttemptImagePull(imgRef, present, async () => {
+          const creds = await credentials();
+          return {
+            secrets: creds.flatMap((c) => (c.secret ? [c.secret] : [])),
+            // The first one only: upstream does not tell service accounts apart by audience.
+            serviceAccount: creds.find((c) => c.serviceAccount)?.serviceAccount,
+          };
+        });
+      } catch (e) {
+        if (e instanceof PullSecretError) return badSecret(e);
+        throw e;
+      }
       signal.throwIfAborted();
       if (!mustPull) {
         const msg = `Container image ${q(imgRef)} already present on machine and can be ` +
@@ -447,7 +458,13 @@ export class ImageManager {
     }
     outcome.pullRequired = true;
     // Looked up before the pull is queued, as upstream does (plugins may run for them).
-    const pullAuths = await credentials();
+    let pullAuths: TrackedAuth[];
+    try {
+      pullAuths = await credentials();
+    } catch (e) {
+      if (e instanceof PullSecretError) return badSecret(e);
+      throw e;
+    }
     signal.throwIfAborted();
 
     const backOffKey = `${pod.metadata?.uid ?? ""}_${imgRef}`;
@@ -554,7 +571,7 @@ export class ImageManager {
     const keyring = new BasicDockerKeyring();
     for (const p of provided) {
       try {
-        keyring.add(p.config, p.serviceAccount);
+        keyring.add(p.config, p.serviceAccount ? { serviceAccount: p.serviceAccount } : undefined);
       } catch (e) {
         this.#log.error(e, "Entry in credential provider response invalid, ignoring");
       }
@@ -638,21 +655,20 @@ interface TrackedAuth {
 }
 
 /**
- * The pod's secrets' credentials for `repo` in the keyring's order (secrets in order, best match
- * first within each), each with its secret's coordinates and credential hash.
+ * The pod's secrets' credentials for `repo` in the keyring's order (most specific registry key
+ * first across the secrets), each with its secret's coordinates and credential hash; throws
+ * PullSecretError for a secret that does not parse.
  */
 function trackedCredentials(secrets: readonly V1Secret[], repo: string): TrackedAuth[] {
-  return secrets.flatMap((secret) =>
-    keyringFromSecrets([secret]).lookup(repo).map((auth) => ({
-      auth,
-      secret: {
-        uid: secret.metadata?.uid ?? "",
-        namespace: secret.metadata?.namespace ?? "",
-        name: secret.metadata?.name ?? "",
-        credentialHash: credentialHash(auth),
-      },
-    }))
-  );
+  return keyringFromSecrets(secrets).lookupTracked(repo).map((t) => ({
+    auth: t.auth,
+    secret: {
+      uid: t.secret?.uid ?? "",
+      namespace: t.secret?.namespace ?? "",
+      name: t.secret?.name ?? "",
+      credentialHash: credentialHash(t.auth),
+    },
+  }));
 }
 
 /** Upstream `trackedToImagePullCreds`: an anonymous or node-wide pull is every pod's. */

@@ -253,6 +253,27 @@ Deno.test("ImageManager pulls anonymously when no secret matches", async () => {
   assert.deepEqual(h.fake.service.images.pulls.map((p) => p.auth), [undefined]);
 });
 
+Deno.test("ImageManager fails the pull, naming the secret, when a pull secret does not parse", async () => {
+  await using h = await harness();
+  h.fake.service.images.requireAuth("quay.io/app:1", { username: "bob", password: "pw" });
+  const broken: V1Secret = {
+    metadata: { name: "broken", namespace: "default" },
+    type: "kubernetes.io/dockerconfigjson",
+    data: { ".dockerconfigjson": btoa("{not json") },
+  };
+  // The good secret would work; upstream's keyring fails as a whole, so nothing is pulled.
+  const res = await ensure(h.manager(), { name: "c", image: "quay.io/app:1" }, [
+    dockerSecret("quay.io", "bob", "pw"),
+    broken,
+  ]);
+  assert.ok("error" in res && res.error.reason === "ErrImagePull", JSON.stringify(res));
+  assert.match(
+    res.error.message,
+    /^pull secret default\/broken: .dockerconfigjson does not parse: /,
+  );
+  assert.deepEqual(h.fake.service.images.pulls, []);
+});
+
 /** The real image service with each pull held until the test releases it. */
 function gated(inner: ImageManagerService) {
   const started: string[] = [];

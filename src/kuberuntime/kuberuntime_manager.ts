@@ -60,11 +60,14 @@ import type { PodCgroups } from "../cm/container_manager.ts";
 import type { RuntimeHandlerLookup } from "../runtimeclass/runtimeclass_manager.ts";
 import type { UsernsManager } from "../userns/userns_manager.ts";
 import {
+  type ActuatedPodLevelLookup,
   doPodResizeAction,
+  hasResizeActions,
   isPodResizeInProgress,
   type ResizeDeps,
   seedActuatedResources,
   setActuatedContainerResources,
+  updateActuatedPodLevelResources,
 } from "./pod_resize.ts";
 
 export {
@@ -180,6 +183,11 @@ export interface KubeRuntimeManagerOptions
   readonly actuatedState?: ResourceState;
   /** Pod cgroups, resized with their containers. @default none: only containers are resized */
   readonly podCgroups?: Pick<PodCgroups, "getConfig" | "setConfig" | "specConfig" | "memoryUsage">;
+  /**
+   * featureGates.InPlacePodLevelResourcesVerticalScaling: pod-level resources are resized in
+   * place. @default true
+   */
+  readonly inPlacePodLevelResourcesVerticalScaling?: boolean;
   /** Prepares the pod's ResourceClaims before its sandbox is made. @default none: not prepared */
   readonly dra?: Pick<DraManager, "prepareResources">;
   /**
@@ -280,7 +288,15 @@ export class KubeRuntimeManager {
       logger: opts.logger,
       metrics: opts.metrics,
       clock: opts.clock,
+      podLevelResources: opts.inPlacePodLevelResourcesVerticalScaling ?? true,
     };
+  }
+
+  /** The actuated pod-level resources, when InPlacePodLevelResourcesVerticalScaling is on. */
+  #actuatedPodLevel(): ActuatedPodLevelLookup | undefined {
+    if (!this.#resize.podLevelResources) return undefined;
+    const state = this.#resize.actuated;
+    return (uid) => ({ found: state.get(uid) !== undefined, resources: state.getPodLevel(uid) });
   }
 
   /** The container's actuated resources, if recorded. */
@@ -297,6 +313,7 @@ export class KubeRuntimeManager {
       allocatedPod,
       toKubeContainerStatuses(podStatus),
       (uid, name) => this.#resize.actuated.getContainer(uid, name),
+      this.#actuatedPodLevel(),
     );
   }
 
@@ -345,13 +362,27 @@ export class KubeRuntimeManager {
       pod,
       podStatus,
       toKubeContainerStatuses(podStatus),
+      undefined,
+      this.#resize.podLevelResources,
     );
     const changes = computePodActions(pod, podStatus, {
       probeResults: this.#probes,
       actuated: (uid, name) => this.#resize.actuated.getContainer(uid, name),
+      actuatedPodLevel: this.#actuatedPodLevel(),
+      logger: log,
       restartAllContainers,
     });
     if (restartAllContainers) log.v(3).info("Pod marked for RestartAllContainers");
+    // A new pod's cgroup was just made from the pod as allocated: its pod-level resources are
+    // actuated (upstream records them where SyncPod creates the pod cgroup).
+    if (
+      changes.createSandbox && this.#resize.podLevelResources &&
+      this.#resize.actuated.getPodLevel(pod.metadata?.uid ?? "") === undefined
+    ) {
+      await updateActuatedPodLevelResources(this.#resize.actuated, pod).catch((e) =>
+        log.error(e, "Failed to update the state of pod-level resources for the pod")
+      );
+    }
     log.v(3).info("computePodActions got for pod", {
       podActions: {
         killPod: changes.killPod,
@@ -367,6 +398,7 @@ export class KubeRuntimeManager {
           cpu: changes.resize.containersToUpdate.cpu.map((c) => c.container.name),
         },
         updatePodResources: changes.resize.updatePodResources,
+        updatePodLevelResources: changes.resize.updatePodLevelResources,
       },
     });
     if (changes.createSandbox && changes.sandboxID !== "") {
@@ -561,7 +593,12 @@ export class KubeRuntimeManager {
       // What the runtime was told of its resources (upstream marks them at creation).
       if (typeName !== "ephemeral container") {
         try {
-          await setActuatedContainerResources(this.#resize.actuated, pod, container);
+          await setActuatedContainerResources(
+            this.#resize.actuated,
+            pod,
+            container,
+            this.#resize.podLevelResources,
+          );
         } catch (e) {
           log.error(e, "Failed to record the container's actuated resources", {
             containerName: container.name,
@@ -604,10 +641,7 @@ export class KubeRuntimeManager {
     }
     // Running containers resized in place, before new ones start (upstream SyncPod step 8).
     const resize = changes.resize;
-    if (
-      resize.containersToUpdate.memory.length > 0 || resize.containersToUpdate.cpu.length > 0 ||
-      resize.updatePodResources
-    ) {
+    if (hasResizeActions(resize)) {
       const r = result.add("ResizePodInPlace", formatPod(pod));
       const failed = await doPodResizeAction(this.#resize, signal, pod, sandboxId, resize);
       if (failed) fail(r, "ResizePodInPlaceError", failed.message);

@@ -14,6 +14,7 @@
 
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
 import { hashContainer } from "./labels.ts";
+import type { Logger } from "../klog/klog.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
 import {
   type ContainerKillReason,
@@ -29,7 +30,9 @@ import {
 import { podSandboxChanged } from "./sandbox_changed.ts";
 import {
   type ActuatedLookup,
+  type ActuatedPodLevelLookup,
   computeContainerResize,
+  computePodLevelResize,
   emptyResizeActions,
   type ResizeActions,
 } from "./pod_resize.ts";
@@ -98,6 +101,14 @@ export interface ComputePodActionsOptions {
    * resize running containers in place. @default none: running containers are not resized
    */
   readonly actuated?: ActuatedLookup;
+  /**
+   * The actuated pod-level resources (InPlacePodLevelResourcesVerticalScaling): container
+   * limits are compared bounded by the pod's, and a pod-level change resizes the pod cgroup.
+   * @default none: pod-level resources are not resized
+   */
+  readonly actuatedPodLevel?: ActuatedPodLevelLookup;
+  /** For upstream's "Missing actuated pod level resource record". @default none */
+  readonly logger?: Logger;
   /**
    * The pod's API status says AllContainersRestarting: remove every container, keeping the
    * sandbox, so that all start again (upstream SyncPod's restartAllContainers). @default false
@@ -212,7 +223,7 @@ export function computePodActions(
     if (!findContainerStatus(statuses, c.name)) changes.ephemeralContainersToStart.push(i);
   });
 
-  const initialized = computeInitContainerActions(pod, statuses, changes, probes, opts.actuated);
+  const initialized = computeInitContainerActions(pod, statuses, changes, probes, opts);
   if (changes.killPod || !initialized) return changes;
 
   let keepCount = 0;
@@ -252,7 +263,14 @@ export function computePodActions(
       reason = "StartupProbe";
     } else if (
       opts.actuated &&
-      computeContainerResize(pod, container, status, opts.actuated, changes.resize) === "restart"
+      computeContainerResize(
+          pod,
+          container,
+          status,
+          opts.actuated,
+          changes.resize,
+          opts.actuatedPodLevel,
+        ) === "restart"
     ) {
       // Its resizePolicy asks for a restart, whatever the pod's restart policy.
       changes.containersToKill.set(status.id, {
@@ -278,6 +296,13 @@ export function computePodActions(
     changes.killPod = true;
     // Sidecars alone must not keep the pod alive.
     changes.initContainersToStart = [];
+  }
+  if (opts.actuatedPodLevel) {
+    changes.resize.updatePodLevelResources = computePodLevelResize(
+      pod,
+      opts.actuatedPodLevel,
+      opts.logger,
+    );
   }
   return changes;
 }
@@ -317,8 +342,9 @@ function computeInitContainerActions(
   statuses: readonly KubeContainerStatus[],
   changes: PodActions,
   probes: ProbeResults,
-  actuated: ActuatedLookup | undefined,
+  opts: ComputePodActionsOptions,
 ): boolean {
+  const { actuated, actuatedPodLevel } = opts;
   const inits = pod.spec?.initContainers ?? [];
   if (inits.length === 0) return true;
 
@@ -354,7 +380,16 @@ function computeInitContainerActions(
       case "running": {
         if (!sidecar) {
           // A running init container is resized in place (it may not restart for it).
-          if (actuated) computeContainerResize(pod, container, status, actuated, changes.resize);
+          if (actuated) {
+            computeContainerResize(
+              pod,
+              container,
+              status,
+              actuated,
+              changes.resize,
+              actuatedPodLevel,
+            );
+          }
           break;
         }
         if (container.startupProbe) {
@@ -396,7 +431,14 @@ function computeInitContainerActions(
         }
         if (
           actuated &&
-          computeContainerResize(pod, container, status, actuated, changes.resize) === "restart"
+          computeContainerResize(
+              pod,
+              container,
+              status,
+              actuated,
+              changes.resize,
+              actuatedPodLevel,
+            ) === "restart"
         ) {
           kill(status, container, `Container ${container.name} resize requires restart`, "");
           toStart.push(i);

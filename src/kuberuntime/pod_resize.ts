@@ -1,10 +1,15 @@
 /**
  * @module
- * In-place resize of a running pod's containers. computeContainerResize compares a running
- * container's allocated resources with what the runtime was last told (the actuated record,
- * `<root-dir>/actuated_pods_state`): equal, nothing to do; a resource whose resizePolicy is
- * RestartContainer, restart the container; otherwise update it in place, decreases ordered
- * before increases. doPodResizeAction then updates memory, then cpu: for each, the pod cgroup
+ * In-place resize of a running pod's containers and of its pod-level resources.
+ * computeContainerResize compares a running container's allocated resources with what the
+ * runtime was last told (the actuated record, `<root-dir>/actuated_pods_state`), its limits
+ * bounded by the pod-level ones where it sets none (upstream GetLimits): equal, nothing to do;
+ * a resource whose resizePolicy is RestartContainer, restart the container; otherwise update it
+ * in place, decreases ordered before increases. computePodLevelResize compares the allocated
+ * pod-level resources with the actuated ones (InPlacePodLevelResourcesVerticalScaling); when
+ * they differ the pod cgroup is resized even if no container is, and each resource's actuated
+ * pod-level record follows once its step is done. doPodResizeAction then updates memory, then
+ * cpu: for each, the pod cgroup
  * first when its value grows and last when it shrinks (limits before requests on the way up,
  * requests before limits on the way down), so that a container never exceeds its pod; the
  * runtime is told of the pod's new size first (UpdatePodSandboxResources, best effort) and of
@@ -60,23 +65,72 @@ export interface ResizeActions {
   readonly containersToUpdate: { memory: ContainerToUpdate[]; cpu: ContainerToUpdate[] };
   /** A container restarts for its resize: the pod cgroup follows the allocation. */
   updatePodResources: boolean;
+  /** The pod-level resources differ from the actuated ones: the pod cgroup follows them. */
+  updatePodLevelResources: boolean;
 }
 
 /** No resize to do. */
 export function emptyResizeActions(): ResizeActions {
-  return { containersToUpdate: { memory: [], cpu: [] }, updatePodResources: false };
+  return {
+    containersToUpdate: { memory: [], cpu: [] },
+    updatePodResources: false,
+    updatePodLevelResources: false,
+  };
+}
+
+/** Whether there is anything for {@link doPodResizeAction} to do (upstream SyncPod step 8). */
+export function hasResizeActions(r: ResizeActions): boolean {
+  return r.containersToUpdate.memory.length > 0 || r.containersToUpdate.cpu.length > 0 ||
+    r.updatePodResources || r.updatePodLevelResources;
 }
 
 /** The actuated record of a container, by pod UID and container name. */
 export type ActuatedLookup = (uid: string, name: string) => V1ResourceRequirements | undefined;
+
+/**
+ * The actuated pod-level resources by pod UID: `found` false when the pod has no record at all
+ * (upstream GetPodLevelResources).
+ */
+export type ActuatedPodLevelLookup = (
+  uid: string,
+) => { found: boolean; resources?: V1ResourceRequirements };
+
+/**
+ * upstream kubeutil.GetLimits: the container's limits, with the pod-level cpu or memory limit
+ * where the container's is zero or missing and the pod's is not.
+ */
+export function effectiveLimits(
+  podResources: V1ResourceRequirements | undefined,
+  container: V1ResourceRequirements | undefined,
+): Record<string, string> {
+  const limits: Record<string, string> = { ...(container?.limits ?? {}) };
+  const podLimits = podResources?.limits;
+  if (!podLimits || Object.keys(podLimits).length === 0) return limits;
+  for (const name of ["cpu", "memory"]) {
+    const own = quantity(limits, name);
+    const pod = quantity(podLimits, name);
+    if ((own === undefined || own.n === 0n) && pod !== undefined && pod.n !== 0n) {
+      limits[name] = String(podLimits[name]);
+    }
+  }
+  return limits;
+}
 
 function quantity(list: Readonly<Record<string, string>> | undefined, name: string) {
   const q = list?.[name];
   return q === undefined ? undefined : parseDec(String(q));
 }
 
-/** upstream containerResourcesFromRequirements (pod-level resources aside). */
-export function resourceValues(r: V1ResourceRequirements | undefined): ResourceValues {
+/**
+ * upstream containerResourcesFromRequirements: with `podLevel` (the pod's pod-level resources,
+ * InPlacePodLevelResourcesVerticalScaling), the limits as {@link effectiveLimits} gives them;
+ * without, upstream podResourcesFromRequirements.
+ */
+export function resourceValues(
+  r: V1ResourceRequirements | undefined,
+  podLevel?: { readonly resources: V1ResourceRequirements | undefined },
+): ResourceValues {
+  if (podLevel) r = { ...r, limits: effectiveLimits(podLevel.resources, r) };
   return {
     memoryLimit: valueOf(quantity(r?.limits, "memory")),
     memoryRequest: valueOf(quantity(r?.requests, "memory")),
@@ -101,10 +155,18 @@ export function computeContainerResize(
   status: KubeContainerStatus,
   actuated: ActuatedLookup,
   changes: ResizeActions,
+  actuatedPodLevel?: ActuatedPodLevelLookup,
 ): "keep" | "restart" {
   if (status.state !== "running") return "keep";
-  const desired = resourceValues(container.resources);
-  const current = resourceValues(actuated(pod.metadata?.uid ?? "", container.name));
+  const uid = pod.metadata?.uid ?? "";
+  const desired = resourceValues(
+    container.resources,
+    actuatedPodLevel && { resources: pod.spec?.resources },
+  );
+  const current = resourceValues(
+    actuated(uid, container.name),
+    actuatedPodLevel && { resources: actuatedPodLevel(uid).resources },
+  );
   if (sameValues(desired, current)) return "keep";
   const decide = (name: "cpu" | "memory", want: bigint, have: bigint) => {
     if (want === have) return { resize: false, restart: false };
@@ -134,30 +196,63 @@ export function computeContainerResize(
 }
 
 /**
+ * upstream computePodLevelResourcesResizeAction: whether the allocated pod-level cpu or memory
+ * differs from the actuated one (a pod without a record compares with zeros).
+ */
+export function computePodLevelResize(
+  pod: V1Pod,
+  actuatedPodLevel: ActuatedPodLevelLookup,
+  logger?: Logger,
+): boolean {
+  const { found, resources } = actuatedPodLevel(pod.metadata?.uid ?? "");
+  if (!found) {
+    logger?.error(undefined, "Missing actuated pod level resource record", { pod: kobj(pod) });
+  }
+  return !sameValues(resourceValues(pod.spec?.resources), resourceValues(resources));
+}
+
+/** Requests and limits of cpu and memory equal, a missing quantity as zero. */
+function cpuMemoryEqual(
+  a: V1ResourceRequirements | undefined,
+  b: V1ResourceRequirements | undefined,
+): boolean {
+  const eq = (x: Readonly<Record<string, string>> | undefined, y: typeof x, n: string) =>
+    cmpDec(quantity(x, n) ?? ZERO, quantity(y, n) ?? ZERO) === 0;
+  return eq(a?.requests, b?.requests, "cpu") && eq(a?.limits, b?.limits, "cpu") &&
+    eq(a?.requests, b?.requests, "memory") && eq(a?.limits, b?.limits, "memory");
+}
+
+/**
  * upstream IsPodResizeInProgress: a running resizable container (regular, or a sidecar) whose
- * actuated cpu or memory differs from its allocation.
+ * actuated cpu or memory differs from its allocation (its limits bounded by the pod's, with
+ * `actuatedPodLevel`), or, with `actuatedPodLevel` (InPlacePodLevelResourcesVerticalScaling),
+ * a pod whose recorded pod-level resources differ from its allocated ones.
  */
 export function isPodResizeInProgress(
   allocatedPod: V1Pod,
   statuses: readonly KubeContainerStatus[],
   actuated: ActuatedLookup,
+  actuatedPodLevel?: ActuatedPodLevelLookup,
 ): boolean {
   const uid = allocatedPod.metadata?.uid ?? "";
   const containers = [
     ...(allocatedPod.spec?.initContainers ?? []).filter(isRestartableInitContainer),
     ...(allocatedPod.spec?.containers ?? []),
   ];
-  return containers.some((c) => {
+  const containerInProgress = containers.some((c) => {
     const s = statuses.find((x) => x.name === c.name);
     if (!s || s.state !== "running") return false;
-    const a = actuated(uid, c.name);
-    const eq = (x: Readonly<Record<string, string>> | undefined, y: typeof x, n: string) =>
-      cmpDec(quantity(x, n) ?? ZERO, quantity(y, n) ?? ZERO) === 0;
-    return !(eq(c.resources?.requests, a?.requests, "cpu") &&
-      eq(c.resources?.limits, a?.limits, "cpu") &&
-      eq(c.resources?.requests, a?.requests, "memory") &&
-      eq(c.resources?.limits, a?.limits, "memory"));
+    const allocated = actuatedPodLevel
+      ? { ...c.resources, limits: effectiveLimits(allocatedPod.spec?.resources, c.resources) }
+      : c.resources;
+    return !cpuMemoryEqual(allocated, actuated(uid, c.name));
   });
+  if (containerInProgress) return true;
+  // upstream isPodLevelResourcesResizeInProgress.
+  if (!actuatedPodLevel || !allocatedPod.spec?.resources) return false;
+  const { found, resources } = actuatedPodLevel(uid);
+  if (!found || !resources) return false;
+  return !cpuMemoryEqual(resources, allocatedPod.spec.resources);
 }
 
 /** What {@link doPodResizeAction} needs. */
@@ -175,18 +270,74 @@ export interface ResizeDeps {
   readonly metrics?: Pick<KubeletMetrics, "podResizeDuration">;
   /** Times each resize for the metric. @default the real clock */
   readonly clock?: Clock;
+  /**
+   * featureGates.InPlacePodLevelResourcesVerticalScaling: container limits are bounded by the
+   * pod-level ones in the actuated record, and pod-level resizes are actuated. @default true
+   */
+  readonly podLevelResources?: boolean;
 }
 
 /** The outcome of a resize: undefined when done, else the error to report (ResizePodInPlace). */
 export type ResizeError = { readonly message: string } | undefined;
 
-/** Records the container's resources as actuated (upstream setActuatedContainerResources). */
+/**
+ * Records the container's resources as actuated (upstream setActuatedContainerResources): with
+ * `podLevel` (InPlacePodLevelResourcesVerticalScaling), its limits bounded by the pod's.
+ */
 export function setActuatedContainerResources(
   actuated: ResourceState,
   pod: V1Pod,
   container: V1Container,
+  podLevel = true,
 ): Promise<void> {
-  return actuated.setContainer(pod.metadata?.uid ?? "", container.name, container.resources ?? {});
+  const r = container.resources ?? {};
+  const recorded = podLevel ? { ...r, limits: effectiveLimits(pod.spec?.resources, r) } : r;
+  return actuated.setContainer(pod.metadata?.uid ?? "", container.name, recorded);
+}
+
+/**
+ * upstream updateActuatedPodLevelResources: the allocated pod-level value of one resource
+ * becomes the actuated one, in the lists the allocation has (a missing quantity as "0", as
+ * Go's zero Quantity).
+ */
+function setActuatedPodLevelResource(
+  actuated: ResourceState,
+  pod: V1Pod,
+  resource: "cpu" | "memory",
+  logger: Logger,
+): Promise<void> {
+  const allocated = pod.spec?.resources;
+  if (!allocated) return Promise.resolve();
+  const uid = pod.metadata?.uid ?? "";
+  let current = actuated.getPodLevel(uid);
+  if (!current) {
+    logger.error(undefined, "Missing actuated resource record", { pod: kobj(pod) });
+    current = {};
+  }
+  const next: V1ResourceRequirements = {
+    ...(current.limits ? { limits: { ...current.limits } } : {}),
+    ...(current.requests ? { requests: { ...current.requests } } : {}),
+  };
+  for (const list of ["requests", "limits"] as const) {
+    const from = allocated[list];
+    if (!from) continue;
+    next[list] = { ...next[list], [resource]: String(from[resource] ?? "0") };
+  }
+  return actuated.setPodLevel(uid, next);
+}
+
+/**
+ * upstream UpdateActuatedPodLevelResources, when the pod cgroup is made: records the pod's
+ * pod-level resources as actuated when it sets requests or limits. Here it is called for a
+ * pod with no pod-level record yet, before its first sync's actions are computed.
+ */
+export function updateActuatedPodLevelResources(
+  actuated: ResourceState,
+  pod: V1Pod,
+): Promise<void> {
+  const r = pod.spec?.resources;
+  if (!r || (r.requests === undefined && r.limits === undefined)) return Promise.resolve();
+  return actuated.setPodLevel(pod.metadata?.uid ?? "", r);
 }
 
 function milliQuantity(m: bigint): string {
@@ -320,7 +471,12 @@ async function actuatePodResize(
       const linux = generateLinuxContainerResources(pod, container, deps.linux);
       try {
         await runtime.updateContainerResources(c.containerId, linux, signal);
-        await setActuatedContainerResources(deps.actuated, pod, container);
+        await setActuatedContainerResources(
+          deps.actuated,
+          pod,
+          container,
+          deps.podLevelResources ?? true,
+        );
       } catch (e) {
         signal.throwIfAborted();
         logger.error(e, "updateContainerResources failed", {
@@ -355,16 +511,30 @@ async function actuatePodResize(
     if (changes.containersToUpdate[resource].length > 0) await updateContainers(resource);
     if (newRequest < curRequest) await setPodCgroup(resource, false);
     if (newLimit < curLimit) await setPodCgroup(resource, true);
+    if (changes.updatePodLevelResources) {
+      try {
+        await setActuatedPodLevelResource(deps.actuated, pod, resource, logger);
+      } catch (e) {
+        logger.error(e, "Failed to update pod-level actuated resources", {
+          resource,
+          pod: kobj(pod),
+        });
+        throw e;
+      }
+    }
   };
 
+  const podLevel = changes.updatePodLevelResources;
   try {
-    if (changes.containersToUpdate.memory.length > 0 || changes.updatePodResources) {
+    if (
+      changes.containersToUpdate.memory.length > 0 || changes.updatePodResources || podLevel
+    ) {
       // A pod without a memory limit keeps the cgroup's (removing limits is not supported).
       const cur = currentPod.memory ?? -1n;
       desiredPod.memory ??= cur;
       await resize("memory", unlimitedLast(cur), unlimitedLast(desiredPod.memory), 0n, 0n);
     }
-    if (changes.containersToUpdate.cpu.length > 0 || changes.updatePodResources) {
+    if (changes.containersToUpdate.cpu.length > 0 || changes.updatePodResources || podLevel) {
       const cur = currentPod.cpuQuota ?? -1n;
       desiredPod.cpuQuota ??= cur;
       desiredPod.cpuPeriod ??= currentPod.cpuPeriod;
@@ -539,6 +709,7 @@ export function seedActuatedResources(
   podStatus: { readonly containerStatuses: readonly api.ContainerStatus[] },
   statuses: readonly KubeContainerStatus[],
   quotaPeriod: bigint = 100_000n,
+  podLevel = true,
 ): void {
   const uid = allocatedPod.metadata?.uid ?? "";
   const containers = [
@@ -550,7 +721,12 @@ export function seedActuatedResources(
     const s = statuses.find((x) => x.name === container.name);
     if (!s || s.state !== "running") continue;
     const linux = podStatus.containerStatuses.find((c) => c.id === s.id)?.resources?.linux;
-    const seed = seedFrom(container.resources ?? {}, linux, quotaPeriod);
+    const own = container.resources ?? {};
+    // As setActuatedContainerResources records them: limits bounded by the pod's.
+    const allocated = podLevel
+      ? { ...own, limits: effectiveLimits(allocatedPod.spec?.resources, own) }
+      : own;
+    const seed = seedFrom(allocated, linux, quotaPeriod);
     void actuated.setContainer(uid, container.name, seed).catch(() => {});
   }
 }

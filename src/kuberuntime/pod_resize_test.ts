@@ -8,13 +8,17 @@ import { resourceConfigForPod } from "../cm/pod_container_manager.ts";
 import { CriError, GrpcCode } from "../cri/connection.ts";
 import { generateLinuxContainerResources } from "./_container_linux.ts";
 import {
+  type ActuatedPodLevelLookup,
   computeContainerResize,
+  computePodLevelResize,
   doPodResizeAction,
   emptyResizeActions,
   isPodResizeInProgress,
   type ResizeDeps,
   seedActuatedResources,
+  setActuatedContainerResources,
   toRuntimeResources,
+  updateActuatedPodLevelResources,
 } from "./pod_resize.ts";
 import type { KubeContainerStatus } from "./kuberuntime_container.ts";
 import { KubeletMetrics } from "../metrics/metrics.ts";
@@ -88,6 +92,7 @@ function harness(opts: {
   failUpdate?: string;
   /** How long each UpdateContainerResources takes, on the fake clock. */
   updateMs?: number;
+  actuated?: ResourceState;
 }) {
   const calls: Call[] = [];
   const clock = new FakeClock();
@@ -140,7 +145,7 @@ function harness(opts: {
       specConfig: (p) => resourceConfigForPod(p, POD_OPTS),
       memoryUsage: () => Promise.resolve(opts.podMemoryUsage ?? 1n),
     },
-    actuated: ResourceState.inMemory(),
+    actuated: opts.actuated ?? ResourceState.inMemory(),
     linux: { memoryCapacityBytes: 8 * 2 ** 30 },
     logger: createLogger({ write: () => {} }),
     metrics,
@@ -373,4 +378,200 @@ Deno.test("doPodResizeAction times an aborted resize as failed", async () => {
     /shutting down/,
   );
   assert.deepEqual(await durations(metrics), { false: [1, 0] });
+});
+
+/** A pod sized by its pod-level resources: "a" sets nothing, "b" its own limits. */
+function podLevelPod(cpu: string, mem: string): V1Pod {
+  return {
+    metadata: { uid: "u", name: "p", namespace: "ns" },
+    spec: {
+      containers: [{ name: "a", image: "img" }, c("b", "100m", "32Mi")],
+      resources: { requests: { cpu, memory: mem }, limits: { cpu, memory: mem } },
+    },
+  };
+}
+
+/** The actuated record of `p` as the kubelet writes it when the pod starts. */
+async function startedAs(p: V1Pod): Promise<ResourceState> {
+  const state = ResourceState.inMemory();
+  await updateActuatedPodLevelResources(state, p);
+  for (const x of p.spec!.containers) await setActuatedContainerResources(state, p, x);
+  return state;
+}
+
+function podLevelLookup(state: ResourceState): ActuatedPodLevelLookup {
+  return (uid) => ({ found: state.get(uid) !== undefined, resources: state.getPodLevel(uid) });
+}
+
+/** computePodActions' resize part with InPlacePodLevelResourcesVerticalScaling on. */
+function planPodLevel(state: ResourceState, after: V1Pod) {
+  const changes = emptyResizeActions();
+  for (const x of after.spec!.containers) {
+    computeContainerResize(
+      after,
+      x,
+      running(x.name),
+      (u, n) => state.getContainer(u, n),
+      changes,
+      podLevelLookup(state),
+    );
+  }
+  changes.updatePodLevelResources = computePodLevelResize(after, podLevelLookup(state));
+  return changes;
+}
+
+Deno.test("doPodResizeAction grows pod-level limits: the pod cgroup before the containers bounded by it", async () => {
+  const before = podLevelPod("200m", "64Mi");
+  const after = podLevelPod("400m", "128Mi");
+  const state = await startedAs(before);
+  // a runs bounded by the pod's limits; b by its own.
+  assert.deepEqual(state.getContainer("u", "a"), { limits: { cpu: "200m", memory: "64Mi" } });
+  const changes = planPodLevel(state, after);
+  assert.equal(changes.updatePodLevelResources, true);
+  assert.deepEqual(changes.containersToUpdate.memory.map((x) => x.container.name), ["a"]);
+  assert.deepEqual(changes.containersToUpdate.cpu.map((x) => x.container.name), ["a"]);
+  const { calls, deps } = harness({
+    current: resourceConfigForPod(before, POD_OPTS),
+    actuated: state,
+  });
+  const err = await doPodResizeAction(deps, new AbortController().signal, after, "sb", changes);
+  assert.equal(err, undefined);
+  const order = calls.filter((x) => x.what !== "sandbox").map((x) => `${x.what}: ${x.detail}`);
+  assert.deepEqual(order, [
+    // memory 64Mi -> 128Mi: the pod first, then a, which has no limit of its own
+    `pod: memory=${128 * 2 ** 20}`,
+    `container: id-a shares=2 quota=20000 mem=${128 * 2 ** 20}`,
+    // cpu 200m -> 400m: quota, then shares, then a (upstream sends a's request as 0: 2 shares)
+    "pod: cpuQuota=40000 cpuPeriod=100000",
+    "pod: cpuShares=409",
+    `container: id-a shares=2 quota=40000 mem=${128 * 2 ** 20}`,
+  ]);
+  // The pod-level resources are actuated, and so is a at the pod's new limits.
+  assert.deepEqual(state.getPodLevel("u"), after.spec!.resources);
+  assert.deepEqual(state.getContainer("u", "a")?.limits, {
+    cpu: "400m",
+    memory: `${128 * 2 ** 20}`,
+  });
+  assert.equal(
+    isPodResizeInProgress(
+      after,
+      [running("a"), running("b")],
+      (u, n) => state.getContainer(u, n),
+      podLevelLookup(state),
+    ),
+    false,
+  );
+  assert.equal(planPodLevel(state, after).updatePodLevelResources, false);
+});
+
+Deno.test("doPodResizeAction shrinks pod-level limits after the containers, and records each resource", async () => {
+  const before = podLevelPod("400m", "128Mi");
+  const after = podLevelPod("200m", "64Mi");
+  const state = await startedAs(before);
+  const { calls, deps } = harness({
+    current: resourceConfigForPod(before, POD_OPTS),
+    actuated: state,
+  });
+  const err = await doPodResizeAction(
+    deps,
+    new AbortController().signal,
+    after,
+    "sb",
+    planPodLevel(state, after),
+  );
+  assert.equal(err, undefined);
+  assert.deepEqual(calls.filter((x) => x.what !== "sandbox").map((x) => x.what), [
+    "container",
+    "pod",
+    "container",
+    "pod",
+    "pod",
+  ]);
+  assert.deepEqual(calls.filter((x) => x.what === "pod").map((x) => x.detail), [
+    `memory=${64 * 2 ** 20}`,
+    "cpuShares=204",
+    "cpuQuota=20000 cpuPeriod=100000",
+  ]);
+  assert.deepEqual(state.getPodLevel("u"), after.spec!.resources);
+});
+
+Deno.test("doPodResizeAction refuses a pod-level memory limit below the pod's usage, changing nothing", async () => {
+  const before = podLevelPod("200m", "128Mi");
+  const after = podLevelPod("200m", "64Mi");
+  const state = await startedAs(before);
+  const { calls, deps, metrics } = harness({
+    current: resourceConfigForPod(before, POD_OPTS),
+    podMemoryUsage: 100n * 2n ** 20n,
+    actuated: state,
+  });
+  const err = await doPodResizeAction(
+    deps,
+    new AbortController().signal,
+    after,
+    "sb",
+    planPodLevel(state, after),
+  );
+  assert.equal(
+    err?.message,
+    "cannot decrease memory limits: attempting to set pod memory limit (67108864) below " +
+      "current usage (104857600)",
+  );
+  assert.deepEqual(calls, [], "nothing changed");
+  assert.deepEqual(await durations(metrics), { false: [1, 0] });
+  // Not actuated: the next sync tries again.
+  assert.deepEqual(state.getPodLevel("u"), before.spec!.resources);
+  assert.equal(planPodLevel(state, after).updatePodLevelResources, true);
+});
+
+Deno.test("doPodResizeAction resizes the pod cgroup alone when no container follows the pod's limits", async () => {
+  const mk = (cpu: string, mem: string): V1Pod => ({
+    metadata: { uid: "u", name: "p", namespace: "ns" },
+    spec: {
+      containers: [c("b", "100m", "32Mi")],
+      resources: { limits: { cpu, memory: mem } },
+    },
+  });
+  const before = mk("1", "256Mi");
+  const after = mk("2", "512Mi");
+  const state = await startedAs(before);
+  const changes = planPodLevel(state, after);
+  assert.deepEqual(changes.containersToUpdate, { memory: [], cpu: [] });
+  assert.equal(changes.updatePodLevelResources, true);
+  const { calls, deps } = harness({
+    current: resourceConfigForPod(before, POD_OPTS),
+    actuated: state,
+  });
+  assert.equal(
+    await doPodResizeAction(deps, new AbortController().signal, after, "sb", changes),
+    undefined,
+  );
+  assert.deepEqual(calls.filter((x) => x.what === "pod").map((x) => x.detail), [
+    `memory=${512 * 2 ** 20}`,
+    "cpuQuota=200000 cpuPeriod=100000",
+  ]);
+  assert.equal(calls.filter((x) => x.what === "container").length, 0);
+  // Only the lists the allocation has are recorded (upstream updateActuatedPodLevelResources).
+  assert.deepEqual(state.getPodLevel("u"), { limits: { cpu: "2", memory: "512Mi" } });
+});
+
+Deno.test("isPodResizeInProgress while the actuated pod-level resources differ from the allocation", async () => {
+  const before = podLevelPod("200m", "64Mi");
+  const state = await startedAs(before);
+  const look = (u: string, n: string) => state.getContainer(u, n);
+  const statuses = [running("a"), running("b")];
+  assert.equal(isPodResizeInProgress(before, statuses, look, podLevelLookup(state)), false);
+  // Requests alone differ: a's limits are unchanged, the pod's requests are not actuated.
+  const after = podLevelPod("200m", "64Mi");
+  after.spec!.resources!.requests = { cpu: "100m", memory: "64Mi" };
+  assert.equal(isPodResizeInProgress(after, statuses, look, podLevelLookup(state)), true);
+});
+
+Deno.test("computePodLevelResize compares with zeros when the pod has no actuated record", () => {
+  const empty = ResourceState.inMemory();
+  const lines: string[] = [];
+  const logger = createLogger({ write: (l) => void lines.push(l) });
+  assert.equal(computePodLevelResize(podLevelPod("1", "1Gi"), podLevelLookup(empty), logger), true);
+  assert.match(lines.join(""), /Missing actuated pod level resource record/);
+  // A pod without pod-level resources has nothing to resize at that level.
+  assert.equal(computePodLevelResize(pod([c("a", "1", "1Gi")]), podLevelLookup(empty)), false);
 });

@@ -367,15 +367,19 @@ export function nodeStatusHasChanged(a: V1NodeStatus | undefined, b: V1NodeStatu
 /**
  * The features this node declares to the scheduler and to pod update admission
  * (status.declaredFeatures, upstream discoverNodeDeclaredFeatures with the NodeDeclaredFeatures
- * gate): of upstream's registry, those this agent supports with their gate on. Left out:
- * ExtendWebSocketsToKubelet (the apiserver keeps translating WebSocket streams to SPDY for this
- * node), InPlacePodLevelResourcesVerticalScaling and InPlacePodVerticalScalingInitContainers (not
- * built: such resizes are refused before they reach the node), UserNamespacesHostNetworkSupport
- * (alpha, off).
+ * gate): of upstream's registry, those this agent supports with their gate on, sorted by name as
+ * upstream's framework sorts them. Left out: ExtendWebSocketsToKubelet (the apiserver keeps
+ * translating WebSocket streams to SPDY for this node), InPlacePodVerticalScalingInitContainers
+ * (not built: such resizes are refused before they reach the node),
+ * UserNamespacesHostNetworkSupport (alpha, off).
  */
 export function nodeDeclaredFeatures(gates: Readonly<Record<string, boolean>>): string[] {
   if (gates.NodeDeclaredFeatures === false) return [];
   const out: string[] = [];
+  // In-place resize of pod-level resources (the apiserver refuses it for a node without it).
+  if (gates.InPlacePodLevelResourcesVerticalScaling !== false) {
+    out.push("InPlacePodLevelResourcesVerticalScaling");
+  }
   if (gates.RestartAllContainersOnContainerExits !== false) {
     out.push("RestartAllContainersOnContainerExits");
   }

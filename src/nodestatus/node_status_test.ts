@@ -286,8 +286,17 @@ Deno.test("nodeStatus lists the runtime's handlers with their features, as upstr
 });
 
 Deno.test("the node declares the features it supports, as upstream's NodeDeclaredFeatures setter", () => {
-  assert.deepEqual(nodeDeclaredFeatures({}), ["RestartAllContainersOnContainerExits"]);
-  assert.deepEqual(nodeDeclaredFeatures({ RestartAllContainersOnContainerExits: false }), []);
+  assert.deepEqual(nodeDeclaredFeatures({}), [
+    "InPlacePodLevelResourcesVerticalScaling",
+    "RestartAllContainersOnContainerExits",
+  ]);
+  assert.deepEqual(
+    nodeDeclaredFeatures({
+      InPlacePodLevelResourcesVerticalScaling: false,
+      RestartAllContainersOnContainerExits: false,
+    }),
+    [],
+  );
   assert.deepEqual(nodeDeclaredFeatures({ NodeDeclaredFeatures: false }), []);
   const s = nodeStatus(inputs({ declaredFeatures: ["RestartAllContainersOnContainerExits"] }));
   assert.deepEqual((s as { declaredFeatures?: string[] }).declaredFeatures, [

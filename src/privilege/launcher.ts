@@ -14,7 +14,11 @@
 import { hostIsCgroup2UnifiedMode } from "../cm/cgroup_mode.ts";
 import { realClock } from "../util/clock.ts";
 import { startFreeOSMemory } from "../util/free_os_memory.ts";
-import { applyOOMScoreAdj } from "../util/oom_adjuster.ts";
+import {
+  applyProcessSettings,
+  type ApplyProcessSettingsOptions,
+  KernelTunablesError,
+} from "../app/process_settings.ts";
 import { openHostView } from "./host_view.ts";
 import { missingPermissions } from "./permissions.ts";
 import { createLogger, type Logger } from "../klog/klog.ts";
@@ -34,8 +38,11 @@ export interface LaunchOptions {
   readonly runDir?: string;
   /** Where the launcher's own lines go. @default stderr */
   readonly write?: (line: string) => void;
-  /** Sets the process's OOM score before the sandbox starts. @default util/oom_adjuster.ts */
-  readonly applyOOMScoreAdj?: (value: number) => Promise<void>;
+  /**
+   * Where the process settings are applied before the sandbox starts (the OOM score, the
+   * open-files limit, the kernel tunables). @default the process's and host's own
+   */
+  readonly processSettings?: Omit<ApplyProcessSettingsOptions, "logger">;
 }
 
 /**
@@ -81,11 +88,14 @@ export async function launch(args: readonly string[], opts: LaunchOptions = {}):
     return await inProcess(args);
   }
   const logger = log(plan.logging);
-  // Upstream's run sets the kubelet's own OOM score; the Worker shares this process's score.
+  // Upstream's run sets the kubelet's own OOM score and open-files limit, its container manager
+  // the kernel tunables; the Worker shares this process and its host.
   try {
-    await (opts.applyOOMScoreAdj ?? applyOOMScoreAdj)(plan.oomScoreAdj);
+    await applyProcessSettings(plan.process, { ...opts.processSettings, logger });
   } catch (e) {
-    logger.info("Failed to ApplyOOMScoreAdj", { err: String(e) });
+    if (!(e instanceof KernelTunablesError)) throw e;
+    logger.error(e, "Failed to start ContainerManager");
+    return 1;
   }
   try {
     return await runInSandbox({

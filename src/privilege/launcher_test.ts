@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { hostViewDir, type LaunchPlan, planLaunch } from "./permission_set.ts";
 import { staticGraph } from "../testing/module_graph.ts";
 import { launch } from "./launcher.ts";
+import { KERNEL_TUNABLES } from "../cm/kernel_tunables.ts";
 
 async function withDir(fn: (dir: string) => Promise<void>): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: "sandbox-launcher-" });
@@ -162,20 +163,73 @@ Deno.test("launch says so and exits 1 when the host view cannot be made", async 
     const runDir = join(dir, "not-a-dir");
     await Deno.writeTextFile(runDir, "");
     const lines: string[] = [];
-    const scores: number[] = [];
+    const set: string[] = [];
     const code = await launch(["--config", file, "--root-dir", join(dir, "root")], {
       runDir,
       inProcess: () => Promise.reject(new Error("must not run")),
       write: (l) => lines.push(l),
-      applyOOMScoreAdj: (v) => Promise.resolve(void scores.push(v)),
+      processSettings: recordingSettings(set),
     });
     assert.equal(code, 1);
-    // The kubelet's OOM score is the launcher's to set, before the sandbox (default -999).
-    assert.deepEqual(scores, [-999]);
+    // The process settings are the launcher's to apply, before the sandbox: the OOM score
+    // (default -999), the open-files limit (default 1000000), the kernel tunables (written).
+    assert.deepEqual(set, [
+      "oom_score_adj=-999",
+      "nofile=1000000:1000000",
+      "get vm/overcommit_memory",
+      "set vm/overcommit_memory=1",
+    ]);
     assert.equal(lines.length, 1, lines.join("\n"));
     assert.match(
       lines[0]!,
       /^E.*"Failed to start the kubelet in its permission set; --least-privilege=false runs it without" err=".*not-a-dir.*hostView=".*not-a-dir\/view-/,
     );
+  });
+});
+
+/** Process settings that record what they are asked, with vm/overcommit_memory at 0. */
+function recordingSettings(set: string[]) {
+  return {
+    applyOOMScoreAdj: (v: number) => Promise.resolve(void set.push(`oom_score_adj=${v}`)),
+    setNoFileLimit: (soft: bigint, hard: bigint) => (set.push(`nofile=${soft}:${hard}`), 0),
+    sysctl: {
+      get: (name: string) => {
+        if (name !== "vm/overcommit_memory") {
+          return Promise.resolve(KERNEL_TUNABLES.find(([n]) => n === name)![1]);
+        }
+        set.push(`get ${name}`);
+        return Promise.resolve(0);
+      },
+      set: (name: string, value: number) => Promise.resolve(void set.push(`set ${name}=${value}`)),
+    },
+  };
+}
+
+Deno.test("launch stops before the sandbox when protectKernelDefaults finds a tunable unlike upstream's", async () => {
+  if (Deno.uid() !== 0) {
+    const reason = `the sandbox's launch needs root (uid is ${Deno.uid()})`;
+    if (Deno.env.get("CI") === "true") throw new Error(`CI=true but ${reason}`);
+    console.warn(`SKIPPING ${reason}`);
+    return;
+  }
+  await withDir(async (dir) => {
+    const file = await config(dir, ["protectKernelDefaults: true", "maxOpenFiles: 4096"]);
+    const lines: string[] = [];
+    const set: string[] = [];
+    const code = await launch(["--config", file, "--root-dir", join(dir, "root")], {
+      runDir: join(dir, "views"),
+      inProcess: () => Promise.reject(new Error("must not run")),
+      write: (l) => lines.push(l),
+      processSettings: recordingSettings(set),
+    });
+    assert.equal(code, 1);
+    assert.deepEqual(set, ["oom_score_adj=-999", "nofile=4096:4096", "get vm/overcommit_memory"]);
+    assert.equal(lines.length, 1, lines.join("\n"));
+    assert.match(
+      lines[0]!,
+      /^E.*"Failed to start ContainerManager" err="invalid kernel flag: vm\/overcommit_memory, expected value: 1, actual value: 0"$/,
+    );
+    // Nothing of the sandbox was made.
+    assert.equal(await Deno.stat(join(dir, "views")).then(() => true, () => false), false);
   });
 });

@@ -20,6 +20,7 @@ import { fileURLToPath } from "node:url";
 import { systemBusAddress, unixPathOf } from "../util/dbus.ts";
 import { hostViewEntries, type HostViewEntry } from "./host_view.ts";
 import type { KubeletServer } from "../apis/flags.ts";
+import type { ProcessSettings } from "../app/process_settings.ts";
 import { pathNeeds } from "./permissions.ts";
 
 /** Where logind's drop-ins go (nodeshutdown/logind.ts LOGIND_CONFIG_DIRECTORY; a test keeps them equal). */
@@ -30,6 +31,12 @@ export const AGENT_PROGRAMS: readonly string[] = ["mount", "umount", "df", "syst
 
 /** The program node log queries run, only with enableSystemLogQuery (server/journal_copy.ts JOURNALCTL; a test keeps them equal). */
 export const LOG_QUERY_PROGRAM = "journalctl";
+
+/**
+ * The programs the iptables util chains run, only with makeIPTablesUtilChains (util/iptables.ts
+ * IPTABLES and IP6TABLES; a test keeps them equal).
+ */
+export const IPTABLES_PROGRAMS: readonly string[] = ["iptables", "ip6tables"];
 
 /** Host files every agent reads whatever its configuration: the hosts file host-network pods get. */
 const HOST_READS: readonly string[] = ["/etc/hosts"];
@@ -45,6 +52,13 @@ const SYS: readonly Deno.SysPermissionDescriptor["kind"][] = [
   "uid",
   "gid",
 ];
+
+/**
+ * The `sys` kind Deno asks of `node:inspector` (its CPU and heap profilers): granted when the
+ * kubelet API serves `/debug/pprof/` (enableDebuggingHandlers and enableProfilingHandler, both on
+ * by default, as upstream's). Deno's types do not list it.
+ */
+export const INSPECTOR_SYS = "inspector" as NonNullable<Deno.SysPermissionDescriptor["kind"]>;
 
 /** A Worker's permissions (the unstable `deno.permissions` option of `new Worker`). */
 export interface AgentPermissions {
@@ -128,11 +142,18 @@ export function agentPermissions(opts: AgentPermissionsOptions): AgentPermission
     run: [
       ...AGENT_PROGRAMS,
       ...(opts.credentialProviderExecutables ?? []),
+      ...(server.config.makeIPTablesUtilChains ? IPTABLES_PROGRAMS : []),
       ...(server.config.enableSystemLogQuery === true ? [LOG_QUERY_PROGRAM] : []),
     ],
     net: true,
     env: true,
-    sys: [...SYS],
+    sys: [
+      ...SYS,
+      ...(server.config.enableDebuggingHandlers !== false &&
+          server.config.enableProfilingHandler !== false
+        ? [INSPECTOR_SYS]
+        : []),
+    ],
     ffi: false,
     import: true,
   };
@@ -204,10 +225,11 @@ export type LaunchPlan =
     /** The configuration's logging, for the launcher's own lines. */
     readonly logging: { readonly format: "text" | "json"; readonly verbosity: number };
     /**
-     * oomScoreAdj: the launcher sets the process's score before the Worker starts (Deno gives
-     * `/proc/self` files only to a process with every permission).
+     * oomScoreAdj, maxOpenFiles, protectKernelDefaults: the launcher applies them before the
+     * Worker starts (app/process_settings.ts; Deno gives `/proc/self`, `/proc/sys` and FFI
+     * only to a process with every permission).
      */
-    readonly oomScoreAdj: number;
+    readonly process: ProcessSettings;
   };
 
 /**
@@ -293,6 +315,10 @@ export async function planLaunch(req: LaunchPlanRequest): Promise<LaunchPlan> {
       format: config.logging.format === "json" ? "json" : "text",
       verbosity: config.logging.verbosity,
     },
-    oomScoreAdj: config.oomScoreAdj ?? KUBELET_OOM_SCORE_ADJ,
+    process: {
+      oomScoreAdj: config.oomScoreAdj ?? KUBELET_OOM_SCORE_ADJ,
+      maxOpenFiles: config.maxOpenFiles,
+      protectKernelDefaults: config.protectKernelDefaults ?? false,
+    },
   };
 }

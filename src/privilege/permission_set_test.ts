@@ -4,7 +4,7 @@ import { openHostView } from "./host_view.ts";
 import { loadKubeletConfiguration } from "../app/kubelet_config.ts";
 import { newKubeletFlags } from "../apis/flags.ts";
 import type { KubeletServer } from "../apis/flags.ts";
-import { type AgentPermissions, agentPermissions } from "./permission_set.ts";
+import { type AgentPermissions, agentPermissions, INSPECTOR_SYS } from "./permission_set.ts";
 import type { ProbeAnswer, ProbeOp } from "../testing/permission_probe.ts";
 import { testCA, testServerCert } from "../testing/cert_fixtures.ts";
 import https from "node:https";
@@ -87,8 +87,27 @@ Deno.test("agentPermissions lists the configured paths, the host view and the pr
   assert.ok(perms.write.includes("/run/kubelet-ts/view/sys/fs/cgroup"));
   assert.ok(perms.read.includes("/opt/kubelet"));
   assert.ok(!perms.read.some((p) => p === "/" || p === "/etc" || p.startsWith("/proc")));
-  assert.deepEqual(perms.run, ["mount", "umount", "df", "systemd-inhibit"]);
+  assert.deepEqual(perms.run, [
+    "mount",
+    "umount",
+    "df",
+    "systemd-inhibit",
+    "iptables",
+    "ip6tables",
+  ]);
   assert.equal(perms.ffi, false);
+  // The profilers of /debug/pprof/ (served by default, as upstream's), and only while served.
+  assert.ok(perms.sys.includes(INSPECTOR_SYS), String(perms.sys));
+  for (const off of ["enableProfilingHandler", "enableDebuggingHandlers"] as const) {
+    const t = await server("/srv/t");
+    t.config[off] = false;
+    const without = agentPermissions({
+      server: t,
+      view: { root: "/run/kubelet-ts/view", mounted: [] },
+      codeDir: "/opt/kubelet",
+    });
+    assert.ok(!without.sys.includes(INSPECTOR_SYS), off);
+  }
   // Node shutdown adds logind's bus socket and drop-in directory, and only then.
   assert.ok(!perms.write.includes("/run/dbus/system_bus_socket"));
   s.config.shutdownGracePeriod = 30_000;
@@ -267,6 +286,8 @@ Deno.test("planLaunch lets the agent run the configured credential provider plug
       "df",
       "systemd-inhibit",
       join(bin, "ecr-credential-provider"),
+      "iptables",
+      "ip6tables",
     ]);
     assert.ok(permissions.read.includes(cpConfig) && permissions.read.includes(bin));
     const answers = await probe(permissions, [
@@ -321,6 +342,36 @@ Deno.test("agentPermissions lets the agent run journalctl only when enableSystem
     const [allowed] = await probe(on, ops);
     // Where journalctl is not installed, the permission still lets the agent try.
     assert.ok(allowed?.ok || /^NotFound/.test(allowed?.error ?? ""), allowed?.error);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("agentPermissions lets the agent run iptables and ip6tables only when makeIPTablesUtilChains is on", async () => {
+  const { IPTABLES, IP6TABLES } = await import("../util/iptables.ts");
+  const { IPTABLES_PROGRAMS } = await import("./permission_set.ts");
+  assert.deepEqual(IPTABLES_PROGRAMS, [IPTABLES, IP6TABLES]);
+  const dir = await Deno.makeTempDir({ prefix: "sandbox-iptables-" });
+  try {
+    const s = await server(dir);
+    const view = { root: join(dir, "view"), mounted: [] };
+    assert.equal(s.config.makeIPTablesUtilChains, true, "upstream's default");
+    const on = agentPermissions({ server: s, view });
+    s.config.makeIPTablesUtilChains = false;
+    const off = agentPermissions({ server: s, view });
+    assert.ok(!off.run.includes("iptables") && !off.run.includes("ip6tables"));
+    assert.deepEqual(on.run, [...off.run, "iptables", "ip6tables"]);
+    const ops: ProbeOp[] = [
+      { op: "run", program: "iptables", args: ["--version"] },
+      { op: "run", program: "ip6tables", args: ["--version"] },
+    ];
+    for (const denied of await probe(off, ops)) {
+      assert.match(denied.error ?? "", /^NotCapable: Requires run access to "ip6?tables"/);
+    }
+    // Where iptables is not installed, the permission still lets the agent try.
+    for (const allowed of await probe(on, ops)) {
+      assert.ok(allowed.ok || /^NotFound/.test(allowed.error ?? ""), allowed.error);
+    }
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

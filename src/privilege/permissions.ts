@@ -79,6 +79,7 @@ export function pathNeeds(s: KubeletServer): PathNeed[] {
       source: "authentication.x509.clientCAFile",
     },
     { permission: "read", path: config.resolvConf ?? "", source: "resolvConf" },
+    { permission: "read", path: config.volumePluginDir ?? "", source: "volumePluginDir" },
     {
       permission: "read",
       path: flags.imageCredentialProviderConfigFile,

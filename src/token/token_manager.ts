@@ -28,11 +28,14 @@ export const TOKEN_GC_PERIOD_MS = 60 * 1000;
 /** Upstream maxJitter: refreshes happen up to this much earlier, in whole seconds. */
 export const MAX_TOKEN_JITTER_MS = 10 * 1000;
 
-/** What a token request asks for: audiences, lifetime and the object the token is bound to. */
-export type TokenRequestSpec = Pick<
-  V1TokenRequestSpec,
-  "audiences" | "expirationSeconds" | "boundObjectRef"
->;
+/**
+ * What a token request asks for: audiences, lifetime and the object the token is bound to; and,
+ * as the request's `metadata.uid`, the service account's UID when the token must be refused for
+ * another account of the same name (one deleted and made again: upstream's precondition).
+ */
+export type TokenRequestSpec =
+  & Pick<V1TokenRequestSpec, "audiences" | "expirationSeconds" | "boundObjectRef">
+  & { readonly serviceAccountUID?: string };
 
 /** A token and when it expires (RFC 3339), as the apiserver's TokenRequest status gives them. */
 export interface ServiceAccountToken {
@@ -151,10 +154,12 @@ export class TokenManager {
     if (client === undefined) {
       throw new TokenManagerError("cannot use TokenManager when kubelet is in standalone mode");
     }
+    const { serviceAccountUID, ...wanted } = spec;
     const body: AuthenticationV1TokenRequest = {
       apiVersion: "authentication.k8s.io/v1",
       kind: "TokenRequest",
-      spec: { ...spec, audiences: spec.audiences ?? [] },
+      ...(serviceAccountUID ? { metadata: { uid: serviceAccountUID } } : {}),
+      spec: { ...wanted, audiences: wanted.audiences ?? [] },
     };
     const path = `/api/v1/namespaces/${encodeURIComponent(namespace)}/serviceaccounts/${
       encodeURIComponent(name)
@@ -244,5 +249,7 @@ function cacheKey(name: string, namespace: string, spec: TokenRequestSpec): stri
   const refText = `v1.BoundObjectReference{Kind:${goQuote(ref.kind ?? "")}, APIVersion:${
     goQuote(ref.apiVersion ?? "")
   }, Name:${goQuote(ref.name ?? "")}, UID:${goQuote(ref.uid ?? "")}}`;
-  return `${goQuote(name)}/${goQuote(namespace)}/${auds}/${spec.expirationSeconds ?? 0}/${refText}`;
+  return `${goQuote(name)}/${goQuote(namespace)}/${auds}/${
+    spec.expirationSeconds ?? 0
+  }/${refText}/${goQuote(spec.serviceAccountUID ?? "")}`;
 }

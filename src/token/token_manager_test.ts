@@ -92,6 +92,22 @@ Deno.test("TokenManager POSTs a TokenRequest bound to the pod", async () => {
   }]);
 });
 
+Deno.test("TokenManager sends the service account's UID as the request's precondition", async () => {
+  const { api, tm } = manager();
+  const withUid = { ...spec(), serviceAccountUID: "sa-uid-1" };
+  await tm.getServiceAccountToken("ns1", "default", withUid);
+  const body = api.calls[0]?.body as { metadata?: { uid?: string }; spec: object };
+  assert.deepEqual(body.metadata, { uid: "sa-uid-1" });
+  assert.equal("serviceAccountUID" in body.spec, false);
+  // The same name with another UID (made again) is another token; the same UID is cached.
+  await tm.getServiceAccountToken("ns1", "default", withUid);
+  assert.equal(api.tokenCalls(), 1);
+  await tm.getServiceAccountToken("ns1", "default", { ...spec(), serviceAccountUID: "sa-uid-2" });
+  await tm.getServiceAccountToken("ns1", "default", spec());
+  assert.equal(api.tokenCalls(), 3);
+  assert.equal((api.calls[2]?.body as { metadata?: unknown }).metadata, undefined);
+});
+
 Deno.test("TokenManager caches a token per request", async () => {
   const { api, clock, tm } = manager();
   const a = await tm.getServiceAccountToken("ns1", "default", spec());
@@ -161,7 +177,7 @@ Deno.test("TokenManager returns the cached token when a refresh fails before exp
   assert.equal(lines.length, 1);
   assert.match(
     lines[0] ?? "",
-    /^E.*"Couldn't update token" err="POST \/x: 503 ServiceUnavailable: down" cacheKey="\\"default\\"\/\\"ns1\\"\/\[\]string\(nil\)\/3600\/v1\.BoundObjectReference\{Kind:\\"Pod\\", APIVersion:\\"v1\\", Name:\\"web\\", UID:\\"uid-1\\"\}"$/,
+    /^E.*"Couldn't update token" err="POST \/x: 503 ServiceUnavailable: down" cacheKey="\\"default\\"\/\\"ns1\\"\/\[\]string\(nil\)\/3600\/v1\.BoundObjectReference\{Kind:\\"Pod\\", APIVersion:\\"v1\\", Name:\\"web\\", UID:\\"uid-1\\"\}\/\\"\\""$/,
   );
   // Past expiry the stale token is no use.
   clock.step(601 * S);

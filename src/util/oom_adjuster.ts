@@ -18,7 +18,7 @@ export interface OOMScoreAdjOptions {
 }
 
 /** The path the kubelet writes its own score to. */
-export const OWN_OOM_SCORE_ADJ = "/proc/self/oom_score_adj";
+const OWN_OOM_SCORE_ADJ = "/proc/self/oom_score_adj";
 
 /** Writes `value` to the process's oom_score_adj; rejects with the last error. */
 export async function applyOOMScoreAdj(

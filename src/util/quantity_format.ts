@@ -1,11 +1,11 @@
 /**
  * @module
- * Go's `resource.Quantity.String()` for the eviction manager's messages, which quote
- * thresholds, usage, requests and limits exactly as upstream prints them ("100Mi",
- * "47166528Ki", "1500M", "4k"). A quantity keeps the format it was parsed in (binary suffix,
- * decimal suffix or exponent) and prints in canonical form: the largest power of 1024 that
- * divides a binary amount exactly, else decimal with an exponent that is a multiple of 3.
- * Private to eviction_manager.ts. Corresponds to upstream
+ * Go's `resource.Quantity.String()`, for what quotes quantities exactly as upstream prints them:
+ * the eviction manager's messages (thresholds, usage, requests and limits: "100Mi",
+ * "47166528Ki", "1500M", "4k") and the pod status' pod-level resources (a sum prints in its first
+ * addend's format). A quantity keeps the format it was parsed in (binary suffix, decimal suffix
+ * or exponent) and prints in canonical form: the largest power of 1024 that divides a binary
+ * amount exactly, else decimal with an exponent that is a multiple of 3. Corresponds to upstream
  * `k8s.io/apimachinery/pkg/api/resource` (`Quantity.CanonicalizeBytes`, `ParseQuantity`).
  */
 

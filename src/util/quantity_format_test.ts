@@ -4,7 +4,7 @@ import {
   formatQuantity,
   intQuantity,
   parseQuantityFormatted,
-} from "./_quantity.ts";
+} from "./quantity_format.ts";
 
 Deno.test("formatQuantity prints binary amounts with the largest exact suffix", () => {
   assert.equal(formatQuantity(intQuantity(100 * 2 ** 20, "BinarySI")), "100Mi");
