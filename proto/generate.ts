@@ -1,11 +1,19 @@
 /**
  * @module
- * Regenerates `proto/runtime/v1/api.ts` from `proto/runtime/v1/api.proto` (`deno task proto`):
- * protoc (Debian's `protobuf-compiler`) drives the `protoc-gen-ts_proto` plugin of npm
- * `ts-proto`, which this script installs at a pinned version, with every transitive dependency
- * pinned too, into the git-ignored `.cache/`. Same inputs give a byte-identical file.
+ * Regenerates the TypeScript bindings of the gRPC APIs the kubelet speaks (`deno task proto`):
+ * - `proto/runtime/v1/api.ts` from `api.proto` (the CRI, our transcription of k8s.io/cri-api);
+ * - `proto/pluginregistration/v1/api.ts` from `api.proto` (the kubelet plugin registration API,
+ *   a copy of k8s.io/kubelet's);
+ * - `proto/csi/v1/csi.ts` from `csi.proto` (the CSI spec, a copy of the spec's Go module), with
+ *   `proto/google/protobuf/{timestamp,wrappers}.ts`, the well-known types it uses.
  *
- * Upstream generates Go bindings from the same file with `hack/update-codegen.sh protobindings`.
+ * protoc (Debian's `protobuf-compiler`, and `libprotobuf-dev` for the well-known types'
+ * `.proto` files) drives the `protoc-gen-ts_proto` plugin of npm `ts-proto`, which this script
+ * installs at a pinned version, with every transitive dependency pinned too, into the
+ * git-ignored `.cache/`. Same inputs give byte-identical files.
+ *
+ * Upstream generates Go bindings from the same files with `hack/update-codegen.sh protobindings`
+ * (the CSI spec module ships its own, made by its Makefile).
  */
 
 const TS_PROTO_VERSION = "2.18.0";
@@ -24,19 +32,23 @@ const PINNED_DEPENDENCIES: Readonly<Record<string, string>> = {
 };
 
 /**
- * ts-proto options. Why these:
- * - `outputServices=generic-definitions`: `RuntimeServiceDefinition`/`ImageServiceDefinition`,
- *   plain objects naming each method and its message codecs, with no gRPC library imported: the
- *   kubelet's client (src/cri/connection.ts) speaks gRPC over fetch, and the fake runtime serves
- *   them through grpc-js in tests.
+ * ts-proto options for every file (an entry of {@link PROTO_FILES} may add some). Why these:
+ * - `outputServices=generic-definitions`: `RuntimeServiceDefinition`, `IdentityDefinition`,
+ *   `NodeDefinition`, `RegistrationDefinition`...: plain objects naming each method and its
+ *   message codecs, with no gRPC library imported: the kubelet's client (src/cri/connection.ts)
+ *   speaks gRPC over fetch, and the fake runtime serves them through grpc-js in tests.
  * - `importSuffix=.ts`, `esModuleInterop=true`: imports Deno resolves.
- * - `forceLong=bigint`: CRI timestamps are int64 nanoseconds, past Number.MAX_SAFE_INTEGER.
+ * - `forceLong=bigint`: CRI timestamps are int64 nanoseconds, past Number.MAX_SAFE_INTEGER; CSI
+ *   sizes are int64 bytes (a `google.protobuf.Int64Value` is `bigint | undefined` too).
  * - `useOptionals=messages`: message fields may be left out; scalars are always present after
- *   decode, as proto3 defines them.
+ *   decode, as proto3 defines them. A wrapper field (CSI's `ProbeResponse.ready`, a `BoolValue`)
+ *   is a message: unset is `undefined`, set to false is `false`, as on the wire.
+ * - `useDate=false`: a `google.protobuf.Timestamp` (CSI snapshots' `creation_time`) stays
+ *   `{ seconds, nanos }`: a `Date` would drop the nanoseconds. The CRI has none.
  * - `env=both`: `bytes` fields are plain `Uint8Array` (what Deno's APIs use), not node `Buffer`.
- * - `outputJsonMethods=false`: the CRI speaks binary protobuf only; this saves about 190 KB.
- *   `create`/`fromPartial` stay: they fill in proto3 defaults, so requests can be built from a
- *   few fields.
+ * - `outputJsonMethods=false`: these APIs speak binary protobuf only; this saves about 190 KB
+ *   for the CRI alone. `create`/`fromPartial` stay: they fill in proto3 defaults, so requests
+ *   can be built from a few fields.
  * - `annotateFilesWithVersion=false`: keeps the protoc version out of the file, so the output
  *   does not depend on which protoc built it; the header below names ts-proto instead.
  */
@@ -46,19 +58,41 @@ const TS_PROTO_OPTIONS = [
   "esModuleInterop=true",
   "forceLong=bigint",
   "useOptionals=messages",
+  "useDate=false",
   "env=both",
   "outputJsonMethods=false",
   "annotateFilesWithVersion=false",
 ];
 
-const HEADER = `// deno-fmt-ignore-file
+/** One `.proto` to generate from, relative to `proto/` (protoc's include path). */
+interface ProtoFile {
+  readonly path: string;
+  /** ts-proto options for this file only, after {@link TS_PROTO_OPTIONS}. */
+  readonly options: readonly string[];
+}
+
+/**
+ * The inputs. Each gives its own `.ts` beside it, and the files of the `.proto`s it imports
+ * that the output uses (the well-known types under `proto/google/protobuf/`); imports used only
+ * for custom options (`descriptor.proto`) give no file.
+ */
+const PROTO_FILES: readonly ProtoFile[] = [
+  { path: "runtime/v1/api.proto", options: [] },
+  { path: "pluginregistration/v1/api.proto", options: [] },
+  // The spec's comments are its full prose (the .proto beside the output keeps them); without
+  // them csi.ts is about 60 KB smaller, and the well-known types' output no longer depends on
+  // the comments of the protoc release that ships them.
+  { path: "csi/v1/csi.proto", options: ["comments=false"] },
+];
+
+/** The first lines of a generated file whose source is `source` (a path under proto/, or not). */
+function header(source: string): string {
+  return `// deno-fmt-ignore-file
 // deno-lint-ignore-file
 // Code generated by \`deno task proto\` (proto/generate.ts, ts-proto ${TS_PROTO_VERSION}) from
-// proto/runtime/v1/api.proto. DO NOT EDIT.
+// ${source}. DO NOT EDIT.
 `;
-
-/** Inputs relative to the `proto/` directory (protoc's include path). */
-const PROTO_FILES = ["runtime/v1/api.proto"];
+}
 
 /** A step of the generation failed; the message says which and how to fix it. */
 export class GenerateError extends Error {
@@ -78,24 +112,67 @@ async function main(): Promise<void> {
   await installTsProto();
 
   const outDir = `${repoDir}/.cache/proto-out`;
-  await Deno.remove(outDir, { recursive: true }).catch(() => {});
-  await Deno.mkdir(outDir, { recursive: true });
-  await run("protoc", [
-    `--plugin=protoc-gen-ts_proto=${plugin}`,
-    `--ts_proto_out=${outDir}`,
-    `--ts_proto_opt=${TS_PROTO_OPTIONS.join(",")}`,
-    `--proto_path=${protoDir}`,
-    ...PROTO_FILES.map((f) => `${protoDir}/${f}`),
-  ], protoDir);
-
-  for (const file of PROTO_FILES) {
-    const name = file.replace(/\.proto$/, ".ts");
-    const generated = await Deno.readTextFile(`${outDir}/${name}`);
+  const outputs = new Map<string, string>();
+  for (const proto of PROTO_FILES) {
+    for (const [name, text] of await generate(proto, outDir)) {
+      if (outputs.has(name) && outputs.get(name) !== text) {
+        throw new GenerateError(`${name} comes out differently for two of PROTO_FILES`);
+      }
+      outputs.set(name, text);
+    }
+  }
+  for (const [name, text] of outputs) {
     const target = `${protoDir}/${name}`;
-    await Deno.writeTextFile(target, HEADER + generated);
+    // Only a new folder (the well-known types' on a first run): the task may write no other.
+    const dir = target.slice(0, target.lastIndexOf("/"));
+    if (!(await exists(dir))) await Deno.mkdir(dir, { recursive: true });
+    await Deno.writeTextFile(target, text);
     console.log(`wrote ${target.slice(repoDir.length + 1)}`);
   }
+}
+
+/**
+ * Runs protoc on one input; returns the `.ts` files to write, by path under `proto/`, with their
+ * headers: the input's own and, transitively, those it imports.
+ */
+async function generate(proto: ProtoFile, outDir: string): Promise<Map<string, string>> {
+  await Deno.remove(outDir, { recursive: true }).catch(() => {});
+  await Deno.mkdir(outDir, { recursive: true });
+  try {
+    await run("protoc", [
+      `--plugin=protoc-gen-ts_proto=${plugin}`,
+      `--ts_proto_out=${outDir}`,
+      `--ts_proto_opt=${[...TS_PROTO_OPTIONS, ...proto.options].join(",")}`,
+      `--proto_path=${protoDir}`,
+      `${protoDir}/${proto.path}`,
+    ], protoDir);
+  } catch (err) {
+    if (err instanceof GenerateError && /google\/protobuf\/\S+: File not found/.test(err.message)) {
+      throw new GenerateError(
+        `Cannot generate ${proto.path}: protoc does not find its well-known types ` +
+          "(google/protobuf/*.proto); install them with 'apt-get install libprotobuf-dev'",
+        { cause: err },
+      );
+    }
+    throw err;
+  }
+
+  const files = new Map<string, string>();
+  const pending = [proto.path.replace(/\.proto$/, ".ts")];
+  for (let name = pending.pop(); name !== undefined; name = pending.pop()) {
+    if (files.has(name)) continue;
+    const generated = await Deno.readTextFile(`${outDir}/${name}`);
+    const source = name.replace(/\.ts$/, ".proto");
+    const from = name.startsWith("google/")
+      ? `${source}, one of protoc's well-known types`
+      : `proto/${source}`;
+    files.set(name, header(from) + generated);
+    for (const [, spec] of generated.matchAll(/^import .* from "(\.\.?\/[^"]+)";$/gm)) {
+      pending.push(new URL(spec!, `file:///${name}`).pathname.slice(1));
+    }
+  }
   await Deno.remove(outDir, { recursive: true });
+  return files;
 }
 
 async function requireProtoc(): Promise<void> {
@@ -104,7 +181,7 @@ async function requireProtoc(): Promise<void> {
   } catch (err) {
     throw new GenerateError(
       "Cannot generate: 'protoc' is missing or broken; install it with " +
-        "'apt-get install protobuf-compiler'",
+        "'apt-get install protobuf-compiler libprotobuf-dev'",
       { cause: err },
     );
   }
@@ -149,6 +226,15 @@ async function readOrUndefined(path: string): Promise<string | undefined> {
     return await Deno.readTextFile(path);
   } catch {
     return undefined;
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch {
+    return false;
   }
 }
 

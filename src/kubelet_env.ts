@@ -41,6 +41,7 @@ import { expand, mappingFuncFor } from "./kuberuntime/expansion.ts";
 import { serviceEnvVarMap, type ServiceSource } from "./envvars.ts";
 import { isStaticPod } from "./config/pod_config.ts";
 import type { PodVolumesFunc } from "./volume/plugin.ts";
+import { errorText } from "./util/errors.ts";
 
 /** Where ConfigMaps and Secrets come from (upstream configMapManager / secretManager). */
 export interface EnvSource {
@@ -465,10 +466,6 @@ export async function secureJoin(root: string, unsafePath: string): Promise<stri
   }
   const out = join(root, current);
   return out.length > 1 && out.endsWith("/") ? out.slice(0, -1) : out;
-}
-
-function errorText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
 }
 
 /** The ConfigMaps and Secrets one container's env refers to, each fetched once. */

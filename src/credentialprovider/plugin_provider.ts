@@ -22,6 +22,7 @@ import type {
   PluginAuthConfig,
 } from "./exec_plugin.ts";
 import { urlsMatch } from "./urls_match.ts";
+import { errorText } from "../util/errors.ts";
 
 /** The key under which credentials for every image are cached. */
 export const GLOBAL_CACHE_KEY = "<global>";
@@ -334,8 +335,4 @@ async function hashIfNotEmpty(data: string): Promise<string> {
   if (data === "") return "";
   const d = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(data)));
   return `sha256:${[...d].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
-
-function errorText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
 }

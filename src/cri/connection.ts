@@ -26,6 +26,7 @@ import {
   unaryMessage,
 } from "./_grpc_wire.ts";
 import { unixSocketPath } from "../privilege/permissions.ts";
+import { errorText } from "../util/errors.ts";
 
 export { GRPC_CODE_NAMES, GrpcCode };
 
@@ -219,10 +220,6 @@ function decode<Res>(method: CriMethod<unknown, Res>, message: Uint8Array): Res 
       `grpc: failed to unmarshal the received message: ${errorText(e)}`,
     );
   }
-}
-
-function errorText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
 }
 
 /** A fetch failure worded as grpc-go words a dial or transport error. */

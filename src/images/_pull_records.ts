@@ -32,6 +32,7 @@ import type { Logger } from "../klog/klog.ts";
 import { goJsonString } from "../util/go_json.ts";
 import { parseImageName } from "./_docker_keyring.ts";
 import type { ImageMetrics, MustPullCheckResult } from "../metrics/image_metrics.ts";
+import { errorText } from "../util/errors.ts";
 
 /** The API version of the records on disk. */
 export const RECORDS_API_VERSION = "kubelet.config.k8s.io/v1alpha1";
@@ -1003,8 +1004,4 @@ function mergeCoordinates<T extends Coordinates>(
 /** metav1.Time as JSON: RFC 3339 in UTC, whole seconds. */
 function rfc3339(ms: number): string {
   return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");
-}
-
-function errorText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
 }

@@ -11,6 +11,7 @@
 
 import * as api from "../../proto/runtime/v1/api.ts";
 import { getContainerInfoFromAnnotations } from "./labels.ts";
+import { errorText } from "../util/errors.ts";
 
 /** Upstream MaxContainerTerminationMessageLength. */
 export const MAX_TERMINATION_MESSAGE_LENGTH = 1024 * 4;
@@ -169,8 +170,4 @@ function parseCriLine(line: Uint8Array): Uint8Array | undefined {
   let end = line.length;
   if (tag === "P" && end > 0 && line[end - 1] === NL) end--;
   return line.subarray(tg + 1, end);
-}
-
-function errorText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
 }

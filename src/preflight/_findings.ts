@@ -69,7 +69,3 @@ export async function readPemCertificates(file: string): Promise<X509Certificate
   const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
   return blocks.map((b) => new X509Certificate(b));
 }
-
-export function errorText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
-}

@@ -16,7 +16,8 @@ import type { KubeletConfiguration } from "../apis/config_types.ts";
 import type { KubeletFlags } from "../apis/flags.ts";
 import { unixSocketPath } from "../privilege/permissions.ts";
 import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
-import { errorText, type Finding, ok, problem, validity, warning } from "./_findings.ts";
+import { type Finding, ok, problem, validity, warning } from "./_findings.ts";
+import { errorText } from "../util/errors.ts";
 
 /** What the remote checks read. */
 export interface RemoteCheckOptions {

@@ -29,15 +29,8 @@ import type { KubeletConfiguration } from "../apis/config_types.ts";
 import type { KubeletFlags } from "../apis/flags.ts";
 import { type PathNeed, PermissionSetError } from "../privilege/permissions.ts";
 import { checkApiserver, checkRuntime } from "./_remote.ts";
-import {
-  errorText,
-  type Finding,
-  ok,
-  problem,
-  readPemCertificates,
-  validity,
-  warning,
-} from "./_findings.ts";
+import { errorText } from "../util/errors.ts";
+import { type Finding, ok, problem, readPemCertificates, validity, warning } from "./_findings.ts";
 import { hostRoot } from "../privilege/host_root.ts";
 
 export type { Finding } from "./_findings.ts";

@@ -34,6 +34,7 @@ import { type ProcessCounts, readProcessCounts } from "./process_counts.ts";
 import { type InterfaceStats, readNetworkStats, readNodeNetworkStats } from "./net_stats.ts";
 import { hostRoot } from "../privilege/host_root.ts";
 import { readProcFile } from "../privilege/launcher_calls.ts";
+import { errorText } from "../util/errors.ts";
 
 /** cAdvisor's housekeeping interval as the kubelet sets it (`--housekeeping-interval`). */
 export const HOUSEKEEPING_INTERVAL_MS = 10_000;
@@ -358,8 +359,4 @@ function sameFigures(a: Sample, b: Sample): boolean {
   return isDeepStrictEqual(a.cgroup.cpu, b.cgroup.cpu) &&
     isDeepStrictEqual(a.cgroup.memory, b.cgroup.memory) &&
     isDeepStrictEqual(a.cgroup.pids, b.cgroup.pids) && isDeepStrictEqual(a.network, b.network);
-}
-
-function errorText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
 }

@@ -7,13 +7,11 @@
  * as a containerd restart does. Corresponds to upstream `pkg/kubelet/cri/remote/fake/`.
  */
 
-import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
 import * as api from "../../proto/runtime/v1/api.ts";
 import {
   type CriMethod,
   type CriMethods,
-  criMethods,
   MAX_MESSAGE_SIZE,
   type ServiceDefinition,
 } from "../cri/connection.ts";
@@ -22,6 +20,7 @@ import {
   FakeRuntimeService,
   type FakeRuntimeServiceOptions,
 } from "./fake_runtime_service.ts";
+import { grpcService } from "./grpc_service.ts";
 
 /** Options of {@link startFakeRuntime}. */
 export interface FakeRuntimeOptions extends FakeRuntimeServiceOptions {
@@ -50,23 +49,6 @@ type Handlers<D extends ServiceDefinition> = {
     : grpc.handleUnaryCall<Req, Res>
     : never;
 };
-
-/** A generated service definition as grpc-js serves it. */
-function grpcService(definition: ServiceDefinition): grpc.ServiceDefinition {
-  const out: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
-  for (const [key, m] of Object.entries(criMethods(definition))) {
-    out[key] = {
-      path: m.path,
-      requestStream: false,
-      responseStream: m.responseStream,
-      requestSerialize: (v) => Buffer.from(m.request.encode(v).finish()),
-      requestDeserialize: (b) => m.request.decode(b),
-      responseSerialize: (v) => Buffer.from(m.response.encode(v).finish()),
-      responseDeserialize: (b) => m.response.decode(b),
-    };
-  }
-  return out;
-}
 
 function checkRpc(rpc: string, what: string): void {
   if (!RPC_NAMES.has(rpc)) {

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { drive } from "../testing/cm_fixtures.ts";
 import { join } from "node:path";
 import { applyOOMScoreAdj } from "./oom_adjuster.ts";
 import { FakeClock } from "./clock.ts";
@@ -23,14 +24,12 @@ Deno.test("applyOOMScoreAdj tries twice, 100 ms apart, then rejects with the err
   const dir = await Deno.makeTempDir({ prefix: "oom-" });
   try {
     // A directory cannot be written as a file: each try fails (not NotFound).
-    const clock = new FakeClock();
+    // The fake clock moves only once the retry waits on it, however slow the failed write is.
+    const clock = new FakeClock(0);
     const done = applyOOMScoreAdj(-999, { path: dir, clock }).then(() => "ok", (e) => e);
-    await new Promise((r) => setTimeout(r, 10));
-    clock.step(100);
-    await new Promise((r) => setTimeout(r, 10));
-    clock.step(100);
-    const result = await done;
+    const result = await drive(clock, done, 100);
     assert.ok(result instanceof Error, String(result));
+    assert.equal(clock.now(), 200);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
