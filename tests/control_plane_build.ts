@@ -78,6 +78,12 @@ export interface BinarySpec {
   version: string;
   /** The module the program comes from, at `version`; the wrapper module requires it. */
   module: string;
+  /**
+   * The version of `module` to require when the release tag is no module version (a v2+ tag
+   * on a module path without `/v2`: then the pseudo-version of the tagged commit); the cache
+   * keeps the program under `version`. @default version
+   */
+  moduleVersion?: string;
   /** The main package to build. */
   pkg: string;
   /**
@@ -474,10 +480,11 @@ async function ensureBinaryIn(spec: BinarySpec, ctx: BuildContext): Promise<stri
   await removeStaleTemps(dirname(target), spec.name);
   const started = performance.now();
   ctx.log(`control-plane: building ${label} from ${spec.module} into ${target}`);
+  const moduleVersion = spec.moduleVersion ?? spec.version;
   const { goMod: upstream, dir: moduleDir } = await downloadModule(
     ctx.go,
     spec.module,
-    spec.version,
+    moduleVersion,
     srcDir,
     ctx,
   );
@@ -487,7 +494,7 @@ async function ensureBinaryIn(spec: BinarySpec, ctx: BuildContext): Promise<stri
     spec.name,
     upstream,
     spec.module,
-    spec.version,
+    moduleVersion,
     spec.replaces?.(upstream) ?? [],
   );
   await Deno.writeTextFile(`${srcDir}/go.mod`, goMod);

@@ -56,6 +56,12 @@ export interface ImageSpec {
   /** Extra regular files (mode 0644) by absolute path; their parent directories are created. */
   files?: Readonly<Record<string, string>>;
   /**
+   * Programs copied from this machine (mode 0755), image path to host path, e.g.
+   * `{"/csi-provisioner": "/cache/bin/csi-provisioner-v6.4.0/csi-provisioner"}`; the cache key
+   * covers their content. They must be statically linked, as busybox is.
+   */
+  executables?: Readonly<Record<string, string>>;
+  /**
    * Size of `/filler`, pseudo-random bytes seeded by the image name: they neither compress nor
    * dedupe with another image's, so the image takes about this much more room, twice over in
    * containerd (the layer in the content store, unpacked in a snapshot).
@@ -168,9 +174,16 @@ export async function buildImageLayout(opts: BuildImageOptions): Promise<BuiltIm
         `an image without a libc; install busybox-static instead of busybox`,
     );
   }
+  const executables = await readExecutables(spec);
   const arch = ociArch(Deno.build.arch);
   const key = sha256Hex(
-    JSON.stringify([BUILDER_VERSION, arch, sha256Hex(busybox), canonicalSpec(spec)]),
+    JSON.stringify([
+      BUILDER_VERSION,
+      arch,
+      sha256Hex(busybox),
+      canonicalSpec(spec),
+      ...(executables.length > 0 ? [executables.map((e) => [e.path, sha256Hex(e.data)])] : []),
+    ]),
   ).slice(0, 16);
   const dir = `${cacheDir}/${slug(spec.name)}-${key}`;
 
@@ -181,7 +194,7 @@ export async function buildImageLayout(opts: BuildImageOptions): Promise<BuiltIm
   await Deno.mkdir(cacheDir, { recursive: true });
   const tmp = await Deno.makeTempDir({ dir: cacheDir, prefix: ".build-" });
   try {
-    await writeImage({ dir: tmp, spec, busybox, applets, arch });
+    await writeImage({ dir: tmp, spec, busybox, applets, arch, executables });
     await Deno.chmod(tmp, 0o755); // made 0700 by makeTempDir
     try {
       await Deno.rename(tmp, dir);
@@ -305,6 +318,31 @@ async function readBuilt(dir: string, name: string): Promise<BuiltImage | undefi
   }
 }
 
+/** The {@link ImageSpec.executables}, read and checked, in image path order. */
+async function readExecutables(spec: ImageSpec): Promise<{ path: string; data: Uint8Array }[]> {
+  const out: { path: string; data: Uint8Array }[] = [];
+  for (const [path, hostPath] of Object.entries(spec.executables ?? {}).sort()) {
+    let data: Uint8Array;
+    try {
+      data = await Deno.readFile(hostPath);
+    } catch (err) {
+      const why = (err as Error).message;
+      throw new ImageBuildError(
+        `Cannot build ${spec.name}: cannot read ${hostPath} for ${path} (${why})`,
+        { cause: err },
+      );
+    }
+    if (hasInterpreter(data)) {
+      throw new ImageBuildError(
+        `Cannot build ${spec.name}: ${hostPath} is dynamically linked and would not run in ` +
+          `an image without a libc`,
+      );
+    }
+    out.push({ path, data });
+  }
+  return out;
+}
+
 /** Writes `dir/layout/` (the OCI image layout) and then `dir/image.tar` (the same as a tar). */
 async function writeImage(args: {
   dir: string;
@@ -312,6 +350,7 @@ async function writeImage(args: {
   busybox: Uint8Array;
   applets: readonly string[];
   arch: string;
+  executables: readonly { path: string; data: Uint8Array }[];
 }): Promise<void> {
   const { dir, spec, arch } = args;
   const layerTar = tar(layerEntries(args));
@@ -381,6 +420,7 @@ function layerEntries(args: {
   spec: ImageSpec;
   busybox: Uint8Array;
   applets: readonly string[];
+  executables: readonly { path: string; data: Uint8Array }[];
 }): TarEntry[] {
   const entries = new Map<string, TarEntry>();
   const dir = (path: string, mode = 0o755) => entries.set(path, { path, type: "dir", mode });
@@ -424,6 +464,15 @@ function layerEntries(args: {
       );
     }
     file(path.slice(1), utf8(content));
+  }
+  for (const { path, data } of args.executables) {
+    if (!path.startsWith("/") || path.endsWith("/") || path.split("/").includes("..")) {
+      throw new ImageBuildError(
+        `Cannot build ${args.spec.name}: executables keys must be absolute file paths without ` +
+          `'..': current value is '${path}'`,
+      );
+    }
+    file(path.slice(1), data, 0o755);
   }
   const fillerBytes = args.spec.fillerBytes ?? 0;
   if (!Number.isSafeInteger(fillerBytes) || fillerBytes < 0) {
