@@ -82,6 +82,10 @@ import { loadCredentialProviderPlugins } from "./credentialprovider/plugins.ts";
 import { handlerSupportsUserNamespaces, UsernsManager } from "./userns/userns_manager.ts";
 import { warnFlexVolumeDrivers } from "./volume/flex_volume.ts";
 import { initNetworkUtil } from "./kubelet_network_linux.ts";
+import { PluginManager, pluginsRegistrationDir } from "./pluginmanager/plugin_manager.ts";
+import { CSI_PLUGIN } from "./pluginmanager/plugin_handler.ts";
+import { CsiDrivers, CsiRegistrationHandler, initializeCSINode } from "./csi/csi_plugin.ts";
+import { NodeInfoManager } from "./csi/nodeinfo_manager.ts";
 import {
   ACTUATED_PODS_STATE_FILE,
   ALLOCATED_PODS_STATE_FILE,
@@ -167,6 +171,10 @@ export class Kubelet {
   containerGC: ContainerGC | undefined;
   /** Container log rotation (loop mode). */
   containerLogManager: ContainerLogManager | undefined;
+  /** Plugin registration through `<root-dir>/plugins_registry`; runs in loop mode. */
+  readonly pluginManager: PluginManager;
+  /** The CSI drivers registered through the plugin manager. */
+  readonly csiDrivers = new CsiDrivers();
   /** The statistics graph, or why it could not be built (cgroups unreadable). */
   #stats: KubeletStats | Error | undefined;
   #standaloneNode: V1Node | undefined;
@@ -198,6 +206,13 @@ export class Kubelet {
       },
     };
     this.runtimeState = new RuntimeState(opts.deps.clock);
+    this.pluginManager = new PluginManager({
+      sockDir: pluginsRegistrationDir(opts.server.flags.rootDirectory),
+      logger: deps.logger,
+      clock: deps.clock,
+      metrics: metrics.pluginManager,
+      mkdirAll: (path, mode) => deps.os.mkdirAll(path, mode),
+    });
   }
 
   /** The directories upstream's setupDataDirs creates under the root directory. */
@@ -579,6 +594,34 @@ export class Kubelet {
         workqueue: this.metrics.workqueue,
       });
       running.push(this.containerLogManager.run(signal));
+      // Upstream's CSI volume plugin: with an apiserver the node is NotReady until its CSINode
+      // is initialized, and registered drivers are published on the Node and the CSINode.
+      const csiNodeInfo = deps.kubeClient
+        ? new NodeInfoManager({ client: deps.kubeClient, nodeName, clock, logger })
+        : undefined;
+      if (csiNodeInfo) {
+        running.push(initializeCSINode({
+          nodeInfo: csiNodeInfo,
+          setStorageState: (e) => this.runtimeState.setStorageState(e),
+          nodeRegistered: () => this.nodeStatus?.registered ?? false,
+          clock,
+          logger,
+          signal,
+        }));
+      } else {
+        logger.warning("Skipping CSINode initialization, kubelet running in standalone mode");
+      }
+      // Upstream adds the CSI and DRA handlers here, then starts the plugin manager.
+      this.pluginManager.addHandler(
+        CSI_PLUGIN,
+        new CsiRegistrationHandler({
+          drivers: this.csiDrivers,
+          logger,
+          ...(csiNodeInfo ? { nodeInfo: csiNodeInfo } : {}),
+        }),
+      );
+      logger.v(4).info("Starting plugin manager");
+      running.push(this.pluginManager.run(signal));
       running.push(this.#startNodeShutdownManager(signal, syncer, activePods));
       try {
         if (layout instanceof Error) throw layout;

@@ -459,6 +459,44 @@ const EVENT_EXCEPTIONS: readonly RegExp[] = [
   /^Warning InvalidDiskCapacity .*: invalid capacity 0 on image filesystem$/,
 ];
 
+e2e(
+  "a fresh node's CSINode is upstream's: owned by its Node, no drivers, the migrated plugins",
+  async (_w, api) => {
+    interface CSINode {
+      metadata: {
+        name: string;
+        annotations?: Record<string, string>;
+        ownerReferences?: { apiVersion: string; kind: string; name: string; uid: string }[];
+      };
+      spec: { drivers: unknown[] | null };
+    }
+    const shape = async (name: string) => {
+      const node = await api.get<V1Node>(`/api/v1/nodes/${name}`);
+      const c = await api.get<CSINode>(`/apis/storage.k8s.io/v1/csinodes/${name}`);
+      const owners = (c.metadata.ownerReferences ?? []).map((o) => ({
+        ...o,
+        // Each node's own: the same when it is the Node's UID.
+        name: o.name === name ? "<node>" : o.name,
+        uid: o.uid === node.metadata?.uid ? "<node uid>" : o.uid,
+      }));
+      return { annotations: c.metadata.annotations, owners, drivers: c.spec.drivers ?? [] };
+    };
+    const theirs = await shape(NODE_UPSTREAM);
+    const ours = await shape(NODE);
+    assert.deepEqual(ours, theirs);
+    assert.deepEqual(ours.owners, [{
+      apiVersion: "v1",
+      kind: "Node",
+      name: "<node>",
+      uid: "<node uid>",
+    }]);
+    assert.match(
+      ours.annotations?.["storage.alpha.kubernetes.io/migrated-plugins"] ?? "",
+      /kubernetes.io\/gce-pd/,
+    );
+  },
+);
+
 e2e("a fresh node's events and status are upstream's", async (w, api) => {
   // Both nodes have settled: Ready, and every status setter has run once more since.
   await podsSettled(w, api);

@@ -97,7 +97,7 @@ Deno.test("run uses the injected OS and negotiates CRI v1 with the runtime", asy
   ctl.abort();
   await done;
   await Deno.remove(dir, { recursive: true });
-  assert.deepEqual(made, [
+  assert.deepEqual(made.slice(0, 8), [
     "/srv/kubelet",
     "/srv/kubelet/pods",
     "/srv/kubelet/plugins",
@@ -108,6 +108,9 @@ Deno.test("run uses the injected OS and negotiates CRI v1 with the runtime", asy
     "/var/log/containers",
     "/var/log/pods",
   ]);
+  // The plugin watcher makes its directory again when it finds none (the injected mkdirAll
+  // makes nothing), as upstream's does.
+  assert.deepEqual(made.slice(8).filter((p) => p !== "/srv/kubelet/plugins_registry"), []);
   assert.ok(
     lines.some((l) =>
       l.includes('"Container runtime initialized" containerRuntime="fake-runtime"') &&

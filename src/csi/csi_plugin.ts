@@ -232,7 +232,17 @@ export interface InitializeCSINodeOptions {
   readonly signal: AbortSignal;
   /** For the backoff's jitter. @default Math.random */
   readonly random?: () => number;
+  /**
+   * Whether this kubelet has registered its Node, which owns the CSINode: polled every
+   * {@link REGISTRATION_POLL_MS} before the first try, as upstream first waits for the
+   * apiserver (its registration races the backoff; here a slow registration would push the
+   * first good try to the backoff's 15 s step). @default registered already
+   */
+  readonly nodeRegistered?: () => boolean;
 }
+
+/** How often {@link initializeCSINode} looks for the Node's registration. */
+export const REGISTRATION_POLL_MS = 100;
 
 /** After upstream's backoff ran out, the next round starts this much later. */
 export const INIT_RETRY_AFTER_MS = 60_000;
@@ -243,6 +253,13 @@ export const INIT_RETRY_AFTER_MS = 60_000;
  */
 export async function initializeCSINode(o: InitializeCSINodeOptions): Promise<void> {
   o.setStorageState(CSINODE_NOT_INITIALIZED);
+  try {
+    while (o.nodeRegistered && !o.nodeRegistered()) {
+      await o.clock.sleep(REGISTRATION_POLL_MS, o.signal);
+    }
+  } catch {
+    return;
+  }
   while (!o.signal.aborted) {
     try {
       await exponentialBackoff(INIT_BACKOFF, async () => {

@@ -133,6 +133,8 @@ Deno.test("initializeCSINode holds the node NotReady until the CSINode is initia
   const { logger, lines } = captureLogger();
   const states: (string | undefined)[] = [];
   let failures = 7;
+  let registered = false;
+  clock.sleep(250).then(() => registered = true);
   const ctl = new AbortController();
   const done = initializeCSINode({
     nodeInfo: {
@@ -140,12 +142,13 @@ Deno.test("initializeCSINode holds the node NotReady until the CSINode is initia
         failures-- > 0 ? Promise.reject(new Error('nodes "node-a" not found')) : Promise.resolve(),
     },
     setStorageState: (e) => states.push(e),
+    nodeRegistered: () => registered,
     clock,
     logger,
     signal: ctl.signal,
     random: () => 0,
   });
-  await drive(clock, done, 30);
+  await drive(clock, done, 10);
   assert.equal(states[0], CSINODE_NOT_INITIALIZED);
   assert.equal(states.at(-1), undefined);
   assert.equal(states[1], 'failed to initialize CSINode: nodes "node-a" not found');
@@ -157,5 +160,6 @@ Deno.test("initializeCSINode holds the node NotReady until the CSINode is initia
       )
     ),
   );
-  assert.equal(clock.now(), 30 * (1 + 8 + 64 + 512 + 4096) + INIT_RETRY_AFTER_MS + 30);
+  // First the Node's registration (at 250 ms, seen at the next 100 ms poll).
+  assert.equal(clock.now(), 300 + 30 * (1 + 8 + 64 + 512 + 4096) + INIT_RETRY_AFTER_MS + 30);
 });

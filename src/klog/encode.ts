@@ -101,7 +101,7 @@ function stringerText(v: { toString(): string }): string {
 }
 
 /** Go's Time.String() in UTC: "2024-12-02 07:36:22.123 +0000 UTC". */
-function goTimeString(d: Date): string {
+export function goTimeString(d: Date): string {
   if (Number.isNaN(d.getTime())) return "Invalid Date";
   const iso = d.toISOString().replace(/\.?0*Z$/, "");
   return `${iso.replace("T", " ")} +0000 UTC`;

@@ -33,6 +33,7 @@ import { processCollector, type ProcessCollectorOptions } from "./_process.ts";
 import { VolumeMetrics } from "./volume_metrics.ts";
 import { ImageMetrics } from "./image_metrics.ts";
 import { DraMetrics } from "./dra_metrics.ts";
+import { PluginManagerMetrics } from "./plugin_manager_metrics.ts";
 import { ComponentMetrics, CountingRegistry } from "./component_metrics.ts";
 import { RestClientMetrics } from "./rest_client_metrics.ts";
 import { WorkqueueMetrics } from "./workqueue_metrics.ts";
@@ -132,6 +133,8 @@ export class KubeletMetrics {
   readonly image: ImageMetrics;
   /** Resource claim preparation (dra_metrics.ts). */
   readonly dra: DraMetrics;
+  /** plugin_manager_total_plugins: the plugin manager's caches (plugin_manager_metrics.ts). */
+  readonly pluginManager: PluginManagerMetrics;
   /** kubelet_credential_provider_plugin_{duration,errors_total}{plugin_name}: each plugin run. */
   readonly credentialProviderPluginDuration: Histogram;
   readonly credentialProviderPluginErrors: Counter;
@@ -405,6 +408,7 @@ export class KubeletMetrics {
     this.volume = new VolumeMetrics(r);
     this.image = new ImageMetrics(r);
     this.dra = new DraMetrics(r);
+    this.pluginManager = new PluginManagerMetrics(r);
     this.credentialProviderPluginDuration = histogram(
       "kubelet_credential_provider_plugin_duration",
       "Duration of execution in seconds for credential provider plugin",

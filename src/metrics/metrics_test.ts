@@ -476,3 +476,26 @@ Deno.test("KubeletMetrics registers the component, client, apiserver and runtime
     .reduce((n, s) => n + s.value, 0);
   assert.ok(registered > 100, `${registered}`);
 });
+
+Deno.test("KubeletMetrics serves plugin_manager_total_plugins from the plugin manager's caches once it runs", async () => {
+  const m = new KubeletMetrics({ process: false });
+  const names = async () => parseExposition(await m.render()).map((f) => f.name);
+  assert.equal((await names()).includes("plugin_manager_total_plugins"), false);
+  m.pluginManager.setSource(() => ({ actual: [], desired: [] }));
+  assert.equal((await names()).includes("plugin_manager_total_plugins"), false, "no series");
+  m.pluginManager.setSource(() => ({
+    actual: ["/var/lib/kubelet/plugins_registry/a.sock"],
+    desired: ["/var/lib/kubelet/plugins_registry/a.sock", "/var/lib/kubelet/plugins_registry/b"],
+  }));
+  const text = await m.render();
+  assert.ok(
+    text.includes(
+      "# HELP plugin_manager_total_plugins [ALPHA] Number of plugins in Plugin Manager\n" +
+        "# TYPE plugin_manager_total_plugins gauge\n" +
+        'plugin_manager_total_plugins{socket_path="/var/lib/kubelet/plugins_registry/a.sock",state="actual_state_of_world"} 1\n' +
+        'plugin_manager_total_plugins{socket_path="/var/lib/kubelet/plugins_registry/a.sock",state="desired_state_of_world"} 1\n' +
+        'plugin_manager_total_plugins{socket_path="/var/lib/kubelet/plugins_registry/b",state="desired_state_of_world"} 1\n',
+    ),
+    text,
+  );
+});
