@@ -42,13 +42,16 @@ Deno.test("Kubelet updateRuntimeUp keeps the runtime state from CRI Status every
     recorder: { event() {} },
     os: {
       hostname: () => "node",
-      mkdirAll: () => Promise.resolve(),
+      // Only under the test's own root directory (its plugin watcher's plugins_registry).
+      mkdirAll: (path, mode) =>
+        path.startsWith(dir) ? Deno.mkdir(path, { recursive: true, mode }) : Promise.resolve(),
     },
     runtimeService: services.runtimeService,
     imageService: services.imageService,
   };
   const kubelet = new Kubelet({
-    server: { flags: newKubeletFlags(), config },
+    // Not the host's /var/lib/kubelet: the plugin manager watches <root-dir>/plugins_registry.
+    server: { flags: { ...newKubeletFlags(), rootDirectory: `${dir}/root` }, config },
     deps,
     nodeName: "node",
     hostname: "node",

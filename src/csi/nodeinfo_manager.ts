@@ -93,23 +93,12 @@ export class NodeInfoManager {
    * lists the migrated plugins. Throws after the backoff with upstream's message.
    */
   async initializeCSINodeWithAnnotation(signal?: AbortSignal): Promise<void> {
-    let last: unknown;
-    try {
-      await this.#backoff(async () => {
-        try {
-          await this.#locked(() => this.#tryInitialize(signal));
-          return true;
-        } catch (e) {
-          last = e;
-          this.#o.logger.v(2).info(`Failed to publish CSINode: ${errorText(e)}`);
-          return false;
-        }
-      }, signal);
-    } catch (e) {
-      throw new Error(
-        `error updating CSINode annotation: ${errorText(e)}; caused by: ${errorText(last)}`,
-      );
-    }
+    await this.#retried("error updating CSINode annotation", () => this.#tryInitialize(signal), {
+      signal,
+      // Upstream names only the last failure here, and logs each one.
+      lastOnly: true,
+      onFailure: (e) => this.#o.logger.v(2).info(`Failed to publish CSINode: ${errorText(e)}`),
+    });
   }
 
   /** upstream InstallCSIDriver: the Node's annotation and labels, then the CSINode's driver. */
@@ -136,7 +125,7 @@ export class NodeInfoManager {
       await this.#retried(
         "error updating CSINode",
         () => this.#tryUpdateCSINode(driverName, driverNodeID, maxAttachLimit, topology, signal),
-        signal,
+        { signal },
       );
     } catch (e) {
       throw new Error(`error updating CSINode object with CSI driver node info: ${errorText(e)}`);
@@ -146,11 +135,9 @@ export class NodeInfoManager {
   /** upstream UninstallCSIDriver: the CSINode's driver, then the Node's annotation entry. */
   async uninstallCSIDriver(driverName: string, signal?: AbortSignal): Promise<void> {
     try {
-      await this.#retried(
-        "error updating CSINode",
-        () => this.#tryUninstall(driverName, signal),
+      await this.#retried("error updating CSINode", () => this.#tryUninstall(driverName, signal), {
         signal,
-      );
+      });
     } catch (e) {
       throw new Error(`error uninstalling CSI driver from CSINode object ${errorText(e)}`);
     }
@@ -313,11 +300,22 @@ export class NodeInfoManager {
         },
       };
       await this.#o.client.patch(`${this.#nodePath()}/status`, patch, "strategic", signal);
-    }, signal);
+    }, { signal });
   }
 
-  /** Runs `attempt` under the backoff, failing with upstream's aggregate message. */
-  async #retried(what: string, attempt: () => Promise<void>, signal?: AbortSignal) {
+  /**
+   * Runs `attempt` under the backoff, each try under the lock; fails with upstream's message:
+   * `<what>: <timeout>; caused by: <the failures>` (all of them, aggregated, or the last).
+   */
+  async #retried(
+    what: string,
+    attempt: () => Promise<void>,
+    opts: {
+      readonly signal?: AbortSignal | undefined;
+      readonly lastOnly?: boolean;
+      readonly onFailure?: (e: unknown) => void;
+    } = {},
+  ): Promise<void> {
     const errors: string[] = [];
     try {
       await this.#backoff(async () => {
@@ -325,13 +323,16 @@ export class NodeInfoManager {
           await this.#locked(attempt);
           return true;
         } catch (e) {
-          signal?.throwIfAborted();
+          opts.signal?.throwIfAborted();
           errors.push(errorText(e));
+          opts.onFailure?.(e);
           return false;
         }
-      }, signal);
+      }, opts.signal);
     } catch (e) {
-      const caused = errors.length === 1 ? errors[0] : `[${errors.join(", ")}]`;
+      const caused = opts.lastOnly || errors.length === 1
+        ? errors.at(-1)
+        : `[${errors.join(", ")}]`;
       throw new Error(`${what}: ${errorText(e)}; caused by: ${caused}`);
     }
   }

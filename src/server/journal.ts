@@ -10,6 +10,7 @@
 
 import { goRegexpSyntaxError } from "./_go_regexp_syntax.ts";
 import { resolveInRoot, RootPathError } from "./_open_in_root.ts";
+import { goQuote } from "../klog/encode.ts";
 
 /** The directory file queries and the service file heuristics read (upstream nodeLogDir). */
 export const NODE_LOG_DIR = "/var/log";
@@ -62,31 +63,6 @@ function fieldError(field: string, type: string, value: string | undefined, deta
 export function aggregateError(errors: readonly string[]): string {
   const unique = [...new Set(errors)];
   return unique.length === 1 ? unique[0]! : `[${unique.join(", ")}]`;
-}
-
-/** Go's strconv.Quote (%q) for the characters a query string holds. */
-export function goQuote(s: string): string {
-  const named: Record<string, string> = {
-    "\x07": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    '"': '\\"',
-    "\\": "\\\\",
-  };
-  let out = "";
-  for (const c of s) {
-    const cp = c.codePointAt(0)!;
-    if (named[c] !== undefined) out += named[c];
-    else if (cp < 0x20 || cp === 0x7f) out += `\\x${cp.toString(16).padStart(2, "0")}`;
-    else if ((cp >= 0x80 && cp < 0xa0) || cp === 0xad || cp === 0x2028 || cp === 0x2029) {
-      out += `\\u${cp.toString(16).padStart(4, "0")}`;
-    } else out += c;
-  }
-  return `"${out}"`;
 }
 
 /** Go's encoding/json text of a string (HTML characters and U+2028/9 escaped). */

@@ -92,6 +92,12 @@ export class FakeClock implements Clock {
     return this.#waiters.length;
   }
 
+  /** Moves time to the earliest pending sleep's end and wakes it; does nothing when none. */
+  stepToNext(): void {
+    if (this.#waiters.length === 0) return;
+    this.step(Math.min(...this.#waiters.map((w) => w.at)) - this.#now);
+  }
+
   /** Moves time forward and wakes every sleep that is due, in time order. */
   step(ms: number): void {
     this.#now += ms;

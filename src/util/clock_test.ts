@@ -34,3 +34,18 @@ Deno.test("abortable settles as the promise does, or with the reason once the si
   await assert.rejects(waiting, /stopped/);
   await assert.rejects(abortable(Promise.reject(new Error("late")), ac.signal), /stopped/);
 });
+
+Deno.test("FakeClock stepToNext jumps to the earliest pending sleep", async () => {
+  const clock = new FakeClock(0);
+  const woke: number[] = [];
+  void clock.sleep(300).then(() => woke.push(clock.now()));
+  void clock.sleep(100).then(() => woke.push(clock.now()));
+  clock.stepToNext();
+  await Promise.resolve();
+  assert.deepEqual(woke, [100]);
+  clock.stepToNext();
+  await Promise.resolve();
+  assert.deepEqual(woke, [100, 300]);
+  clock.stepToNext();
+  assert.equal(clock.now(), 300);
+});
