@@ -85,6 +85,7 @@ import { initNetworkUtil } from "./kubelet_network_linux.ts";
 import { PluginManager, pluginsRegistrationDir } from "./pluginmanager/plugin_manager.ts";
 import { CSI_PLUGIN } from "./pluginmanager/plugin_handler.ts";
 import { CsiDrivers, CsiRegistrationHandler, initializeCSINode } from "./csi/csi_plugin.ts";
+import type { VolumeManager } from "./volume/volume_manager.ts";
 import { NodeInfoManager } from "./csi/nodeinfo_manager.ts";
 import {
   ACTUATED_PODS_STATE_FILE,
@@ -161,6 +162,7 @@ export class Kubelet {
   #podCache: PodCache | undefined;
   #startupTracker: PodStartupLatencyTracker | undefined;
   #prober: ProberManager | undefined;
+  #volumeManager: VolumeManager | undefined;
   /** The eviction manager (loop mode): node pressure, evictions, admission under pressure. */
   evictionManager: EvictionManager | undefined;
   /** Graceful node shutdown; undefined when no shutdown grace period is configured. */
@@ -487,6 +489,7 @@ export class Kubelet {
       logger,
       recorder,
       kubeClient: deps.kubeClient,
+      csiDrivers: this.csiDrivers,
       nodeName,
       hostname,
       nodeIPs,
@@ -515,6 +518,7 @@ export class Kubelet {
     built.lifecycle = pods;
     const { pleg, syncer, loop, podManager, podCache } = pods;
     this.#prober = pods.prober;
+    this.#volumeManager = pods.volumeManager;
     // Pull records that cannot be opened stop the kubelet, as upstream.
     await pods.imageManager.start(signal);
     this.pleg = pleg;
@@ -1186,6 +1190,10 @@ export class Kubelet {
           },
         })),
       listImages: (s) => images?.list(s) ?? Promise.resolve([]),
+      volumes: {
+        volumesInUse: () => this.#volumeManager?.volumesInUse(),
+        markVolumesReportedInUse: (names) => this.#volumeManager?.markVolumesReportedInUse(names),
+      },
       notReadyReasons: () =>
         [
           this.runtimeState.runtimeErrors(),

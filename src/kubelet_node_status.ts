@@ -51,6 +51,15 @@ export interface NodeStatusOptions extends InitialNodeOptions {
   readonly listImages: (signal?: AbortSignal) => Promise<readonly api.Image[]>;
   /** Why the node is not ready, from the runtime state; empty when it is. */
   readonly notReadyReasons: () => string[];
+  /**
+   * The volume manager's attachable volumes in use (undefined until it knows them), and where
+   * the node's reported volumesInUse go after each update (upstream markVolumesFromNode).
+   * @default none: volumesInUse is not reported
+   */
+  readonly volumes?: {
+    volumesInUse(): readonly string[] | undefined;
+    markVolumesReportedInUse(names: readonly string[]): void;
+  };
   /** Memory, disk and PID pressure (the eviction manager's). @default none */
   readonly pressure?: () => { memory: boolean; disk: boolean; pid: boolean } | undefined;
   /** Random number in [0, 1), for jitter. @default Math.random */
@@ -211,13 +220,17 @@ export class NodeStatusManager {
     }
     this.#recordNodeSchedulableEvent(this.#node?.spec?.unschedulable ?? false);
     const due = now - this.#lastReport >= (o.config.nodeStatusReportFrequency ?? 300_000);
-    if (!due && !nodeStatusHasChanged(this.#lastStatus, status)) return;
+    if (!due && !nodeStatusHasChanged(this.#lastStatus, status)) {
+      o.volumes?.markVolumesReportedInUse(this.#node?.status?.volumesInUse ?? []);
+      return;
+    }
     this.#node = await o.heartbeatClient.patch<V1Node>(
       this.#path("/status"),
       { status },
       "strategic",
       signal,
     );
+    o.volumes?.markVolumesReportedInUse(this.#node.status?.volumesInUse ?? []);
     this.#lastStatus = status;
     this.#lastReport = now;
     const ready = this.#node.status?.conditions?.find((c) => c.type === "Ready");
@@ -244,6 +257,7 @@ export class NodeStatusManager {
       images: await o.listImages(signal).catch(() => []),
       notReadyReasons: notReadyReasons ?? o.notReadyReasons(),
       pressure: o.pressure?.(),
+      volumesInUse: o.volumes?.volumesInUse(),
       now: o.clock.now(),
     }, previous);
   }

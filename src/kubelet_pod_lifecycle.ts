@@ -47,6 +47,8 @@ import {
   CredentialProviders,
   serviceAccountAccess,
 } from "./credentialprovider/plugins.ts";
+import { CsiDrivers } from "./csi/csi_plugin.ts";
+import { CsiVolumePlugin } from "./csi/csi_mounter.ts";
 import { VolumeManager, type VolumeManagerOptions } from "./volume/volume_manager.ts";
 import type { VolumePlugin } from "./volume/plugin.ts";
 import { probeVolumePlugins } from "./volume/plugins.ts";
@@ -121,8 +123,10 @@ export interface PodLifecycleOptions {
   readonly newStatusManager?: (opts: StatusManagerOptions) => StatusManager;
   /** Mounts tmpfs volumes. @default new Mounter (mount(8) and umount(8)) */
   readonly mounter?: Mounter;
-  /** The volume plugins. @default probeVolumePlugins over this lifecycle's managers */
+  /** The volume plugins. @default probeVolumePlugins over this lifecycle's managers, and CSI */
   readonly volumePlugins?: readonly VolumePlugin[];
+  /** The CSI drivers registered through the plugin manager. @default none registered */
+  readonly csiDrivers?: CsiDrivers;
   /** Builds the volume manager; tests observe it with a subclass. @default new VolumeManager */
   readonly newVolumeManager?: (opts: VolumeManagerOptions) => VolumeManager;
   /** Where the managers record the kubelet's metrics. @default none recorded */
@@ -293,22 +297,36 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
       handlers: o.runtimeHandlers?.() ?? [],
       logger,
     });
+  const mounter = o.mounter ?? new Mounter();
   const volumeOptions: VolumeManagerOptions = {
     podsDirectory,
-    plugins: o.volumePlugins ?? probeVolumePlugins({
-      mounter: o.mounter ?? new Mounter(),
-      configMaps,
-      secrets,
-      tokens: tokenManager,
-      nodeAllocatable,
-      logger,
-      clock,
-    }),
+    plugins: o.volumePlugins ?? [
+      ...probeVolumePlugins({
+        mounter,
+        configMaps,
+        secrets,
+        tokens: tokenManager,
+        nodeAllocatable,
+        logger,
+        clock,
+      }),
+      new CsiVolumePlugin({
+        drivers: o.csiDrivers ?? new CsiDrivers(),
+        ...(kubeClient ? { client: kubeClient } : {}),
+        nodeName: o.nodeName,
+        rootDirectory: o.rootDirectory,
+        podsDirectory,
+        mounter,
+        logger,
+      }),
+    ],
     recorder,
     logger,
     references: [configMaps, secrets].filter((m) => m !== undefined),
     metrics: metrics?.volume,
     clock,
+    ...(kubeClient ? { client: kubeClient } : {}),
+    nodeName: o.nodeName,
   };
   const volumeManager = (o.newVolumeManager ?? ((v) => new VolumeManager(v)))(volumeOptions);
   const podVolumes = (uid: string) => volumeManager.podVolumes(uid);
@@ -492,6 +510,9 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
         loop.run(signal),
         runTokenCleanup(tokenManager, clock, signal),
         allocation.run(signal),
+        volumeManager.reconstruct(signal).catch((e) => {
+          if (!signal.aborted) logger.error(e, "Failed to reconstruct the volumes on disk");
+        }),
       ];
       if (serviceLister) running.push(serviceLister.run(signal));
       if (runtimeClasses) running.push(runtimeClasses.run(signal));

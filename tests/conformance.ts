@@ -12,9 +12,9 @@
  * (tests/registry_harness.ts, on 127.0.0.1) that serves that host for containerd, so the specs
  * that pull (pullPolicy Always) pull them there and nowhere else. It starts containerd with
  * upstream's `test-handler` runtime handler and that registry mirror, etcd, kube-apiserver, the
- * controller manager (service-account tokens, namespace deletion, CSR signing, the root CA
- * publisher) and the scheduler, then the kubelet, and runs e2e.test through ginkgo in parallel
- * processes. The results go to tests/results/conformance-<date>-<runtime>-<agent>.md (one row
+ * controller manager (tests/controller_manager.ts: service-account tokens, namespace deletion,
+ * CSR signing, the root CA publisher) and the scheduler, then the kubelet, and runs e2e.test
+ * through ginkgo in parallel processes. The results go to tests/results/conformance-<date>-<runtime>-<agent>.md (one row
  * per spec that ran: result, seconds, the failure's first line; tests/conformance_report.ts).
  *
  * Options (`deno task conformance --help`): --agent agent|upstream, --focus, --skip, --procs,
@@ -36,6 +36,7 @@ import {
   ensureControlPlaneBinaries,
   KUBERNETES_VERSION,
 } from "./control_plane_build.ts";
+import { startControllerManager } from "./controller_manager.ts";
 import { ensureImagePackages, importImages, PAUSE } from "./images.ts";
 import { ensureRegistryPackages, startRegistry } from "./registry_harness.ts";
 
@@ -197,22 +198,7 @@ export async function runConformance(
       log,
     });
     stops.push(() => cp.stop());
-    const pki = cp.pki;
-    const kcm = await spawnLogged(bins.kubeControllerManager, [
-      `--kubeconfig=${cp.adminKubeconfig}`,
-      `--authentication-kubeconfig=${cp.adminKubeconfig}`,
-      `--authorization-kubeconfig=${cp.adminKubeconfig}`,
-      "--bind-address=127.0.0.1",
-      "--secure-port=0",
-      "--leader-elect=false",
-      "--use-service-account-credentials=true",
-      `--service-account-private-key-file=${pki.serviceAccount.key}`,
-      `--root-ca-file=${pki.ca.cert}`,
-      `--cluster-signing-cert-file=${pki.ca.cert}`,
-      `--cluster-signing-key-file=${pki.ca.key}`,
-      "--controllers=*,bootstrapsigner,tokencleaner",
-      "--v=1",
-    ], { logFile: join(dir, "kube-controller-manager.log"), dir, stopTimeoutMs: 10_000 });
+    const kcm = await startControllerManager({ cp, dir, binary: bins.kubeControllerManager });
     stops.push(() => kcm.stop());
     const scheduler = await spawnLogged(bins.kubeScheduler, [
       `--kubeconfig=${cp.adminKubeconfig}`,

@@ -378,6 +378,16 @@ export async function ensureConformanceBinaries(
   return out as ConformanceBinaries;
 }
 
+/**
+ * Builds kube-controller-manager of {@link KUBERNETES_VERSION} (as {@link ensureConformanceBinaries}
+ * does) unless the cache holds it, and returns its path.
+ */
+export async function ensureKubeControllerManager(
+  opts: ControlPlaneBuildOptions = {},
+): Promise<string> {
+  return await ensureBinary(CONFORMANCE_SPECS.kubeControllerManager, opts);
+}
+
 /** The cache root: `$KUBELET_TS_CACHE`, else `$HOME/.cache/kubelet-ts`. */
 export function controlPlaneCacheDir(): string {
   const explicit = Deno.env.get("KUBELET_TS_CACHE");

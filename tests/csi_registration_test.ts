@@ -6,30 +6,25 @@
  * while the CSINode lists the driver with its topology key and volume limit; the registrar is
  * told it is registered. Removing the registrar's socket takes it all away again.
  *
- * The registrar and the driver here are the test's own gRPC servers (grpc-js), speaking upstream's
+ * The registrar and the driver are the suite's own gRPC servers (grpc-js),
+ * tests/csi_registrar.ts and tests/csi_hostpath_driver.ts, speaking upstream's
  * pluginregistration v1 and CSI v1: the Go module proxy this suite builds from serves neither
  * node-driver-registrar nor any CSI node driver (csi-driver-host-path and livenessprobe are
- * refused at every version; see tests/csi_build.ts), so they stand in for node-driver-registrar and
- * a driver's node plugin. Upstream's counterpart: the registration part of
+ * refused at every version; see tests/csi_build.ts), so they stand in for node-driver-registrar
+ * and csi-driver-host-path. Upstream's counterpart: the registration part of
  * `test/e2e/storage/csi_mock/` and `pkg/kubelet/pluginmanager` tests.
  */
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import type { V1Node } from "@kubernetes/client-node";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";
 import { e2eSuite, poll, startNodeAgent } from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
-import { grpcService } from "../src/testing/grpc_service.ts";
-import {
-  type PluginInfo,
-  RegistrationDefinition,
-  type RegistrationStatus,
-} from "../proto/pluginregistration/v1/api.ts";
-import { NodeDefinition, type NodeGetInfoResponse } from "../proto/csi/v1/csi.ts";
+import { startHostPathDriver } from "./csi_hostpath_driver.ts";
+import { startRegistrar } from "./csi_registrar.ts";
 
 const gate = await requireRoot("CSI registration e2e tests", ["containerd", "runc", "go"]);
 const NODE = "kts-csi-registration";
@@ -72,24 +67,6 @@ const suite = e2eSuite<World>({
 });
 const e2e = suite.test;
 
-/** Serves `services` on a new unix socket at `path`. */
-async function serve(
-  path: string,
-  add: (server: grpc.Server) => void,
-): Promise<grpc.Server> {
-  await Deno.mkdir(join(path, ".."), { recursive: true });
-  const server = new grpc.Server();
-  add(server);
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(
-      `unix://${path}`,
-      grpc.ServerCredentials.createInsecure(),
-      (e) => e ? reject(e) : resolve(),
-    )
-  );
-  return server;
-}
-
 interface CSINode {
   spec: {
     drivers:
@@ -108,80 +85,60 @@ e2e(
   async (w, api) => {
     const driverSocket = join(w.rootDir, "plugins", DRIVER, "csi.sock");
     const registrarSocket = join(w.rootDir, "plugins_registry", `${DRIVER}-reg.sock`);
-    const notified: RegistrationStatus[] = [];
-    const driver = await serve(driverSocket, (s) =>
-      s.addService(grpcService(NodeDefinition), {
-        nodeGetInfo: (_: unknown, cb: grpc.sendUnaryData<NodeGetInfoResponse>) =>
-          cb(null, {
-            nodeId: NODE,
-            maxVolumesPerNode: 7n,
-            accessibleTopology: { segments: { [TOPOLOGY_KEY]: NODE } },
-          }),
-      }));
-    const registrar = await serve(
-      registrarSocket,
-      (s) =>
-        s.addService(grpcService(RegistrationDefinition), {
-          getInfo: (_: unknown, cb: grpc.sendUnaryData<PluginInfo>) =>
-            cb(null, {
-              type: "CSIPlugin",
-              name: DRIVER,
-              endpoint: driverSocket,
-              supportedVersions: ["1.0.0"],
-            }),
-          notifyRegistrationStatus: (
-            call: grpc.ServerUnaryCall<RegistrationStatus, unknown>,
-            cb: grpc.sendUnaryData<unknown>,
-          ) => {
-            notified.push(call.request);
-            cb(null, {});
-          },
-        }),
+    await using driver = await startHostPathDriver({
+      dir: join(w.dir, "hostpath"),
+      socket: driverSocket,
+      name: DRIVER,
+      nodeId: NODE,
+      maxVolumesPerNode: 7,
+      topology: { [TOPOLOGY_KEY]: NODE },
+    });
+    await using registrar = await startRegistrar({
+      socket: registrarSocket,
+      name: DRIVER,
+      endpoint: driverSocket,
+    });
+    const notified = registrar.notified;
+    await poll(
+      "the registrar told it is registered",
+      () => Promise.resolve(notified.length > 0 ? true : undefined),
+      60_000,
+      250,
     );
-    try {
-      await poll(
-        "the registrar told it is registered",
-        () => Promise.resolve(notified.length > 0 ? true : undefined),
-        60_000,
-        250,
-      );
-      assert.deepEqual(notified, [{ pluginRegistered: true, error: "" }]);
-      const node = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
-      assert.equal(
-        node.metadata?.annotations?.["csi.volume.kubernetes.io/nodeid"],
-        JSON.stringify({ [DRIVER]: NODE }),
-      );
-      assert.equal(node.metadata?.labels?.[TOPOLOGY_KEY], NODE);
-      const csiNode = await api.get<CSINode>(`/apis/storage.k8s.io/v1/csinodes/${NODE}`);
-      assert.deepEqual(csiNode.spec.drivers, [{
-        name: DRIVER,
-        nodeID: NODE,
-        topologyKeys: [TOPOLOGY_KEY],
-        allocatable: { count: 7 },
-      }]);
-      assert.match(
-        w.agent.stderr(),
-        /kubernetes.io\/csi: Register new plugin with name: registration\.csi/,
-      );
+    assert.deepEqual(notified, [{ pluginRegistered: true, error: "" }]);
+    // Registration asks the driver nothing but its node info.
+    assert.deepEqual([...new Set(driver.calls.map((c) => c.method))], ["NodeGetInfo"]);
+    const node = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+    assert.equal(
+      node.metadata?.annotations?.["csi.volume.kubernetes.io/nodeid"],
+      JSON.stringify({ [DRIVER]: NODE }),
+    );
+    assert.equal(node.metadata?.labels?.[TOPOLOGY_KEY], NODE);
+    const csiNode = await api.get<CSINode>(`/apis/storage.k8s.io/v1/csinodes/${NODE}`);
+    assert.deepEqual(csiNode.spec.drivers, [{
+      name: DRIVER,
+      nodeID: NODE,
+      topologyKeys: [TOPOLOGY_KEY],
+      allocatable: { count: 7 },
+    }]);
+    assert.match(
+      w.agent.stderr(),
+      /kubernetes.io\/csi: Register new plugin with name: registration\.csi/,
+    );
 
-      // The registrar goes: the driver is taken off the CSINode and the Node.
-      registrar.forceShutdown();
-      await Deno.remove(registrarSocket).catch(() => {});
-      await poll(
-        "the driver off the CSINode",
-        async () => {
-          const c = await api.get<CSINode>(`/apis/storage.k8s.io/v1/csinodes/${NODE}`);
-          return (c.spec.drivers ?? []).length === 0 ? true : undefined;
-        },
-        60_000,
-        250,
-      );
-      const after = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
-      assert.equal(after.metadata?.annotations?.["csi.volume.kubernetes.io/nodeid"], undefined);
-    } finally {
-      registrar.forceShutdown();
-      driver.forceShutdown();
-    }
+    // The registrar goes: the driver is taken off the CSINode and the Node.
+    await registrar.stop();
+    await poll(
+      "the driver off the CSINode",
+      async () => {
+        const c = await api.get<CSINode>(`/apis/storage.k8s.io/v1/csinodes/${NODE}`);
+        return (c.spec.drivers ?? []).length === 0 ? true : undefined;
+      },
+      60_000,
+      250,
+    );
+    const after = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+    assert.equal(after.metadata?.annotations?.["csi.volume.kubernetes.io/nodeid"], undefined);
   },
 );
 

@@ -28,11 +28,21 @@ export class KubeApiError extends Error {
     readonly code: number,
     /** metav1.Status reason, e.g. "NotFound", "AlreadyExists", "Forbidden", "Conflict". */
     readonly reason: string,
-    message: string,
+    /** The apiserver's own message (a Go client's error text), or the transport's. */
+    readonly statusMessage: string,
     options?: ErrorOptions,
   ) {
-    super(`${method} ${path}: ${code === 0 ? "" : `${code} ${reason}: `}${message}`, options);
+    super(
+      `${method} ${path}: ${code === 0 ? "" : `${code} ${reason}: `}${statusMessage}`,
+      options,
+    );
   }
+}
+
+/** What a Go client's error says: the apiserver's message for an answer, else the whole text. */
+export function apiErrorText(e: unknown): string {
+  if (e instanceof KubeApiError && e.code !== 0) return e.statusMessage;
+  return e instanceof Error ? e.message : String(e);
 }
 
 /** True for an apiserver answer with HTTP status `code`. */

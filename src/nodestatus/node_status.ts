@@ -86,6 +86,11 @@ export interface StatusInputs {
   readonly notReadyReasons: readonly string[];
   /** Time of this status, in ms. */
   readonly now: number;
+  /**
+   * The attachable volumes in use (upstream VolumesInUse setter), sorted; undefined until the
+   * volume manager knows them, which leaves the field as it is. @default undefined
+   */
+  readonly volumesInUse?: readonly string[];
   /** Resource pressure as the eviction manager reports it. @default none */
   readonly pressure?: {
     readonly memory?: boolean;
@@ -305,6 +310,13 @@ export function nodeStatus(inputs: StatusInputs, previous?: V1NodeStatus): V1Nod
       ...(machine.swapCapacity ? { swap: { capacity: machine.swapCapacity } } : {}),
     },
     images,
+    // An empty list is sent as null: the strategic merge patch then removes the field.
+    ...(inputs.volumesInUse
+      ? {
+        volumesInUse:
+          (inputs.volumesInUse.length ? [...inputs.volumesInUse] : null) as unknown as string[],
+      }
+      : {}),
     ...(inputs.declaredFeatures?.length
       ? { declaredFeatures: [...inputs.declaredFeatures] } as Record<string, unknown>
       : {}),

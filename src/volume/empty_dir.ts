@@ -89,6 +89,12 @@ export interface EmptyDirPluginOptions {
 export interface VolumeOwnershipOptions {
   /** Grant group read (0440) instead of read-write (0660), for read-only volumes. @default false */
   readonly readOnly?: boolean;
+  /**
+   * The pod's fsGroupChangePolicy: "OnRootMismatch" changes nothing when the volume's root
+   * already has the group and its permission bits (upstream requiresPermissionChange).
+   * @default "Always"
+   */
+  readonly changePolicy?: string;
   /** @default a text logger on stderr */
   readonly logger?: Logger;
   readonly signal?: AbortSignal;
@@ -386,8 +392,16 @@ export async function setVolumeOwnership(
 ): Promise<void> {
   const log = opts.logger ?? createLogger();
   const mask = opts.readOnly ? RO_MASK : RW_MASK;
+  const root = await Deno.lstat(dir);
+  if (opts.changePolicy === "OnRootMismatch" && !requiresPermissionChange(root, fsGroup, mask)) {
+    log.v(3).info(
+      "Skipping permission and ownership change for volume",
+      { path: dir },
+    );
+    return;
+  }
   log.v(4).info("Perform recursive ownership change for directory", { path: dir });
-  await walkDeep(dir, await Deno.lstat(dir), async (path, info) => {
+  await walkDeep(dir, root, async (path, info) => {
     opts.signal?.throwIfAborted();
     try {
       await lchown(path, -1, fsGroup);
@@ -403,6 +417,14 @@ export async function setVolumeOwnership(
       log.error(err, "chmod failed", { path });
     }
   });
+}
+
+/** upstream requiresPermissionChange: the root lacks the group, its bits or setgid. */
+function requiresPermissionChange(root: Deno.FileInfo, fsGroup: number, mask: number): boolean {
+  if (root.gid !== fsGroup || !root.isDirectory) return true;
+  const perm = root.mode ?? 0;
+  const want = mask | EXEC_MASK;
+  return (perm & want) !== want || (perm & SETGID) === 0;
 }
 
 /** Visits children before their directory, without following symlinks (upstream `walkDeep`). */

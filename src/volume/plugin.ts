@@ -11,13 +11,37 @@
  */
 
 import { join } from "node:path";
-import type { V1Pod, V1Volume } from "@kubernetes/client-node";
+import type { V1PersistentVolume, V1Pod, V1Volume } from "@kubernetes/client-node";
+
+/**
+ * One volume of a pod as the plugins see it (upstream `volume.Spec`): the pod's volume, and for
+ * a persistentVolumeClaim or generic ephemeral volume the PersistentVolume bound to its claim.
+ */
+export interface VolumeSpec {
+  /**
+   * upstream Spec.Name(): the PersistentVolume's name for a claim, else the pod volume's name.
+   * It names the volume's directory and the volume in events.
+   */
+  readonly name: string;
+  readonly volume: V1Volume;
+  /** The bound PersistentVolume of a claim. */
+  readonly persistentVolume?: V1PersistentVolume;
+  /** The claim's `readOnly` (upstream Spec.ReadOnly); false for other volumes. */
+  readonly readOnly: boolean;
+}
+
+/** The spec of a pod volume that is not a claim. */
+export function specFromVolume(volume: V1Volume): VolumeSpec {
+  return { name: volume.name, volume, readOnly: false };
+}
 
 /** What a plugin gets to set up one volume of one pod. */
 export interface VolumeSetUpContext {
   readonly pod: V1Pod;
   readonly volume: V1Volume;
-  /** The volume's directory, `<pods>/<uid>/volumes/kubernetes.io~<plugin>/<name>`. */
+  /** The volume with its PersistentVolume, if a claim. @default specFromVolume(volume) */
+  readonly spec?: VolumeSpec;
+  /** The volume's directory, `<pods>/<uid>/volumes/kubernetes.io~<plugin>/<spec name>`. */
   readonly dir: string;
   readonly signal?: AbortSignal;
 }
@@ -45,8 +69,24 @@ export interface MountedVolume {
 export interface VolumePlugin {
   /** Upstream plugin name, such as `kubernetes.io/empty-dir`. */
   readonly name: string;
-  /** Whether this plugin handles the volume (upstream CanSupport). */
+  /** Whether this plugin handles the pod volume (upstream CanSupport). */
   canSupport(volume: V1Volume): boolean;
+  /** Whether this plugin handles the PersistentVolume (upstream CanSupport of a PV spec). */
+  canSupportPersistentVolume?(pv: V1PersistentVolume): boolean;
+  /**
+   * Whether the volume must be attached to the node by the attach-detach controller before it
+   * is set up (upstream CanAttach), and its unique name (upstream GetUniqueVolumeName, as
+   * node.status.volumesInUse and volumesAttached list it). Undefined: never attachable.
+   */
+  attachment?(spec: VolumeSpec, signal?: AbortSignal): Promise<VolumeAttachmentInfo | undefined>;
+  /**
+   * The attachment of a volume found set up in `dir` after a restart (upstream reconstruction),
+   * so the node keeps reporting it in use until it is torn down. Undefined: not attachable.
+   */
+  reconstructAttachment?(
+    dir: string,
+    signal?: AbortSignal,
+  ): Promise<VolumeAttachmentInfo | undefined>;
   /**
    * The volume is set up again on every pod sync, so content changes reach running pods
    * (upstream RequiresRemount: configMap, secret, downwardAPI, projected).
@@ -56,6 +96,12 @@ export interface VolumePlugin {
   setUp(ctx: VolumeSetUpContext): Promise<MountedVolume>;
   /** Removes what setUp made (unmounts tmpfs, deletes the volume dir); idempotent. */
   tearDown(ctx: VolumeTearDownContext): Promise<void>;
+}
+
+/** An attachable volume (see {@link VolumePlugin.attachment}). */
+export interface VolumeAttachmentInfo {
+  /** upstream UniqueVolumeName, such as `kubernetes.io/csi/<driver>^<volume handle>`. */
+  readonly uniqueName: string;
 }
 
 /** The mounted volumes of one pod by volume name (for subPath and fileKeyRef lookups). */
@@ -94,4 +140,20 @@ export function podPluginDir(podsDir: string, podUid: string, pluginName: string
 /** A volume's source names an object or key that is missing or invalid (the FailedMount text). */
 export class VolumeSourceError extends Error {
   override name = "VolumeSourceError";
+}
+
+/**
+ * A set-up step other than SetUp failed: events and logs name that step (upstream's
+ * "MountVolume.WaitForAttach failed", "MountVolume.MountDevice failed") instead of SetUp.
+ */
+export class VolumeOperationError extends Error {
+  override name = "VolumeOperationError";
+  constructor(
+    /** Such as `MountVolume.MountDevice`. */
+    readonly operation: string,
+    message: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
 }

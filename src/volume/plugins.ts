@@ -5,8 +5,9 @@
  * configMap, secret, downwardAPI, projected and image. ConfigMaps and Secrets come from the
  * object managers (`client/object_manager.ts`); without a kube client (standalone mode) a
  * configMap, secret or projected volume fails to mount with upstream's "no kubeClient defined"
- * message, like env references do. Other volume types (persistentVolumeClaim, csi, ephemeral,
- * the cloud and network ones) have no plugin here: the volume manager fails such pods with
+ * message, like env references do. CSI volumes (inline, and the PersistentVolumes of claims) are
+ * set up by `src/csi/csi_mounter.ts`, added beside these by the pod lifecycle. Other volume types
+ * (the cloud and network ones) have no plugin here: the volume manager fails such pods with
  * FailedMount naming the volume.
  */
 

@@ -2,8 +2,9 @@
  * @module
  * VolumeManager: sets up and tears down the volumes of the pods on this node. It keeps the
  * volume manager's three states (upstream `pkg/kubelet/volumemanager`): the desired state is
- * computed from a pod's spec on each call (the volumes its containers mount, each with the
- * plugin that supports it), the actual state is what was set up (per pod, per volume, its
+ * computed from a pod's spec on each call (the volumes its containers mount, a claim resolved to
+ * its bound PersistentVolume by `persistent_volume_claims.ts`, each with the plugin that supports
+ * it; a volume's directory is named after its spec, the PersistentVolume for a claim), the actual state is what was set up (per pod, per volume, its
  * plugin and {@link MountedVolume}), and the reconcile step runs inside
  * {@link VolumeManager.mountPodVolumes} and {@link VolumeManager.unmountPodVolumes}, called by
  * the pod worker of each pod instead of a 100 ms reconciler loop. After an agent restart the
@@ -14,15 +15,18 @@
  * event recorder, the local filesystem, and the configMap and secret managers through
  * {@link PodReferences}. Calls for one pod are serialised; different pods run concurrently.
  * Given {@link VolumeMetrics} it times each operation as upstream's operation executor does
- * (verify_controller_attached_volume when a pod's volume first enters the actual state: none of
- * our plugins is attachable, so that only marks it attached; volume_mount per SetUp, remounts
+ * (verify_controller_attached_volume when a pod's volume first enters the actual state: an
+ * attachable one (a CSI volume of a driver that attaches) must be reported in the node's
+ * volumesInUse and listed in its volumesAttached, any other is only marked attached; volume_mount
+ * per SetUp, remounts
  * included; volume_unmount per TearDown; overall_volume_mount from the volume entering the
  * desired state, or from this sync for a remount), counts the desired and actual volumes per
  * plugin at each scrape, and reports each orphaned pod directories sweep.
  */
 
 import { join } from "node:path";
-import type { V1Pod, V1Volume } from "@kubernetes/client-node";
+import type { V1Node, V1Pod, V1Volume } from "@kubernetes/client-node";
+import type { KubeClient } from "../client/kube_client.ts";
 import { type EventRecorder, podRef } from "../client/record.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import { type Clock, realClock } from "../util/clock.ts";
@@ -31,9 +35,14 @@ import {
   type MountedVolume,
   podVolumeDir,
   podVolumesDir,
+  specFromVolume,
   unescapePluginName,
+  VolumeOperationError,
   type VolumePlugin,
+  type VolumeSpec,
 } from "./plugin.ts";
+import { createVolumeSpec } from "./persistent_volume_claims.ts";
+import { errorText } from "../util/errors.ts";
 
 /** A manager that must know a pod before its volumes are set up (configMap, secret managers). */
 export interface PodReferences {
@@ -56,6 +65,13 @@ export interface VolumeManagerOptions {
   readonly metrics?: VolumeMetrics;
   /** Times the operations. @default the wall clock */
   readonly clock?: Clock;
+  /**
+   * Reads claims, their PersistentVolumes and this node (volumesAttached) from the apiserver.
+   * @default none: claims fail with "no kubeClient defined" (standalone mode)
+   */
+  readonly client?: Pick<KubeClient, "get">;
+  /** This node's name, to read its volumesAttached. */
+  readonly nodeName?: string;
 }
 
 /**
@@ -104,13 +120,19 @@ export class VolumeUnmountError extends Error {
 /** A volume in the actual state: set up by `pluginName`, mounted from `mounted.hostPath`. */
 interface ActualVolume {
   readonly pluginName: string;
+  /** The spec's name, naming its directory (a claim's PersistentVolume). */
+  readonly specName: string;
   readonly mounted: MountedVolume;
+  /** upstream UniqueVolumeName of an attachable volume. */
+  readonly attachableName?: string;
 }
 
 /** A volume in the desired state: its plugin and when its mount was requested (ms). */
 interface DesiredVolume {
   readonly pluginName: string;
   readonly requestedAt: number;
+  /** upstream UniqueVolumeName of an attachable volume. */
+  readonly attachableName?: string;
 }
 
 interface PodState {
@@ -126,7 +148,10 @@ interface PodState {
 /** A volume directory found on disk. */
 interface DiskVolume {
   readonly pluginName: string;
+  /** The directory's name: the volume's spec name. */
   readonly volumeName: string;
+  /** The pod volume's name, for a volume of the actual state. */
+  readonly outerName?: string;
   readonly dir: string;
 }
 
@@ -145,6 +170,13 @@ export class VolumeManager {
   readonly #locks = new Map<string, Promise<void>>();
 
   readonly #clock: Clock;
+  /** The attachable volumes the node status last reported in use. */
+  #reportedInUse = new Set<string>();
+  /**
+   * Attachable volumes found set up on disk at start, by volume dir, until torn down; undefined
+   * until {@link reconstruct} has looked.
+   */
+  #reconstructed: Map<string, string> | undefined;
 
   constructor(opts: VolumeManagerOptions) {
     this.#o = opts;
@@ -264,19 +296,31 @@ export class VolumeManager {
     const state = this.#state(uid);
     state.pod = pod;
 
-    // The desired state: volumes some container mounts, each with its plugin.
+    // The desired state: volumes some container mounts, each with its spec and plugin.
     const used = usedVolumeNames(pod);
-    const desired = new Map<string, { volume: V1Volume; plugin: VolumePlugin }>();
+    const desired = new Map<
+      string,
+      { volume: V1Volume; spec: VolumeSpec; plugin: VolumePlugin; attachableName?: string }
+    >();
     const notProcessed: string[] = [];
     const processErrors: string[] = [];
     for (const volume of pod.spec?.volumes ?? []) {
-      if (!used.has(volume.name)) {
+      if (!used.all.has(volume.name)) {
         logger.v(4).info("Skipping unused volume", { pod: kobj(pod), volumeName: volume.name });
         continue;
       }
       try {
-        desired.set(volume.name, { volume, plugin: this.#findPluginBySpec(volume) });
+        const spec = await this.#createVolumeSpec(signal, pod, volume, used);
+        const plugin = this.#findPluginBySpec(spec);
+        const attachment = await plugin.attachment?.(spec, signal);
+        desired.set(volume.name, {
+          volume,
+          spec,
+          plugin,
+          ...(attachment ? { attachableName: attachment.uniqueName } : {}),
+        });
       } catch (e) {
+        if (signal.aborted) throw e;
         logger.error(e, "Error processing volume", { pod: kobj(pod), volumeName: volume.name });
         notProcessed.push(volume.name);
         processErrors.push(asError(e).message);
@@ -287,46 +331,88 @@ export class VolumeManager {
     const requested = this.#clock.now();
     const before = state.desired;
     state.desired = new Map();
-    for (const [name, { plugin }] of desired) {
+    for (const [name, { plugin, attachableName }] of desired) {
       const old = before.get(name);
       const keep = old && old.pluginName === plugin.name && !plugin.requiresRemount;
       state.desired.set(name, {
         pluginName: plugin.name,
         requestedAt: keep ? old.requestedAt : requested,
+        ...(attachableName ? { attachableName } : {}),
       });
     }
-
-    // Unmount before mount, as the reconciler does.
-    await this.#tearDownUndesired(signal, uid, new Set(desired.keys()));
+    // A volume that could not be processed this time (its claim unreadable, say) may still be
+    // mounted: nothing is torn down until every volume of the pod is known again.
+    if (notProcessed.length === 0) {
+      // Unmount before mount, as the reconciler does.
+      const dirs = new Set<string>();
+      for (const { plugin, spec } of desired.values()) {
+        dirs.add(podVolumeDir(this.#o.podsDirectory, uid, plugin.name, spec.name));
+      }
+      await this.#tearDownUndesired(signal, uid, dirs);
+    }
 
     const metrics = this.#o.metrics;
     let firstSetUpError: Error | undefined;
-    for (const [name, { volume, plugin }] of desired) {
+    const unattached: string[] = [];
+    for (const [name, { volume, spec, plugin, attachableName }] of desired) {
       signal.throwIfAborted();
       const previous = state.volumes.get(name);
       if (previous && !plugin.requiresRemount) continue;
+      const fail = (operation: string, err: Error) => {
+        firstSetUpError ??= err;
+        recorder.event(
+          podRef(pod),
+          "Warning",
+          "FailedMount",
+          `${operation} failed for volume "${spec.name}" : ${err.message}`,
+        );
+        logger.error(err, `${operation} failed for volume "${spec.name}"`, {
+          pod: kobj(pod),
+          podUID: uid,
+        });
+      };
       if (!state.attached.has(name)) {
-        // Upstream VerifyControllerAttachedVolume of a non-attachable volume: marked attached.
+        // upstream VerifyControllerAttachedVolume: the attach-detach controller attached an
+        // attachable volume once the node reported it in use; any other is marked attached.
         const t0 = this.#clock.now();
-        state.attached.add(name);
+        const verifyError = attachableName
+          ? await this.#verifyControllerAttached(signal, attachableName)
+          : undefined;
         metrics?.observeOperation(
           plugin.name,
           "verify_controller_attached_volume",
           (this.#clock.now() - t0) / 1000,
-          false,
+          verifyError !== undefined,
         );
+        if (verifyError) {
+          unattached.push(name);
+          // upstream GenerateError: the step, the volume, then the cause if any.
+          const text = verifyError.cause === undefined
+            ? `${verifyError.message} for volume "${spec.name}" `
+            : `${verifyError.message} for volume "${spec.name}" : ${errorText(verifyError.cause)}`;
+          firstSetUpError ??= new Error(text, { cause: verifyError });
+          recorder.event(podRef(pod), "Warning", "FailedMount", text);
+          logger.error(verifyError, text, { pod: kobj(pod), podUID: uid });
+          continue;
+        }
+        state.attached.add(name);
       }
-      const dir = podVolumeDir(this.#o.podsDirectory, uid, plugin.name, name);
+      const dir = podVolumeDir(this.#o.podsDirectory, uid, plugin.name, spec.name);
       const t0 = this.#clock.now();
       try {
-        const mounted = await plugin.setUp({ pod, volume, dir, signal });
+        const mounted = await plugin.setUp({ pod, volume, spec, dir, signal });
         const now = this.#clock.now();
         metrics?.observeOperation(plugin.name, "volume_mount", (now - t0) / 1000, false);
         const asked = state.desired.get(name)?.requestedAt ?? t0;
         metrics?.observeEndToEnd(plugin.name, "overall_volume_mount", (now - asked) / 1000);
-        state.volumes.set(name, { pluginName: plugin.name, mounted });
+        state.volumes.set(name, {
+          pluginName: plugin.name,
+          specName: spec.name,
+          mounted,
+          ...(attachableName ? { attachableName } : {}),
+        });
         // Remounts happen on every sync: upstream logs them only at a high verbosity.
-        logger.v(previous ? 4 : 1).info(`MountVolume.SetUp succeeded for volume "${name}"`, {
+        logger.v(previous ? 4 : 1).info(`MountVolume.SetUp succeeded for volume "${spec.name}"`, {
           pod: kobj(pod),
           podUID: uid,
         });
@@ -338,24 +424,14 @@ export class VolumeManager {
           (this.#clock.now() - t0) / 1000,
           true,
         );
-        const err = asError(e);
-        firstSetUpError ??= err;
         // A failed remount leaves the previous mount in the actual state.
-        recorder.event(
-          podRef(pod),
-          "Warning",
-          "FailedMount",
-          `MountVolume.SetUp failed for volume "${name}" : ${err.message}`,
-        );
-        logger.error(err, `MountVolume.SetUp failed for volume "${name}"`, {
-          pod: kobj(pod),
-          podUID: uid,
-        });
+        const err = asError(e);
+        fail(e instanceof VolumeOperationError ? e.operation : "MountVolume.SetUp", err);
       }
     }
 
     // Upstream returns as soon as every expected volume is mounted, whatever else failed.
-    const unmounted = [...used].filter((n) => !state.volumes.has(n) && isSpecVolume(pod, n))
+    const unmounted = [...used.all].filter((n) => !state.volumes.has(n) && isSpecVolume(pod, n))
       .sort();
     if (unmounted.length === 0) {
       logger.v(3).info("All volumes are attached and mounted for pod", { pod: kobj(pod) });
@@ -364,18 +440,127 @@ export class VolumeManager {
     const cause = processErrors.length > 0
       ? new Error(processErrors.join("; "))
       : firstSetUpError ?? new Error("volumes are not set up");
-    throw new VolumeMountError(unmounted, [], notProcessed.sort(), cause);
+    throw new VolumeMountError(unmounted, unattached.sort(), notProcessed.sort(), cause);
   }
 
-  /** Tears down the pod's volumes that are set up or on disk but not in `desired`. */
+  /**
+   * upstream GetVolumesInUse: the unique names of the attachable volumes desired or set up on
+   * this node, sorted, for node.status.volumesInUse.
+   */
+  volumesInUse(): string[] | undefined {
+    if (!this.#reconstructed) return undefined;
+    const names = new Set<string>(this.#reconstructed.values());
+    for (const state of this.#pods.values()) {
+      for (const v of state.desired.values()) if (v.attachableName) names.add(v.attachableName);
+      for (const v of state.volumes.values()) if (v.attachableName) names.add(v.attachableName);
+    }
+    return [...names].sort();
+  }
+
+  /**
+   * upstream reconstruction, for the node status: finds the attachable volumes set up on disk
+   * (an agent restart), which stay in use until torn down. Until it has run, volumesInUse()
+   * is undefined and the node status leaves volumesInUse as it is, so that the attach-detach
+   * controller never detaches a volume still mounted here. A volume it cannot read is logged
+   * and left out.
+   */
+  async reconstruct(signal: AbortSignal): Promise<void> {
+    const found = new Map<string, string>();
+    let pods: string[] = [];
+    try {
+      pods = [...Deno.readDirSync(this.#o.podsDirectory)].filter((e) => e.isDirectory)
+        .map((e) => e.name);
+    } catch (e) {
+      if (!(e instanceof Deno.errors.NotFound)) throw e;
+    }
+    for (const uid of pods) {
+      for (const v of this.#scanDisk(uid).volumes) {
+        const plugin = this.#o.plugins.find((p) => p.name === v.pluginName);
+        if (!plugin?.reconstructAttachment) continue;
+        try {
+          const a = await plugin.reconstructAttachment(v.dir, signal);
+          if (a) found.set(v.dir, a.uniqueName);
+        } catch (e) {
+          if (signal.aborted) throw e;
+          this.#o.logger.error(e, "Could not construct volume information", {
+            podUID: uid,
+            volumeName: v.volumeName,
+            pluginName: v.pluginName,
+          });
+        }
+      }
+    }
+    this.#reconstructed = found;
+  }
+
+  /** upstream MarkVolumesAsReportedInUse: the node status now lists these volumes in use. */
+  markVolumesReportedInUse(names: readonly string[]): void {
+    this.#reportedInUse = new Set(names);
+  }
+
+  /** The error of upstream VerifyControllerAttachedVolume for an attachable volume, if any. */
+  async #verifyControllerAttached(
+    signal: AbortSignal,
+    uniqueName: string,
+  ): Promise<Error | undefined> {
+    if (!this.#reportedInUse.has(uniqueName)) {
+      return new Error(
+        "Volume has not been added to the list of VolumesInUse in the node's volume status",
+      );
+    }
+    let node: V1Node;
+    try {
+      if (!this.#o.client || !this.#o.nodeName) throw new Error("no kubeClient defined");
+      node = await this.#o.client.get<V1Node>(
+        `/api/v1/nodes/${encodeURIComponent(this.#o.nodeName)}`,
+        signal,
+      );
+    } catch (e) {
+      if (signal.aborted) throw e;
+      return new Error("VerifyControllerAttachedVolume failed fetching node from API server", {
+        cause: e,
+      });
+    }
+    if ((node.status?.volumesAttached ?? []).some((v) => v.name === uniqueName)) return undefined;
+    return new Error("Volume not attached according to node status");
+  }
+
+  /** The spec of a pod volume, a claim resolved to its PersistentVolume. */
+  async #createVolumeSpec(
+    signal: AbortSignal,
+    pod: V1Pod,
+    volume: V1Volume,
+    used: UsedVolumes,
+  ): Promise<VolumeSpec> {
+    if (used.devices.has(volume.name)) {
+      throw new Error(
+        `volume ${volume.name} is specified in volumeDevices: block volumes are not supported yet by this kubelet`,
+      );
+    }
+    const claim = volume.persistentVolumeClaim !== undefined || volume.ephemeral !== undefined;
+    if (!claim) return specFromVolume(volume);
+    if (!this.#o.client) {
+      throw new Error(
+        `volume ${volume.name}: persistent volume claims need an apiserver: no kubeClient defined`,
+      );
+    }
+    return await createVolumeSpec(pod, volume, {
+      client: this.#o.client,
+      mounts: used.mounts,
+      devices: used.devices,
+      signal,
+    });
+  }
+
+  /** Tears down the pod's volumes that are set up or on disk but whose dir is not desired. */
   async #tearDownUndesired(
     signal: AbortSignal,
     uid: string,
-    desired: ReadonlySet<string>,
+    desiredDirs: ReadonlySet<string>,
   ): Promise<void> {
     const { logger } = this.#o;
     for (const target of this.#teardownTargets(uid)) {
-      if (desired.has(target.volumeName)) continue;
+      if (desiredDirs.has(target.dir)) continue;
       signal.throwIfAborted();
       try {
         await this.#tearDown(signal, uid, target);
@@ -420,9 +605,9 @@ export class VolumeManager {
   #teardownTargets(uid: string): DiskVolume[] {
     const out: DiskVolume[] = [];
     const seen = new Set<string>();
-    for (const [volumeName, v] of this.#pods.get(uid)?.volumes ?? []) {
-      const dir = podVolumeDir(this.#o.podsDirectory, uid, v.pluginName, volumeName);
-      out.push({ pluginName: v.pluginName, volumeName, dir });
+    for (const [outerName, v] of this.#pods.get(uid)?.volumes ?? []) {
+      const dir = podVolumeDir(this.#o.podsDirectory, uid, v.pluginName, v.specName);
+      out.push({ pluginName: v.pluginName, volumeName: v.specName, outerName, dir });
       seen.add(dir);
     }
     for (const v of this.#scanDisk(uid).volumes) if (!seen.has(v.dir)) out.push(v);
@@ -456,11 +641,13 @@ export class VolumeManager {
       });
     }
     observe(false);
+    this.#reconstructed?.delete(dir);
     const state = this.#pods.get(uid);
-    if (state?.volumes.get(volumeName)?.pluginName === pluginName) {
-      state.volumes.delete(volumeName);
-      // Unmounted and, not being attachable, detached: a new mount verifies it again.
-      state.attached.delete(volumeName);
+    const outer = target.outerName ?? volumeName;
+    if (state?.volumes.get(outer)?.pluginName === pluginName) {
+      state.volumes.delete(outer);
+      // Unmounted: a new mount verifies its attachment again.
+      state.attached.delete(outer);
     }
     this.#o.logger.info(`UnmountVolume.TearDown succeeded for volume "${volumeName}"`, {
       podUID: uid,
@@ -529,14 +716,25 @@ export class VolumeManager {
   }
 
   /** Upstream FindPluginBySpec, with "not supported yet" naming the volume's source field. */
-  #findPluginBySpec(volume: V1Volume): VolumePlugin {
-    const matches = this.#o.plugins.filter((p) => p.canSupport(volume));
+  #findPluginBySpec(spec: VolumeSpec): VolumePlugin {
+    const { volume, persistentVolume: pv } = spec;
+    const matches = this.#o.plugins.filter((p) =>
+      pv ? p.canSupportPersistentVolume?.(pv) === true : p.canSupport(volume)
+    );
     const [only] = matches;
     if (only && matches.length === 1) return only;
     if (matches.length > 1) {
       throw new Error(`multiple volume plugins matched: ${matches.map((p) => p.name).join(",")}`);
     }
-    const field = volumeSourceField(volume);
+    if (pv) {
+      const field = volumeSourceField(pv.spec ?? {}, PV_SPEC_FIELDS);
+      throw new Error(
+        field === undefined
+          ? `PersistentVolume ${spec.name} has no volume source`
+          : `PersistentVolume ${spec.name}: volume type "${field}" is not supported yet`,
+      );
+    }
+    const field = volumeSourceField(volume, ["name"]);
     throw new Error(
       field === undefined
         ? `volume "${volume.name}" has no volume source`
@@ -590,9 +788,17 @@ export class VolumeManager {
   }
 }
 
+/** The volume names containers use (upstream GetPodVolumeNames). */
+interface UsedVolumes {
+  /** Mounted or mapped as a device. */
+  readonly all: Set<string>;
+  readonly mounts: Set<string>;
+  readonly devices: Set<string>;
+}
+
 /** Volume names some container mounts or maps as a device (upstream GetPodVolumeNames). */
-function usedVolumeNames(pod: V1Pod): Set<string> {
-  const names = new Set<string>();
+function usedVolumeNames(pod: V1Pod): UsedVolumes {
+  const used: UsedVolumes = { all: new Set(), mounts: new Set(), devices: new Set() };
   const spec = pod.spec;
   const containers = [
     ...(spec?.initContainers ?? []),
@@ -600,20 +806,34 @@ function usedVolumeNames(pod: V1Pod): Set<string> {
     ...(spec?.ephemeralContainers ?? []),
   ];
   for (const c of containers) {
-    for (const m of c.volumeMounts ?? []) names.add(m.name);
-    for (const d of c.volumeDevices ?? []) names.add(d.name);
+    for (const m of c.volumeMounts ?? []) used.mounts.add(m.name);
+    for (const d of c.volumeDevices ?? []) used.devices.add(d.name);
   }
-  return names;
+  for (const n of [...used.mounts, ...used.devices]) used.all.add(n);
+  return used;
 }
 
 function isSpecVolume(pod: V1Pod, name: string): boolean {
   return (pod.spec?.volumes ?? []).some((v) => v.name === name);
 }
 
-/** The V1Volume field naming the volume's source, such as `persistentVolumeClaim`. */
-function volumeSourceField(volume: V1Volume): string | undefined {
-  for (const [key, value] of Object.entries(volume)) {
-    if (key !== "name" && value !== undefined && value !== null) return key;
+/** PersistentVolumeSpec fields that are not its volume source. */
+const PV_SPEC_FIELDS = [
+  "accessModes",
+  "capacity",
+  "claimRef",
+  "mountOptions",
+  "nodeAffinity",
+  "persistentVolumeReclaimPolicy",
+  "storageClassName",
+  "volumeAttributesClassName",
+  "volumeMode",
+];
+
+/** The field naming the volume's source, such as `persistentVolumeClaim`. */
+function volumeSourceField(object: object, notSources: readonly string[]): string | undefined {
+  for (const [key, value] of Object.entries(object)) {
+    if (!notSources.includes(key) && value !== undefined && value !== null) return key;
   }
   return undefined;
 }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import type { V1Pod, V1Volume } from "@kubernetes/client-node";
+import type { V1PersistentVolume, V1Pod, V1Volume } from "@kubernetes/client-node";
+import { FakeKubeGetter } from "../testing/fake_kube_getter.ts";
 import type { EventRecorder } from "../client/record.ts";
 import { createLogger } from "../klog/klog.ts";
 import { Mounter } from "../util/mount.ts";
@@ -14,8 +15,10 @@ import {
   type MountedVolume,
   podVolumeDir,
   podVolumesDir,
+  type VolumeAttachmentInfo,
   type VolumePlugin,
   type VolumeSetUpContext,
+  type VolumeSpec,
   type VolumeTearDownContext,
 } from "./plugin.ts";
 
@@ -276,8 +279,8 @@ Deno.test("VolumeManager fails a volume type no plugin supports with 'is not sup
   await assert.rejects(f.vm.mountPodVolumes(signal, p), {
     name: "VolumeMountError",
     message: "unmounted volumes=[claim inline], unattached volumes=[], failed to process " +
-      'volumes=[claim inline]: volume type "persistentVolumeClaim" is not supported yet; ' +
-      'volume type "csi" is not supported yet',
+      "volumes=[claim inline]: volume claim: persistent volume claims need an apiserver: no " +
+      'kubeClient defined; volume type "csi" is not supported yet',
   });
   assert.deepEqual([...f.vm.podVolumes("u1").keys()], ["cache"]);
   // SetUp was never tried: no FailedMount event for them.
@@ -636,4 +639,152 @@ Deno.test("VolumeManager.cleanupOrphanedPodDirs reports the orphans and failures
   await vm.cleanupOrphanedPodDirs(signal, new Set(["kept"]));
   assert.equal(metrics.orphanPodCleanedVolumes.get(), 1);
   assert.equal(metrics.orphanPodCleanedVolumesErrors.get(), 0);
+});
+
+/** A plugin of PersistentVolumes with a `csi` source; attachable when `attachable`. */
+class FakePvPlugin extends FakePlugin {
+  attachable = false;
+  readonly specs: string[] = [];
+
+  constructor(calls: string[]) {
+    super("kubernetes.io/csi", "csi", false, calls);
+  }
+
+  canSupportPersistentVolume(pv: V1PersistentVolume): boolean {
+    return pv.spec?.csi !== undefined;
+  }
+
+  attachment(spec: VolumeSpec): Promise<VolumeAttachmentInfo | undefined> {
+    const csi = spec.persistentVolume?.spec?.csi;
+    return Promise.resolve(
+      this.attachable && csi
+        ? { uniqueName: `kubernetes.io/csi/${csi.driver}^${csi.volumeHandle}` }
+        : undefined,
+    );
+  }
+
+  async reconstructAttachment(dir: string): Promise<VolumeAttachmentInfo | undefined> {
+    // What the fake's setUp wrote there.
+    const written = await Deno.stat(join(dir, "data")).then(() => true, () => false);
+    return this.attachable && written
+      ? { uniqueName: "kubernetes.io/csi/d.example.com^h1" }
+      : undefined;
+  }
+
+  override setUp(ctx: VolumeSetUpContext): Promise<MountedVolume> {
+    this.specs.push(`${ctx.spec?.name} readOnly=${ctx.spec?.readOnly}`);
+    return super.setUp(ctx);
+  }
+}
+
+function claimWorld(): FakeKubeGetter {
+  return new FakeKubeGetter({
+    "/api/v1/namespaces/default/persistentvolumeclaims/c1": {
+      metadata: { name: "c1", namespace: "default", uid: "c1-uid" },
+      spec: { volumeName: "pv-1" },
+      status: { phase: "Bound" },
+    },
+    "/api/v1/persistentvolumes/pv-1": {
+      metadata: { name: "pv-1" },
+      spec: { csi: { driver: "d.example.com", volumeHandle: "h1" }, claimRef: { uid: "c1-uid" } },
+    },
+    "/api/v1/nodes/node-a": { metadata: { name: "node-a" }, status: {} },
+  });
+}
+
+const claimVolume: V1Volume = { name: "data", persistentVolumeClaim: { claimName: "c1" } };
+
+Deno.test("VolumeManager sets a claim up as its PersistentVolume, in a dir named after the PV", async () => {
+  await using f = await fixture();
+  const csi = new FakePvPlugin(f.calls);
+  const vm = f.newManager({ plugins: [f.emptyDir, csi], client: claimWorld(), nodeName: "node-a" });
+  await vm.mountPodVolumes(signal, pod("u1", [claimVolume]));
+  const dir = podVolumeDir(f.pods, "u1", "kubernetes.io/csi", "pv-1");
+  assert.deepEqual(f.calls, ["register u1", `setUp u1/data ${dir}`]);
+  assert.deepEqual(csi.specs, ["pv-1 readOnly=false"]);
+  // Containers find it under the pod's volume name.
+  assert.equal(vm.podVolumes("u1").get("data")?.hostPath, `${dir}#1`);
+  // Another sync keeps it; the PV's dir is not taken for an undesired volume.
+  await vm.mountPodVolumes(signal, pod("u1", [claimVolume]));
+  assert.equal(f.calls.filter((c) => c.startsWith("tearDown")).length, 0);
+  await vm.unmountPodVolumes(signal, "u1");
+  assert.deepEqual(f.calls.slice(-2), [`tearDown u1/pv-1 ${dir}`, "unregister u1"]);
+});
+
+Deno.test("VolumeManager keeps a mounted claim while its claim cannot be read (after a restart)", async () => {
+  await using f = await fixture();
+  const csi = new FakePvPlugin(f.calls);
+  const client = claimWorld();
+  await f.newManager({ plugins: [f.emptyDir, csi], client, nodeName: "node-a" })
+    .mountPodVolumes(signal, pod("u1", [claimVolume]));
+  // The agent restarts while the apiserver has lost the claim (or cannot be reached).
+  client.objects.delete("/api/v1/namespaces/default/persistentvolumeclaims/c1");
+  const restarted = f.newManager({ plugins: [f.emptyDir, csi], client, nodeName: "node-a" });
+  await assert.rejects(restarted.mountPodVolumes(signal, pod("u1", [claimVolume])), {
+    message: "unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: " +
+      'error processing PVC default/c1: failed to fetch PVC from API server: persistentvolumeclaims "c1" not found',
+  });
+  assert.equal(f.calls.filter((c) => c.startsWith("tearDown")).length, 0, f.calls.join("\n"));
+  assert.ok(await Deno.stat(podVolumeDir(f.pods, "u1", "kubernetes.io/csi", "pv-1")));
+});
+
+Deno.test("VolumeManager sets up an attachable volume once it is reported in use and attached", async () => {
+  await using f = await fixture();
+  const csi = new FakePvPlugin(f.calls);
+  csi.attachable = true;
+  const client = claimWorld();
+  const vm = f.newManager({ plugins: [f.emptyDir, csi], client, nodeName: "node-a" });
+  const unique = "kubernetes.io/csi/d.example.com^h1";
+  // Nothing is reported before the volumes on disk were looked at.
+  assert.equal(vm.volumesInUse(), undefined);
+  await vm.reconstruct(signal);
+  assert.deepEqual(vm.volumesInUse(), []);
+  await assert.rejects(vm.mountPodVolumes(signal, pod("u1", [claimVolume])), {
+    message: "unmounted volumes=[data], unattached volumes=[data], failed to process volumes=[]: " +
+      `Volume has not been added to the list of VolumesInUse in the node's volume status for volume "pv-1" `,
+  });
+  // The node status reports what the pod wants attached, before anything is mounted.
+  assert.deepEqual(vm.volumesInUse(), [unique]);
+  vm.markVolumesReportedInUse(vm.volumesInUse() ?? []);
+  await assert.rejects(vm.mountPodVolumes(signal, pod("u1", [claimVolume])), {
+    message:
+      /unattached volumes=\[data\].*: Volume not attached according to node status for volume "pv-1" $/,
+  });
+  // The attach-detach controller attaches it.
+  client.objects.set("/api/v1/nodes/node-a", {
+    metadata: { name: "node-a" },
+    status: { volumesAttached: [{ name: unique, devicePath: "" }] },
+  });
+  await vm.mountPodVolumes(signal, pod("u1", [claimVolume]));
+  assert.equal(f.calls.filter((c) => c.startsWith("setUp")).length, 1);
+  assert.deepEqual(f.events.map((e) => e.message), [
+    `Volume has not been added to the list of VolumesInUse in the node's volume status for volume "pv-1" `,
+    `Volume not attached according to node status for volume "pv-1" `,
+  ]);
+  // Still in use while mounted, and no longer once torn down.
+  await vm.unmountPodVolumes(signal, "u1");
+  assert.deepEqual(vm.volumesInUse(), []);
+});
+
+Deno.test("VolumeManager reports an attachable volume found on disk in use until it is torn down", async () => {
+  await using f = await fixture();
+  const csi = new FakePvPlugin(f.calls);
+  csi.attachable = true;
+  const client = claimWorld();
+  const unique = "kubernetes.io/csi/d.example.com^h1";
+  client.objects.set("/api/v1/nodes/node-a", {
+    metadata: { name: "node-a" },
+    status: { volumesAttached: [{ name: unique, devicePath: "" }] },
+  });
+  const before = f.newManager({ plugins: [f.emptyDir, csi], client, nodeName: "node-a" });
+  await before.reconstruct(signal);
+  before.markVolumesReportedInUse([unique]);
+  await before.mountPodVolumes(signal, pod("u1", [claimVolume]));
+  // The agent restarts: the volume is still mounted, so the node must keep it in use.
+  const after = f.newManager({ plugins: [f.emptyDir, csi], client, nodeName: "node-a" });
+  assert.equal(after.volumesInUse(), undefined);
+  await after.reconstruct(signal);
+  assert.deepEqual(after.volumesInUse(), [unique]);
+  await after.unmountPodVolumes(signal, "u1");
+  assert.deepEqual(after.volumesInUse(), []);
 });

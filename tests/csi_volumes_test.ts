@@ -1,0 +1,520 @@
+/**
+ * CSI volumes end to end: our agent on real containerd with the real apiserver and
+ * kube-controller-manager (its PersistentVolume binder binds the claims, its attach-detach
+ * controller creates and deletes the VolumeAttachments of attachable volumes and records them in
+ * node.status.volumesAttached), and a CSI driver registered through the plugin manager.
+ *
+ * - A claim's data outlives its pod: staged at the global mount, published into the pod, written,
+ *   unpublished and unstaged when the pod goes, and there again in the next pod.
+ * - An inline CSI ephemeral volume gets the pod's identity in its volume context.
+ * - An attachable volume is reported in node.status.volumesInUse, waits for its VolumeAttachment,
+ *   gets the attachment metadata as publish context, and is detached after its pod.
+ * - A driver away during a mount: FailedMount, then mounted once it is back.
+ * - A kubelet restart with a mounted volume keeps it, and its pod's deletion still tears it down.
+ *
+ * The driver and its registrar are the test's own (tests/csi_hostpath_driver.ts,
+ * tests/csi_registrar.ts): the Go module proxy this suite builds from refuses
+ * csi-driver-host-path and node-driver-registrar at every version (tests/csi_build.ts). With no
+ * csi-attacher the test marks VolumeAttachments attached itself, as external-attacher would.
+ */
+
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { join } from "node:path";
+import * as grpc from "@grpc/grpc-js";
+import type { V1Node, V1Pod, V1VolumeAttachment } from "@kubernetes/client-node";
+import type { KubeClient } from "../src/client/kube_client.ts";
+import { isStatus } from "../src/client/kube_client.ts";
+import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
+import { type ControlPlane, startControlPlane } from "./control_plane.ts";
+import {
+  type ControllerManager,
+  FAST_VOLUME_CONTROLLER_ARGS,
+  startControllerManager,
+} from "./controller_manager.ts";
+import { type HostPathDriver, startHostPathDriver } from "./csi_hostpath_driver.ts";
+import { type Registrar, startRegistrar } from "./csi_registrar.ts";
+import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
+import {
+  e2eSuite,
+  getPod,
+  poll,
+  startNodeAgent,
+  SYNC_LOOP_STARTED,
+  waitPod,
+  waitPodGone,
+} from "./node_harness.ts";
+import { requireRoot } from "./requirements.ts";
+
+const gate = await requireRoot("CSI volume e2e tests", ["containerd", "runc", "go", "mount"]);
+const NODE = "kts-csi-volumes";
+const NS = "default";
+/** The driver that needs no attachment (its CSIDriver says so) and takes inline volumes. */
+const HOSTPATH = "hostpath.csi.kubelet-ts.test";
+/** A driver without a CSIDriver object: its volumes are attached first. */
+const ATTACHED = "attached.csi.kubelet-ts.test";
+
+interface World {
+  readonly dir: string;
+  readonly cp: ControlPlane;
+  readonly kcm: ControllerManager;
+  readonly containerd: ContainerdHandle;
+  agent: RunningAgent;
+  readonly args: string[];
+  readonly rootDir: string;
+  readonly drivers: Record<string, { driver: HostPathDriver; registrar: Registrar }>;
+}
+
+const suite = e2eSuite<World>({
+  name: "csi volumes",
+  gate,
+  userAgent: "csi-volumes-e2e-test",
+  async start() {
+    const dir = await Deno.makeTempDir({ prefix: "csi-volumes-e2e-" });
+    const stack = new AsyncDisposableStack();
+    try {
+      const cp = stack.use(await startControlPlane({ dir: join(dir, "cp"), nodeNames: [NODE] }));
+      await Deno.mkdir(join(dir, "kcm"));
+      const kcm = stack.use(
+        await startControllerManager({
+          cp,
+          dir: join(dir, "kcm"),
+          extraArgs: FAST_VOLUME_CONTROLLER_ARGS,
+        }),
+      );
+      const socket = join(dir, "containerd", "containerd.sock");
+      const containerd = stack.use(await startContainerd({ dir: join(dir, "containerd"), socket }));
+      await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE] });
+      const { agent, args } = await startNodeAgent({
+        cp,
+        dir,
+        nodeName: NODE,
+        endpoint: containerd.endpoint,
+        // volumesInUse reaches the node status sooner than upstream's 10 s default.
+        configLines: ["nodeStatusUpdateFrequency: 2s"],
+      });
+      const rootDir = join(dir, "root");
+      const drivers: World["drivers"] = {};
+      for (const name of [HOSTPATH, ATTACHED]) {
+        const driverSocket = join(rootDir, "plugins", name, "csi.sock");
+        const driver = stack.use(
+          await startHostPathDriver({
+            dir: join(dir, name),
+            socket: driverSocket,
+            name,
+            nodeId: NODE,
+          }),
+        );
+        const registrar = stack.use(
+          await startRegistrar({
+            socket: join(rootDir, "plugins_registry", `${name}-reg.sock`),
+            name,
+            endpoint: driverSocket,
+          }),
+        );
+        drivers[name] = { driver, registrar };
+      }
+      for (const { registrar } of Object.values(drivers)) {
+        await poll(
+          "the driver registered",
+          () => Promise.resolve(registrar.notified.length > 0 || undefined),
+          60_000,
+          250,
+        );
+      }
+      await createObject(cp, {
+        apiVersion: "storage.k8s.io/v1",
+        kind: "CSIDriver",
+        metadata: { name: HOSTPATH },
+        spec: {
+          attachRequired: false,
+          podInfoOnMount: true,
+          volumeLifecycleModes: ["Persistent", "Ephemeral"],
+          fsGroupPolicy: "File",
+        },
+      });
+      stack.move();
+      return { dir, cp, kcm, containerd, agent, args, rootDir, drivers };
+    } catch (e) {
+      await stack.disposeAsync();
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+      throw e;
+    }
+  },
+});
+const e2e = suite.test;
+
+async function createObject(cp: ControlPlane, object: unknown): Promise<void> {
+  const r = await cp.kubectl(["create", "-f", "-"], { stdin: JSON.stringify(object) });
+  assert.equal(r.code, 0, r.stderr);
+}
+
+function sha256(s: string): string {
+  return createHash("sha256").update(s).digest("hex");
+}
+
+/** A pre-provisioned volume of `driver`, its PV and its claim, bound by the PV binder. */
+async function claimFor(
+  w: World,
+  api: KubeClient,
+  driver: string,
+  handle: string,
+  claim: string,
+): Promise<string> {
+  await w.drivers[driver]!.driver.createVolume(handle);
+  const pv = `pv-${claim}`;
+  await createObject(w.cp, {
+    apiVersion: "v1",
+    kind: "PersistentVolume",
+    metadata: { name: pv },
+    spec: {
+      capacity: { storage: "1Gi" },
+      accessModes: ["ReadWriteOnce"],
+      storageClassName: "",
+      persistentVolumeReclaimPolicy: "Retain",
+      claimRef: { namespace: NS, name: claim },
+      csi: { driver, volumeHandle: handle, volumeAttributes: { kind: "test" } },
+    },
+  });
+  await createObject(w.cp, {
+    apiVersion: "v1",
+    kind: "PersistentVolumeClaim",
+    metadata: { name: claim, namespace: NS },
+    spec: {
+      accessModes: ["ReadWriteOnce"],
+      storageClassName: "",
+      volumeName: pv,
+      resources: { requests: { storage: "1Gi" } },
+    },
+  });
+  await poll(
+    `claim ${claim} bound`,
+    async () => {
+      const c = await api.get<{ status?: { phase?: string } }>(
+        `/api/v1/namespaces/${NS}/persistentvolumeclaims/${claim}`,
+      );
+      return c.status?.phase === "Bound" || undefined;
+    },
+    60_000,
+    250,
+  );
+  return pv;
+}
+
+/** A pod on the node running `script`, with `volume` mounted at /data. */
+async function podWith(w: World, name: string, volume: unknown, script: string): Promise<void> {
+  await createObject(w.cp, {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: { name, namespace: NS },
+    spec: {
+      nodeName: NODE,
+      terminationGracePeriodSeconds: 1,
+      securityContext: { fsGroup: 2000 },
+      containers: [{
+        name: "main",
+        image: BUSYBOX_IMAGE,
+        command: ["sh", "-c", script],
+        volumeMounts: [{ name: "data", mountPath: "/data" }],
+      }],
+      volumes: [{ name: "data", ...(volume as object) }],
+    },
+  });
+}
+
+async function waitRunning(api: KubeClient, name: string): Promise<V1Pod> {
+  return await waitPod(api, NS, name, "Running", (p) => p.status?.phase === "Running", 90_000);
+}
+
+async function deletePod(w: World, api: KubeClient, name: string): Promise<void> {
+  const r = await w.cp.kubectl(["delete", "pod", name, "-n", NS, "--wait=false"]);
+  assert.equal(r.code, 0, r.stderr);
+  await waitPodGone(api, NS, name, 90_000);
+}
+
+async function sh(w: World, pod: string, script: string): Promise<string> {
+  const r = await w.cp.kubectl(["exec", pod, "-n", NS, "--", "sh", "-c", script]);
+  assert.equal(r.code, 0, r.stderr);
+  return r.stdout;
+}
+
+function calls(w: World, driver: string, method: string): Record<string, unknown>[] {
+  return w.drivers[driver]!.driver.calls.filter((c) => c.method === method)
+    .map((c) => c.request as Record<string, unknown>);
+}
+
+/** Mount points under the agent's root dir, from the host's mount table. */
+async function mountsUnder(w: World): Promise<string[]> {
+  const table = await Deno.readTextFile("/proc/self/mountinfo");
+  return table.split("\n").map((l) => l.split(" ")[4] ?? "").filter((m) => m.startsWith(w.rootDir));
+}
+
+async function exists(path: string): Promise<boolean> {
+  return await Deno.lstat(path).then(() => true, () => false);
+}
+
+e2e("a claim's data outlives its pod: staged, published, unpublished, unstaged", async (w, api) => {
+  const pv = await claimFor(w, api, HOSTPATH, "vol-persist", "persist");
+  await podWith(
+    w,
+    "writer",
+    { persistentVolumeClaim: { claimName: "persist" } },
+    "echo hello > /data/f; sleep 3600",
+  );
+  const writer = await waitRunning(api, "writer");
+  const uid = writer.metadata!.uid!;
+  const staging = join(
+    w.rootDir,
+    "plugins",
+    "kubernetes.io/csi",
+    HOSTPATH,
+    sha256("vol-persist"),
+    "globalmount",
+  );
+  const target = join(w.rootDir, "pods", uid, "volumes", "kubernetes.io~csi", pv, "mount");
+  const [stage] = calls(w, HOSTPATH, "NodeStageVolume");
+  assert.equal(stage?.stagingTargetPath, staging);
+  assert.deepEqual(stage?.volumeContext, { kind: "test" });
+  const publish = calls(w, HOSTPATH, "NodePublishVolume").find((c) => c.targetPath === target);
+  assert.ok(publish, `NodePublishVolume into ${target}`);
+  assert.equal(publish.stagingTargetPath, staging);
+  // podInfoOnMount: the pod's identity joins the PV's attributes.
+  assert.deepEqual(publish.volumeContext, {
+    kind: "test",
+    "csi.storage.k8s.io/pod.name": "writer",
+    "csi.storage.k8s.io/pod.namespace": NS,
+    "csi.storage.k8s.io/pod.uid": uid,
+    "csi.storage.k8s.io/serviceAccount.name": "default",
+    "csi.storage.k8s.io/ephemeral": "false",
+  });
+  const volData = JSON.parse(await Deno.readTextFile(join(target, "..", "vol_data.json")));
+  assert.equal(volData.volumeHandle, "vol-persist");
+  assert.equal(volData.specVolID, pv);
+  await poll(
+    "the file in the driver's volume",
+    async () => {
+      const text = await Deno.readTextFile(
+        join(w.drivers[HOSTPATH]!.driver.volumePath("vol-persist"), "f"),
+      ).catch(() => "");
+      return text === "hello\n" || undefined;
+    },
+    30_000,
+    250,
+  );
+  // fsGroupPolicy File: the kubelet gave the pod's fsGroup the volume.
+  assert.equal((await Deno.stat(target)).gid, 2000);
+
+  await deletePod(w, api, "writer");
+  await poll(
+    "unstaged",
+    () => Promise.resolve(calls(w, HOSTPATH, "NodeUnstageVolume").length > 0 || undefined),
+    30_000,
+    250,
+  );
+  assert.deepEqual(
+    calls(w, HOSTPATH, "NodeUnpublishVolume").map((c) => c.targetPath),
+    [target],
+  );
+  assert.equal(await exists(staging), false, "the global mount is removed");
+  assert.deepEqual(await mountsUnder(w), [], "no mount is left behind");
+
+  await podWith(w, "reader", { persistentVolumeClaim: { claimName: "persist" } }, "sleep 3600");
+  await waitRunning(api, "reader");
+  assert.equal(await sh(w, "reader", "cat /data/f"), "hello\n");
+  await deletePod(w, api, "reader");
+});
+
+e2e(
+  "an inline CSI ephemeral volume is published with the pod's identity and unpublished after it",
+  async (w, api) => {
+    await podWith(
+      w,
+      "inline",
+      { csi: { driver: HOSTPATH, volumeAttributes: { size: "small" } } },
+      "echo x > /data/x; sleep 3600",
+    );
+    const pod = await waitRunning(api, "inline");
+    const uid = pod.metadata!.uid!;
+    const handle = `csi-${sha256(`${uid}data`)}`;
+    const publish = calls(w, HOSTPATH, "NodePublishVolume").find((c) => c.volumeId === handle);
+    assert.ok(publish, "NodePublishVolume of the inline volume");
+    assert.equal(
+      publish.targetPath,
+      join(w.rootDir, "pods", uid, "volumes", "kubernetes.io~csi", "data", "mount"),
+    );
+    assert.equal(publish.stagingTargetPath, "");
+    assert.equal(
+      (publish.volumeContext as Record<string, string>)["csi.storage.k8s.io/ephemeral"],
+      "true",
+    );
+    assert.equal((publish.volumeContext as Record<string, string>).size, "small");
+    assert.equal(
+      calls(w, HOSTPATH, "NodeStageVolume").filter((c) => c.volumeId === handle).length,
+      0,
+    );
+    assert.equal(await sh(w, "inline", "cat /data/x"), "x\n");
+    await deletePod(w, api, "inline");
+    await poll(
+      "unpublished",
+      () =>
+        Promise.resolve(
+          calls(w, HOSTPATH, "NodeUnpublishVolume").some((c) => c.volumeId === handle) || undefined,
+        ),
+      30_000,
+      250,
+    );
+  },
+);
+
+e2e(
+  "an attachable volume is reported in use, waits for its VolumeAttachment and is detached after its pod",
+  async (w, api) => {
+    const pv = await claimFor(w, api, ATTACHED, "vol-attach", "attach");
+    const unique = `kubernetes.io/csi/${ATTACHED}^vol-attach`;
+    const vaName = `csi-${sha256(`vol-attach${ATTACHED}${NODE}`)}`;
+    await podWith(w, "attached", { persistentVolumeClaim: { claimName: "attach" } }, "sleep 3600");
+    await poll(
+      "volumesInUse on the node",
+      async () => {
+        const node = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+        return node.status?.volumesInUse?.includes(unique) || undefined;
+      },
+      60_000,
+      250,
+    );
+    // The attach-detach controller asks for the attachment; no attacher runs, so nothing mounts.
+    const va = await poll(
+      "the VolumeAttachment",
+      async () => {
+        try {
+          return await api.get<V1VolumeAttachment>(
+            `/apis/storage.k8s.io/v1/volumeattachments/${vaName}`,
+          );
+        } catch (e) {
+          if (isStatus(e, 404)) return undefined;
+          throw e;
+        }
+      },
+      60_000,
+      250,
+    );
+    assert.equal(va.spec.source.persistentVolumeName, pv);
+    assert.equal((await getPod(api, NS, "attached")).status?.phase, "Pending");
+    assert.equal(calls(w, ATTACHED, "NodePublishVolume").length, 0);
+    // As external-attacher would: attached, with metadata for the node plugin.
+    await api.patch(`/apis/storage.k8s.io/v1/volumeattachments/${vaName}/status`, {
+      status: { attached: true, attachmentMetadata: { devicePath: "/dev/fake0" } },
+    }, "merge");
+    await waitRunning(api, "attached");
+    const [stage] = calls(w, ATTACHED, "NodeStageVolume");
+    assert.deepEqual(stage?.publishContext, { devicePath: "/dev/fake0" });
+    const node = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+    assert.ok(node.status?.volumesAttached?.some((v) => v.name === unique), "volumesAttached");
+
+    await deletePod(w, api, "attached");
+    await poll(
+      "volumesInUse cleared",
+      async () => {
+        const n = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+        return !(n.status?.volumesInUse ?? []).includes(unique) || undefined;
+      },
+      60_000,
+      250,
+    );
+    await poll(
+      "the VolumeAttachment deleted (detached)",
+      async () => {
+        try {
+          await api.get(`/apis/storage.k8s.io/v1/volumeattachments/${vaName}`);
+          return undefined;
+        } catch (e) {
+          return isStatus(e, 404) || undefined;
+        }
+      },
+      90_000,
+      500,
+    );
+  },
+);
+
+e2e("a driver away during a mount: FailedMount, then mounted once it is back", async (w, api) => {
+  await claimFor(w, api, HOSTPATH, "vol-restart", "restart");
+  const { driver } = w.drivers[HOSTPATH]!;
+  driver.failNext("NodePublishVolume", grpc.status.UNAVAILABLE, "driver restarting");
+  await podWith(w, "retried", { persistentVolumeClaim: { claimName: "restart" } }, "sleep 3600");
+  await poll(
+    "a FailedMount event",
+    async () => {
+      const list = await api.get<
+        { items: { reason?: string; message?: string; involvedObject: { name?: string } }[] }
+      >(
+        `/api/v1/namespaces/${NS}/events`,
+      );
+      return list.items.some((e) =>
+        e.involvedObject.name === "retried" && e.reason === "FailedMount" &&
+        /MountVolume\.SetUp failed for volume "pv-restart" : rpc error: code = Unavailable desc = driver restarting/
+          .test(e.message ?? "")
+      ) || undefined;
+    },
+    60_000,
+    250,
+  );
+  await waitRunning(api, "retried");
+  await deletePod(w, api, "retried");
+});
+
+e2e(
+  "a kubelet restart keeps a mounted volume, and the pod's deletion still tears it down",
+  async (w, api) => {
+    await claimFor(w, api, HOSTPATH, "vol-kubelet", "kubelet");
+    await podWith(
+      w,
+      "survivor",
+      { persistentVolumeClaim: { claimName: "kubelet" } },
+      "echo kept > /data/k; sleep 3600",
+    );
+    const before = await waitRunning(api, "survivor");
+    const unpublishedBefore = calls(w, HOSTPATH, "NodeUnpublishVolume").length;
+    w.agent.process.kill("SIGKILL");
+    await w.agent.process.status;
+    w.agent = spawnAgent(w.args);
+    await w.agent.waitFor(SYNC_LOOP_STARTED, 60_000);
+    // The pod keeps running with its data; nothing was unpublished.
+    await new Promise((r) => setTimeout(r, 5_000));
+    const after = await getPod(api, NS, "survivor");
+    assert.equal(
+      after.status?.containerStatuses?.[0]?.restartCount,
+      before.status?.containerStatuses?.[0]?.restartCount,
+    );
+    assert.equal(await sh(w, "survivor", "cat /data/k"), "kept\n");
+    assert.equal(calls(w, HOSTPATH, "NodeUnpublishVolume").length, unpublishedBefore);
+    await deletePod(w, api, "survivor");
+    await poll(
+      "unpublished and unstaged",
+      () =>
+        Promise.resolve(
+          calls(w, HOSTPATH, "NodeUnstageVolume").some((c) => c.volumeId === "vol-kubelet") ||
+            undefined,
+        ),
+      30_000,
+      250,
+    );
+    assert.deepEqual(await mountsUnder(w), [], "no mount is left behind");
+  },
+);
+
+suite.teardown("teardown", async (w) => {
+  for (const { registrar, driver } of Object.values(w.drivers)) {
+    await registrar.stop();
+    await driver.stop();
+  }
+  await w.kcm.stop();
+  await w.containerd.stop();
+  // A mount a failed test left behind would keep w.dir from going.
+  const left = (await mountsUnder(w)).sort((a, b) => b.length - a.length);
+  for (const point of left) {
+    await new Deno.Command("umount", { args: ["-l", point], stdout: "null", stderr: "null" })
+      .output();
+  }
+});
