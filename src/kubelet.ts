@@ -644,6 +644,8 @@ export class Kubelet {
           podLogsDirectory: config.podLogsDir,
           machine,
           volumeStatsAggPeriodMs: config.volumeStatsAggPeriod,
+          volumesWithMetrics: (uid) => pods.volumeManager.volumesWithMetrics(uid),
+          recorder,
           kubeletCgroups: config.kubeletCgroups,
           housekeepingIntervalMs: flags.housekeepingInterval,
           cgroupDriver: config.cgroupDriver,
@@ -653,6 +655,7 @@ export class Kubelet {
           logger,
         });
         this.#stats = stats;
+        this.metrics?.volumeStats.setSource((s) => stats.provider.claimVolumeStats(s));
         running.push(stats.run(signal));
       } catch (e) {
         // Pods still run; the statistics endpoints answer with this reason, and garbage

@@ -318,6 +318,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
         podsDirectory,
         mounter,
         logger,
+        volumeHealth: o.config.featureGates?.CSIVolumeHealth === true,
       }),
     ],
     recorder,

@@ -25,7 +25,7 @@ import type { ImageManagerService } from "./cri/remote_image.ts";
 import type { RuntimeService } from "./cri/remote_runtime.ts";
 import { httpError, type Route } from "./server/server.ts";
 import { statsRoutes } from "./server/stats.ts";
-import { type StatsPod, StatsProvider } from "./stats/provider.ts";
+import { type StatsPod, StatsProvider, type StatsProviderOptions } from "./stats/provider.ts";
 import {
   SYSTEM_CONTAINER_KUBELET,
   SYSTEM_CONTAINER_MISC,
@@ -82,6 +82,10 @@ export interface KubeletStatsOptions {
       >
     >;
   readonly volumeStatsAggPeriodMs?: number;
+  /** The pod volumes that report their own usage (the volume manager's CSI volumes). */
+  readonly volumesWithMetrics?: StatsProviderOptions["volumesWithMetrics"];
+  /** Where VolumeConditionAbnormal events go. @default none */
+  readonly recorder?: StatsProviderOptions["recorder"];
   readonly clock: Clock;
   readonly logger: Logger;
   /** The layout, for tests. @default detected from /proc/self/mountinfo */
@@ -224,6 +228,8 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     memoryCapacityBytes: o.machine.memoryCapacity,
     swapCapacityBytes: o.machine.swapCapacity,
     volumeStatsAggPeriodMs: o.volumeStatsAggPeriodMs,
+    ...(o.volumesWithMetrics ? { volumesWithMetrics: o.volumesWithMetrics } : {}),
+    ...(o.recorder ? { recorder: o.recorder } : {}),
     clock: o.clock,
     logger: o.logger,
     root: o.root,

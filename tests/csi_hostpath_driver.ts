@@ -433,7 +433,8 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
           }
           await save();
         }
-        return { capacityBytes: BigInt(vol.capacityBytes), nodeExpansionRequired: vol.block };
+        // As csi-driver-host-path: the node grows every volume too (NodeExpandVolume).
+        return { capacityBytes: BigInt(vol.capacityBytes), nodeExpansionRequired: true };
       }),
     validateVolumeCapabilities: (req) => {
       const m = "ValidateVolumeCapabilities";

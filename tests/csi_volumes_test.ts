@@ -22,8 +22,16 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
-import type { V1Node, V1Pod, V1VolumeAttachment } from "@kubernetes/client-node";
+import type {
+  CoreV1Event,
+  V1Node,
+  V1PersistentVolume,
+  V1PersistentVolumeClaim,
+  V1Pod,
+  V1VolumeAttachment,
+} from "@kubernetes/client-node";
 import type { KubeClient } from "../src/client/kube_client.ts";
+import type { VolumeStats } from "../src/apis/stats_types.ts";
 import { isStatus } from "../src/client/kube_client.ts";
 import { type RunningAgent, spawnAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
@@ -36,6 +44,7 @@ import {
 import { type HostPathDriver, startHostPathDriver } from "./csi_hostpath_driver.ts";
 import { type Registrar, startRegistrar } from "./csi_registrar.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
+import { CSI_COMPONENTS, ensureCsiImages } from "./csi_build.ts";
 import {
   e2eSuite,
   getPod,
@@ -54,6 +63,59 @@ const NS = "default";
 const HOSTPATH = "hostpath.csi.kubelet-ts.test";
 /** A driver without a CSIDriver object: its volumes are attached first. */
 const ATTACHED = "attached.csi.kubelet-ts.test";
+/** The StorageClass of HOSTPATH's dynamically provisioned volumes. */
+const STORAGE_CLASS = "hostpath";
+/** The kubernetes-csi sidecars the controller pod runs. */
+const SIDECARS = ["csi-provisioner", "csi-attacher", "csi-resizer"];
+
+/**
+ * The drivers' controller sidecars as one pod on the node, as upstream's e2e deploys them (a
+ * StatefulSet's pod there): csi-provisioner and csi-resizer for HOSTPATH, csi-attacher for
+ * ATTACHED, each at its driver's socket. They reach the apiserver on the host's loopback with
+ * the admin kubeconfig (hostNetwork; the control plane's files at their own paths).
+ */
+function sidecarPod(cp: ControlPlane, rootDir: string): unknown {
+  const imageOf = (name: string) => CSI_COMPONENTS.find((c) => c.name === name)!.image;
+  const kubeDir = join(cp.adminKubeconfig, "..");
+  const sidecar = (name: string, socketVolume: string) => ({
+    name,
+    image: imageOf(name),
+    args: [
+      "--csi-address=/csi/csi.sock",
+      `--kubeconfig=${cp.adminKubeconfig}`,
+      "--leader-election=false",
+      "--v=4",
+    ],
+    volumeMounts: [
+      { name: socketVolume, mountPath: "/csi" },
+      { name: "kube", mountPath: kubeDir, readOnly: true },
+    ],
+  });
+  const socketVolume = (name: string, driver: string) => ({
+    name,
+    hostPath: { path: join(rootDir, "plugins", driver), type: "Directory" },
+  });
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: { name: "csi-controller", namespace: "kube-system" },
+    spec: {
+      nodeName: NODE,
+      hostNetwork: true,
+      terminationGracePeriodSeconds: 1,
+      containers: [
+        sidecar("csi-provisioner", "hostpath-socket"),
+        sidecar("csi-resizer", "hostpath-socket"),
+        sidecar("csi-attacher", "attached-socket"),
+      ],
+      volumes: [
+        socketVolume("hostpath-socket", HOSTPATH),
+        socketVolume("attached-socket", ATTACHED),
+        { name: "kube", hostPath: { path: kubeDir, type: "Directory" } },
+      ],
+    },
+  };
+}
 
 interface World {
   readonly dir: string;
@@ -86,13 +148,16 @@ const suite = e2eSuite<World>({
       const socket = join(dir, "containerd", "containerd.sock");
       const containerd = stack.use(await startContainerd({ dir: join(dir, "containerd"), socket }));
       await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE] });
+      // The sidecars, built from their Go modules (about 11 minutes the first time, cached).
+      await ensureCsiImages({ components: SIDECARS, containerdSocket: socket });
       const { agent, args } = await startNodeAgent({
         cp,
         dir,
         nodeName: NODE,
         endpoint: containerd.endpoint,
-        // volumesInUse reaches the node status sooner than upstream's 10 s default.
-        configLines: ["nodeStatusUpdateFrequency: 2s"],
+        // volumesInUse reaches the node status sooner, and a pod sync (which grows a mounted
+        // claim) comes sooner, than with upstream's 10 s and 1 min defaults.
+        configLines: ["nodeStatusUpdateFrequency: 2s", "syncFrequency: 10s"],
       });
       const rootDir = join(dir, "root");
       const drivers: World["drivers"] = {};
@@ -123,6 +188,38 @@ const suite = e2eSuite<World>({
           250,
         );
       }
+      await createObject(cp, {
+        apiVersion: "storage.k8s.io/v1",
+        kind: "StorageClass",
+        metadata: { name: STORAGE_CLASS },
+        provisioner: HOSTPATH,
+        allowVolumeExpansion: true,
+        reclaimPolicy: "Delete",
+        volumeBindingMode: "Immediate",
+      });
+      // The admission plugin needs kube-system's service account, which kcm creates shortly.
+      await poll(
+        "the sidecar pod created",
+        async () => {
+          const r = await cp.kubectl(["create", "-f", "-"], {
+            stdin: JSON.stringify(sidecarPod(cp, rootDir)),
+          });
+          if (r.code === 0) return true;
+          if (/serviceaccount.*not found/i.test(r.stderr)) return undefined;
+          throw new Error(`kubectl create: ${r.stderr}`);
+        },
+        60_000,
+        500,
+      );
+      const ready = await cp.kubectl([
+        "wait",
+        "--for=condition=Ready",
+        "pod/csi-controller",
+        "-n",
+        "kube-system",
+        "--timeout=120s",
+      ], { timeoutMs: 130_000 });
+      assert.equal(ready.code, 0, `the sidecars are not ready: ${ready.stderr}`);
       await createObject(cp, {
         apiVersion: "storage.k8s.io/v1",
         kind: "CSIDriver",
@@ -239,15 +336,33 @@ async function sh(w: World, pod: string, script: string): Promise<string> {
   return r.stdout;
 }
 
+/** Waits for an event on pod `name` with `reason` and `message`. */
+async function waitEvent(api: KubeClient, name: string, reason: string, message: string) {
+  await poll(
+    `event ${reason} on ${name}`,
+    async () => {
+      const list = await api.get<{ items: CoreV1Event[] }>(`/api/v1/namespaces/${NS}/events`);
+      return list.items.some((e) =>
+        e.involvedObject.name === name && e.reason === reason && e.message === message
+      ) || undefined;
+    },
+    60_000,
+    500,
+  );
+}
+
 function calls(w: World, driver: string, method: string): Record<string, unknown>[] {
   return w.drivers[driver]!.driver.calls.filter((c) => c.method === method)
     .map((c) => c.request as Record<string, unknown>);
 }
 
-/** Mount points under the agent's root dir, from the host's mount table. */
+/** CSI mount points under the agent's root dir (global and pods'), from the mount table. */
 async function mountsUnder(w: World): Promise<string[]> {
   const table = await Deno.readTextFile("/proc/self/mountinfo");
-  return table.split("\n").map((l) => l.split(" ")[4] ?? "").filter((m) => m.startsWith(w.rootDir));
+  return table.split("\n").map((l) => l.split(" ")[4] ?? "").filter((m) =>
+    m.startsWith(w.rootDir) &&
+    (m.includes("/kubernetes.io~csi/") || m.includes("/kubernetes.io/csi/"))
+  );
 }
 
 async function exists(path: string): Promise<boolean> {
@@ -368,7 +483,7 @@ e2e(
 );
 
 e2e(
-  "an attachable volume is reported in use, waits for its VolumeAttachment and is detached after its pod",
+  "an attachable volume is reported in use, mounted once csi-attacher attached it, and detached after its pod",
   async (w, api) => {
     const pv = await claimFor(w, api, ATTACHED, "vol-attach", "attach");
     const unique = `kubernetes.io/csi/${ATTACHED}^vol-attach`;
@@ -383,7 +498,7 @@ e2e(
       60_000,
       250,
     );
-    // The attach-detach controller asks for the attachment; no attacher runs, so nothing mounts.
+    // The attach-detach controller asks for the attachment.
     const va = await poll(
       "the VolumeAttachment",
       async () => {
@@ -400,15 +515,16 @@ e2e(
       250,
     );
     assert.equal(va.spec.source.persistentVolumeName, pv);
-    assert.equal((await getPod(api, NS, "attached")).status?.phase, "Pending");
-    assert.equal(calls(w, ATTACHED, "NodePublishVolume").length, 0);
-    // As external-attacher would: attached, with metadata for the node plugin.
-    await api.patch(`/apis/storage.k8s.io/v1/volumeattachments/${vaName}/status`, {
-      status: { attached: true, attachmentMetadata: { devicePath: "/dev/fake0" } },
-    }, "merge");
+    assert.equal(va.spec.attacher, ATTACHED);
+    // csi-attacher marks it attached (the driver has no ControllerPublishVolume), the
+    // attach-detach controller lists it in volumesAttached, and the kubelet mounts it.
     await waitRunning(api, "attached");
+    const attached = await api.get<V1VolumeAttachment>(
+      `/apis/storage.k8s.io/v1/volumeattachments/${vaName}`,
+    );
+    assert.equal(attached.status?.attached, true);
     const [stage] = calls(w, ATTACHED, "NodeStageVolume");
-    assert.deepEqual(stage?.publishContext, { devicePath: "/dev/fake0" });
+    assert.deepEqual(stage?.publishContext, attached.status?.attachmentMetadata ?? {});
     const node = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
     assert.ok(node.status?.volumesAttached?.some((v) => v.name === unique), "volumesAttached");
 
@@ -504,6 +620,138 @@ e2e(
   },
 );
 
+e2e(
+  "a claim provisioned by csi-provisioner is mounted, then grown in use by csi-resizer and the node",
+  async (w, api) => {
+    const claim = "dynamic";
+    await createObject(w.cp, {
+      apiVersion: "v1",
+      kind: "PersistentVolumeClaim",
+      metadata: { name: claim, namespace: NS },
+      spec: {
+        accessModes: ["ReadWriteOnce"],
+        storageClassName: STORAGE_CLASS,
+        resources: { requests: { storage: "1Mi" } },
+      },
+    });
+    const bound = await poll(
+      `claim ${claim} bound`,
+      async () => {
+        const c = await api.get<V1PersistentVolumeClaim>(
+          `/api/v1/namespaces/${NS}/persistentvolumeclaims/${claim}`,
+        );
+        return c.status?.phase === "Bound" ? c : undefined;
+      },
+      90_000,
+      250,
+    );
+    const pv = bound.spec?.volumeName ?? "";
+    const created = calls(w, HOSTPATH, "CreateVolume").find((c) => c.name === pv);
+    assert.ok(created, `csi-provisioner asked the driver for ${pv}`);
+    await podWith(
+      w,
+      "grower",
+      { persistentVolumeClaim: { claimName: claim } },
+      "echo grown > /data/g; sleep 3600",
+    );
+    await waitRunning(api, "grower");
+    assert.equal(await sh(w, "grower", "cat /data/g"), "grown\n");
+    // The driver's NodeGetVolumeStats, in the summary with the claim and on /metrics.
+    const uid = (await getPod(api, NS, "grower")).metadata!.uid!;
+    const summary = JSON.parse(
+      await api.getText(`/api/v1/nodes/${NODE}/proxy/stats/summary`),
+    ) as { pods: { podRef: { uid: string }; volume?: VolumeStats[] }[] };
+    const volume = summary.pods.find((p) => p.podRef.uid === uid)?.volume
+      ?.find((v) => v.name === "data");
+    assert.deepEqual(volume?.pvcRef, { name: claim, namespace: NS });
+    assert.ok((volume?.capacityBytes ?? 0) > 0, JSON.stringify(volume));
+    const metrics = await api.getText(`/api/v1/nodes/${NODE}/proxy/metrics`);
+    const sample = new RegExp(
+      `^kubelet_volume_stats_capacity_bytes\\{namespace="${NS}",persistentvolumeclaim="${claim}"\\} (\\S+)$`,
+      "m",
+    ).exec(metrics);
+    assert.equal(Number(sample?.[1]), volume?.capacityBytes, "kubelet_volume_stats_capacity_bytes");
+
+    // The claim asks for more: csi-resizer grows the volume and leaves the node's part pending;
+    // the kubelet grows the file system and finishes the claim.
+    await api.patch(`/api/v1/namespaces/${NS}/persistentvolumeclaims/${claim}`, {
+      spec: { resources: { requests: { storage: "2Mi" } } },
+    }, "merge");
+    const grown = await poll(
+      "the claim's capacity grown",
+      async () => {
+        const c = await api.get<V1PersistentVolumeClaim>(
+          `/api/v1/namespaces/${NS}/persistentvolumeclaims/${claim}`,
+        );
+        return c.status?.capacity?.["storage"] === "2Mi" ? c : undefined;
+      },
+      90_000,
+      500,
+    );
+    assert.equal(grown.status?.allocatedResourceStatuses?.["storage"], undefined);
+    const expand = calls(w, HOSTPATH, "NodeExpandVolume").at(-1);
+    assert.ok(expand, "NodeExpandVolume");
+    assert.equal(
+      expand.volumePath,
+      join(
+        w.rootDir,
+        "pods",
+        (await getPod(api, NS, "grower")).metadata!.uid!,
+        "volumes",
+        "kubernetes.io~csi",
+        pv,
+        "mount",
+      ),
+    );
+    assert.deepEqual(expand.capacityRange, { requiredBytes: 2n * 2n ** 20n, limitBytes: 0n });
+    await waitEvent(
+      api,
+      "grower",
+      "FileSystemResizeSuccess",
+      `MountVolume.NodeExpandVolume succeeded for volume "${pv}" ${NODE}`,
+    );
+    await deletePod(w, api, "grower");
+  },
+);
+
+e2e(
+  "a generic ephemeral volume: its claim made for the pod, provisioned, mounted, and gone with the pod",
+  async (w, api) => {
+    await podWith(w, "scratch", {
+      ephemeral: {
+        volumeClaimTemplate: {
+          spec: {
+            accessModes: ["ReadWriteOnce"],
+            storageClassName: STORAGE_CLASS,
+            resources: { requests: { storage: "1Mi" } },
+          },
+        },
+      },
+    }, "echo tmp > /data/t; sleep 3600");
+    const pod = await waitRunning(api, "scratch");
+    const claim = await api.get<V1PersistentVolumeClaim>(
+      `/api/v1/namespaces/${NS}/persistentvolumeclaims/scratch-data`,
+    );
+    assert.equal(claim.metadata?.ownerReferences?.[0]?.uid, pod.metadata?.uid);
+    assert.equal(await sh(w, "scratch", "cat /data/t"), "tmp\n");
+    const pv = await api.get<V1PersistentVolume>(
+      `/api/v1/persistentvolumes/${claim.spec?.volumeName}`,
+    );
+    const handle = pv.spec?.csi?.volumeHandle;
+    await deletePod(w, api, "scratch");
+    // The garbage collector deletes the claim, and csi-provisioner the volume.
+    await poll(
+      "the driver's volume deleted",
+      () =>
+        Promise.resolve(
+          calls(w, HOSTPATH, "DeleteVolume").some((c) => c.volumeId === handle) || undefined,
+        ),
+      90_000,
+      500,
+    );
+  },
+);
+
 suite.teardown("teardown", async (w) => {
   for (const { registrar, driver } of Object.values(w.drivers)) {
     await registrar.stop();
@@ -512,7 +760,10 @@ suite.teardown("teardown", async (w) => {
   await w.kcm.stop();
   await w.containerd.stop();
   // A mount a failed test left behind would keep w.dir from going.
-  const left = (await mountsUnder(w)).sort((a, b) => b.length - a.length);
+  const table = await Deno.readTextFile("/proc/self/mountinfo");
+  const left = table.split("\n").map((l) => l.split(" ")[4] ?? "")
+    .filter((m) => m.startsWith(`${w.dir}/`))
+    .sort((a, b) => b.length - a.length);
   for (const point of left) {
     await new Deno.Command("umount", { args: ["-l", point], stdout: "null", stderr: "null" })
       .output();

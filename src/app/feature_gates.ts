@@ -63,7 +63,7 @@ export const KUBELET_GATES: Readonly<Record<string, KubeletGate>> = {
   CPUManagerPolicyAlphaOptions: defaultOnly(NO_CPU_MANAGER),
   CPUManagerPolicyBetaOptions: defaultOnly(NO_CPU_MANAGER),
   CRIListStreaming: defaultOnly("containers, sandboxes and images are listed with unary CRI calls"),
-  CSIVolumeHealth: defaultOnly("no CSI volumes: volume health is not reported"),
+  CSIVolumeHealth: honoured("kubelet_pod_lifecycle.ts"),
   ChangeContainerStatusOnKubeletRestart: defaultOnly(
     "running containers keep their started state across a restart of the kubelet",
   ),
@@ -157,7 +157,7 @@ export const KUBELET_GATES: Readonly<Record<string, KubeletGate>> = {
   RuntimeClassInImageCriApi: defaultOnly(
     "images are pulled and listed for the default runtime handler only",
   ),
-  SELinuxMount: defaultOnly("no CSI volumes: nothing is mounted with an SELinux context option"),
+  SELinuxMount: defaultOnly("nothing is mounted with an SELinux context option"),
   StrictIPCIDRValidation: defaultOnly(STATIC_POD_VALIDATION),
   TaintTolerationComparisonOperators: defaultOnly(
     "tolerations with the Gt and Lt operators are not matched at admission and eviction",

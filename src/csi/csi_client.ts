@@ -144,6 +144,30 @@ export class CsiClient {
     );
   }
 
+  /** upstream NodeExpandVolume: the volume at `volumePath` grows to `newSizeBytes`. */
+  async nodeExpandVolume(
+    req: CsiVolumeRequest & {
+      readonly volumePath: string;
+      readonly stagingTargetPath?: string;
+      readonly newSizeBytes: number;
+    },
+    signal?: AbortSignal,
+  ): Promise<void> {
+    if (req.volumeId === "") throw new Error("missing volume id");
+    if (req.volumePath === "") throw new Error("missing volume path");
+    if (req.newSizeBytes < 0) throw new Error("size can not be less than 0");
+    const capability = await this.#capability(req, signal);
+    await this.#call((conn, opts) =>
+      conn.unary(NODE.nodeExpandVolume, {
+        volumeId: req.volumeId,
+        volumePath: req.volumePath,
+        capacityRange: { requiredBytes: BigInt(req.newSizeBytes), limitBytes: 0n },
+        stagingTargetPath: req.stagingTargetPath ?? "",
+        volumeCapability: capability,
+        secrets: { ...req.secrets },
+      }, opts), signal);
+  }
+
   /** upstream NodeGetVolumeStats. */
   nodeGetVolumeStats(
     volumeId: string,

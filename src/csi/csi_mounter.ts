@@ -41,16 +41,20 @@ import { apiErrorText, isStatus, type KubeClient } from "../client/kube_client.t
 import type { Logger } from "../klog/klog.ts";
 import type { Mounter } from "../util/mount.ts";
 import { errorText } from "../util/errors.ts";
-import { NodeServiceCapability_RPC_Type as Cap } from "../../proto/csi/v1/csi.ts";
+import { NodeServiceCapability_RPC_Type as Cap, VolumeUsage_Unit } from "../../proto/csi/v1/csi.ts";
 import {
+  MetricsNotSupportedError,
   type MountedVolume,
+  OperationNotSupportedError,
   specFromVolume,
+  UncertainOperationError,
   type VolumeAttachmentInfo,
   VolumeOperationError,
   type VolumePlugin,
   type VolumeSetUpContext,
   type VolumeSpec,
   type VolumeTearDownContext,
+  type VolumeUsage,
 } from "../volume/plugin.ts";
 import { setVolumeOwnership } from "../volume/empty_dir.ts";
 import { CsiClient, isFinalCsiError } from "./csi_client.ts";
@@ -88,6 +92,10 @@ export interface CsiVolumePluginOptions {
   readonly logger: Logger;
   /** Bounds each driver call. @default CSI_TIMEOUT_MS */
   readonly timeoutMs?: number;
+  /** The CSIVolumeHealth gate: metrics carry the driver's volume condition. @default false */
+  readonly volumeHealth?: boolean;
+  /** The time metrics are taken at. @default Date.now */
+  readonly now?: () => number;
 }
 
 /** upstream log(): the plugin's name before the message. */
@@ -147,6 +155,105 @@ export class CsiVolumePlugin implements VolumePlugin {
     if (!data || data.volumeLifecycleMode !== "Persistent") return undefined;
     if (await this.#skipAttach(data.driverName, signal)) return undefined;
     return { uniqueName: csiUniqueVolumeName(data.driverName, data.volumeHandle) };
+  }
+
+  /**
+   * upstream metricsCsi.GetMetrics: NodeGetVolumeStats of the published volume in `dir`, for a
+   * driver with GET_VOLUME_STATS; its condition too with the CSIVolumeHealth gate and
+   * VOLUME_CONDITION.
+   */
+  async getMetrics(dir: string, signal?: AbortSignal): Promise<VolumeUsage> {
+    const time = (this.#o.now ?? Date.now)();
+    const data = await loadVolumeData(dir);
+    if (!data) throw new Error(log(`no ${VOL_DATA_FILE} in ${dir}`));
+    const client = new CsiClient(this.#o.drivers, data.driverName, this.#o.timeoutMs);
+    const caps = await client.nodeCapabilities(signal);
+    if (!caps.has(Cap.GET_VOLUME_STATS)) {
+      throw new MetricsNotSupportedError(
+        `metrics are not supported for ${data.driverName} volumes`,
+      );
+    }
+    const res = await client.nodeGetVolumeStats(data.volumeHandle, join(dir, MOUNT_DIR), signal);
+    const condition = this.#o.volumeHealth && caps.has(Cap.VOLUME_CONDITION)
+      ? res.volumeCondition ?? { abnormal: false, message: "" }
+      : undefined;
+    if (!condition && res.usage.length === 0) {
+      throw new Error("failed to get usage from response. usage is nil");
+    }
+    let out: VolumeUsage = {
+      time,
+      capacityBytes: 0,
+      availableBytes: 0,
+      usedBytes: 0,
+      inodes: 0,
+      inodesFree: 0,
+      inodesUsed: 0,
+      ...(condition ? { abnormal: condition.abnormal, message: condition.message } : {}),
+    };
+    for (const u of res.usage) {
+      const [total, available, used] = [Number(u.total), Number(u.available), Number(u.used)];
+      if (u.unit === VolumeUsage_Unit.BYTES) {
+        out = { ...out, capacityBytes: total, availableBytes: available, usedBytes: used };
+      } else if (u.unit === VolumeUsage_Unit.INODES) {
+        out = { ...out, inodes: total, inodesFree: available, inodesUsed: used };
+      } else {
+        this.#o.logger.error(null, "unknown unit in VolumeUsage", { unit: u.unit });
+      }
+    }
+    return out;
+  }
+
+  /**
+   * upstream csiPlugin.NodeExpand of a published file system: NodeExpandVolume of the pod's
+   * mount (and the global mount when staged), for a driver with EXPAND_VOLUME.
+   */
+  nodeExpand(
+    spec: VolumeSpec,
+    dir: string,
+    newSizeBytes: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const source = spec.persistentVolume?.spec?.csi;
+    if (!source) {
+      return Promise.reject(
+        new Error(
+          log(
+            "Expander.NodeExpand failed to get CSI persistent source: not a CSI PersistentVolume",
+          ),
+        ),
+      );
+    }
+    const key = csiUniqueVolumeName(source.driver, source.volumeHandle);
+    return this.#serialize(key, async () => {
+      const client = new CsiClient(this.#o.drivers, source.driver, this.#o.timeoutMs);
+      const caps = await client.nodeCapabilities(signal);
+      if (!caps.has(Cap.EXPAND_VOLUME)) {
+        throw new OperationNotSupportedError(
+          `NodeExpand is not supported by the CSI driver ${source.driver}`,
+        );
+      }
+      const secrets = source.nodeExpandSecretRef
+        ? await this.#secret(source.nodeExpandSecretRef, "NodeExpandSecretRef", signal)
+        : {};
+      try {
+        await client.nodeExpandVolume({
+          volumeId: source.volumeHandle,
+          volumePath: join(dir, MOUNT_DIR),
+          newSizeBytes,
+          fsType: source.fsType ?? "",
+          accessMode: spec.persistentVolume?.spec?.accessModes?.[0] ?? "ReadWriteOnce",
+          mountOptions: spec.persistentVolume?.spec?.mountOptions ?? [],
+          secrets,
+          ...(caps.has(Cap.STAGE_UNSTAGE_VOLUME)
+            ? { stagingTargetPath: this.deviceMountPath(source.driver, source.volumeHandle) }
+            : {}),
+        }, signal);
+      } catch (e) {
+        const msg = `Expander.NodeExpand failed to expand the volume : ${errorText(e)}`;
+        if (!isFinalCsiError(e)) throw new UncertainOperationError(msg, { cause: e });
+        throw new Error(msg, { cause: e });
+      }
+    });
   }
 
   setUp(ctx: VolumeSetUpContext): Promise<MountedVolume> {

@@ -24,7 +24,10 @@ import {
 const quiet = createLogger({ write: () => {}, pid: 1 });
 
 /** A driver's Node service that records its calls and mounts nothing. */
-async function fakeDriver(socket: string, opts: { stage: boolean; failPublish?: number }) {
+async function fakeDriver(
+  socket: string,
+  opts: { stage: boolean; failPublish?: number; caps?: number[] },
+) {
   const calls: { method: string; request: Record<string, unknown> }[] = [];
   let failPublish = opts.failPublish;
   const server = new grpc.Server();
@@ -44,7 +47,16 @@ async function fakeDriver(socket: string, opts: { stage: boolean; failPublish?: 
   };
   server.addService(grpcService(NodeDefinition), {
     nodeGetCapabilities: ok("NodeGetCapabilities", {
-      capabilities: opts.stage ? [{ rpc: { type: 1 } }] : [],
+      capabilities: [...(opts.stage ? [1] : []), ...(opts.caps ?? [])].map((type) => ({
+        rpc: { type },
+      })),
+    }),
+    nodeGetVolumeStats: ok("NodeGetVolumeStats", {
+      usage: [
+        { unit: 1, total: 1000n, available: 600n, used: 400n },
+        { unit: 2, total: 50n, available: 45n, used: 5n },
+      ],
+      volumeCondition: { abnormal: true, message: "failing" },
     }),
     nodeStageVolume: ok("NodeStageVolume"),
     nodeUnstageVolume: ok("NodeUnstageVolume"),
@@ -80,10 +92,15 @@ function pv(driver: string): V1PersistentVolume {
   };
 }
 
-async function world(stage: boolean, objects: Record<string, unknown> = {}, failPublish?: number) {
+async function world(
+  stage: boolean,
+  objects: Record<string, unknown> = {},
+  failPublish?: number,
+  extra: { caps?: number[]; volumeHealth?: boolean } = {},
+) {
   const dir = await Deno.makeTempDir({ prefix: "csi-mounter-" });
   const socket = join(dir, "csi.sock");
-  const driver = await fakeDriver(socket, { stage, failPublish });
+  const driver = await fakeDriver(socket, { stage, failPublish, caps: extra.caps });
   const drivers = new CsiDrivers();
   drivers.set("d.example.com", {
     endpoint: socket,
@@ -98,6 +115,8 @@ async function world(stage: boolean, objects: Record<string, unknown> = {}, fail
     podsDirectory: join(dir, "pods"),
     mounter: { mountAt: () => Promise.resolve(undefined) },
     logger: quiet,
+    volumeHealth: extra.volumeHealth ?? false,
+    now: () => 1234,
   });
   return {
     dir,
@@ -262,4 +281,45 @@ Deno.test("CsiVolumePlugin refuses an inline volume of a driver without the Ephe
         "kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name other.example.com not found in the list of registered CSI drivers",
     },
   );
+});
+
+Deno.test("CsiVolumePlugin.getMetrics asks NodeGetVolumeStats of the published volume, its condition with the gate", async () => {
+  const objects = {
+    "/apis/storage.k8s.io/v1/csidrivers/d.example.com": { spec: { attachRequired: false } },
+  };
+  const spec = {
+    name: "pv-1",
+    volume: { name: "data" },
+    persistentVolume: pv("d.example.com"),
+    readOnly: false,
+  };
+  // Without GET_VOLUME_STATS: not supported (left out of the summary, nothing logged).
+  {
+    await using w = await world(false, objects);
+    const dir = join(w.dir, "pods", "pod-1", "v");
+    await w.plugin.setUp({ pod, volume: spec.volume, spec, dir });
+    await assert.rejects(w.plugin.getMetrics(dir), {
+      name: "MetricsNotSupportedError",
+      message: "metrics are not supported for d.example.com volumes",
+    });
+  }
+  for (const volumeHealth of [false, true]) {
+    await using w = await world(false, objects, undefined, { caps: [2, 4], volumeHealth });
+    const dir = join(w.dir, "pods", "pod-1", "v");
+    await w.plugin.setUp({ pod, volume: spec.volume, spec, dir });
+    const usage = await w.plugin.getMetrics(dir);
+    assert.deepEqual(usage, {
+      time: 1234,
+      capacityBytes: 1000,
+      availableBytes: 600,
+      usedBytes: 400,
+      inodes: 50,
+      inodesFree: 45,
+      inodesUsed: 5,
+      ...(volumeHealth ? { abnormal: true, message: "failing" } : {}),
+    });
+    const req = w.driver.calls.find((c) => c.method === "NodeGetVolumeStats")!.request;
+    assert.equal(req.volumeId, "h1");
+    assert.equal(req.volumePath, join(dir, "mount"));
+  }
 });

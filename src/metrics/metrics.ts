@@ -34,6 +34,7 @@ import { VolumeMetrics } from "./volume_metrics.ts";
 import { ImageMetrics } from "./image_metrics.ts";
 import { DraMetrics } from "./dra_metrics.ts";
 import { PluginManagerMetrics } from "./plugin_manager_metrics.ts";
+import { VolumeStatsMetrics } from "./volume_stats_metrics.ts";
 import { ComponentMetrics, CountingRegistry } from "./component_metrics.ts";
 import { RestClientMetrics } from "./rest_client_metrics.ts";
 import { WorkqueueMetrics } from "./workqueue_metrics.ts";
@@ -135,6 +136,8 @@ export class KubeletMetrics {
   readonly dra: DraMetrics;
   /** plugin_manager_total_plugins: the plugin manager's caches (plugin_manager_metrics.ts). */
   readonly pluginManager: PluginManagerMetrics;
+  /** kubelet_volume_stats_*, read from the stats provider once it runs. */
+  readonly volumeStats: VolumeStatsMetrics;
   /** kubelet_credential_provider_plugin_{duration,errors_total}{plugin_name}: each plugin run. */
   readonly credentialProviderPluginDuration: Histogram;
   readonly credentialProviderPluginErrors: Counter;
@@ -409,6 +412,7 @@ export class KubeletMetrics {
     this.image = new ImageMetrics(r);
     this.dra = new DraMetrics(r);
     this.pluginManager = new PluginManagerMetrics(r);
+    this.volumeStats = new VolumeStatsMetrics(r);
     this.credentialProviderPluginDuration = histogram(
       "kubelet_credential_provider_plugin_duration",
       "Duration of execution in seconds for credential provider plugin",

@@ -9,10 +9,12 @@
  * volume counts.
  *
  * `reconstruct_volume_operations_*` and `force_cleaned_failed_volume_operation*` stay 0 here:
- * our volume manager has no start-up reconstruction step. After a restart its actual state
- * starts empty; volumes found on disk are torn down straight from their directories when their
- * pod is gone, and volumes of pods still wanted are set up again (every plugin's SetUp is
- * idempotent), so no volume is ever reconstructed or force-cleaned after a failed
+ * our volume manager reconstructs no volume into its actual state. After a restart that state
+ * starts empty; the start-up look at the disk only finds the attachable volumes still mounted,
+ * for node.status.volumesInUse; volumes found on disk are torn down straight from their
+ * directories (a CSI volume's `vol_data.json` says how) when their pod is gone, and volumes of
+ * pods still wanted are set up again (every plugin's SetUp is idempotent, a CSI volume is staged
+ * and published again), so no volume is ever reconstructed or force-cleaned after a failed
  * reconstruction.
  *
  * Corresponds to upstream `pkg/volume/util/metrics.go`

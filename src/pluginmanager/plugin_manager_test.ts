@@ -267,6 +267,9 @@ Deno.test("PluginManager deregisters a plugin whose socket is removed, and re-re
   await until("found", () => t.manager.states().desired.length === 1);
   t.tick();
   await until("registered", () => t.manager.states().actual.length === 1);
+  // The registration is recorded before the plugin is told: a restart before that would have
+  // the first registration's notification reach the new socket.
+  await until("told", () => first.notified.length === 1);
 
   // The driver restarts: its socket goes and comes back.
   await first.stop();

@@ -44,7 +44,9 @@ import type {
   SwapStats,
   VolumeStats,
 } from "../apis/stats_types.ts";
-import { podVolumeDir } from "../volume/plugin.ts";
+import { MetricsNotSupportedError, podVolumeDir, type VolumeUsage } from "../volume/plugin.ts";
+import { ephemeralClaimName } from "../volume/persistent_volume_claims.ts";
+import { type EventRecorder, podRef } from "../client/record.ts";
 
 /** A pod the summary covers: its API object and its runtime status. */
 export interface StatsPod {
@@ -89,6 +91,26 @@ export interface StatsProviderOptions {
    * memory and processes (upstream's pod cgroup). @default none: containers added up
    */
   readonly podCgroupId?: (uid: string) => string;
+  /**
+   * The set-up volumes of a pod whose plugin reports its own usage (CSI volumes: upstream's
+   * metricsCsi), by pod volume name; asked at most every volumeStatsAggPeriod. @default none
+   */
+  readonly volumesWithMetrics?: (uid: string) => readonly MetricsVolume[];
+  /** Where VolumeConditionAbnormal events go (the CSIVolumeHealth gate). @default none */
+  readonly recorder?: Pick<EventRecorder, "event">;
+}
+
+/** A set-up volume that reports its own usage (see {@link StatsProviderOptions}). */
+export interface MetricsVolume {
+  /** The pod's volume name. */
+  readonly name: string;
+  getMetrics(signal?: AbortSignal): Promise<VolumeUsage>;
+}
+
+/** A claim's volume stats, as kubelet_volume_stats_* shows them. */
+export interface ClaimVolumeStats {
+  readonly pvcRef: { readonly name: string; readonly namespace: string };
+  readonly stats: VolumeStats;
 }
 
 /** A system container: its Summary name, its sampler id, and when it started (ms). */
@@ -140,6 +162,8 @@ export class StatsProvider {
   readonly #o: StatsProviderOptions;
   /** du results by directory, refreshed after volumeStatsAggPeriod; pruned to live pods. */
   readonly #dirs = new Map<string, DirUsage>();
+  /** Usage of the volumes that report their own, by `<uid>/<volume>`, with when it was asked. */
+  readonly #volumeMetrics = new Map<string, { at: number; usage?: VolumeUsage }>();
   #boot: number | undefined;
 
   constructor(opts: StatsProviderOptions) {
@@ -154,6 +178,7 @@ export class StatsProvider {
       this.#writableLayers(signal),
     ]);
     await this.#refreshDirs(pods, signal);
+    await this.#refreshVolumeMetrics(pods, signal);
     return {
       node: node.stats,
       pods: pods.filter(hasRunningContainer).map((p) =>
@@ -375,6 +400,9 @@ export class StatsProvider {
       }
     }
 
+    // Then the volumes that report their own usage (upstream's persistent volume stats).
+    volumes.push(...this.#reportedVolumeStats(pod));
+
     const stats: PodStats = {
       podRef: { name: meta.name ?? "", namespace: meta.namespace ?? "", uid: meta.uid ?? "" },
       startTime: iso(startMs),
@@ -409,6 +437,99 @@ export class StatsProvider {
       inodesUsed: ephemeralInodes,
     };
     return stats;
+  }
+
+  /**
+   * The stats of every claim's volume on the node, one per claim, of pods with a running
+   * container (upstream volumeStatsCollector over ListPodStats), refreshed when stale.
+   */
+  async claimVolumeStats(signal?: AbortSignal): Promise<ClaimVolumeStats[]> {
+    const pods = this.#o.pods().filter(hasRunningContainer);
+    await this.#refreshVolumeMetrics(pods, signal);
+    const out: ClaimVolumeStats[] = [];
+    const seen = new Set<string>();
+    for (const { pod } of pods) {
+      for (const stats of this.#reportedVolumeStats(pod)) {
+        const ref = stats.pvcRef;
+        if (!ref) continue;
+        const key = `${ref.namespace}/${ref.name}`;
+        if (seen.has(key)) continue;
+        seen.add(key);
+        out.push({ pvcRef: ref, stats });
+      }
+    }
+    return out;
+  }
+
+  /** The pod's volumes that report their own usage, in spec order, with their claim. */
+  #reportedVolumeStats(pod: V1Pod): VolumeStats[] {
+    const out: VolumeStats[] = [];
+    const uid = pod.metadata?.uid ?? "";
+    const ns = pod.metadata?.namespace ?? "";
+    for (const v of pod.spec?.volumes ?? []) {
+      const u = this.#volumeMetrics.get(`${uid}/${v.name}`)?.usage;
+      if (!u) continue;
+      const claim = v.persistentVolumeClaim?.claimName ??
+        (v.ephemeral ? ephemeralClaimName(pod, v) : undefined);
+      out.push({
+        time: iso(u.time),
+        availableBytes: u.availableBytes,
+        capacityBytes: u.capacityBytes,
+        usedBytes: u.usedBytes,
+        inodesFree: u.inodesFree,
+        inodes: u.inodes,
+        inodesUsed: u.inodesUsed,
+        name: v.name,
+        ...(claim !== undefined ? { pvcRef: { name: claim, namespace: ns } } : {}),
+        ...(u.abnormal !== undefined ? { volumeHealthStats: { abnormal: u.abnormal } } : {}),
+      });
+    }
+    return out;
+  }
+
+  /** Asks each volume that reports its own usage, when its last answer is stale. */
+  async #refreshVolumeMetrics(pods: readonly StatsPod[], signal?: AbortSignal): Promise<void> {
+    const source = this.#o.volumesWithMetrics;
+    if (!source) return;
+    const period = this.#o.volumeStatsAggPeriodMs ?? 60_000;
+    const now = this.#o.clock.now();
+    const wanted = new Set<string>();
+    for (const { pod } of pods) {
+      const uid = pod.metadata?.uid ?? "";
+      for (const v of source(uid)) {
+        const key = `${uid}/${v.name}`;
+        wanted.add(key);
+        const last = this.#volumeMetrics.get(key);
+        if (last && now - last.at < period) continue;
+        try {
+          const usage = await v.getMetrics(signal);
+          this.#volumeMetrics.set(key, { at: now, usage });
+          if (usage.abnormal && usage.message !== undefined) {
+            this.#o.recorder?.event(
+              podRef(pod),
+              "Warning",
+              "VolumeConditionAbnormal",
+              `Volume ${v.name}: ${usage.message}`,
+            );
+          }
+        } catch (e) {
+          signal?.throwIfAborted();
+          // Not asked again before the period ends, as upstream's calculator.
+          this.#volumeMetrics.set(key, { at: now });
+          if (!(e instanceof MetricsNotSupportedError)) {
+            this.#o.logger.v(4).info("Failed to calculate volume metrics", {
+              pod: `${pod.metadata?.namespace}/${pod.metadata?.name}`,
+              podUID: uid,
+              volumeName: v.name,
+              err: e instanceof Error ? e.message : String(e),
+            });
+          }
+        }
+      }
+    }
+    for (const key of this.#volumeMetrics.keys()) {
+      if (!wanted.has(key)) this.#volumeMetrics.delete(key);
+    }
   }
 
   /** du of every pod's measured volumes and container log dirs that are stale. */

@@ -8,6 +8,7 @@ import { createLogger } from "../klog/klog.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
 import { StatsProvider, type StatsProviderOptions } from "./provider.ts";
 import { decodeSummary } from "../apis/stats_types.ts";
+import { MetricsNotSupportedError, type VolumeUsage } from "../volume/plugin.ts";
 
 const T0 = Date.UTC(2026, 11, 3, 8, 0, 0);
 const UID = "uid-1";
@@ -332,4 +333,95 @@ Deno.test("StatsProvider reports swap and IO from the samples' details", async (
   assert.equal(cm.node.swap?.swapUsageBytes, 5);
   assert.equal(cm.pods[0]?.containers[0]?.swap?.swapUsageBytes, 100);
   assert.equal(cm.pods[0]?.containers[0]?.io, undefined, "IO is not part of CPU and memory");
+});
+
+Deno.test("StatsProvider reports the volumes that measure themselves with their claim, at most once a period", async () => {
+  await using w = await world();
+  const pod: V1Pod = {
+    ...w.pod,
+    spec: {
+      ...w.pod.spec!,
+      volumes: [
+        { name: "cache", emptyDir: {} },
+        { name: "data", persistentVolumeClaim: { claimName: "db" } },
+        { name: "scratch", ephemeral: { volumeClaimTemplate: { spec: {} } } },
+        { name: "inline", csi: { driver: "d.example.com" } },
+        { name: "quiet", csi: { driver: "other.example.com" } },
+      ],
+    },
+  };
+  const asked: string[] = [];
+  const clock = new FakeClock(T0);
+  const usage = (used: number) => ({
+    time: clock.now(),
+    capacityBytes: 1000,
+    availableBytes: 1000 - used,
+    usedBytes: used,
+    inodes: 100,
+    inodesFree: 90,
+    inodesUsed: 10,
+  });
+  const events: string[] = [];
+  const provider = new StatsProvider({
+    ...w.options,
+    clock,
+    volumeStatsAggPeriodMs: 60_000,
+    pods: () => [{ pod, status: w.status }],
+    recorder: {
+      event: (_ref, type, reason, message) => events.push(`${type} ${reason} ${message}`),
+    },
+    volumesWithMetrics: (uid) => {
+      assert.equal(uid, UID);
+      const v = (name: string, get: () => Promise<VolumeUsage>) => ({
+        name,
+        getMetrics: () => {
+          asked.push(name);
+          return get();
+        },
+      });
+      return [
+        v("data", () => Promise.resolve(usage(asked.length * 100))),
+        v(
+          "scratch",
+          () => Promise.resolve({ ...usage(5), abnormal: true, message: "disk failing" }),
+        ),
+        v("inline", () => Promise.resolve(usage(7))),
+        v("quiet", () => Promise.reject(new MetricsNotSupportedError("metrics are not supported"))),
+      ];
+    },
+  });
+  const volumes = (await provider.summary()).pods[0]?.volume ?? [];
+  // The du-measured emptyDir first, then the others in spec order; a volume that cannot tell
+  // is left out.
+  assert.deepEqual(volumes.map((v) => [v.name, v.pvcRef?.name]), [
+    ["cache", undefined],
+    ["data", "db"],
+    ["scratch", "web-scratch"],
+    ["inline", undefined],
+  ]);
+  assert.deepEqual(volumes.slice(1).map((v) => v.usedBytes), [100, 5, 7]);
+
+  assert.deepEqual(volumes[1], {
+    time: "2026-12-03T08:00:00Z",
+    availableBytes: 900,
+    capacityBytes: 1000,
+    usedBytes: 100,
+    inodesFree: 90,
+    inodes: 100,
+    inodesUsed: 10,
+    name: "data",
+    pvcRef: { name: "db", namespace: "shop" },
+  });
+  assert.deepEqual(volumes[2]?.volumeHealthStats, { abnormal: true });
+  assert.deepEqual(events, ["Warning VolumeConditionAbnormal Volume scratch: disk failing"]);
+  // Within the period nothing is asked again; the claims are those of /metrics.
+  const claims = await provider.claimVolumeStats();
+  assert.deepEqual(asked, ["data", "scratch", "inline", "quiet"]);
+  assert.deepEqual(claims.map((c) => [c.pvcRef.name, c.stats.usedBytes]), [["db", 100], [
+    "web-scratch",
+    5,
+  ]]);
+  clock.step(60_000);
+  await provider.claimVolumeStats();
+  assert.deepEqual(asked.slice(4), ["data", "scratch", "inline", "quiet"]);
 });

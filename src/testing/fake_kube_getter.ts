@@ -1,8 +1,9 @@
 /**
  * @module
- * A read-only stand-in for the kube client's `get`: objects served by path, anything else
+ * A stand-in for the kube client's `get` and `patch`: objects served by path, anything else
  * answered as the apiserver answers a missing object (404 NotFound, `<resource> "<name>" not
- * found`). Objects can be added and changed between calls. Test support only.
+ * found`); patches recorded, not applied. Objects can be added and changed between calls. Test
+ * support only.
  */
 
 import { KubeApiError } from "../client/kube_client.ts";
@@ -12,9 +13,16 @@ export class FakeKubeGetter {
   readonly objects: Map<string, unknown>;
   /** Every path asked for, in order. */
   readonly gets: string[] = [];
+  /** Every patch sent, in order. */
+  readonly patches: { path: string; body: unknown; type: string }[] = [];
 
   constructor(objects: Record<string, unknown> = {}) {
     this.objects = new Map(Object.entries(objects));
+  }
+
+  patch<T>(path: string, body: unknown, type: string, _signal?: AbortSignal): Promise<T> {
+    this.patches.push({ path, body: structuredClone(body), type });
+    return Promise.resolve({} as T);
   }
 
   get<T>(path: string, _signal?: AbortSignal): Promise<T> {

@@ -44,6 +44,16 @@ export function parseQuantity(input: string): number {
   return num * (SUFFIX[m[3] ?? ""] ?? NaN);
 }
 
+/** The quantity's value, undefined when `input` is absent, empty or not a quantity. */
+export function quantityOrUndefined(input: string | undefined): number | undefined {
+  if (input === undefined || input === "") return undefined;
+  try {
+    return parseQuantity(input);
+  } catch {
+    return undefined;
+  }
+}
+
 /** True when the string parses as a quantity. */
 export function isQuantity(input: string): boolean {
   try {

@@ -74,6 +74,7 @@ export async function createVolumeSpec(
     volume,
     persistentVolume: pv,
     readOnly: source.readOnly === true,
+    claim,
   };
 }
 

@@ -11,7 +11,12 @@
  */
 
 import { join } from "node:path";
-import type { V1PersistentVolume, V1Pod, V1Volume } from "@kubernetes/client-node";
+import type {
+  V1PersistentVolume,
+  V1PersistentVolumeClaim,
+  V1Pod,
+  V1Volume,
+} from "@kubernetes/client-node";
 
 /**
  * One volume of a pod as the plugins see it (upstream `volume.Spec`): the pod's volume, and for
@@ -28,6 +33,8 @@ export interface VolumeSpec {
   readonly persistentVolume?: V1PersistentVolume;
   /** The claim's `readOnly` (upstream Spec.ReadOnly); false for other volumes. */
   readonly readOnly: boolean;
+  /** The claim, as read with its PersistentVolume. */
+  readonly claim?: V1PersistentVolumeClaim;
 }
 
 /** The spec of a pod volume that is not a claim. */
@@ -92,10 +99,61 @@ export interface VolumePlugin {
    * (upstream RequiresRemount: configMap, secret, downwardAPI, projected).
    */
   readonly requiresRemount: boolean;
+  /**
+   * The usage of a set-up volume in `dir` (upstream MetricsProvider.GetMetrics), for
+   * /stats/summary and kubelet_volume_stats_*. Throws {@link MetricsNotSupportedError} when the
+   * volume cannot tell. Undefined: the plugin has no metrics (du-measured volumes are measured by
+   * the stats provider itself).
+   */
+  getMetrics?(dir: string, signal?: AbortSignal): Promise<VolumeUsage>;
+  /**
+   * Grows the file system of the set-up volume in `dir` to `newSizeBytes` (upstream
+   * NodeExpandableVolumePlugin.NodeExpand). Throws {@link OperationNotSupportedError} when the
+   * volume needs nothing from the node to grow. Undefined: never expanded on the node.
+   */
+  nodeExpand?(
+    spec: VolumeSpec,
+    dir: string,
+    newSizeBytes: number,
+    signal?: AbortSignal,
+  ): Promise<void>;
   /** Sets the volume up; idempotent. Throws an Error whose message is the FailedMount text. */
   setUp(ctx: VolumeSetUpContext): Promise<MountedVolume>;
   /** Removes what setUp made (unmounts tmpfs, deletes the volume dir); idempotent. */
   tearDown(ctx: VolumeTearDownContext): Promise<void>;
+}
+
+/** A volume's usage (upstream volume.Metrics). */
+export interface VolumeUsage {
+  /** When it was measured, in ms. */
+  readonly time: number;
+  readonly capacityBytes?: number;
+  readonly availableBytes?: number;
+  readonly usedBytes?: number;
+  readonly inodes?: number;
+  readonly inodesFree?: number;
+  readonly inodesUsed?: number;
+  /** The volume's condition, when the driver reports it. */
+  readonly abnormal?: boolean;
+  readonly message?: string;
+}
+
+/** The volume cannot report its usage (upstream volume.NewNotSupportedError). */
+export class MetricsNotSupportedError extends Error {
+  override name = "MetricsNotSupportedError";
+}
+
+/** The plugin has nothing to do for this operation (upstream NewOperationNotSupportedError). */
+export class OperationNotSupportedError extends Error {
+  override name = "OperationNotSupportedError";
+}
+
+/**
+ * The operation may have done its work, or still be doing it (a timeout, the driver away):
+ * unlike other failures it is not final (upstream !IsOperationFinishedError).
+ */
+export class UncertainOperationError extends Error {
+  override name = "UncertainOperationError";
 }
 
 /** An attachable volume (see {@link VolumePlugin.attachment}). */

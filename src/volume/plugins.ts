@@ -15,7 +15,7 @@ import type { V1ConfigMap, V1Secret } from "@kubernetes/client-node";
 import type { Clock } from "../util/clock.ts";
 import type { Logger } from "../klog/klog.ts";
 import type { Mounter } from "../util/mount.ts";
-import { parseQuantity } from "../util/quantity.ts";
+import { quantityOrUndefined } from "../util/quantity.ts";
 import type { TokenManager } from "../token/token_manager.ts";
 import { type ConfigMapGetter, ConfigMapPlugin } from "./configmap.ts";
 import { DownwardApiPlugin, type NodeAllocatableFunc } from "./downward_api.ts";
@@ -48,7 +48,7 @@ export function probeVolumePlugins(o: VolumePluginsOptions): VolumePlugin[] {
   const { mounter, logger, clock, nodeAllocatable } = o;
   const configMaps = o.configMaps ?? noClientGetter<V1ConfigMap>("configMap");
   const secrets = o.secrets ?? noClientGetter<V1Secret>("secret");
-  const nodeAllocatableMemory = () => allocatableBytes(nodeAllocatable(), "memory");
+  const nodeAllocatableMemory = () => quantityOrUndefined(nodeAllocatable()?.["memory"]);
   return [
     new EmptyDirPlugin({ mounter, logger, tmpfsNoswap: o.tmpfsNoswap, nodeAllocatableMemory }),
     new HostPathPlugin({ logger }),
@@ -77,18 +77,4 @@ function noClientGetter<T>(kind: string): {
     get: (namespace, name) =>
       Promise.reject(new Error(`couldn't get ${kind} ${namespace}/${name}, no kubeClient defined`)),
   };
-}
-
-/** One allocatable quantity in bytes, undefined when absent or not a quantity. */
-function allocatableBytes(
-  allocatable: Readonly<Record<string, string>> | undefined,
-  resource: string,
-): number | undefined {
-  const value = allocatable?.[resource];
-  if (value === undefined) return undefined;
-  try {
-    return parseQuantity(value);
-  } catch {
-    return undefined;
-  }
 }

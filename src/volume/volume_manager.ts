@@ -40,8 +40,11 @@ import {
   VolumeOperationError,
   type VolumePlugin,
   type VolumeSpec,
+  type VolumeUsage,
 } from "./plugin.ts";
 import { createVolumeSpec } from "./persistent_volume_claims.ts";
+import { expandInUseVolume } from "./node_expander.ts";
+import { quantityOrUndefined } from "../util/quantity.ts";
 import { errorText } from "../util/errors.ts";
 
 /** A manager that must know a pod before its volumes are set up (configMap, secret managers). */
@@ -69,7 +72,7 @@ export interface VolumeManagerOptions {
    * Reads claims, their PersistentVolumes and this node (volumesAttached) from the apiserver.
    * @default none: claims fail with "no kubeClient defined" (standalone mode)
    */
-  readonly client?: Pick<KubeClient, "get">;
+  readonly client?: Pick<KubeClient, "get" | "patch">;
   /** This node's name, to read its volumesAttached. */
   readonly nodeName?: string;
 }
@@ -125,6 +128,11 @@ interface ActualVolume {
   readonly mounted: MountedVolume;
   /** upstream UniqueVolumeName of an attachable volume. */
   readonly attachableName?: string;
+  /**
+   * A claim's size in bytes as the node knows it: its capacity when mounted, then what the node
+   * grew it to (upstream's persistentVolumeSize, InitializeClaimSize).
+   */
+  size?: number;
 }
 
 /** A volume in the desired state: its plugin and when its mount was requested (ms). */
@@ -218,6 +226,24 @@ export class VolumeManager {
   podVolumes(podUid: string): ReadonlyMap<string, MountedVolume> {
     const out = new Map<string, MountedVolume>();
     for (const [name, v] of this.#pods.get(podUid)?.volumes ?? []) out.set(name, v.mounted);
+    return out;
+  }
+
+  /**
+   * The pod's set-up volumes whose plugin reports their usage (upstream ListVolumesForPod with
+   * a MetricsProvider), by pod volume name.
+   */
+  volumesWithMetrics(
+    podUid: string,
+  ): { name: string; getMetrics(signal?: AbortSignal): Promise<VolumeUsage> }[] {
+    const out: { name: string; getMetrics(signal?: AbortSignal): Promise<VolumeUsage> }[] = [];
+    for (const [name, v] of this.#pods.get(podUid)?.volumes ?? []) {
+      const plugin = this.#o.plugins.find((p) => p.name === v.pluginName);
+      const get = plugin?.getMetrics?.bind(plugin);
+      if (!get) continue;
+      const dir = podVolumeDir(this.#o.podsDirectory, podUid, v.pluginName, v.specName);
+      out.push({ name, getMetrics: (signal) => get(dir, signal) });
+    }
     return out;
   }
 
@@ -357,7 +383,10 @@ export class VolumeManager {
     for (const [name, { volume, spec, plugin, attachableName }] of desired) {
       signal.throwIfAborted();
       const previous = state.volumes.get(name);
-      if (previous && !plugin.requiresRemount) continue;
+      if (previous && !plugin.requiresRemount) {
+        await this.#expandIfGrown(signal, pod, uid, spec, plugin, previous);
+        continue;
+      }
       const fail = (operation: string, err: Error) => {
         firstSetUpError ??= err;
         recorder.event(
@@ -405,11 +434,13 @@ export class VolumeManager {
         metrics?.observeOperation(plugin.name, "volume_mount", (now - t0) / 1000, false);
         const asked = state.desired.get(name)?.requestedAt ?? t0;
         metrics?.observeEndToEnd(plugin.name, "overall_volume_mount", (now - asked) / 1000);
+        const size = quantityOrUndefined(spec.claim?.status?.capacity?.["storage"]);
         state.volumes.set(name, {
           pluginName: plugin.name,
           specName: spec.name,
           mounted,
           ...(attachableName ? { attachableName } : {}),
+          ...(size !== undefined ? { size } : {}),
         });
         // Remounts happen on every sync: upstream logs them only at a high verbosity.
         logger.v(previous ? 4 : 1).info(`MountVolume.SetUp succeeded for volume "${spec.name}"`, {
@@ -441,6 +472,39 @@ export class VolumeManager {
       ? new Error(processErrors.join("; "))
       : firstSetUpError ?? new Error("volumes are not set up");
     throw new VolumeMountError(unmounted, unattached.sort(), notProcessed.sort(), cause);
+  }
+
+  /** upstream's in-use expansion (node_expander.ts) of a mounted claim whose PV grew. */
+  async #expandIfGrown(
+    signal: AbortSignal,
+    pod: V1Pod,
+    uid: string,
+    spec: VolumeSpec,
+    plugin: VolumePlugin,
+    actual: ActualVolume,
+  ): Promise<void> {
+    const client = this.#o.client;
+    if (!client || actual.size === undefined || !spec.claim || !plugin.nodeExpand) return;
+    try {
+      actual.size = await expandInUseVolume({
+        client,
+        recorder: this.#o.recorder,
+        nodeName: this.#o.nodeName ?? "",
+        pod,
+        spec,
+        plugin,
+        dir: podVolumeDir(this.#o.podsDirectory, uid, plugin.name, spec.name),
+        currentBytes: actual.size,
+        signal,
+      });
+    } catch (e) {
+      if (signal.aborted) throw e;
+      // Reported in events; the pod keeps its volume at the old size, the next sync tries again.
+      this.#o.logger.error(e, "Failed to expand a volume in use", {
+        pod: kobj(pod),
+        volumeName: spec.name,
+      });
+    }
   }
 
   /**
