@@ -21,7 +21,6 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import type {
   CoreV1Event,
   V1Node,
@@ -69,12 +68,13 @@ const STORAGE_CLASS = "hostpath";
 const SIDECARS = ["csi-provisioner", "csi-attacher", "csi-resizer"];
 
 /**
- * The drivers' controller sidecars as one pod on the node, as upstream's e2e deploys them (a
- * StatefulSet's pod there): csi-provisioner and csi-resizer for HOSTPATH, csi-attacher for
- * ATTACHED, each at its driver's socket. They reach the apiserver on the host's loopback with
- * the admin kubeconfig (hostNetwork; the control plane's files at their own paths).
+ * The drivers' controller sidecars as a StatefulSet of one pod on the node, as upstream's e2e
+ * deploys them (its statefulset controller makes the pod): csi-provisioner and csi-resizer for
+ * HOSTPATH, csi-attacher for ATTACHED, each at its driver's socket. They reach the apiserver on
+ * the host's loopback with the admin kubeconfig (hostNetwork; the control plane's files at their
+ * own paths).
  */
-function sidecarPod(cp: ControlPlane, rootDir: string): unknown {
+function sidecars(cp: ControlPlane, rootDir: string): unknown {
   const imageOf = (name: string) => CSI_COMPONENTS.find((c) => c.name === name)!.image;
   const kubeDir = join(cp.adminKubeconfig, "..");
   const sidecar = (name: string, socketVolume: string) => ({
@@ -95,24 +95,33 @@ function sidecarPod(cp: ControlPlane, rootDir: string): unknown {
     name,
     hostPath: { path: join(rootDir, "plugins", driver), type: "Directory" },
   });
+  const labels = { app: "csi-controller" };
   return {
-    apiVersion: "v1",
-    kind: "Pod",
+    apiVersion: "apps/v1",
+    kind: "StatefulSet",
     metadata: { name: "csi-controller", namespace: "kube-system" },
     spec: {
-      nodeName: NODE,
-      hostNetwork: true,
-      terminationGracePeriodSeconds: 1,
-      containers: [
-        sidecar("csi-provisioner", "hostpath-socket"),
-        sidecar("csi-resizer", "hostpath-socket"),
-        sidecar("csi-attacher", "attached-socket"),
-      ],
-      volumes: [
-        socketVolume("hostpath-socket", HOSTPATH),
-        socketVolume("attached-socket", ATTACHED),
-        { name: "kube", hostPath: { path: kubeDir, type: "Directory" } },
-      ],
+      replicas: 1,
+      serviceName: "csi-controller",
+      selector: { matchLabels: labels },
+      template: {
+        metadata: { labels },
+        spec: {
+          nodeName: NODE,
+          hostNetwork: true,
+          terminationGracePeriodSeconds: 1,
+          containers: [
+            sidecar("csi-provisioner", "hostpath-socket"),
+            sidecar("csi-resizer", "hostpath-socket"),
+            sidecar("csi-attacher", "attached-socket"),
+          ],
+          volumes: [
+            socketVolume("hostpath-socket", HOSTPATH),
+            socketVolume("attached-socket", ATTACHED),
+            { name: "kube", hostPath: { path: kubeDir, type: "Directory" } },
+          ],
+        },
+      },
     },
   };
 }
@@ -197,24 +206,22 @@ const suite = e2eSuite<World>({
         reclaimPolicy: "Delete",
         volumeBindingMode: "Immediate",
       });
-      // The admission plugin needs kube-system's service account, which kcm creates shortly.
+      await createObject(cp, sidecars(cp, rootDir));
+      // The statefulset controller makes pod csi-controller-0 once kube-system's service
+      // account exists.
       await poll(
-        "the sidecar pod created",
+        "the sidecar pod made",
         async () => {
-          const r = await cp.kubectl(["create", "-f", "-"], {
-            stdin: JSON.stringify(sidecarPod(cp, rootDir)),
-          });
-          if (r.code === 0) return true;
-          if (/serviceaccount.*not found/i.test(r.stderr)) return undefined;
-          throw new Error(`kubectl create: ${r.stderr}`);
+          const r = await cp.kubectl(["get", "pod", "csi-controller-0", "-n", "kube-system"]);
+          return r.code === 0 || undefined;
         },
-        60_000,
+        90_000,
         500,
       );
       const ready = await cp.kubectl([
         "wait",
         "--for=condition=Ready",
-        "pod/csi-controller",
+        "pod/csi-controller-0",
         "-n",
         "kube-system",
         "--timeout=120s",
@@ -299,8 +306,14 @@ async function claimFor(
   return pv;
 }
 
-/** A pod on the node running `script`, with `volume` mounted at /data. */
-async function podWith(w: World, name: string, volume: unknown, script: string): Promise<void> {
+/** A pod on the node running `script`, with `volume` mounted at /data (its `subPath`, if given). */
+async function podWith(
+  w: World,
+  name: string,
+  volume: unknown,
+  script: string,
+  subPath?: string,
+): Promise<void> {
   await createObject(w.cp, {
     apiVersion: "v1",
     kind: "Pod",
@@ -313,7 +326,7 @@ async function podWith(w: World, name: string, volume: unknown, script: string):
         name: "main",
         image: BUSYBOX_IMAGE,
         command: ["sh", "-c", script],
-        volumeMounts: [{ name: "data", mountPath: "/data" }],
+        volumeMounts: [{ name: "data", mountPath: "/data", ...(subPath ? { subPath } : {}) }],
       }],
       volumes: [{ name: "data", ...(volume as object) }],
     },
@@ -351,6 +364,21 @@ async function waitEvent(api: KubeClient, name: string, reason: string, message:
   );
 }
 
+/** Waits for an event on pod `name` with `reason` and a message matching `message`. */
+async function waitEventMatching(api: KubeClient, name: string, reason: string, message: RegExp) {
+  await poll(
+    `event ${reason} on ${name}`,
+    async () => {
+      const list = await api.get<{ items: CoreV1Event[] }>(`/api/v1/namespaces/${NS}/events`);
+      return list.items.some((e) =>
+        e.involvedObject.name === name && e.reason === reason && message.test(e.message ?? "")
+      ) || undefined;
+    },
+    60_000,
+    500,
+  );
+}
+
 function calls(w: World, driver: string, method: string): Record<string, unknown>[] {
   return w.drivers[driver]!.driver.calls.filter((c) => c.method === method)
     .map((c) => c.request as Record<string, unknown>);
@@ -375,7 +403,7 @@ e2e("a claim's data outlives its pod: staged, published, unpublished, unstaged",
     w,
     "writer",
     { persistentVolumeClaim: { claimName: "persist" } },
-    "echo hello > /data/f; sleep 3600",
+    "echo hello > /data/f; mkdir -p /data/sub; echo nested > /data/sub/n; sleep 3600",
   );
   const writer = await waitRunning(api, "writer");
   const uid = writer.metadata!.uid!;
@@ -438,6 +466,18 @@ e2e("a claim's data outlives its pod: staged, published, unpublished, unstaged",
   await waitRunning(api, "reader");
   assert.equal(await sh(w, "reader", "cat /data/f"), "hello\n");
   await deletePod(w, api, "reader");
+  // A subPath of the CSI volume.
+  await podWith(
+    w,
+    "sub-reader",
+    { persistentVolumeClaim: { claimName: "persist" } },
+    "sleep 3600",
+    "sub",
+  );
+  await waitRunning(api, "sub-reader");
+  assert.equal(await sh(w, "sub-reader", "cat /data/n"), "nested\n");
+  await deletePod(w, api, "sub-reader");
+  assert.deepEqual(await mountsUnder(w), [], "no mount is left behind");
 });
 
 e2e(
@@ -554,31 +594,49 @@ e2e(
   },
 );
 
-e2e("a driver away during a mount: FailedMount, then mounted once it is back", async (w, api) => {
-  await claimFor(w, api, HOSTPATH, "vol-restart", "restart");
-  const { driver } = w.drivers[HOSTPATH]!;
-  driver.failNext("NodePublishVolume", grpc.status.UNAVAILABLE, "driver restarting");
-  await podWith(w, "retried", { persistentVolumeClaim: { claimName: "restart" } }, "sleep 3600");
-  await poll(
-    "a FailedMount event",
-    async () => {
-      const list = await api.get<
-        { items: { reason?: string; message?: string; involvedObject: { name?: string } }[] }
-      >(
-        `/api/v1/namespaces/${NS}/events`,
-      );
-      return list.items.some((e) =>
-        e.involvedObject.name === "retried" && e.reason === "FailedMount" &&
-        /MountVolume\.SetUp failed for volume "pv-restart" : rpc error: code = Unavailable desc = driver restarting/
-          .test(e.message ?? "")
-      ) || undefined;
-    },
-    60_000,
-    250,
-  );
-  await waitRunning(api, "retried");
-  await deletePod(w, api, "retried");
-});
+e2e(
+  "a driver away: the mount fails and is retried; the unmount waits for it, and the pod with it",
+  async (w, api) => {
+    await claimFor(w, api, HOSTPATH, "vol-restart", "restart");
+    const { driver } = w.drivers[HOSTPATH]!;
+    // The driver stops (its registrar stays): the mount fails until it is back.
+    await driver.stop();
+    await podWith(w, "retried", { persistentVolumeClaim: { claimName: "restart" } }, "sleep 3600");
+    await waitEventMatching(
+      api,
+      "retried",
+      "FailedMount",
+      /^MountVolume\.SetUp failed for volume "pv-restart" : /,
+    );
+    await driver.start();
+    const pod = await waitRunning(api, "retried");
+    const target = join(
+      w.rootDir,
+      "pods",
+      pod.metadata!.uid!,
+      "volumes",
+      "kubernetes.io~csi",
+      "pv-restart",
+      "mount",
+    );
+
+    // Away again while the pod is deleted: the volume stays, and so does the pod.
+    await driver.stop();
+    const r = await w.cp.kubectl(["delete", "pod", "retried", "-n", NS, "--wait=false"]);
+    assert.equal(r.code, 0, r.stderr);
+    await new Promise((resolve) => setTimeout(resolve, 8_000));
+    const terminating = await getPod(api, NS, "retried");
+    assert.ok(terminating.metadata?.deletionTimestamp, "the pod is being deleted");
+    assert.ok(await exists(target), "its volume is still published");
+    await driver.start();
+    await waitPodGone(api, NS, "retried", 90_000);
+    assert.ok(
+      calls(w, HOSTPATH, "NodeUnpublishVolume").some((c) => c.targetPath === target),
+      "unpublished once the driver is back",
+    );
+    assert.equal(await exists(target), false);
+  },
+);
 
 e2e(
   "a kubelet restart keeps a mounted volume, and the pod's deletion still tears it down",
@@ -749,6 +807,178 @@ e2e(
       90_000,
       500,
     );
+  },
+);
+
+e2e(
+  "a block-mode claim is a device in the container, its data kept for the next pod",
+  async (w, api) => {
+    const claim = "raw";
+    await createObject(w.cp, {
+      apiVersion: "v1",
+      kind: "PersistentVolumeClaim",
+      metadata: { name: claim, namespace: NS },
+      spec: {
+        accessModes: ["ReadWriteOnce"],
+        volumeMode: "Block",
+        storageClassName: STORAGE_CLASS,
+        resources: { requests: { storage: "8Mi" } },
+      },
+    });
+    const bound = await poll(
+      `claim ${claim} bound`,
+      async () => {
+        const c = await api.get<V1PersistentVolumeClaim>(
+          `/api/v1/namespaces/${NS}/persistentvolumeclaims/${claim}`,
+        );
+        return c.status?.phase === "Bound" ? c : undefined;
+      },
+      90_000,
+      250,
+    );
+    const pv = bound.spec?.volumeName ?? "";
+    const blockPod = (name: string, script: string) => ({
+      apiVersion: "v1",
+      kind: "Pod",
+      metadata: { name, namespace: NS },
+      spec: {
+        nodeName: NODE,
+        terminationGracePeriodSeconds: 1,
+        containers: [{
+          name: "main",
+          image: BUSYBOX_IMAGE,
+          command: ["sh", "-c", script],
+          volumeDevices: [{ name: "disk", devicePath: "/dev/xvda" }],
+        }],
+        volumes: [{ name: "disk", persistentVolumeClaim: { claimName: claim } }],
+      },
+    });
+    await createObject(
+      w.cp,
+      blockPod(
+        "raw-writer",
+        "echo raw-bytes | dd of=/dev/xvda bs=512 count=1 conv=sync; sleep 3600",
+      ),
+    );
+    const writer = await waitRunning(api, "raw-writer");
+    const uid = writer.metadata!.uid!;
+    // The device, its size, and what was written through it.
+    assert.match(await sh(w, "raw-writer", "ls -l /dev/xvda"), /^b/);
+    assert.equal(
+      (await sh(w, "raw-writer", "blockdev --getsize64 /dev/xvda")).trim(),
+      String(8 * 2 ** 20),
+    );
+    assert.equal(await sh(w, "raw-writer", "head -c 9 /dev/xvda"), "raw-bytes");
+    // upstream's layout: the published device, the pod's link to it, the node's bind mount.
+    const devices = join(w.rootDir, "plugins", "kubernetes.io/csi", "volumeDevices");
+    const publish = join(devices, "publish", pv, uid);
+    const link = join(w.rootDir, "pods", uid, "volumeDevices", "kubernetes.io~csi", pv);
+    assert.equal(await Deno.readLink(link), publish);
+    const published = calls(w, HOSTPATH, "NodePublishVolume").find((c) => c.targetPath === publish);
+    assert.ok(published, `NodePublishVolume at ${publish}`);
+    assert.equal(published.stagingTargetPath, join(devices, "staging", pv));
+    assert.ok((await mountsUnder(w)).includes(join(devices, pv, "dev", uid)), "the bind mount");
+
+    await deletePod(w, api, "raw-writer");
+    await poll(
+      "unstaged",
+      () =>
+        Promise.resolve(
+          calls(w, HOSTPATH, "NodeUnstageVolume").some((c) =>
+            c.stagingTargetPath === join(devices, "staging", pv)
+          ) || undefined,
+        ),
+      30_000,
+      250,
+    );
+    assert.equal(await exists(link), false, "the pod's link is removed");
+    assert.equal(await exists(join(devices, pv)), false, "the volume's files are removed");
+    assert.deepEqual(await mountsUnder(w), [], "no mount is left behind");
+    const loops = await new Deno.Command("losetup", { args: ["-a"], stdout: "piped" }).output();
+    assert.ok(
+      !new TextDecoder().decode(loops.stdout).includes(w.rootDir),
+      "the kubelet's loop device is detached",
+    );
+
+    await createObject(w.cp, blockPod("raw-reader", "sleep 3600"));
+    await waitRunning(api, "raw-reader");
+    assert.equal(await sh(w, "raw-reader", "head -c 9 /dev/xvda"), "raw-bytes");
+    await deletePod(w, api, "raw-reader");
+  },
+);
+
+e2e(
+  "local and hostPath PersistentVolumes: a claim's pod writes into the node's directory; nfs is mounted with mount(8)",
+  async (w, api) => {
+    for (const [kind, source] of [["local", "local"], ["hostpath", "hostPath"]] as const) {
+      const hostDir = join(w.dir, `${kind}-disk`);
+      await Deno.mkdir(hostDir, { recursive: true });
+      const pv = `pv-${kind}`;
+      await createObject(w.cp, {
+        apiVersion: "v1",
+        kind: "PersistentVolume",
+        metadata: { name: pv },
+        spec: {
+          capacity: { storage: "1Gi" },
+          accessModes: ["ReadWriteOnce"],
+          storageClassName: "",
+          claimRef: { namespace: NS, name: `${kind}-claim` },
+          ...(source === "local"
+            ? {
+              local: { path: hostDir },
+              nodeAffinity: {
+                required: {
+                  nodeSelectorTerms: [{
+                    matchExpressions: [{
+                      key: "kubernetes.io/hostname",
+                      operator: "In",
+                      values: [NODE],
+                    }],
+                  }],
+                },
+              },
+            }
+            : { hostPath: { path: hostDir, type: "Directory" } }),
+        },
+      });
+      await createObject(w.cp, {
+        apiVersion: "v1",
+        kind: "PersistentVolumeClaim",
+        metadata: { name: `${kind}-claim`, namespace: NS },
+        spec: {
+          accessModes: ["ReadWriteOnce"],
+          storageClassName: "",
+          volumeName: pv,
+          resources: { requests: { storage: "1Gi" } },
+        },
+      });
+      await podWith(
+        w,
+        `${kind}-writer`,
+        { persistentVolumeClaim: { claimName: `${kind}-claim` } },
+        `echo ${kind} > /data/f; sleep 3600`,
+      );
+      await waitRunning(api, `${kind}-writer`);
+      await poll(
+        `the file in ${hostDir}`,
+        async () => {
+          const text = await Deno.readTextFile(join(hostDir, "f")).catch(() => "");
+          return text === `${kind}\n` || undefined;
+        },
+        30_000,
+        250,
+      );
+      await deletePod(w, api, `${kind}-writer`);
+    }
+    // nfs is mounted with mount(8); this machine's kernel has no NFS client, so mount says so.
+    await podWith(w, "nfs-user", { nfs: { server: "127.0.0.1", path: "/exports" } }, "sleep 3600");
+    await waitEventMatching(
+      api,
+      "nfs-user",
+      "FailedMount",
+      /^MountVolume\.SetUp failed for volume "data" : mount failed: exit status 32\nMounting command: mount\nMounting arguments: -t nfs 127\.0\.0\.1:\/exports \S+\/volumes\/kubernetes\.io~nfs\/data\nOutput: /,
+    );
+    await deletePod(w, api, "nfs-user");
   },
 );
 

@@ -39,7 +39,7 @@ import type {
 } from "@kubernetes/client-node";
 import { apiErrorText, isStatus, type KubeClient } from "../client/kube_client.ts";
 import type { Logger } from "../klog/klog.ts";
-import type { Mounter } from "../util/mount.ts";
+import type { CommandRunner, Mounter } from "../util/mount.ts";
 import { errorText } from "../util/errors.ts";
 import { NodeServiceCapability_RPC_Type as Cap, VolumeUsage_Unit } from "../../proto/csi/v1/csi.ts";
 import {
@@ -57,7 +57,8 @@ import {
   type VolumeUsage,
 } from "../volume/plugin.ts";
 import { setVolumeOwnership } from "../volume/empty_dir.ts";
-import { CsiClient, isFinalCsiError } from "./csi_client.ts";
+import { CsiClient, FS_TYPE_BLOCK, isFinalCsiError } from "./csi_client.ts";
+import { type CsiBlockHost, mapCsiBlock, unmapCsiBlock } from "./csi_block.ts";
 import { CSI_PLUGIN_NAME, type CsiDrivers } from "./csi_plugin.ts";
 
 /** The file beside a volume's mount that says what it is (upstream volDataFileName). */
@@ -88,10 +89,12 @@ export interface CsiVolumePluginOptions {
   /** `<root-dir>/pods`: where other pods' vol_data.json files are looked up. */
   readonly podsDirectory: string;
   /** Tells mount points from directories. */
-  readonly mounter: Pick<Mounter, "mountAt">;
+  readonly mounter: Pick<Mounter, "mountAt" | "mount" | "unmount">;
   readonly logger: Logger;
   /** Bounds each driver call. @default CSI_TIMEOUT_MS */
   readonly timeoutMs?: number;
+  /** Runs losetup for block volumes. @default runCommand */
+  readonly run?: CommandRunner;
   /** The CSIVolumeHealth gate: metrics carry the driver's volume condition. @default false */
   readonly volumeHealth?: boolean;
   /** The time metrics are taken at. @default Date.now */
@@ -203,6 +206,56 @@ export class CsiVolumePlugin implements VolumePlugin {
     return out;
   }
 
+  /** upstream's BlockVolumeMapper: see csi_block.ts. */
+  mapDevice(ctx: VolumeSetUpContext): Promise<MountedVolume> {
+    const spec = ctx.spec ?? specFromVolume(ctx.volume);
+    return this.#serialize(`block/${spec.name}`, () =>
+      mapCsiBlock(this.#blockHost(), {
+        pod: ctx.pod,
+        spec,
+        dir: ctx.dir,
+        staged: this.#staged,
+        ...(ctx.signal ? { signal: ctx.signal } : {}),
+      }));
+  }
+
+  /** Undoes {@link mapDevice} (csi_block.ts). */
+  unmapDevice(ctx: VolumeTearDownContext): Promise<void> {
+    return this.#serialize(`block/${ctx.volumeName}`, () =>
+      unmapCsiBlock(this.#blockHost(), {
+        podUid: ctx.podUid,
+        specName: ctx.volumeName,
+        dir: ctx.dir,
+        staged: this.#staged,
+        ...(ctx.signal ? { signal: ctx.signal } : {}),
+      }));
+  }
+
+  #blockHost(): CsiBlockHost {
+    return {
+      rootDirectory: this.#o.rootDirectory,
+      nodeName: this.#o.nodeName,
+      mounter: this.#o.mounter,
+      ...(this.#o.run ? { run: this.#o.run } : {}),
+      logger: this.#o.logger,
+      client: (driver) => {
+        try {
+          return new CsiClient(this.#o.drivers, driver, this.#o.timeoutMs);
+        } catch (e) {
+          throw new Error(log(`blockMapper.SetUpDevice failed to get CSI client: ${errorText(e)}`));
+        }
+      },
+      csiDriver: (driver, signal) => this.#csiDriver(driver, signal),
+      publishContext: async (driver, handle, signal) =>
+        (await this.#skipAttach(driver, signal))
+          ? undefined
+          : await this.#waitForAttach(driver, handle, signal),
+      secret: (ref, field, signal) => this.#secret(ref, field, signal),
+      podInfo: (pod) => podInfo(pod, "Persistent"),
+      attachmentName: (handle, driver) => attachmentName(handle, driver, this.#o.nodeName),
+    };
+  }
+
   /**
    * upstream csiPlugin.NodeExpand of a published file system: NodeExpandVolume of the pod's
    * mount (and the global mount when staged), for a driver with EXPAND_VOLUME.
@@ -235,12 +288,14 @@ export class CsiVolumePlugin implements VolumePlugin {
       const secrets = source.nodeExpandSecretRef
         ? await this.#secret(source.nodeExpandSecretRef, "NodeExpandSecretRef", signal)
         : {};
+      // A block volume is grown at the device published for the pod, which its link names.
+      const volumePath = spec.block ? await Deno.readLink(dir) : join(dir, MOUNT_DIR);
       try {
         await client.nodeExpandVolume({
           volumeId: source.volumeHandle,
-          volumePath: join(dir, MOUNT_DIR),
+          volumePath,
           newSizeBytes,
-          fsType: source.fsType ?? "",
+          fsType: spec.block ? FS_TYPE_BLOCK : source.fsType ?? "",
           accessMode: spec.persistentVolume?.spec?.accessModes?.[0] ?? "ReadWriteOnce",
           mountOptions: spec.persistentVolume?.spec?.mountOptions ?? [],
           secrets,

@@ -12,6 +12,7 @@ import {
 import { CsiDrivers } from "./csi_plugin.ts";
 import { accessModeOf, CsiCallError, isFinalCsiError } from "./csi_client.ts";
 import { CriError } from "../cri/connection.ts";
+import type { MountInfo } from "../util/mount.ts";
 import { parseGenericVersion } from "../util/version.ts";
 import {
   attachmentName,
@@ -96,7 +97,7 @@ async function world(
   stage: boolean,
   objects: Record<string, unknown> = {},
   failPublish?: number,
-  extra: { caps?: number[]; volumeHealth?: boolean } = {},
+  extra: { caps?: number[]; volumeHealth?: boolean; blockHost?: boolean } = {},
 ) {
   const dir = await Deno.makeTempDir({ prefix: "csi-mounter-" });
   const socket = join(dir, "csi.sock");
@@ -107,13 +108,32 @@ async function world(
     highestSupportedVersion: parseGenericVersion("1.0.0"),
   });
   const client = new FakeKubeGetter(objects);
+  const mounted = new Set<string>();
+  const commands: string[] = [];
   const plugin = new CsiVolumePlugin({
     drivers,
     client,
     nodeName: "node-a",
     rootDirectory: dir,
     podsDirectory: join(dir, "pods"),
-    mounter: { mountAt: () => Promise.resolve(undefined) },
+    mounter: {
+      mountAt: (path: string) =>
+        Promise.resolve(mounted.has(path) ? { mountPoint: path } as MountInfo : undefined),
+      mount: (_s: string, target: string) => {
+        commands.push(`mount ${target}`);
+        mounted.add(target);
+        return Promise.resolve();
+      },
+      unmount: (target: string) => {
+        commands.push(`umount ${target}`);
+        mounted.delete(target);
+        return Promise.resolve();
+      },
+    },
+    run: (cmd: string, args: readonly string[]) => {
+      commands.push(`${cmd} ${args.join(" ")}`);
+      return Promise.resolve("");
+    },
     logger: quiet,
     volumeHealth: extra.volumeHealth ?? false,
     now: () => 1234,
@@ -123,6 +143,7 @@ async function world(
     driver,
     plugin,
     client,
+    commands,
     async [Symbol.asyncDispose]() {
       await driver[Symbol.asyncDispose]();
       await Deno.remove(dir, { recursive: true });
@@ -322,4 +343,44 @@ Deno.test("CsiVolumePlugin.getMetrics asks NodeGetVolumeStats of the published v
     assert.equal(req.volumeId, "h1");
     assert.equal(req.volumePath, join(dir, "mount"));
   }
+});
+
+Deno.test("CsiVolumePlugin maps a block volume as upstream lays it out, and unmaps it", async () => {
+  await using w = await world(true, {
+    "/apis/storage.k8s.io/v1/csidrivers/d.example.com": { spec: { attachRequired: false } },
+  });
+  const spec = {
+    name: "pv-1",
+    volume: { name: "disk", persistentVolumeClaim: { claimName: "c" } },
+    persistentVolume: pv("d.example.com"),
+    readOnly: false,
+    block: true,
+  };
+  const devices = join(w.dir, "plugins", "kubernetes.io/csi", "volumeDevices");
+  const link = join(w.dir, "pods", "pod-1", "volumeDevices", "kubernetes.io~csi", "pv-1");
+  const mounted = await w.plugin.mapDevice({ pod, volume: spec.volume, spec, dir: link });
+  assert.deepEqual(mounted, { hostPath: link, readOnly: false, selinuxRelabel: false });
+  const stage = w.driver.calls.find((c) => c.method === "NodeStageVolume")!.request;
+  assert.equal(stage.stagingTargetPath, join(devices, "staging", "pv-1"));
+  assert.deepEqual(stage.volumeCapability, {
+    block: {},
+    mount: undefined,
+    accessMode: { mode: Mode.MULTI_NODE_READER_ONLY },
+  });
+  const publish = w.driver.calls.find((c) => c.method === "NodePublishVolume")!.request;
+  const target = join(devices, "publish", "pv-1", "pod-1");
+  assert.equal(publish.targetPath, target);
+  assert.equal(publish.stagingTargetPath, join(devices, "staging", "pv-1"));
+  assert.equal(await Deno.readLink(link), target);
+  const data = JSON.parse(await Deno.readTextFile(join(devices, "pv-1", "data", "vol_data.json")));
+  assert.equal(data.volumeHandle, "h1");
+  const bind = join(devices, "pv-1", "dev", "pod-1");
+  assert.deepEqual(w.commands, [`mount ${bind}`, `losetup -j ${bind}`, `losetup -f ${bind}`]);
+
+  await w.plugin.unmapDevice({ podUid: "pod-1", volumeName: "pv-1", dir: link });
+  const after = w.driver.calls.map((c) => c.method).filter((m) => m !== "NodeGetCapabilities");
+  assert.deepEqual(after.slice(-2), ["NodeUnpublishVolume", "NodeUnstageVolume"]);
+  assert.equal(await Deno.lstat(link).then(() => true, () => false), false);
+  assert.equal(await Deno.lstat(join(devices, "pv-1")).then(() => true, () => false), false);
+  assert.equal(w.commands.at(-1), `umount ${bind}`);
 });

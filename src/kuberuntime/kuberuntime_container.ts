@@ -60,7 +60,7 @@ import {
   mountedVolumeNames,
   toKubeContainerImageVolumes,
 } from "./image_volumes.ts";
-import { symlink as sandboxSymlink } from "../privilege/launcher_calls.ts";
+import { makeSymlink } from "../privilege/launcher_calls.ts";
 
 export { CreateContainerConfigError } from "./expansion.ts";
 export type { LinuxConfigOptions } from "./_container_linux.ts";
@@ -355,6 +355,7 @@ export async function generateContainerConfig(
       makeMounts(deps, pod, container, volumeMounts),
       linux.securityContext?.namespaceOptions?.usernsOptions,
     ),
+    devices: makeBlockVolumes(deps, pod, container),
     labels: newContainerLabels(container, pod),
     annotations: newContainerAnnotations(container, pod, restartCount),
     logPath: buildContainerLogsPath(container.name, restartCount),
@@ -363,6 +364,35 @@ export async function generateContainerConfig(
     tty: container.tty ?? false,
     linux,
   });
+}
+
+/**
+ * upstream makeBlockVolumes: each of the container's volumeDevices as a CRI device, the host
+ * path being the block volume's link in the pod's `volumeDevices` directory (the runtime
+ * follows it to the device), "mrw", or "r" for a read-only claim.
+ */
+function makeBlockVolumes(deps: ContainerDeps, pod: V1Pod, container: V1Container): api.Device[] {
+  const devices: api.Device[] = [];
+  const volumes = deps.podVolumes?.(pod.metadata?.uid ?? "");
+  for (const d of container.volumeDevices ?? []) {
+    if (!d.devicePath.startsWith("/")) {
+      throw new CreateContainerConfigError(
+        `error DevicePath \`${d.devicePath}\` must be an absolute path`,
+      );
+    }
+    const v = volumes?.get(d.name);
+    if (!v) {
+      throw new CreateContainerConfigError(
+        `cannot find volume "${d.name}" to pass into container "${container.name}"`,
+      );
+    }
+    devices.push({
+      containerPath: d.devicePath,
+      hostPath: v.hostPath,
+      permissions: v.readOnly ? "r" : "mrw",
+    });
+  }
+  return devices;
 }
 
 /** The defaults the apiserver (or the static pod source) fills in, for pods that lack them. */
@@ -374,11 +404,8 @@ function withApiDefaults(c: V1Container): V1Container {
   };
 }
 
-/** Fails loudly for what later pieces (block volumes) bring. */
+/** Fails loudly for what this container asks and the agent was built without. */
 function checkSupported(deps: ContainerDeps, pod: V1Pod, container: V1Container): void {
-  if ((container.volumeDevices?.length ?? 0) > 0) {
-    throw new CreateContainerConfigError("volumeDevices (block volumes) are not supported yet");
-  }
   if (
     !deps.kubeletMounts &&
     ((pod.spec?.volumes?.length ?? 0) > 0 || (container.volumeMounts?.length ?? 0) > 0)
@@ -751,7 +778,7 @@ async function linkLegacyLog(
     if (e instanceof Deno.errors.NotFound) return;
   }
   try {
-    await symlink(target, link);
+    await makeSymlink(target, link);
   } catch (e) {
     deps.logger.error(e, "Failed to create legacy symbolic link", {
       path: link,
@@ -1097,27 +1124,5 @@ async function removeAll(
         "Unhandled Error",
       );
     }
-  }
-}
-
-/**
- * A symbolic link at `link` to `target`. Deno.symlink needs unscoped read and write permission,
- * which the kubelet permission set does not grant; `ln -s` (in its run list) does the same.
- */
-async function symlink(target: string, link: string): Promise<void> {
-  try {
-    await sandboxSymlink(target, link);
-    return;
-  } catch (e) {
-    if (!(e instanceof Deno.errors.NotCapable)) throw e;
-  }
-  const out = await new Deno.Command("ln", {
-    args: ["-s", "--", target, link],
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).output();
-  if (!out.success) {
-    throw new Error(`ln -s ${target} ${link}: ${new TextDecoder().decode(out.stderr).trim()}`);
   }
 }

@@ -344,7 +344,7 @@ Deno.test("generateContainerConfig takes the pod's security context and seccomp"
   });
 });
 
-Deno.test("generateContainerConfig fails loudly for what is not supported yet", async () => {
+Deno.test("generateContainerConfig fails loudly for what it cannot give the container", async () => {
   await using h = await harness();
   const cases: Array<[V1Pod, V1Container, RegExp]> = [];
   const mounted: V1Container = {
@@ -359,12 +359,23 @@ Deno.test("generateContainerConfig fails loudly for what is not supported yet", 
     securityContext: { runAsNonRoot: true },
   };
   cases.push([pod([nonRoot]), nonRoot, /container has runAsNonRoot and image will run as root/]);
+  // A block volume that is not mapped (or a relative device path) is refused.
   const block: V1Container = {
     name: "main",
     image: IMAGE,
     volumeDevices: [{ name: "disk", devicePath: "/dev/xvda" }],
   };
-  cases.push([pod([block]), block, /^volumeDevices \(block volumes\) are not supported yet$/]);
+  cases.push([pod([block]), block, /^cannot find volume "disk" to pass into container "main"$/]);
+  const relative: V1Container = {
+    name: "main",
+    image: IMAGE,
+    volumeDevices: [{ name: "disk", devicePath: "dev/xvda" }],
+  };
+  cases.push([
+    pod([relative]),
+    relative,
+    /^error DevicePath `dev\/xvda` must be an absolute path$/,
+  ]);
   for (const [p, container, message] of cases) {
     await assert.rejects(
       generateContainerConfig(h.deps, { pod: p, container, restartCount: 0, imageRef: "x" }),
@@ -1423,4 +1434,30 @@ Deno.test("generateContainerConfig bounds a container without its own limits by 
   assert.equal(o?.cpuQuota, 20_000n);
   assert.equal(o?.memoryLimitInBytes, 16n * 2n ** 20n);
   assert.equal(o?.hugepageLimits?.[0]?.limit, 4n * 2n ** 20n);
+});
+
+Deno.test("generateContainerConfig passes a mapped block volume as a device, read-only for a read-only claim", async () => {
+  await using h = await harness();
+  const container: V1Container = {
+    name: "main",
+    image: IMAGE,
+    volumeDevices: [
+      { name: "disk", devicePath: "/dev/xvda" },
+      { name: "ro", devicePath: "/dev/xvdb" },
+    ],
+  };
+  const link = (n: string) => `/var/lib/kubelet/pods/uid/volumeDevices/kubernetes.io~csi/${n}`;
+  const podVolumes = () =>
+    new Map([
+      ["disk", { hostPath: link("pv-1"), readOnly: false, selinuxRelabel: false }],
+      ["ro", { hostPath: link("pv-2"), readOnly: true, selinuxRelabel: false }],
+    ]);
+  const config = await generateContainerConfig(
+    { ...h.deps, podVolumes },
+    { pod: pod([container]), container, restartCount: 0, imageRef: "x" },
+  );
+  assert.deepEqual(config.devices, [
+    { containerPath: "/dev/xvda", hostPath: link("pv-1"), permissions: "mrw" },
+    { containerPath: "/dev/xvdb", hostPath: link("pv-2"), permissions: "r" },
+  ]);
 });

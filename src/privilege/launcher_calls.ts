@@ -125,6 +125,29 @@ export async function symlink(target: string, path: string): Promise<void> {
   await askLauncher({ op: "symlink", target, path });
 }
 
+/**
+ * A symbolic link at `link` to `target`, however the agent runs: through the launcher in its
+ * sandbox, else Deno.symlink, and under a permission set without unscoped read and write (which
+ * Deno.symlink needs: `-P=kubelet`) with `ln -s`, which that set lets the agent run.
+ */
+export async function makeSymlink(target: string, link: string): Promise<void> {
+  try {
+    await symlink(target, link);
+    return;
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotCapable)) throw e;
+  }
+  const out = await new Deno.Command("ln", {
+    args: ["-s", "--", target, link],
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  if (!out.success) {
+    throw new Error(`ln -s ${target} ${link}: ${new TextDecoder().decode(out.stderr).trim()}`);
+  }
+}
+
 /** The device of `path` and what it is, following links. */
 export async function statPath(
   path: string,

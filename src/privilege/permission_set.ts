@@ -26,8 +26,17 @@ import { pathNeeds } from "./permissions.ts";
 /** Where logind's drop-ins go (nodeshutdown/logind.ts LOGIND_CONFIG_DIRECTORY; a test keeps them equal). */
 export const LOGIND_DROPIN_DIRECTORY = "/etc/systemd/logind.conf.d";
 
-/** The programs the agent runs: volume mounts and unmounts, filesystem stats, and the shutdown inhibitor lock. */
-export const AGENT_PROGRAMS: readonly string[] = ["mount", "umount", "df", "systemd-inhibit"];
+/**
+ * The programs the agent runs: volume mounts and unmounts, the loop devices that hold block
+ * volumes open, filesystem stats, and the shutdown inhibitor lock.
+ */
+export const AGENT_PROGRAMS: readonly string[] = [
+  "mount",
+  "umount",
+  "losetup",
+  "df",
+  "systemd-inhibit",
+];
 
 /** The program node log queries run, only with enableSystemLogQuery (server/journal_copy.ts JOURNALCTL; a test keeps them equal). */
 export const LOG_QUERY_PROGRAM = "journalctl";

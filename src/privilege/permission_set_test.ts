@@ -90,6 +90,7 @@ Deno.test("agentPermissions lists the configured paths, the host view and the pr
   assert.deepEqual(perms.run, [
     "mount",
     "umount",
+    "losetup",
     "df",
     "systemd-inhibit",
     "iptables",
@@ -283,6 +284,7 @@ Deno.test("planLaunch lets the agent run the configured credential provider plug
     assert.deepEqual(permissions.run, [
       "mount",
       "umount",
+      "losetup",
       "df",
       "systemd-inhibit",
       join(bin, "ecr-credential-provider"),

@@ -439,6 +439,27 @@ Deno.test("setVolumeOwnership chowns every entry and adds group bits, leaving li
   });
 });
 
+Deno.test("setVolumeOwnership with OnRootMismatch changes nothing when the root already matches", async () => {
+  if (!needsRoot("chown to an fsGroup")) return;
+  await withTempDir(async (root) => {
+    const vol = join(root, "vol");
+    await Deno.mkdir(vol);
+    await Deno.writeTextFile(join(vol, "f"), "x");
+    await Deno.chmod(join(vol, "f"), 0o600);
+    // The root lacks the group: everything is changed, as with Always.
+    await setVolumeOwnership(vol, 4321, { logger: quiet, changePolicy: "OnRootMismatch" });
+    assert.equal((await Deno.stat(join(vol, "f"))).gid, 4321);
+    assert.equal((await Deno.stat(vol)).mode! & 0o2070, 0o2070, "setgid and group rwx");
+    // Now the root matches: a file changed since is left alone.
+    await Deno.chown(join(vol, "f"), -1, 0);
+    await setVolumeOwnership(vol, 4321, { logger: quiet, changePolicy: "OnRootMismatch" });
+    assert.equal((await Deno.stat(join(vol, "f"))).gid, 0);
+    // Always changes it again.
+    await setVolumeOwnership(vol, 4321, { logger: quiet });
+    assert.equal((await Deno.stat(join(vol, "f"))).gid, 4321);
+  });
+});
+
 Deno.test("EmptyDirPlugin mounts and tears down a real tmpfs", async () => {
   if (!needsRoot("mounting tmpfs")) return;
   await withTempDir(async (root) => {

@@ -6,11 +6,12 @@
  * Talks only to the host filesystem. Corresponds to upstream `pkg/volume/hostpath/host_path.go`
  * (hostPathMounter.SetUp, checkType, typeMatchedOrError, makeDir, makeFile), the file type
  * probe of `pkg/volume/util/hostutil/hostutil_linux.go` (GetFileType) and
- * `pkg/volume/validation` (ValidatePathNoBacksteps). Persistent-volume hostPath (recycler,
- * deleter, provisioner) is not modelled.
+ * `pkg/volume/validation` (ValidatePathNoBacksteps). A PersistentVolume with a hostPath source
+ * (a claim bound to it) is set up the same way, read-only when the claim says so; its recycler,
+ * deleter and provisioner are controller-side and not modelled.
  */
 
-import type { V1Volume } from "@kubernetes/client-node";
+import type { V1PersistentVolume, V1Volume } from "@kubernetes/client-node";
 import { createLogger, type Logger } from "../klog/klog.ts";
 import type {
   MountedVolume,
@@ -110,15 +111,23 @@ export class HostPathPlugin implements VolumePlugin {
     return volume.hostPath !== undefined && volume.hostPath !== null;
   }
 
+  /** Handles PersistentVolumes with a `hostPath` source. */
+  canSupportPersistentVolume(pv: V1PersistentVolume): boolean {
+    return pv.spec?.hostPath !== undefined && pv.spec.hostPath !== null;
+  }
+
   /**
    * Validates the path (absolute, no `..` element) and checks its type; the path itself is the
    * volume's host path. Creates nothing under `ctx.dir`.
    */
   async setUp(ctx: VolumeSetUpContext): Promise<MountedVolume> {
     ctx.signal?.throwIfAborted();
-    const source = ctx.volume.hostPath;
+    const pv = ctx.spec?.persistentVolume;
+    const source = pv ? pv.spec?.hostPath : ctx.volume.hostPath;
     if (source === undefined || source === null) {
-      throw new HostPathError(`volume "${ctx.volume.name}" has no hostPath source`);
+      throw new HostPathError(
+        `volume "${ctx.spec?.name ?? ctx.volume.name}" has no hostPath source`,
+      );
     }
     const path = source.path;
     if (path.split("/").includes("..")) {
@@ -146,7 +155,11 @@ export class HostPathPlugin implements VolumePlugin {
         { cause: err },
       );
     }
-    return { hostPath: path, readOnly: false, selinuxRelabel: false };
+    return {
+      hostPath: path,
+      readOnly: pv !== undefined && ctx.spec?.readOnly === true,
+      selinuxRelabel: false,
+    };
   }
 
   /**

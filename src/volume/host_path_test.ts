@@ -392,3 +392,39 @@ Deno.test("HostPathPlugin names the permission to add when Deno refuses the path
     { message: "hostPath /srv/data doesn't exist" },
   );
 });
+
+Deno.test("HostPathPlugin sets up a PersistentVolume's hostPath, read-only with a read-only claim", async () => {
+  await withTempDir(async (root) => {
+    const plugin = new HostPathPlugin({ logger: quiet });
+    const pv = {
+      metadata: { name: "pv-h" },
+      spec: { hostPath: { path: root, type: "Directory" } },
+    };
+    assert.equal(plugin.canSupportPersistentVolume(pv), true);
+    assert.equal(
+      plugin.canSupportPersistentVolume({ spec: { csi: { driver: "d", volumeHandle: "h" } } }),
+      false,
+    );
+    const volume = { name: "data", persistentVolumeClaim: { claimName: "c" } };
+    for (const readOnly of [false, true]) {
+      const mounted = await plugin.setUp({
+        pod,
+        volume,
+        spec: { name: "pv-h", volume, persistentVolume: pv, readOnly },
+        dir: join(root, "pods", "uid1", "volumes", "kubernetes.io~host-path", "pv-h"),
+      });
+      assert.deepEqual(mounted, { hostPath: root, readOnly, selinuxRelabel: false });
+    }
+    // The PV's type is checked as a pod volume's is.
+    const file = { ...pv, spec: { hostPath: { path: root, type: "File" } } };
+    await rejectsWith(
+      plugin.setUp({
+        pod,
+        volume,
+        spec: { name: "pv-h", volume, persistentVolume: file, readOnly: false },
+        dir: join(root, "x"),
+      }),
+      `hostPath type check failed: ${root} is not a file, it's a Directory`,
+    );
+  });
+});

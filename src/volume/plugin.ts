@@ -35,6 +35,8 @@ export interface VolumeSpec {
   readonly readOnly: boolean;
   /** The claim, as read with its PersistentVolume. */
   readonly claim?: V1PersistentVolumeClaim;
+  /** A claim of volumeMode Block that containers map as a device (volumeDevices). */
+  readonly block?: boolean;
 }
 
 /** The spec of a pod volume that is not a claim. */
@@ -117,6 +119,14 @@ export interface VolumePlugin {
     newSizeBytes: number,
     signal?: AbortSignal,
   ): Promise<void>;
+  /**
+   * Maps a block volume (a claim of volumeMode Block in `volumeDevices`) for the pod: `ctx.dir`
+   * is its link `<pods>/<uid>/volumeDevices/<escaped plugin>/<spec name>`, the host path given
+   * to the runtime (upstream BlockVolumeMapper). Undefined: no block volumes.
+   */
+  mapDevice?(ctx: VolumeSetUpContext): Promise<MountedVolume>;
+  /** Undoes {@link mapDevice}; `ctx.dir` is the pod's link. */
+  unmapDevice?(ctx: VolumeTearDownContext): Promise<void>;
   /** Sets the volume up; idempotent. Throws an Error whose message is the FailedMount text. */
   setUp(ctx: VolumeSetUpContext): Promise<MountedVolume>;
   /** Removes what setUp made (unmounts tmpfs, deletes the volume dir); idempotent. */
@@ -188,6 +198,21 @@ export function podVolumeDir(
   volumeName: string,
 ): string {
   return join(podVolumesDir(podsDir, podUid), escapePluginName(pluginName), volumeName);
+}
+
+/** `<pods>/<uid>/volumeDevices`. */
+export function podVolumeDevicesDir(podsDir: string, podUid: string): string {
+  return join(podsDir, podUid, "volumeDevices");
+}
+
+/** `<pods>/<uid>/volumeDevices/<escaped plugin>/<volume>`: a block volume's link. */
+export function podVolumeDeviceLink(
+  podsDir: string,
+  podUid: string,
+  pluginName: string,
+  volumeName: string,
+): string {
+  return join(podVolumeDevicesDir(podsDir, podUid), escapePluginName(pluginName), volumeName);
 }
 
 /** `<pods>/<uid>/plugins/<escaped plugin>`. */

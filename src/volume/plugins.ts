@@ -1,13 +1,14 @@
 /**
  * @module
  * The volume plugins this kubelet has, built once for the volume manager (upstream
- * `cmd/kubelet/app/plugins.go` ProbeVolumePlugins, in-tree part): emptyDir, hostPath,
- * configMap, secret, downwardAPI, projected and image. ConfigMaps and Secrets come from the
- * object managers (`client/object_manager.ts`); without a kube client (standalone mode) a
- * configMap, secret or projected volume fails to mount with upstream's "no kubeClient defined"
- * message, like env references do. CSI volumes (inline, and the PersistentVolumes of claims) are
- * set up by `src/csi/csi_mounter.ts`, added beside these by the pod lifecycle. Other volume types
- * (the cloud and network ones) have no plugin here: the volume manager fails such pods with
+ * `cmd/kubelet/app/plugins.go` ProbeVolumePlugins, in-tree part): emptyDir, hostPath (also of
+ * PersistentVolumes), configMap, secret, downwardAPI, projected, image, local (of
+ * PersistentVolumes) and nfs. ConfigMaps and Secrets come from the object managers
+ * (`client/object_manager.ts`); without a kube client (standalone mode) a configMap, secret or
+ * projected volume fails to mount with upstream's "no kubeClient defined" message, like env
+ * references do. CSI volumes (inline, and the PersistentVolumes of claims) are set up by
+ * `src/csi/csi_mounter.ts`, added beside these by the pod lifecycle. Other volume types (the
+ * cloud ones, iscsi, fc, cephfs...) have no plugin here: the volume manager fails such pods with
  * FailedMount naming the volume.
  */
 
@@ -22,6 +23,8 @@ import { DownwardApiPlugin, type NodeAllocatableFunc } from "./downward_api.ts";
 import { EmptyDirPlugin } from "./empty_dir.ts";
 import { HostPathPlugin } from "./host_path.ts";
 import { ImagePlugin } from "./image.ts";
+import { LocalVolumePlugin } from "./local.ts";
+import { NfsPlugin } from "./nfs.ts";
 import type { VolumePlugin } from "./plugin.ts";
 import { ProjectedPlugin } from "./projected.ts";
 import { type SecretGetter, SecretPlugin } from "./secret.ts";
@@ -66,6 +69,8 @@ export function probeVolumePlugins(o: VolumePluginsOptions): VolumePlugin[] {
       nodeAllocatableMemory,
     }),
     new ImagePlugin(),
+    new LocalVolumePlugin({ mounter, logger }),
+    new NfsPlugin({ mounter }),
   ];
 }
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import type { V1Pod, V1Volume } from "@kubernetes/client-node";
+import type { V1PersistentVolume, V1Pod, V1Volume } from "@kubernetes/client-node";
 import { createLogger } from "../klog/klog.ts";
 import { Mounter } from "../util/mount.ts";
 import { TokenManager } from "../token/token_manager.ts";
@@ -44,7 +44,7 @@ function podWith(volume: V1Volume, limits?: Record<string, string>): V1Pod {
   };
 }
 
-Deno.test("probeVolumePlugins has the seven in-tree plugins, each volume type taken by one", () => {
+Deno.test("probeVolumePlugins has the in-tree plugins, each volume or PV type taken by one", () => {
   const { list } = plugins();
   assert.deepEqual(list.map((p) => p.name), [
     "kubernetes.io/empty-dir",
@@ -54,22 +54,40 @@ Deno.test("probeVolumePlugins has the seven in-tree plugins, each volume type ta
     "kubernetes.io/downward-api",
     "kubernetes.io/projected",
     "kubernetes.io/image",
+    "kubernetes.io/local-volume",
+    "kubernetes.io/nfs",
   ]);
-  const volumes: V1Volume[] = [
-    { name: "a", emptyDir: {} },
-    { name: "b", hostPath: { path: "/x" } },
-    { name: "c", secret: { secretName: "s" } },
-    { name: "d", configMap: { name: "c" } },
-    { name: "e", downwardAPI: {} },
-    { name: "f", projected: { sources: [] } },
-    { name: "i", image: { reference: "data:1" } },
+  const volumes: [V1Volume, string][] = [
+    [{ name: "a", emptyDir: {} }, "kubernetes.io/empty-dir"],
+    [{ name: "b", hostPath: { path: "/x" } }, "kubernetes.io/host-path"],
+    [{ name: "c", secret: { secretName: "s" } }, "kubernetes.io/secret"],
+    [{ name: "d", configMap: { name: "c" } }, "kubernetes.io/configmap"],
+    [{ name: "e", downwardAPI: {} }, "kubernetes.io/downward-api"],
+    [{ name: "f", projected: { sources: [] } }, "kubernetes.io/projected"],
+    [{ name: "i", image: { reference: "data:1" } }, "kubernetes.io/image"],
+    [{ name: "n", nfs: { server: "s", path: "/e" } }, "kubernetes.io/nfs"],
   ];
-  for (const [i, v] of volumes.entries()) {
-    assert.deepEqual(list.filter((p) => p.canSupport(v)).map((p) => p.name), [list[i]!.name]);
+  for (const [v, name] of volumes) {
+    assert.deepEqual(list.filter((p) => p.canSupport(v)).map((p) => p.name), [name]);
+  }
+  // PersistentVolumes: hostPath, local and nfs here (CSI's plugin is added by the pod lifecycle).
+  const pvs: [V1PersistentVolume, string][] = [
+    [{ spec: { hostPath: { path: "/x" } } }, "kubernetes.io/host-path"],
+    [{ spec: { local: { path: "/x" } } }, "kubernetes.io/local-volume"],
+    [{ spec: { nfs: { server: "s", path: "/e" } } }, "kubernetes.io/nfs"],
+  ];
+  for (const [pv, name] of pvs) {
+    assert.deepEqual(
+      list.filter((p) => p.canSupportPersistentVolume?.(pv)).map((p) => p.name),
+      [name],
+    );
   }
   // A type without a plugin is taken by none: the volume manager fails it loudly.
-  const pvc: V1Volume = { name: "g", persistentVolumeClaim: { claimName: "c" } };
-  assert.equal(list.filter((p) => p.canSupport(pvc)).length, 0);
+  const iscsi: V1Volume = {
+    name: "g",
+    iscsi: { targetPortal: "t", iqn: "i", lun: 0 },
+  };
+  assert.equal(list.filter((p) => p.canSupport(iscsi)).length, 0);
 });
 
 Deno.test("probeVolumePlugins without an apiserver fails configMap, secret and token volumes", async () => {

@@ -33,6 +33,8 @@ import { type Clock, realClock } from "../util/clock.ts";
 import type { VolumeCounts, VolumeMetrics, VolumeState } from "../metrics/volume_metrics.ts";
 import {
   type MountedVolume,
+  podVolumeDeviceLink,
+  podVolumeDevicesDir,
   podVolumeDir,
   podVolumesDir,
   specFromVolume,
@@ -126,6 +128,8 @@ interface ActualVolume {
   /** The spec's name, naming its directory (a claim's PersistentVolume). */
   readonly specName: string;
   readonly mounted: MountedVolume;
+  /** A block volume, mapped at the pod's `volumeDevices` link. */
+  readonly block?: boolean;
   /** upstream UniqueVolumeName of an attachable volume. */
   readonly attachableName?: string;
   /**
@@ -160,6 +164,8 @@ interface DiskVolume {
   readonly volumeName: string;
   /** The pod volume's name, for a volume of the actual state. */
   readonly outerName?: string;
+  /** The pod's link of a block volume (`dir` is then that link). */
+  readonly block?: boolean;
   readonly dir: string;
 }
 
@@ -240,7 +246,7 @@ export class VolumeManager {
     for (const [name, v] of this.#pods.get(podUid)?.volumes ?? []) {
       const plugin = this.#o.plugins.find((p) => p.name === v.pluginName);
       const get = plugin?.getMetrics?.bind(plugin);
-      if (!get) continue;
+      if (!get || v.block) continue;
       const dir = podVolumeDir(this.#o.podsDirectory, podUid, v.pluginName, v.specName);
       out.push({ name, getMetrics: (signal) => get(dir, signal) });
     }
@@ -372,7 +378,7 @@ export class VolumeManager {
       // Unmount before mount, as the reconciler does.
       const dirs = new Set<string>();
       for (const { plugin, spec } of desired.values()) {
-        dirs.add(podVolumeDir(this.#o.podsDirectory, uid, plugin.name, spec.name));
+        dirs.add(this.#volumeDir(uid, plugin.name, spec.name, spec.block === true));
       }
       await this.#tearDownUndesired(signal, uid, dirs);
     }
@@ -426,12 +432,17 @@ export class VolumeManager {
         }
         state.attached.add(name);
       }
-      const dir = podVolumeDir(this.#o.podsDirectory, uid, plugin.name, spec.name);
+      const block = spec.block === true;
+      const dir = this.#volumeDir(uid, plugin.name, spec.name, block);
+      const opName = block ? "map_volume" : "volume_mount";
       const t0 = this.#clock.now();
       try {
-        const mounted = await plugin.setUp({ pod, volume, spec, dir, signal });
+        const ctx = { pod, volume, spec, dir, signal };
+        const mounted = block && plugin.mapDevice
+          ? await plugin.mapDevice(ctx)
+          : await plugin.setUp(ctx);
         const now = this.#clock.now();
-        metrics?.observeOperation(plugin.name, "volume_mount", (now - t0) / 1000, false);
+        metrics?.observeOperation(plugin.name, opName, (now - t0) / 1000, false);
         const asked = state.desired.get(name)?.requestedAt ?? t0;
         metrics?.observeEndToEnd(plugin.name, "overall_volume_mount", (now - asked) / 1000);
         const size = quantityOrUndefined(spec.claim?.status?.capacity?.["storage"]);
@@ -439,25 +450,27 @@ export class VolumeManager {
           pluginName: plugin.name,
           specName: spec.name,
           mounted,
+          ...(block ? { block } : {}),
           ...(attachableName ? { attachableName } : {}),
           ...(size !== undefined ? { size } : {}),
         });
         // Remounts happen on every sync: upstream logs them only at a high verbosity.
-        logger.v(previous ? 4 : 1).info(`MountVolume.SetUp succeeded for volume "${spec.name}"`, {
+        const done = block ? "MapVolume.MapPodDevice" : "MountVolume.SetUp";
+        logger.v(previous ? 4 : 1).info(`${done} succeeded for volume "${spec.name}"`, {
           pod: kobj(pod),
           podUID: uid,
         });
       } catch (e) {
         if (signal.aborted) throw e;
-        metrics?.observeOperation(
-          plugin.name,
-          "volume_mount",
-          (this.#clock.now() - t0) / 1000,
-          true,
-        );
+        metrics?.observeOperation(plugin.name, opName, (this.#clock.now() - t0) / 1000, true);
         // A failed remount leaves the previous mount in the actual state.
         const err = asError(e);
-        fail(e instanceof VolumeOperationError ? e.operation : "MountVolume.SetUp", err);
+        const operation = e instanceof VolumeOperationError
+          ? e.operation
+          : block
+          ? "MapVolume.MapPodDevice"
+          : "MountVolume.SetUp";
+        fail(operation, err);
       }
     }
 
@@ -493,7 +506,7 @@ export class VolumeManager {
         pod,
         spec,
         plugin,
-        dir: podVolumeDir(this.#o.podsDirectory, uid, plugin.name, spec.name),
+        dir: this.#volumeDir(uid, plugin.name, spec.name, actual.block === true),
         currentBytes: actual.size,
         signal,
       });
@@ -596,24 +609,27 @@ export class VolumeManager {
     volume: V1Volume,
     used: UsedVolumes,
   ): Promise<VolumeSpec> {
-    if (used.devices.has(volume.name)) {
-      throw new Error(
-        `volume ${volume.name} is specified in volumeDevices: block volumes are not supported yet by this kubelet`,
-      );
-    }
     const claim = volume.persistentVolumeClaim !== undefined || volume.ephemeral !== undefined;
-    if (!claim) return specFromVolume(volume);
+    if (!claim) {
+      if (used.devices.has(volume.name)) {
+        throw new Error(
+          `volume ${volume.name} is specified in volumeDevices: only a persistentVolumeClaim or ephemeral volume of volumeMode Block can be`,
+        );
+      }
+      return specFromVolume(volume);
+    }
     if (!this.#o.client) {
       throw new Error(
         `volume ${volume.name}: persistent volume claims need an apiserver: no kubeClient defined`,
       );
     }
-    return await createVolumeSpec(pod, volume, {
+    const spec = await createVolumeSpec(pod, volume, {
       client: this.#o.client,
       mounts: used.mounts,
       devices: used.devices,
       signal,
     });
+    return used.devices.has(volume.name) ? { ...spec, block: true } : spec;
   }
 
   /** Tears down the pod's volumes that are set up or on disk but whose dir is not desired. */
@@ -670,8 +686,14 @@ export class VolumeManager {
     const out: DiskVolume[] = [];
     const seen = new Set<string>();
     for (const [outerName, v] of this.#pods.get(uid)?.volumes ?? []) {
-      const dir = podVolumeDir(this.#o.podsDirectory, uid, v.pluginName, v.specName);
-      out.push({ pluginName: v.pluginName, volumeName: v.specName, outerName, dir });
+      const dir = this.#volumeDir(uid, v.pluginName, v.specName, v.block === true);
+      out.push({
+        pluginName: v.pluginName,
+        volumeName: v.specName,
+        outerName,
+        dir,
+        ...(v.block ? { block: true } : {}),
+      });
       seen.add(dir);
     }
     for (const v of this.#scanDisk(uid).volumes) if (!seen.has(v.dir)) out.push(v);
@@ -690,17 +712,25 @@ export class VolumeManager {
     const observe = (failed: boolean) =>
       this.#o.metrics?.observeOperation(
         pluginName,
-        "volume_unmount",
+        target.block ? "unmap_volume" : "volume_unmount",
         (this.#clock.now() - t0) / 1000,
         failed,
       );
     try {
-      await plugin.tearDown({ podUid: uid, volumeName, dir, signal });
+      if (target.block) {
+        if (!plugin.unmapDevice) {
+          throw new Error(`volume plugin ${pluginName} does not support block volumes`);
+        }
+        await plugin.unmapDevice({ podUid: uid, volumeName, dir, signal });
+      } else {
+        await plugin.tearDown({ podUid: uid, volumeName, dir, signal });
+      }
     } catch (e) {
       if (signal.aborted) throw e;
       observe(true);
       const err = asError(e);
-      throw new Error(`UnmountVolume.TearDown failed for volume "${volumeName}" : ${err.message}`, {
+      const op = target.block ? "UnmapVolume.UnmapBlockVolume" : "UnmountVolume.TearDown";
+      throw new Error(`${op} failed for volume "${volumeName}" : ${err.message}`, {
         cause: err,
       });
     }
@@ -721,13 +751,19 @@ export class VolumeManager {
 
   /** Removes the pod's empty plugin dirs and its volumes dir when empty (rmdir only). */
   async #removeEmptyVolumeDirs(uid: string): Promise<void> {
-    const volumesDir = podVolumesDir(this.#o.podsDirectory, uid);
-    const info = await lstatOrUndefined(volumesDir);
-    if (!info?.isDirectory) return;
-    for await (const e of Deno.readDir(volumesDir)) {
-      if (e.isDirectory) await rmdirIfEmpty(join(volumesDir, e.name));
+    for (
+      const dir of [
+        podVolumesDir(this.#o.podsDirectory, uid),
+        podVolumeDevicesDir(this.#o.podsDirectory, uid),
+      ]
+    ) {
+      const info = await lstatOrUndefined(dir);
+      if (!info?.isDirectory) continue;
+      for await (const e of Deno.readDir(dir)) {
+        if (e.isDirectory) await rmdirIfEmpty(join(dir, e.name));
+      }
+      await rmdirIfEmpty(dir);
     }
-    await rmdirIfEmpty(volumesDir);
   }
 
   /** Upstream cleanupOrphanedPodDirs for one pod, under the pod's lock. */
@@ -754,7 +790,7 @@ export class VolumeManager {
     for await (const e of Deno.readDir(podDir)) {
       const path = join(podDir, e.name);
       // Never removed recursively: that could lose data of a volume still mounted there.
-      if (e.name === "volumes") {
+      if (e.name === "volumes" || e.name === "volumeDevices") {
         errors.push(new Error(`volumes subdir was found after it was removed: ${path}`));
         continue;
       }
@@ -771,6 +807,13 @@ export class VolumeManager {
 
   // ---- Helpers ------------------------------------------------------------------------------
 
+  /** A volume's directory, or a block volume's link. */
+  #volumeDir(uid: string, pluginName: string, specName: string, block: boolean): string {
+    return block
+      ? podVolumeDeviceLink(this.#o.podsDirectory, uid, pluginName, specName)
+      : podVolumeDir(this.#o.podsDirectory, uid, pluginName, specName);
+  }
+
   #state(uid: string): PodState {
     let s = this.#pods.get(uid);
     if (!s) {
@@ -786,7 +829,12 @@ export class VolumeManager {
       pv ? p.canSupportPersistentVolume?.(pv) === true : p.canSupport(volume)
     );
     const [only] = matches;
-    if (only && matches.length === 1) return only;
+    if (only && matches.length === 1) {
+      if (spec.block && !only.mapDevice) {
+        throw new Error(`volume plugin ${only.name} does not support block volumes`);
+      }
+      return only;
+    }
     if (matches.length > 1) {
       throw new Error(`multiple volume plugins matched: ${matches.map((p) => p.name).join(",")}`);
     }
@@ -818,6 +866,26 @@ export class VolumeManager {
     const volumesDir = podVolumesDir(this.#o.podsDirectory, uid);
     const podDir = lstatSyncOrUndefined(join(this.#o.podsDirectory, uid));
     if (!podDir?.isDirectory) return scan;
+    // Block volumes: `volumeDevices/<escaped plugin>/<name>`, each a link.
+    const devicesDir = podVolumeDevicesDir(this.#o.podsDirectory, uid);
+    if (lstatSyncOrUndefined(devicesDir)?.isDirectory) {
+      for (const p of Deno.readDirSync(devicesDir)) {
+        const pluginDir = join(devicesDir, p.name);
+        if (!p.isDirectory) {
+          scan.other.push(pluginDir);
+          continue;
+        }
+        for (const v of Deno.readDirSync(pluginDir)) {
+          const dir = join(pluginDir, v.name);
+          scan.volumes.push({
+            pluginName: unescapePluginName(p.name),
+            volumeName: v.name,
+            dir,
+            block: true,
+          });
+        }
+      }
+    }
     const info = lstatSyncOrUndefined(volumesDir);
     if (!info) return scan;
     if (!info.isDirectory) {

@@ -788,3 +788,53 @@ Deno.test("VolumeManager reports an attachable volume found on disk in use until
   await after.unmountPodVolumes(signal, "u1");
   assert.deepEqual(after.volumesInUse(), []);
 });
+
+Deno.test("VolumeManager maps a block claim at the pod's volumeDevices link, and unmaps it after a restart", async () => {
+  await using f = await fixture();
+  const csi = new FakePvPlugin(f.calls);
+  const maps: string[] = [];
+  Object.assign(csi, {
+    async mapDevice(ctx: VolumeSetUpContext): Promise<MountedVolume> {
+      maps.push(`map ${ctx.spec?.name} block=${ctx.spec?.block} ${ctx.dir}`);
+      await Deno.mkdir(join(ctx.dir, ".."), { recursive: true });
+      await Deno.symlink("/dev/null", ctx.dir);
+      return { hostPath: ctx.dir, readOnly: false, selinuxRelabel: false };
+    },
+    async unmapDevice(ctx: VolumeTearDownContext): Promise<void> {
+      maps.push(`unmap ${ctx.volumeName} ${ctx.dir}`);
+      await Deno.remove(ctx.dir);
+    },
+  });
+  const client = claimWorld();
+  const pvPath = "/api/v1/persistentvolumes/pv-1";
+  const pv = client.objects.get(pvPath) as { spec: Record<string, unknown> };
+  client.objects.set(pvPath, { ...pv, spec: { ...pv.spec, volumeMode: "Block" } });
+  const p = pod("u1", [claimVolume], []);
+  p.spec!.containers[0]!.volumeDevices = [{ name: "data", devicePath: "/dev/xvda" }];
+  const vm = f.newManager({ plugins: [f.emptyDir, csi], client, nodeName: "node-a" });
+  await vm.mountPodVolumes(signal, p);
+  const link = join(f.pods, "u1", "volumeDevices", "kubernetes.io~csi", "pv-1");
+  assert.deepEqual(maps, [`map pv-1 block=true ${link}`]);
+  assert.equal(vm.podVolumes("u1").get("data")?.hostPath, link);
+  // No setUp of a file system for it.
+  assert.equal(f.calls.filter((c) => c.startsWith("setUp")).length, 0);
+
+  // After a restart the link is found on disk and unmapped when the pod goes.
+  const restarted = f.newManager({ plugins: [f.emptyDir, csi], client, nodeName: "node-a" });
+  assert.equal(restarted.podVolumesExist("u1"), true);
+  await restarted.unmountPodVolumes(signal, "u1");
+  assert.deepEqual(maps.slice(1), [`unmap pv-1 ${link}`]);
+  assert.equal(restarted.podVolumesExist("u1"), false);
+  assert.equal(
+    await Deno.lstat(join(f.pods, "u1", "volumeDevices")).then(() => true, () => false),
+    false,
+  );
+
+  // A volume that is no claim cannot be a device (a Filesystem claim: persistent_volume_claims).
+  const inline = pod("u3", [cache("scratch")], []);
+  inline.spec!.containers[0]!.volumeDevices = [{ name: "scratch", devicePath: "/dev/xvdb" }];
+  await assert.rejects(vm.mountPodVolumes(signal, inline), {
+    message:
+      /failed to process volumes=\[scratch\]: volume scratch is specified in volumeDevices: only a persistentVolumeClaim or ephemeral volume of volumeMode Block can be$/,
+  });
+});
