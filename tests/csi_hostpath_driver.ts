@@ -26,7 +26,7 @@
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
-import { grpcService } from "../src/testing/grpc_service.ts";
+import { grpcService, serveGrpc } from "../src/testing/grpc_service.ts";
 import type { CriMethod, CriMethods, ServiceDefinition } from "../src/cri/connection.ts";
 import {
   ControllerDefinition,
@@ -41,7 +41,6 @@ import {
   type VolumeCondition,
   VolumeUsage_Unit,
 } from "../proto/csi/v1/csi.ts";
-import { serveGrpc } from "./csi_registrar.ts";
 
 /** The csi-driver-host-path release this driver stands in for. */
 export const HOSTPATH_VERSION = "v1.17.0";

@@ -4,37 +4,16 @@
  * this suite builds from refuses at every version (see tests/csi_build.ts): a grpc-js server of
  * pluginregistration v1's Registration service on a socket in the kubelet's plugins_registry,
  * answering the kubelet's plugin watcher with a CSI driver's name, endpoint and versions and
- * recording what the kubelet notifies. Also {@link serveGrpc}, which it and
- * tests/csi_hostpath_driver.ts serve with.
+ * recording what the kubelet notifies.
  */
 
-import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
-import { grpcService } from "../src/testing/grpc_service.ts";
+import type * as grpc from "@grpc/grpc-js";
+import { grpcService, serveGrpc } from "../src/testing/grpc_service.ts";
 import {
   type PluginInfo,
   RegistrationDefinition,
   type RegistrationStatus,
 } from "../proto/pluginregistration/v1/api.ts";
-
-/** Serves what `add` adds on a new unix socket at `path` (its directory is created). */
-export async function serveGrpc(
-  path: string,
-  add: (server: grpc.Server) => void,
-): Promise<grpc.Server> {
-  await Deno.mkdir(join(path, ".."), { recursive: true });
-  await Deno.remove(path).catch(() => {});
-  const server = new grpc.Server();
-  add(server);
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(
-      `unix://${path}`,
-      grpc.ServerCredentials.createInsecure(),
-      (e) => e ? reject(e) : resolve(),
-    )
-  );
-  return server;
-}
 
 /** Options of {@link startRegistrar}. */
 export interface RegistrarOptions {

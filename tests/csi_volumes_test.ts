@@ -292,18 +292,46 @@ async function claimFor(
       resources: { requests: { storage: "1Gi" } },
     },
   });
-  await poll(
+  await boundClaim(api, claim);
+  return pv;
+}
+
+/** The claim once the PersistentVolume binder bound it. */
+async function boundClaim(api: KubeClient, claim: string): Promise<V1PersistentVolumeClaim> {
+  return await poll(
     `claim ${claim} bound`,
     async () => {
-      const c = await api.get<{ status?: { phase?: string } }>(
+      const c = await api.get<V1PersistentVolumeClaim>(
         `/api/v1/namespaces/${NS}/persistentvolumeclaims/${claim}`,
       );
-      return c.status?.phase === "Bound" || undefined;
+      return c.status?.phase === "Bound" ? c : undefined;
     },
-    60_000,
+    90_000,
     250,
   );
-  return pv;
+}
+
+/** A claim of STORAGE_CLASS that csi-provisioner provisions; its PV's name once bound. */
+async function provisionedClaim(
+  w: World,
+  api: KubeClient,
+  claim: string,
+  storage: string,
+  volumeMode = "Filesystem",
+): Promise<string> {
+  await createObject(w.cp, {
+    apiVersion: "v1",
+    kind: "PersistentVolumeClaim",
+    metadata: { name: claim, namespace: NS },
+    spec: {
+      accessModes: ["ReadWriteOnce"],
+      volumeMode,
+      storageClassName: STORAGE_CLASS,
+      resources: { requests: { storage } },
+    },
+  });
+  const bound = await boundClaim(api, claim);
+  return bound.spec?.volumeName ?? "";
 }
 
 /** A pod on the node running `script`, with `volume` mounted at /data (its `subPath`, if given). */
@@ -349,29 +377,20 @@ async function sh(w: World, pod: string, script: string): Promise<string> {
   return r.stdout;
 }
 
-/** Waits for an event on pod `name` with `reason` and `message`. */
-async function waitEvent(api: KubeClient, name: string, reason: string, message: string) {
+/** Waits for an event on pod `name` with `reason` and `message` (or a message it matches). */
+async function waitEvent(
+  api: KubeClient,
+  name: string,
+  reason: string,
+  message: string | RegExp,
+): Promise<void> {
+  const matches = (m: string) => typeof message === "string" ? m === message : message.test(m);
   await poll(
     `event ${reason} on ${name}`,
     async () => {
       const list = await api.get<{ items: CoreV1Event[] }>(`/api/v1/namespaces/${NS}/events`);
       return list.items.some((e) =>
-        e.involvedObject.name === name && e.reason === reason && e.message === message
-      ) || undefined;
-    },
-    60_000,
-    500,
-  );
-}
-
-/** Waits for an event on pod `name` with `reason` and a message matching `message`. */
-async function waitEventMatching(api: KubeClient, name: string, reason: string, message: RegExp) {
-  await poll(
-    `event ${reason} on ${name}`,
-    async () => {
-      const list = await api.get<{ items: CoreV1Event[] }>(`/api/v1/namespaces/${NS}/events`);
-      return list.items.some((e) =>
-        e.involvedObject.name === name && e.reason === reason && message.test(e.message ?? "")
+        e.involvedObject.name === name && e.reason === reason && matches(e.message ?? "")
       ) || undefined;
     },
     60_000,
@@ -602,7 +621,7 @@ e2e(
     // The driver stops (its registrar stays): the mount fails until it is back.
     await driver.stop();
     await podWith(w, "retried", { persistentVolumeClaim: { claimName: "restart" } }, "sleep 3600");
-    await waitEventMatching(
+    await waitEvent(
       api,
       "retried",
       "FailedMount",
@@ -682,28 +701,7 @@ e2e(
   "a claim provisioned by csi-provisioner is mounted, then grown in use by csi-resizer and the node",
   async (w, api) => {
     const claim = "dynamic";
-    await createObject(w.cp, {
-      apiVersion: "v1",
-      kind: "PersistentVolumeClaim",
-      metadata: { name: claim, namespace: NS },
-      spec: {
-        accessModes: ["ReadWriteOnce"],
-        storageClassName: STORAGE_CLASS,
-        resources: { requests: { storage: "1Mi" } },
-      },
-    });
-    const bound = await poll(
-      `claim ${claim} bound`,
-      async () => {
-        const c = await api.get<V1PersistentVolumeClaim>(
-          `/api/v1/namespaces/${NS}/persistentvolumeclaims/${claim}`,
-        );
-        return c.status?.phase === "Bound" ? c : undefined;
-      },
-      90_000,
-      250,
-    );
-    const pv = bound.spec?.volumeName ?? "";
+    const pv = await provisionedClaim(w, api, claim, "1Mi");
     const created = calls(w, HOSTPATH, "CreateVolume").find((c) => c.name === pv);
     assert.ok(created, `csi-provisioner asked the driver for ${pv}`);
     await podWith(
@@ -814,29 +812,7 @@ e2e(
   "a block-mode claim is a device in the container, its data kept for the next pod",
   async (w, api) => {
     const claim = "raw";
-    await createObject(w.cp, {
-      apiVersion: "v1",
-      kind: "PersistentVolumeClaim",
-      metadata: { name: claim, namespace: NS },
-      spec: {
-        accessModes: ["ReadWriteOnce"],
-        volumeMode: "Block",
-        storageClassName: STORAGE_CLASS,
-        resources: { requests: { storage: "8Mi" } },
-      },
-    });
-    const bound = await poll(
-      `claim ${claim} bound`,
-      async () => {
-        const c = await api.get<V1PersistentVolumeClaim>(
-          `/api/v1/namespaces/${NS}/persistentvolumeclaims/${claim}`,
-        );
-        return c.status?.phase === "Bound" ? c : undefined;
-      },
-      90_000,
-      250,
-    );
-    const pv = bound.spec?.volumeName ?? "";
+    const pv = await provisionedClaim(w, api, claim, "8Mi", "Block");
     const blockPod = (name: string, script: string) => ({
       apiVersion: "v1",
       kind: "Pod",
@@ -972,7 +948,7 @@ e2e(
     }
     // nfs is mounted with mount(8); this machine's kernel has no NFS client, so mount says so.
     await podWith(w, "nfs-user", { nfs: { server: "127.0.0.1", path: "/exports" } }, "sleep 3600");
-    await waitEventMatching(
+    await waitEvent(
       api,
       "nfs-user",
       "FailedMount",

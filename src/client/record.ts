@@ -8,7 +8,7 @@
  * start-up code.
  */
 
-import type { V1Pod } from "@kubernetes/client-node";
+import type { V1ObjectMeta, V1Pod } from "@kubernetes/client-node";
 import type { Logger } from "../klog/klog.ts";
 
 /** A reference to the object an event is about (upstream `v1.ObjectReference`, trimmed). */
@@ -33,19 +33,27 @@ export function nodeRef(nodeName: string): ObjectRef {
 }
 
 /**
- * The reference to a pod, as client-go's `reference.GetReference` makes it from the scheme: kind
- * `Pod`, apiVersion `v1`, and the pod's name, namespace, uid and resourceVersion.
+ * The reference to a core/v1 object, as client-go's `reference.GetReference` makes it from the
+ * scheme: its kind, apiVersion `v1`, and its name, namespace, uid and resourceVersion.
  */
-export function podRef(pod: V1Pod): ObjectRef {
-  const m = pod.metadata;
+export function objectRef(
+  kind: string,
+  obj: { metadata?: V1ObjectMeta | undefined },
+): ObjectRef {
+  const m = obj.metadata;
   return {
-    kind: "Pod",
+    kind,
     apiVersion: "v1",
     name: m?.name ?? "",
     namespace: m?.namespace,
     uid: m?.uid,
     resourceVersion: m?.resourceVersion,
   };
+}
+
+/** The reference to a pod ({@link objectRef} of kind `Pod`). */
+export function podRef(pod: V1Pod): ObjectRef {
+  return objectRef("Pod", pod);
 }
 
 /** Records events (upstream `record.EventRecorder`). */

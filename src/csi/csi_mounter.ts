@@ -41,6 +41,7 @@ import { apiErrorText, isStatus, type KubeClient } from "../client/kube_client.t
 import type { Logger } from "../klog/klog.ts";
 import type { CommandRunner, Mounter } from "../util/mount.ts";
 import { errorText } from "../util/errors.ts";
+import { KeyedQueue } from "../util/keyed_queue.ts";
 import { NodeServiceCapability_RPC_Type as Cap, VolumeUsage_Unit } from "../../proto/csi/v1/csi.ts";
 import {
   MetricsNotSupportedError,
@@ -121,8 +122,8 @@ export class CsiVolumePlugin implements VolumePlugin {
   readonly name = CSI_PLUGIN_NAME;
   readonly requiresRemount = false;
   readonly #o: CsiVolumePluginOptions;
-  /** The tail of each volume's queue of operations (upstream nestedpendingoperations). */
-  readonly #locks = new Map<string, Promise<void>>();
+  /** Each volume's operations, one at a time (upstream nestedpendingoperations). */
+  readonly #queue = new KeyedQueue();
   /** Global mounts staged since start; after a restart each volume is staged again (idempotent). */
   readonly #staged = new Set<string>();
 
@@ -209,7 +210,7 @@ export class CsiVolumePlugin implements VolumePlugin {
   /** upstream's BlockVolumeMapper: see csi_block.ts. */
   mapDevice(ctx: VolumeSetUpContext): Promise<MountedVolume> {
     const spec = ctx.spec ?? specFromVolume(ctx.volume);
-    return this.#serialize(`block/${spec.name}`, () =>
+    return this.#queue.run(`block/${spec.name}`, () =>
       mapCsiBlock(this.#blockHost(), {
         pod: ctx.pod,
         spec,
@@ -221,7 +222,7 @@ export class CsiVolumePlugin implements VolumePlugin {
 
   /** Undoes {@link mapDevice} (csi_block.ts). */
   unmapDevice(ctx: VolumeTearDownContext): Promise<void> {
-    return this.#serialize(`block/${ctx.volumeName}`, () =>
+    return this.#queue.run(`block/${ctx.volumeName}`, () =>
       unmapCsiBlock(this.#blockHost(), {
         podUid: ctx.podUid,
         specName: ctx.volumeName,
@@ -277,7 +278,7 @@ export class CsiVolumePlugin implements VolumePlugin {
       );
     }
     const key = csiUniqueVolumeName(source.driver, source.volumeHandle);
-    return this.#serialize(key, async () => {
+    return this.#queue.run(key, async () => {
       const client = new CsiClient(this.#o.drivers, source.driver, this.#o.timeoutMs);
       const caps = await client.nodeCapabilities(signal);
       if (!caps.has(Cap.EXPAND_VOLUME)) {
@@ -317,7 +318,7 @@ export class CsiVolumePlugin implements VolumePlugin {
     const key = pvSource
       ? csiUniqueVolumeName(pvSource.driver, pvSource.volumeHandle)
       : `${ctx.pod.metadata?.uid ?? ""}/${spec.name}`;
-    return this.#serialize(key, () => this.#setUp(ctx, spec));
+    return this.#queue.run(key, () => this.#setUp(ctx, spec));
   }
 
   async tearDown(ctx: VolumeTearDownContext): Promise<void> {
@@ -325,7 +326,7 @@ export class CsiVolumePlugin implements VolumePlugin {
     const key = data?.volumeLifecycleMode === "Persistent"
       ? csiUniqueVolumeName(data.driverName, data.volumeHandle)
       : `${ctx.podUid}/${ctx.volumeName}`;
-    await this.#serialize(key, () => this.#tearDown(ctx, data));
+    await this.#queue.run(key, () => this.#tearDown(ctx, data));
   }
 
   // ---- Set-up -------------------------------------------------------------------------------
@@ -687,16 +688,6 @@ export class CsiVolumePlugin implements VolumePlugin {
 
   async #isMountPoint(path: string): Promise<boolean> {
     return (await this.#o.mounter.mountAt(path)) !== undefined;
-  }
-
-  #serialize<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    const result = (this.#locks.get(key) ?? Promise.resolve()).then(fn);
-    const tail = result.then(() => {}, () => {});
-    this.#locks.set(key, tail);
-    void tail.then(() => {
-      if (this.#locks.get(key) === tail) this.#locks.delete(key);
-    });
-    return result;
   }
 }
 

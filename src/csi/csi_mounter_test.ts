@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
+import type * as grpc from "@grpc/grpc-js";
 import type { V1PersistentVolume, V1Pod } from "@kubernetes/client-node";
 import { createLogger } from "../klog/klog.ts";
-import { grpcService } from "../testing/grpc_service.ts";
+import { grpcService, serveGrpc } from "../testing/grpc_service.ts";
 import { FakeKubeGetter } from "../testing/fake_kube_getter.ts";
 import {
   NodeDefinition,
@@ -12,7 +12,7 @@ import {
 import { CsiDrivers } from "./csi_plugin.ts";
 import { accessModeOf, CsiCallError, isFinalCsiError } from "./csi_client.ts";
 import { CriError } from "../cri/connection.ts";
-import type { MountInfo } from "../util/mount.ts";
+import { FakeMounter } from "../testing/fake_mounter.ts";
 import { parseGenericVersion } from "../util/version.ts";
 import {
   attachmentName,
@@ -31,7 +31,6 @@ async function fakeDriver(
 ) {
   const calls: { method: string; request: Record<string, unknown> }[] = [];
   let failPublish = opts.failPublish;
-  const server = new grpc.Server();
   const ok = (method: string, reply: unknown = {}) =>
   (
     call: grpc.ServerUnaryCall<Record<string, unknown>, unknown>,
@@ -46,31 +45,25 @@ async function fakeDriver(
     }
     cb(null, reply);
   };
-  server.addService(grpcService(NodeDefinition), {
-    nodeGetCapabilities: ok("NodeGetCapabilities", {
-      capabilities: [...(opts.stage ? [1] : []), ...(opts.caps ?? [])].map((type) => ({
-        rpc: { type },
-      })),
-    }),
-    nodeGetVolumeStats: ok("NodeGetVolumeStats", {
-      usage: [
-        { unit: 1, total: 1000n, available: 600n, used: 400n },
-        { unit: 2, total: 50n, available: 45n, used: 5n },
-      ],
-      volumeCondition: { abnormal: true, message: "failing" },
-    }),
-    nodeStageVolume: ok("NodeStageVolume"),
-    nodeUnstageVolume: ok("NodeUnstageVolume"),
-    nodePublishVolume: ok("NodePublishVolume"),
-    nodeUnpublishVolume: ok("NodeUnpublishVolume"),
-  });
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(
-      `unix://${socket}`,
-      grpc.ServerCredentials.createInsecure(),
-      (e) => e ? reject(e) : resolve(),
-    )
-  );
+  const server = await serveGrpc(socket, (srv) =>
+    srv.addService(grpcService(NodeDefinition), {
+      nodeGetCapabilities: ok("NodeGetCapabilities", {
+        capabilities: [...(opts.stage ? [1] : []), ...(opts.caps ?? [])].map((type) => ({
+          rpc: { type },
+        })),
+      }),
+      nodeGetVolumeStats: ok("NodeGetVolumeStats", {
+        usage: [
+          { unit: 1, total: 1000n, available: 600n, used: 400n },
+          { unit: 2, total: 50n, available: 45n, used: 5n },
+        ],
+        volumeCondition: { abnormal: true, message: "failing" },
+      }),
+      nodeStageVolume: ok("NodeStageVolume"),
+      nodeUnstageVolume: ok("NodeUnstageVolume"),
+      nodePublishVolume: ok("NodePublishVolume"),
+      nodeUnpublishVolume: ok("NodeUnpublishVolume"),
+    }));
   return {
     calls,
     [Symbol.asyncDispose]: () => new Promise<void>((r) => server.tryShutdown(() => r())),
@@ -108,28 +101,15 @@ async function world(
     highestSupportedVersion: parseGenericVersion("1.0.0"),
   });
   const client = new FakeKubeGetter(objects);
-  const mounted = new Set<string>();
-  const commands: string[] = [];
+  const mounter = new FakeMounter();
+  const commands = mounter.log;
   const plugin = new CsiVolumePlugin({
     drivers,
     client,
     nodeName: "node-a",
     rootDirectory: dir,
     podsDirectory: join(dir, "pods"),
-    mounter: {
-      mountAt: (path: string) =>
-        Promise.resolve(mounted.has(path) ? { mountPoint: path } as MountInfo : undefined),
-      mount: (_s: string, target: string) => {
-        commands.push(`mount ${target}`);
-        mounted.add(target);
-        return Promise.resolve();
-      },
-      unmount: (target: string) => {
-        commands.push(`umount ${target}`);
-        mounted.delete(target);
-        return Promise.resolve();
-      },
-    },
+    mounter,
     run: (cmd: string, args: readonly string[]) => {
       commands.push(`${cmd} ${args.join(" ")}`);
       return Promise.resolve("");
@@ -375,7 +355,11 @@ Deno.test("CsiVolumePlugin maps a block volume as upstream lays it out, and unma
   const data = JSON.parse(await Deno.readTextFile(join(devices, "pv-1", "data", "vol_data.json")));
   assert.equal(data.volumeHandle, "h1");
   const bind = join(devices, "pv-1", "dev", "pod-1");
-  assert.deepEqual(w.commands, [`mount ${bind}`, `losetup -j ${bind}`, `losetup -f ${bind}`]);
+  assert.deepEqual(w.commands, [
+    `mount -o bind ${target} ${bind}`,
+    `losetup -j ${bind}`,
+    `losetup -f ${bind}`,
+  ]);
 
   await w.plugin.unmapDevice({ podUid: "pod-1", volumeName: "pv-1", dir: link });
   const after = w.driver.calls.map((c) => c.method).filter((m) => m !== "NodeGetCapabilities");

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
-import { grpcService } from "../testing/grpc_service.ts";
+import type * as grpc from "@grpc/grpc-js";
+import { grpcService, serveGrpc } from "../testing/grpc_service.ts";
 import { FakeClock } from "../util/clock.ts";
 import { captureLogger } from "../testing/cm_fixtures.ts";
 import {
@@ -100,22 +100,15 @@ Deno.test("CSI registration asks NodeGetInfo and publishes it; a failure forgets
 Deno.test("nodeGetInfo reads a driver's NodeGetInfo over its socket", async () => {
   const dir = await Deno.makeTempDir();
   const socket = join(dir, "csi.sock");
-  const server = new grpc.Server();
-  server.addService(grpcService(NodeDefinition), {
-    nodeGetInfo: (_: unknown, cb: grpc.sendUnaryData<NodeGetInfoResponse>) =>
-      cb(null, {
-        nodeId: "node-a",
-        maxVolumesPerNode: 12n,
-        accessibleTopology: { segments: { "topology.hostpath.csi/node": "node-a" } },
-      }),
-  });
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(
-      `unix://${socket}`,
-      grpc.ServerCredentials.createInsecure(),
-      (e) => e ? reject(e) : resolve(),
-    )
-  );
+  const server = await serveGrpc(socket, (srv) =>
+    srv.addService(grpcService(NodeDefinition), {
+      nodeGetInfo: (_: unknown, cb: grpc.sendUnaryData<NodeGetInfoResponse>) =>
+        cb(null, {
+          nodeId: "node-a",
+          maxVolumesPerNode: 12n,
+          accessibleTopology: { segments: { "topology.hostpath.csi/node": "node-a" } },
+        }),
+    }));
   try {
     assert.deepEqual(await nodeGetInfo(socket, 10_000), {
       nodeId: "node-a",

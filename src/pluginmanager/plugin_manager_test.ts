@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
+import type * as grpc from "@grpc/grpc-js";
 import {
   type PluginInfo as PluginInfoMessage,
   RegistrationDefinition,
@@ -21,7 +21,7 @@ import { parseExposition } from "../metrics/prometheus.ts";
 import { FakeClock } from "../util/clock.ts";
 import { CSI_PLUGIN, type PluginHandler } from "./plugin_handler.ts";
 import { PluginManager } from "./plugin_manager.ts";
-import { grpcService } from "../testing/grpc_service.ts";
+import { grpcService, serveGrpc } from "../testing/grpc_service.ts";
 
 async function until(what: string, cond: () => boolean): Promise<void> {
   const end = Date.now() + 5_000;
@@ -47,24 +47,20 @@ async function tickUntil(clock: FakeClock, what: string, cond: () => boolean): P
 /** A plugin's registrar on `socket`, announcing `info`, recording the statuses it is sent. */
 async function startPlugin(socket: string, info: Partial<PluginInfoMessage>) {
   const notified: RegistrationStatus[] = [];
-  const server = new grpc.Server();
-  server.addService(grpcService(RegistrationDefinition), {
-    getInfo: (_call: unknown, cb: grpc.sendUnaryData<PluginInfoMessage>) =>
-      cb(null, { type: CSI_PLUGIN, name: "", endpoint: "", supportedVersions: [], ...info }),
-    notifyRegistrationStatus: (
-      call: grpc.ServerUnaryCall<RegistrationStatus, unknown>,
-      cb: grpc.sendUnaryData<unknown>,
-    ) => {
-      notified.push(call.request);
-      cb(null, {});
-    },
-  });
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(
-      `unix://${socket}`,
-      grpc.ServerCredentials.createInsecure(),
-      (e) => e ? reject(e) : resolve(),
-    )
+  const server = await serveGrpc(
+    socket,
+    (srv) =>
+      srv.addService(grpcService(RegistrationDefinition), {
+        getInfo: (_call: unknown, cb: grpc.sendUnaryData<PluginInfoMessage>) =>
+          cb(null, { type: CSI_PLUGIN, name: "", endpoint: "", supportedVersions: [], ...info }),
+        notifyRegistrationStatus: (
+          call: grpc.ServerUnaryCall<RegistrationStatus, unknown>,
+          cb: grpc.sendUnaryData<unknown>,
+        ) => {
+          notified.push(call.request);
+          cb(null, {});
+        },
+      }),
   );
   return {
     notified,

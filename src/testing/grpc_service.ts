@@ -1,11 +1,13 @@
 /**
  * @module
  * A generated service definition (ts-proto's generic definitions: CRI, CSI, plugin registration)
- * as grpc-js serves it, for fake runtimes, drivers and registrars in tests. Test support only.
+ * as grpc-js serves it, for fake runtimes, drivers and registrars in tests, and
+ * {@link serveGrpc}, which serves such services on a unix socket. Test support only.
  */
 
 import { Buffer } from "node:buffer";
-import type * as grpc from "@grpc/grpc-js";
+import { dirname } from "node:path";
+import * as grpc from "@grpc/grpc-js";
 import { criMethods, type ServiceDefinition } from "../cri/connection.ts";
 
 /** The grpc-js service of `definition`: each method's path and codecs. */
@@ -23,4 +25,26 @@ export function grpcService(definition: ServiceDefinition): grpc.ServiceDefiniti
     };
   }
   return out;
+}
+
+/**
+ * Serves what `add` adds on a new unix socket at `path` (its directory is made, a stale socket
+ * removed).
+ */
+export async function serveGrpc(
+  path: string,
+  add: (server: grpc.Server) => void,
+): Promise<grpc.Server> {
+  await Deno.mkdir(dirname(path), { recursive: true });
+  await Deno.remove(path).catch(() => {});
+  const server = new grpc.Server();
+  add(server);
+  await new Promise<void>((resolve, reject) =>
+    server.bindAsync(
+      `unix://${path}`,
+      grpc.ServerCredentials.createInsecure(),
+      (e) => e ? reject(e) : resolve(),
+    )
+  );
+  return server;
 }

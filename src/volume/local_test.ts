@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1PersistentVolume, V1Pod } from "@kubernetes/client-node";
 import { createLogger } from "../klog/klog.ts";
-import type { MountInfo } from "../util/mount.ts";
+import { FakeMounter } from "../testing/fake_mounter.ts";
 import { LOCAL_VOLUME_PLUGIN_NAME, LocalVolumePlugin } from "./local.ts";
 
 const pod: V1Pod = {
@@ -12,27 +12,13 @@ const pod: V1Pod = {
 const volume = { name: "data", persistentVolumeClaim: { claimName: "c" } };
 
 function plugin(kind: "dir" | "device") {
-  const mounts = new Set<string>();
-  const log: string[] = [];
+  const mounter = new FakeMounter();
   const p = new LocalVolumePlugin({
     logger: createLogger({ write: () => {} }),
     stat: () => Promise.resolve({ isDirectory: kind === "dir", isFile: false }),
-    mounter: {
-      mount: (source, target, _fs, options) => {
-        log.push(`mount -o ${options.join(",")} ${source} ${target}`);
-        mounts.add(target);
-        return Promise.resolve();
-      },
-      unmount: (target) => {
-        log.push(`umount ${target}`);
-        mounts.delete(target);
-        return Promise.resolve();
-      },
-      mountAt: (path) =>
-        Promise.resolve(mounts.has(path) ? { mountPoint: path } as MountInfo : undefined),
-    },
+    mounter,
   });
-  return { p, log };
+  return { p, log: mounter.log };
 }
 
 const pv = (path: string): V1PersistentVolume => ({

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1Pod } from "@kubernetes/client-node";
-import { Mounter, type MountInfo } from "../util/mount.ts";
+import { Mounter } from "../util/mount.ts";
+import { FakeMounter } from "../testing/fake_mounter.ts";
 import { NFS_PLUGIN_NAME, NfsPlugin } from "./nfs.ts";
 
 const pod: V1Pod = {
@@ -9,34 +10,11 @@ const pod: V1Pod = {
   spec: { containers: [] },
 };
 
-function fakeMounter(fail?: Error) {
-  const mounts = new Set<string>();
-  const log: string[] = [];
-  return {
-    log,
-    mounter: {
-      mount: (source: string, target: string, fs: string, options: readonly string[]) => {
-        log.push(`mount -t ${fs} -o ${options.join(",")} ${source} ${target}`);
-        if (fail) return Promise.reject(fail);
-        mounts.add(target);
-        return Promise.resolve();
-      },
-      unmount: (target: string) => {
-        log.push(`umount ${target}`);
-        mounts.delete(target);
-        return Promise.resolve();
-      },
-      mountAt: (path: string) =>
-        Promise.resolve(mounts.has(path) ? { mountPoint: path } as MountInfo : undefined),
-    },
-  };
-}
-
 Deno.test("NfsPlugin mounts a pod's nfs volume and a PV's, read-only as asked, and unmounts them", async () => {
   const root = await Deno.makeTempDir({ prefix: "nfs-" });
   try {
-    const f = fakeMounter();
-    const p = new NfsPlugin({ mounter: f.mounter });
+    const f = new FakeMounter();
+    const p = new NfsPlugin({ mounter: f });
     assert.equal(p.name, NFS_PLUGIN_NAME);
     const inline = {
       name: "share",

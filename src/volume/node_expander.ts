@@ -18,9 +18,9 @@
  * MarkNodeExpansionFinishedWithRecovery, MarkNodeExpansionFailedCondition).
  */
 
-import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { V1Pod } from "@kubernetes/client-node";
 import type { KubeClient } from "../client/kube_client.ts";
-import { type EventRecorder, type ObjectRef, podRef } from "../client/record.ts";
+import { type EventRecorder, objectRef, podRef } from "../client/record.ts";
 import { errorText } from "../util/errors.ts";
 import { quantityOrUndefined } from "../util/quantity.ts";
 import {
@@ -75,7 +75,12 @@ export async function expandInUseVolume(o: ExpandOptions): Promise<number> {
   if (spec.readOnly) {
     const msg = simple("MountVolume.NodeExpandVolume failed", "requested read-only file system");
     o.recorder.event(podRef(o.pod), "Warning", "FileSystemResizeFailed", msg);
-    o.recorder.event(claimRef(claim), "Warning", "FileSystemResizeFailed", msg);
+    o.recorder.event(
+      objectRef("PersistentVolumeClaim", claim),
+      "Warning",
+      "FileSystemResizeFailed",
+      msg,
+    );
     // As upstream: the read-only volume counts as done at its current size.
     return pvBytes;
   }
@@ -140,7 +145,12 @@ export async function expandInUseVolume(o: ExpandOptions): Promise<number> {
   }
   const ok = simple("MountVolume.NodeExpandVolume succeeded", o.nodeName);
   o.recorder.event(podRef(o.pod), "Normal", "FileSystemResizeSuccess", ok);
-  o.recorder.event(claimRef(claim), "Normal", "FileSystemResizeSuccess", ok);
+  o.recorder.event(
+    objectRef("PersistentVolumeClaim", claim),
+    "Normal",
+    "FileSystemResizeSuccess",
+    ok,
+  );
   if (alreadyUpdated) return newBytes;
   // upstream MarkNodeExpansionFinishedWithRecovery.
   const present = (status.conditions ?? []).filter((c) => RESIZE_CONDITIONS.includes(c.type));
@@ -159,17 +169,4 @@ export async function expandInUseVolume(o: ExpandOptions): Promise<number> {
     o.signal,
   );
   return newBytes;
-}
-
-/** A reference to the claim, as client-go's GetReference makes it. */
-function claimRef(claim: V1PersistentVolumeClaim): ObjectRef {
-  const m = claim.metadata;
-  return {
-    kind: "PersistentVolumeClaim",
-    apiVersion: "v1",
-    name: m?.name ?? "",
-    namespace: m?.namespace,
-    uid: m?.uid,
-    resourceVersion: m?.resourceVersion,
-  };
 }

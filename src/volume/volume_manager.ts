@@ -48,6 +48,7 @@ import { createVolumeSpec } from "./persistent_volume_claims.ts";
 import { expandInUseVolume } from "./node_expander.ts";
 import { quantityOrUndefined } from "../util/quantity.ts";
 import { errorText } from "../util/errors.ts";
+import { KeyedQueue } from "../util/keyed_queue.ts";
 
 /** A manager that must know a pod before its volumes are set up (configMap, secret managers). */
 export interface PodReferences {
@@ -180,8 +181,8 @@ export class VolumeManager {
   readonly #o: VolumeManagerOptions;
   /** The actual state of the world, by pod UID. */
   readonly #pods = new Map<string, PodState>();
-  /** The tail of each pod's queue of calls, so calls for one pod never interleave. */
-  readonly #locks = new Map<string, Promise<void>>();
+  /** Each pod's calls, one at a time, so calls for one pod never interleave. */
+  readonly #queue = new KeyedQueue();
 
   readonly #clock: Clock;
   /** The attachable volumes the node status last reported in use. */
@@ -225,7 +226,7 @@ export class VolumeManager {
    */
   mountPodVolumes(signal: AbortSignal, pod: V1Pod): Promise<void> {
     const uid = pod.metadata?.uid ?? "";
-    return this.#serialize(uid, () => this.#mount(signal, pod, uid));
+    return this.#queue.run(uid, () => this.#mount(signal, pod, uid));
   }
 
   /** The volumes of the pod that are set up, by volume name. */
@@ -266,7 +267,7 @@ export class VolumeManager {
    * {@link VolumeUnmountError} naming each volume left (a failed TearDown, an unknown plugin).
    */
   unmountPodVolumes(signal: AbortSignal, podUid: string): Promise<void> {
-    return this.#serialize(podUid, () => this.#unmountAll(signal, podUid));
+    return this.#queue.run(podUid, () => this.#unmountAll(signal, podUid));
   }
 
   /**
@@ -300,7 +301,7 @@ export class VolumeManager {
       signal.throwIfAborted();
       orphans++;
       try {
-        await this.#serialize(uid, () => this.#cleanupOrphan(signal, uid));
+        await this.#queue.run(uid, () => this.#cleanupOrphan(signal, uid));
       } catch (e) {
         if (signal.aborted) throw e;
         failed++;
@@ -906,17 +907,6 @@ export class VolumeManager {
       }
     }
     return scan;
-  }
-
-  /** Runs `fn` after every earlier call for the same pod has settled. */
-  #serialize<T>(uid: string, fn: () => Promise<T>): Promise<T> {
-    const result = (this.#locks.get(uid) ?? Promise.resolve()).then(fn);
-    const tail = result.then(() => {}, () => {});
-    this.#locks.set(uid, tail);
-    void tail.then(() => {
-      if (this.#locks.get(uid) === tail) this.#locks.delete(uid);
-    });
-    return result;
   }
 }
 

@@ -1,27 +1,13 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import type { MountInfo } from "../util/mount.ts";
+import { FakeMounter } from "../testing/fake_mounter.ts";
 import { mapBlockVolume, mappedPods, unmapBlockVolume } from "./volume_path_handler.ts";
 
 /** A mounter and losetup that keep their state in memory and record each command. */
 function fakes() {
-  const mounts = new Set<string>();
+  const mounter = new FakeMounter();
   const loops = new Map<string, string>();
-  const log: string[] = [];
-  const mounter = {
-    mount: (source: string, target: string, _fs: string, options: readonly string[]) => {
-      log.push(`mount -o ${options.join(",")} ${source} ${target}`);
-      mounts.add(target);
-      return Promise.resolve();
-    },
-    unmount: (target: string) => {
-      log.push(`umount ${target}`);
-      mounts.delete(target);
-      return Promise.resolve();
-    },
-    mountAt: (path: string) =>
-      Promise.resolve(mounts.has(path) ? { mountPoint: path } as MountInfo : undefined),
-  };
+  const log = mounter.log;
   const run = (cmd: string, args: readonly string[]) => {
     log.push(`${cmd} ${args.join(" ")}`);
     if (args[0] === "-j") {
@@ -32,7 +18,7 @@ function fakes() {
     if (args[0] === "-d") { for (const [k, v] of loops) if (v === args[1]) loops.delete(k); }
     return Promise.resolve("");
   };
-  return { mounter, run, log, mounts, loops };
+  return { mounter, run, log, mounts: mounter.mounts, loops };
 }
 
 Deno.test("mapBlockVolume bind-mounts, links and holds the device open; unmap undoes each step", async () => {
