@@ -319,6 +319,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
         mounter,
         logger,
         volumeHealth: o.config.featureGates?.CSIVolumeHealth === true,
+        tokens: tokenManager,
       }),
     ],
     recorder,

@@ -62,6 +62,8 @@ const NS = "default";
 const HOSTPATH = "hostpath.csi.kubelet-ts.test";
 /** A driver without a CSIDriver object: its volumes are attached first. */
 const ATTACHED = "attached.csi.kubelet-ts.test";
+/** The audience of the tokens HOSTPATH's CSIDriver asks for. */
+const TOKEN_AUDIENCE = "hostpath.kubelet-ts.test";
 /** The StorageClass of HOSTPATH's dynamically provisioned volumes. */
 const STORAGE_CLASS = "hostpath";
 /** The kubernetes-csi sidecars the controller pod runs. */
@@ -236,6 +238,9 @@ const suite = e2eSuite<World>({
           podInfoOnMount: true,
           volumeLifecycleModes: ["Persistent", "Ephemeral"],
           fsGroupPolicy: "File",
+          // Pods' tokens for the driver, fresh at each republish (every pod sync).
+          tokenRequests: [{ audience: TOKEN_AUDIENCE, expirationSeconds: 3600 }],
+          requiresRepublish: true,
         },
       });
       stack.move();
@@ -442,7 +447,9 @@ e2e("a claim's data outlives its pod: staged, published, unpublished, unstaged",
   assert.ok(publish, `NodePublishVolume into ${target}`);
   assert.equal(publish.stagingTargetPath, staging);
   // podInfoOnMount: the pod's identity joins the PV's attributes.
-  assert.deepEqual(publish.volumeContext, {
+  const { ["csi.storage.k8s.io/serviceAccount.tokens"]: tokensJson, ...context } = publish
+    .volumeContext as Record<string, string>;
+  assert.deepEqual(context, {
     kind: "test",
     "csi.storage.k8s.io/pod.name": "writer",
     "csi.storage.k8s.io/pod.namespace": NS,
@@ -450,6 +457,25 @@ e2e("a claim's data outlives its pod: staged, published, unpublished, unstaged",
     "csi.storage.k8s.io/serviceAccount.name": "default",
     "csi.storage.k8s.io/ephemeral": "false",
   });
+  // tokenRequests: a token of the pod's service account for the driver's audience.
+  const tokens = JSON.parse(tokensJson ?? "{}");
+  assert.deepEqual(Object.keys(tokens), [TOKEN_AUDIENCE]);
+  const claims = JSON.parse(
+    atob(tokens[TOKEN_AUDIENCE].token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")),
+  );
+  assert.deepEqual(claims.aud, [TOKEN_AUDIENCE]);
+  assert.equal(claims["kubernetes.io"].pod.uid, uid);
+  // requiresRepublish: published again at a later pod sync (syncFrequency 10s here).
+  await poll(
+    "published again",
+    () =>
+      Promise.resolve(
+        calls(w, HOSTPATH, "NodePublishVolume").filter((c) => c.targetPath === target).length > 1 ||
+          undefined,
+      ),
+    30_000,
+    500,
+  );
   const volData = JSON.parse(await Deno.readTextFile(join(target, "..", "vol_data.json")));
   assert.equal(volData.volumeHandle, "vol-persist");
   assert.equal(volData.specVolID, pv);

@@ -95,7 +95,7 @@ export async function mapCsiBlock(
   }
   const uid = pod.metadata?.uid ?? "";
   const paths = blockPaths(host.rootDirectory, spec.name, uid);
-  const client = host.client(source.driver);
+  using client = host.client(source.driver);
   const accessMode = spec.persistentVolume?.spec?.accessModes?.[0] ?? "ReadWriteOnce";
   const publishContext = await host.publishContext(source.driver, source.volumeHandle, signal);
   await Deno.mkdir(paths.data, { recursive: true, mode: 0o750 });
@@ -196,6 +196,7 @@ export async function unmapCsiBlock(
   } catch (e) {
     throw new Error(log(`blockMapper.UnmapPodDevice failed to get CSI client: ${errorText(e)}`));
   }
+  using _closer = client;
   try {
     await client.nodeUnpublishVolume(data.volumeHandle, paths.publish, o.signal);
   } catch (e) {

@@ -1,8 +1,10 @@
 /**
  * @module
  * The kubelet's client of a CSI driver's Node service, over the unix socket the driver
- * registered (CSI v1 through the same gRPC transport as CRI, `src/cri/connection.ts`): a new
- * connection per operation, as upstream dials per call. Requests are built as upstream builds
+ * registered (CSI v1 through the same gRPC transport as CRI, `src/cri/connection.ts`): one
+ * client, and one connection, per volume operation (upstream dials for each call of an
+ * operation), closed by the operation when it ends; the driver's capabilities are asked once per
+ * client. Requests are built as upstream builds
  * them: the access mode mapped to CSI's (the multi-writer variants when the driver has
  * SINGLE_NODE_MULTI_WRITER), a block or mount capability with fsType, mount flags and the
  * volume mount group. {@link isFinalCsiError} tells a final failure from one whose outcome is
@@ -53,11 +55,16 @@ export interface CsiStageRequest extends CsiVolumeRequest {
   readonly stagingTargetPath: string;
 }
 
-/** Calls one registered driver's Node service (upstream csiDriverClient). */
-export class CsiClient {
+/**
+ * Calls one registered driver's Node service (upstream csiDriverClient), over one connection
+ * opened at the first call; {@link close} (or `using`) ends it.
+ */
+export class CsiClient implements Disposable {
   readonly driverName: string;
   readonly endpoint: string;
   readonly #timeoutMs: number;
+  #conn: CriConnection | undefined;
+  #caps: Promise<Set<Cap>> | undefined;
 
   /** Throws upstream's message when `driverName` is empty or not registered. */
   constructor(drivers: CsiDrivers, driverName: string, timeoutMs = CSI_TIMEOUT_MS) {
@@ -71,15 +78,29 @@ export class CsiClient {
     this.#timeoutMs = timeoutMs;
   }
 
-  /** The driver's Node capabilities (upstream NodeGetCapabilities). */
-  async nodeCapabilities(signal?: AbortSignal): Promise<Set<Cap>> {
-    const res = await this.#call(
+  /** The driver's Node capabilities (upstream NodeGetCapabilities), asked once per client. */
+  nodeCapabilities(signal?: AbortSignal): Promise<Set<Cap>> {
+    this.#caps ??= this.#call(
       (conn, opts) => conn.unary(NODE.nodeGetCapabilities, {}, opts),
       signal,
-    );
-    const out = new Set<Cap>();
-    for (const c of res.capabilities) if (c.rpc) out.add(c.rpc.type);
-    return out;
+    ).then((res) => {
+      const out = new Set<Cap>();
+      for (const c of res.capabilities) if (c.rpc) out.add(c.rpc.type);
+      return out;
+    });
+    // A failed ask is asked again next time.
+    this.#caps.catch(() => this.#caps = undefined);
+    return this.#caps;
+  }
+
+  /** Ends the connection; idempotent. */
+  close(): void {
+    this.#conn?.close();
+    this.#conn = undefined;
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
   }
 
   /** upstream NodeStageVolume. */
@@ -206,15 +227,13 @@ export class CsiClient {
     fn: (conn: CriConnection, opts: { timeoutMs: number; signal?: AbortSignal }) => Promise<T>,
     signal?: AbortSignal,
   ): Promise<T> {
-    const conn = new CriConnection({ endpoint: this.endpoint });
+    this.#conn ??= new CriConnection({ endpoint: this.endpoint });
     try {
-      return await fn(conn, { timeoutMs: this.#timeoutMs, ...(signal ? { signal } : {}) });
+      return await fn(this.#conn, { timeoutMs: this.#timeoutMs, ...(signal ? { signal } : {}) });
     } catch (e) {
       // Go's gRPC client text, without our transport's RPC name in front.
       if (e instanceof CriError) throw new CsiCallError(e);
       throw e;
-    } finally {
-      conn.close();
     }
   }
 }

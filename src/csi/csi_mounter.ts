@@ -19,8 +19,10 @@
  * the node publishes the volume any more (their `vol_data.json` files say), it is unstaged and
  * its global mount removed. Operations on one volume never interleave.
  *
- * Not built yet, each failing on the pod with a message saying so: block volumes
- * (volumeDevices), CSIDriver `tokenRequests` and `requiresRepublish`, SELinux mount contexts.
+ * A CSIDriver's `tokenRequests` put the pod's service account tokens in the volume context (or
+ * the secrets); with `requiresRepublish` the volume is published again at every pod sync, so the
+ * driver sees fresh tokens. Block volumes are csi_block.ts's. SELinux mount contexts are not
+ * built (nothing is mounted with a context option).
  *
  * Corresponds to upstream `pkg/volume/csi/csi_mounter.go` (SetUpAt, TearDownAt),
  * `csi_attacher.go` (WaitForAttach, MountDevice, UnmountDevice, getAttachmentName,
@@ -39,6 +41,7 @@ import type {
 } from "@kubernetes/client-node";
 import { apiErrorText, isStatus, type KubeClient } from "../client/kube_client.ts";
 import type { Logger } from "../klog/klog.ts";
+import type { TokenManager } from "../token/token_manager.ts";
 import type { CommandRunner, Mounter } from "../util/mount.ts";
 import { errorText } from "../util/errors.ts";
 import { KeyedQueue } from "../util/keyed_queue.ts";
@@ -94,6 +97,8 @@ export interface CsiVolumePluginOptions {
   readonly logger: Logger;
   /** Bounds each driver call. @default CSI_TIMEOUT_MS */
   readonly timeoutMs?: number;
+  /** Tokens for CSIDrivers' `tokenRequests`. @default none: such drivers' volumes fail */
+  readonly tokens?: Pick<TokenManager, "getServiceAccountToken">;
   /** Runs losetup for block volumes. @default runCommand */
   readonly run?: CommandRunner;
   /** The CSIVolumeHealth gate: metrics carry the driver's volume condition. @default false */
@@ -139,6 +144,20 @@ export class CsiVolumePlugin implements VolumePlugin {
     return pv.spec?.csi !== undefined && pv.spec.csi !== null;
   }
 
+  /** upstream RequiresRemount: the driver's CSIDriver asks to be called again on each sync. */
+  async requiresRemountFor(spec: VolumeSpec, signal?: AbortSignal): Promise<boolean> {
+    const driver = spec.persistentVolume?.spec?.csi?.driver ?? spec.volume.csi?.driver;
+    if (!driver) return false;
+    try {
+      return (await this.#csiDriver(driver, signal))?.spec.requiresRepublish === true;
+    } catch (e) {
+      this.#o.logger.v(5).info(
+        log(`Failed to mark "${spec.name}" as republish required, err: ${errorText(e)}`),
+      );
+      return false;
+    }
+  }
+
   /** upstream CanAttach: persistent volumes of drivers without `attachRequired: false`. */
   async attachment(
     spec: VolumeSpec,
@@ -170,7 +189,7 @@ export class CsiVolumePlugin implements VolumePlugin {
     const time = (this.#o.now ?? Date.now)();
     const data = await loadVolumeData(dir);
     if (!data) throw new Error(log(`no ${VOL_DATA_FILE} in ${dir}`));
-    const client = new CsiClient(this.#o.drivers, data.driverName, this.#o.timeoutMs);
+    using client = new CsiClient(this.#o.drivers, data.driverName, this.#o.timeoutMs);
     const caps = await client.nodeCapabilities(signal);
     if (!caps.has(Cap.GET_VOLUME_STATS)) {
       throw new MetricsNotSupportedError(
@@ -279,7 +298,7 @@ export class CsiVolumePlugin implements VolumePlugin {
     }
     const key = csiUniqueVolumeName(source.driver, source.volumeHandle);
     return this.#queue.run(key, async () => {
-      const client = new CsiClient(this.#o.drivers, source.driver, this.#o.timeoutMs);
+      using client = new CsiClient(this.#o.drivers, source.driver, this.#o.timeoutMs);
       const caps = await client.nodeCapabilities(signal);
       if (!caps.has(Cap.EXPAND_VOLUME)) {
         throw new OperationNotSupportedError(
@@ -344,23 +363,10 @@ export class CsiVolumePlugin implements VolumePlugin {
       // upstream: the driver's absence is transient; the pod's next sync tries again.
       throw new Error(log(`mounter.SetUpAt failed to get CSI client: ${errorText(e)}`));
     }
+    using _closer = client;
     const mode = source ? "Persistent" : "Ephemeral";
     const csiDriver = await this.#csiDriver(driverName, signal);
     checkLifecycleMode(driverName, csiDriver, mode);
-    if (csiDriver?.spec.tokenRequests?.length) {
-      throw new Error(
-        log(
-          `CSIDriver ${driverName} has tokenRequests: passing service account tokens to CSI drivers is not supported yet by this kubelet`,
-        ),
-      );
-    }
-    if (csiDriver?.spec.requiresRepublish) {
-      throw new Error(
-        log(
-          `CSIDriver ${driverName} has requiresRepublish: republishing volumes is not supported yet by this kubelet`,
-        ),
-      );
-    }
     const caps = await client.nodeCapabilities(signal);
     const volumeHandle = source?.volumeHandle ?? csiEphemeralVolumeHandle(pod, spec.name);
     const ns = pod.metadata?.namespace ?? "";
@@ -437,6 +443,12 @@ export class CsiVolumePlugin implements VolumePlugin {
       ...(source?.volumeAttributes ?? inline?.volumeAttributes ?? {}),
     };
     if (csiDriver?.spec.podInfoOnMount) volumeContext = { ...volumeContext, ...podInfo(pod, mode) };
+    const tokens = await this.#serviceAccountTokens(pod, csiDriver, signal);
+    let publishSecrets = secrets;
+    if (tokens) {
+      if (tokens.inSecrets) publishSecrets = { ...secrets, ...tokens.attrs };
+      else volumeContext = { ...volumeContext, ...tokens.attrs };
+    }
     const readOnly = spec.readOnly || inline?.readOnly === true;
     await saveVolumeData(
       ctx.dir,
@@ -449,6 +461,8 @@ export class CsiVolumePlugin implements VolumePlugin {
         attachmentID: attachmentName(volumeHandle, driverName, this.#o.nodeName),
       } satisfies VolumeData,
     );
+    // A republish (requiresRepublish) of a volume the pod already uses must not remove it.
+    const republish = await this.#isMountPoint(targetPath);
     try {
       await client.nodePublishVolume({
         volumeId: volumeHandle,
@@ -457,7 +471,7 @@ export class CsiVolumePlugin implements VolumePlugin {
         accessMode,
         fsType,
         mountOptions,
-        secrets,
+        secrets: publishSecrets,
         volumeContext,
         ...(stagingTargetPath ? { stagingTargetPath } : {}),
         ...(publishContext ? { publishContext } : {}),
@@ -466,7 +480,7 @@ export class CsiVolumePlugin implements VolumePlugin {
     } catch (e) {
       // A final failure leaves nothing mounted: the pod's files go; an uncertain one is kept
       // for tear-down, which unpublishes it.
-      if (isFinalCsiError(e)) await this.#removeQuietly(targetPath, true);
+      if (isFinalCsiError(e) && !republish) await this.#removeQuietly(targetPath, true);
       throw e;
     }
 
@@ -542,6 +556,7 @@ export class CsiVolumePlugin implements VolumePlugin {
     } catch (e) {
       throw new Error(log(`Unmounter.TearDownAt failed to get CSI client: ${errorText(e)}`));
     }
+    using _closer = client;
     try {
       await client.nodeUnpublishVolume(data.volumeHandle, targetPath, ctx.signal);
     } catch (e) {
@@ -639,6 +654,50 @@ export class CsiVolumePlugin implements VolumePlugin {
       if (isStatus(e, 404)) return undefined;
       throw new Error(log(`failed to get CSIDriver ${name}: ${apiErrorText(e)}`));
     }
+  }
+
+  /**
+   * upstream podServiceAccountTokenAttrs: a token of the pod's service account for each of the
+   * CSIDriver's `tokenRequests`, as `csi.storage.k8s.io/serviceAccount.tokens` (the JSON of
+   * audience to TokenRequest status), for the volume context or, with
+   * `serviceAccountTokenInSecrets`, the secrets. Undefined when the driver asks for none.
+   */
+  async #serviceAccountTokens(
+    pod: V1Pod,
+    csiDriver: V1CSIDriver | undefined,
+    signal?: AbortSignal,
+  ): Promise<{ attrs: Record<string, string>; inSecrets: boolean } | undefined> {
+    const requests = csiDriver?.spec.tokenRequests ?? [];
+    if (requests.length === 0) return undefined;
+    const tokens = this.#o.tokens;
+    if (!tokens) throw new Error(log("ServiceAccountTokenGetter is nil"));
+    const outputs: Record<string, { token: string; expirationTimestamp: string }> = {};
+    for (const r of requests) {
+      const t = await tokens.getServiceAccountToken(
+        pod.metadata?.namespace ?? "",
+        pod.spec?.serviceAccountName ?? "",
+        {
+          audiences: r.audience ? [r.audience] : [],
+          ...(r.expirationSeconds !== undefined ? { expirationSeconds: r.expirationSeconds } : {}),
+          boundObjectRef: {
+            apiVersion: "v1",
+            kind: "Pod",
+            name: pod.metadata?.name ?? "",
+            uid: pod.metadata?.uid ?? "",
+          },
+        },
+        signal,
+      );
+      outputs[r.audience] = { token: t.token, expirationTimestamp: t.expirationTimestamp };
+    }
+    // Go's json.Marshal of a map: keys sorted.
+    const sorted = Object.fromEntries(Object.entries(outputs).sort(([a], [b]) => a < b ? -1 : 1));
+    const inSecrets = (csiDriver?.spec as { serviceAccountTokenInSecrets?: boolean } | undefined)
+      ?.serviceAccountTokenInSecrets === true;
+    return {
+      attrs: { "csi.storage.k8s.io/serviceAccount.tokens": JSON.stringify(sorted) },
+      inSecrets,
+    };
   }
 
   /** upstream skipAttach: a CSIDriver says `attachRequired: false`. */

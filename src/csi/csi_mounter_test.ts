@@ -19,6 +19,7 @@ import {
   csiEphemeralVolumeHandle,
   csiUniqueVolumeName,
   CsiVolumePlugin,
+  type CsiVolumePluginOptions,
   loadVolumeData,
 } from "./csi_mounter.ts";
 
@@ -90,7 +91,11 @@ async function world(
   stage: boolean,
   objects: Record<string, unknown> = {},
   failPublish?: number,
-  extra: { caps?: number[]; volumeHealth?: boolean; blockHost?: boolean } = {},
+  extra: {
+    caps?: number[];
+    volumeHealth?: boolean;
+    tokens?: CsiVolumePluginOptions["tokens"];
+  } = {},
 ) {
   const dir = await Deno.makeTempDir({ prefix: "csi-mounter-" });
   const socket = join(dir, "csi.sock");
@@ -116,6 +121,7 @@ async function world(
     },
     logger: quiet,
     volumeHealth: extra.volumeHealth ?? false,
+    ...(extra.tokens ? { tokens: extra.tokens } : {}),
     now: () => 1234,
   });
   return {
@@ -367,4 +373,67 @@ Deno.test("CsiVolumePlugin maps a block volume as upstream lays it out, and unma
   assert.equal(await Deno.lstat(link).then(() => true, () => false), false);
   assert.equal(await Deno.lstat(join(devices, "pv-1")).then(() => true, () => false), false);
   assert.equal(w.commands.at(-1), `umount ${bind}`);
+});
+
+Deno.test("CsiVolumePlugin passes tokenRequests' tokens in the volume context or the secrets, and republishes when asked", async () => {
+  const asked: string[] = [];
+  const tokens = {
+    getServiceAccountToken: (
+      ns: string,
+      sa: string,
+      spec: { audiences?: string[]; expirationSeconds?: number; boundObjectRef?: { uid?: string } },
+    ) => {
+      asked.push(
+        `${ns}/${sa} ${
+          JSON.stringify(spec.audiences)
+        } ${spec.expirationSeconds} ${spec.boundObjectRef?.uid}`,
+      );
+      return Promise.resolve({
+        token: `tok-${spec.audiences?.[0] ?? "api"}`,
+        expirationTimestamp: "2026-12-06T18:00:00Z",
+      });
+    },
+  };
+  const driverPath = "/apis/storage.k8s.io/v1/csidrivers/d.example.com";
+  const csiDriver = (inSecrets: boolean) => ({
+    spec: {
+      attachRequired: false,
+      requiresRepublish: true,
+      tokenRequests: [{ audience: "vault" }, { audience: "", expirationSeconds: 3600 }],
+      ...(inSecrets ? { serviceAccountTokenInSecrets: true } : {}),
+    },
+  });
+  const spec = {
+    name: "pv-1",
+    volume: { name: "data" },
+    persistentVolume: pv("d.example.com"),
+    readOnly: false,
+  };
+  const expected = JSON.stringify({
+    "": { token: "tok-api", expirationTimestamp: "2026-12-06T18:00:00Z" },
+    vault: { token: "tok-vault", expirationTimestamp: "2026-12-06T18:00:00Z" },
+  });
+  for (const inSecrets of [false, true]) {
+    await using w = await world(false, { [driverPath]: csiDriver(inSecrets) }, undefined, {
+      tokens,
+    });
+    assert.equal(await w.plugin.requiresRemountFor(spec), true);
+    await w.plugin.setUp({ pod, volume: spec.volume, spec, dir: join(w.dir, "v") });
+    const publish = w.driver.calls.find((c) => c.method === "NodePublishVolume")!.request;
+    const where = (inSecrets ? publish.secrets : publish.volumeContext) as Record<string, string>;
+    const other = (inSecrets ? publish.volumeContext : publish.secrets) as Record<string, string>;
+    assert.equal(where["csi.storage.k8s.io/serviceAccount.tokens"], expected);
+    assert.equal(other["csi.storage.k8s.io/serviceAccount.tokens"], undefined);
+  }
+  assert.deepEqual(asked.slice(0, 2), [
+    'ns/sa ["vault"] undefined pod-1',
+    "ns/sa [] 3600 pod-1",
+  ]);
+  // Without a token manager such a driver's volumes fail; without the flag nothing republishes.
+  await using w = await world(false, { [driverPath]: csiDriver(false) });
+  await assert.rejects(w.plugin.setUp({ pod, volume: spec.volume, spec, dir: join(w.dir, "v") }), {
+    message: "kubernetes.io/csi: ServiceAccountTokenGetter is nil",
+  });
+  await using plain = await world(false, { [driverPath]: { spec: { attachRequired: false } } });
+  assert.equal(await plain.plugin.requiresRemountFor(spec), false);
 });

@@ -102,6 +102,11 @@ export interface VolumePlugin {
    */
   readonly requiresRemount: boolean;
   /**
+   * Whether this volume is set up again on every pod sync although {@link requiresRemount} is
+   * false (upstream RequiresRemount(spec): a CSI driver with `requiresRepublish`).
+   */
+  requiresRemountFor?(spec: VolumeSpec, signal?: AbortSignal): Promise<boolean>;
+  /**
    * The usage of a set-up volume in `dir` (upstream MetricsProvider.GetMetrics), for
    * /stats/summary and kubelet_volume_stats_*. Throws {@link MetricsNotSupportedError} when the
    * volume cannot tell. Undefined: the plugin has no metrics (du-measured volumes are measured by

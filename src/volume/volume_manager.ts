@@ -333,7 +333,13 @@ export class VolumeManager {
     const used = usedVolumeNames(pod);
     const desired = new Map<
       string,
-      { volume: V1Volume; spec: VolumeSpec; plugin: VolumePlugin; attachableName?: string }
+      {
+        volume: V1Volume;
+        spec: VolumeSpec;
+        plugin: VolumePlugin;
+        attachableName?: string;
+        remount: boolean;
+      }
     >();
     const notProcessed: string[] = [];
     const processErrors: string[] = [];
@@ -346,10 +352,13 @@ export class VolumeManager {
         const spec = await this.#createVolumeSpec(signal, pod, volume, used);
         const plugin = this.#findPluginBySpec(spec);
         const attachment = await plugin.attachment?.(spec, signal);
+        const remount = plugin.requiresRemount ||
+          (await plugin.requiresRemountFor?.(spec, signal)) === true;
         desired.set(volume.name, {
           volume,
           spec,
           plugin,
+          remount,
           ...(attachment ? { attachableName: attachment.uniqueName } : {}),
         });
       } catch (e) {
@@ -364,9 +373,9 @@ export class VolumeManager {
     const requested = this.#clock.now();
     const before = state.desired;
     state.desired = new Map();
-    for (const [name, { plugin, attachableName }] of desired) {
+    for (const [name, { plugin, attachableName, remount }] of desired) {
       const old = before.get(name);
-      const keep = old && old.pluginName === plugin.name && !plugin.requiresRemount;
+      const keep = old && old.pluginName === plugin.name && !remount;
       state.desired.set(name, {
         pluginName: plugin.name,
         requestedAt: keep ? old.requestedAt : requested,
@@ -387,13 +396,12 @@ export class VolumeManager {
     const metrics = this.#o.metrics;
     let firstSetUpError: Error | undefined;
     const unattached: string[] = [];
-    for (const [name, { volume, spec, plugin, attachableName }] of desired) {
+    for (const [name, { volume, spec, plugin, attachableName, remount }] of desired) {
       signal.throwIfAborted();
       const previous = state.volumes.get(name);
-      if (previous && !plugin.requiresRemount) {
-        await this.#expandIfGrown(signal, pod, uid, spec, plugin, previous);
-        continue;
-      }
+      // A mounted claim whose volume grew is grown on the node, remounted or not.
+      if (previous) await this.#expandIfGrown(signal, pod, uid, spec, plugin, previous);
+      if (previous && !remount) continue;
       const fail = (operation: string, err: Error) => {
         firstSetUpError ??= err;
         recorder.event(
@@ -446,7 +454,9 @@ export class VolumeManager {
         metrics?.observeOperation(plugin.name, opName, (now - t0) / 1000, false);
         const asked = state.desired.get(name)?.requestedAt ?? t0;
         metrics?.observeEndToEnd(plugin.name, "overall_volume_mount", (now - asked) / 1000);
-        const size = quantityOrUndefined(spec.claim?.status?.capacity?.["storage"]);
+        // A remount keeps the size the node already grew the volume to.
+        const size = previous?.size ??
+          quantityOrUndefined(spec.claim?.status?.capacity?.["storage"]);
         state.volumes.set(name, {
           pluginName: plugin.name,
           specName: spec.name,

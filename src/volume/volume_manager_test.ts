@@ -838,3 +838,55 @@ Deno.test("VolumeManager maps a block claim at the pod's volumeDevices link, and
       /failed to process volumes=\[scratch\]: volume scratch is specified in volumeDevices: only a persistentVolumeClaim or ephemeral volume of volumeMode Block can be$/,
   });
 });
+
+Deno.test("VolumeManager sets a volume up again at each sync when its plugin says so for that spec", async () => {
+  await using f = await fixture();
+  const csi = new FakePvPlugin(f.calls);
+  let republish = true;
+  Object.assign(csi, { requiresRemountFor: () => Promise.resolve(republish) });
+  const vm = f.newManager({ plugins: [f.emptyDir, csi], client: claimWorld(), nodeName: "node-a" });
+  await vm.mountPodVolumes(signal, pod("u1", [claimVolume]));
+  await vm.mountPodVolumes(signal, pod("u1", [claimVolume]));
+  republish = false;
+  await vm.mountPodVolumes(signal, pod("u1", [claimVolume]));
+  assert.equal(f.calls.filter((c) => c.startsWith("setUp")).length, 2);
+});
+
+Deno.test("VolumeManager grows a mounted claim's volume, also one its plugin sets up again at each sync", async () => {
+  for (const remount of [false, true]) {
+    await using f = await fixture();
+    const csi = new FakePvPlugin(f.calls);
+    const expanded: string[] = [];
+    Object.assign(csi, {
+      requiresRemountFor: () => Promise.resolve(remount),
+      nodeExpand: (spec: VolumeSpec, _dir: string, size: number) => {
+        expanded.push(`${spec.name} ${size}`);
+        return Promise.resolve();
+      },
+    });
+    const client = claimWorld();
+    const claimPath = "/api/v1/namespaces/default/persistentvolumeclaims/c1";
+    const claim = client.objects.get(claimPath) as Record<string, unknown>;
+    client.objects.set(claimPath, {
+      ...claim,
+      status: { phase: "Bound", capacity: { storage: "1Gi" } },
+    });
+    const vm = f.newManager({ plugins: [f.emptyDir, csi], client, nodeName: "node-a" });
+    await vm.mountPodVolumes(signal, pod("u1", [claimVolume]));
+    // The volume grew in the backend; the resizer leaves the node's part pending.
+    const pvPath = "/api/v1/persistentvolumes/pv-1";
+    const pv = client.objects.get(pvPath) as { spec: Record<string, unknown> };
+    client.objects.set(pvPath, { ...pv, spec: { ...pv.spec, capacity: { storage: "2Gi" } } });
+    client.objects.set(claimPath, {
+      ...claim,
+      status: {
+        phase: "Bound",
+        capacity: { storage: "1Gi" },
+        allocatedResources: { storage: "2Gi" },
+        allocatedResourceStatuses: { storage: "NodeResizePending" },
+      },
+    });
+    await vm.mountPodVolumes(signal, pod("u1", [claimVolume]));
+    assert.deepEqual(expanded, [`pv-1 ${2 * 2 ** 30}`], `remount=${remount}`);
+  }
+});
