@@ -137,8 +137,17 @@ e2e(
       60_000,
       250,
     );
-    const after = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
-    assert.equal(after.metadata?.annotations?.["csi.volume.kubernetes.io/nodeid"], undefined);
+    // Then from the Node, as upstream's uninstall goes: CSINode first, Node after.
+    await poll(
+      "the driver off the Node's nodeid annotation",
+      async () => {
+        const after = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+        const ids = after.metadata?.annotations?.["csi.volume.kubernetes.io/nodeid"];
+        return ids === undefined ? true : undefined;
+      },
+      60_000,
+      250,
+    );
   },
 );
 
