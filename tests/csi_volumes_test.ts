@@ -403,6 +403,25 @@ async function waitEvent(
   );
 }
 
+/**
+ * Waits until HOSTPATH's driver has received `count` calls of `method` that `match` (default
+ * any), within `ms`.
+ */
+async function waitCall(
+  w: World,
+  what: string,
+  method: string,
+  match: (request: Record<string, unknown>) => boolean = () => true,
+  { count = 1, ms = 30_000 }: { count?: number; ms?: number } = {},
+): Promise<void> {
+  await poll(
+    what,
+    () => Promise.resolve(calls(w, HOSTPATH, method).filter(match).length >= count || undefined),
+    ms,
+    250,
+  );
+}
+
 function calls(w: World, driver: string, method: string): Record<string, unknown>[] {
   return w.drivers[driver]!.driver.calls.filter((c) => c.method === method)
     .map((c) => c.request as Record<string, unknown>);
@@ -466,16 +485,9 @@ e2e("a claim's data outlives its pod: staged, published, unpublished, unstaged",
   assert.deepEqual(claims.aud, [TOKEN_AUDIENCE]);
   assert.equal(claims["kubernetes.io"].pod.uid, uid);
   // requiresRepublish: published again at a later pod sync (syncFrequency 10s here).
-  await poll(
-    "published again",
-    () =>
-      Promise.resolve(
-        calls(w, HOSTPATH, "NodePublishVolume").filter((c) => c.targetPath === target).length > 1 ||
-          undefined,
-      ),
-    30_000,
-    500,
-  );
+  await waitCall(w, "published again", "NodePublishVolume", (c) => c.targetPath === target, {
+    count: 2,
+  });
   const volData = JSON.parse(await Deno.readTextFile(join(target, "..", "vol_data.json")));
   assert.equal(volData.volumeHandle, "vol-persist");
   assert.equal(volData.specVolID, pv);
@@ -494,12 +506,7 @@ e2e("a claim's data outlives its pod: staged, published, unpublished, unstaged",
   assert.equal((await Deno.stat(target)).gid, 2000);
 
   await deletePod(w, api, "writer");
-  await poll(
-    "unstaged",
-    () => Promise.resolve(calls(w, HOSTPATH, "NodeUnstageVolume").length > 0 || undefined),
-    30_000,
-    250,
-  );
+  await waitCall(w, "unstaged", "NodeUnstageVolume");
   assert.deepEqual(
     calls(w, HOSTPATH, "NodeUnpublishVolume").map((c) => c.targetPath),
     [target],
@@ -555,15 +562,7 @@ e2e(
     );
     assert.equal(await sh(w, "inline", "cat /data/x"), "x\n");
     await deletePod(w, api, "inline");
-    await poll(
-      "unpublished",
-      () =>
-        Promise.resolve(
-          calls(w, HOSTPATH, "NodeUnpublishVolume").some((c) => c.volumeId === handle) || undefined,
-        ),
-      30_000,
-      250,
-    );
+    await waitCall(w, "unpublished", "NodeUnpublishVolume", (c) => c.volumeId === handle);
   },
 );
 
@@ -709,15 +708,11 @@ e2e(
     assert.equal(await sh(w, "survivor", "cat /data/k"), "kept\n");
     assert.equal(calls(w, HOSTPATH, "NodeUnpublishVolume").length, unpublishedBefore);
     await deletePod(w, api, "survivor");
-    await poll(
+    await waitCall(
+      w,
       "unpublished and unstaged",
-      () =>
-        Promise.resolve(
-          calls(w, HOSTPATH, "NodeUnstageVolume").some((c) => c.volumeId === "vol-kubelet") ||
-            undefined,
-        ),
-      30_000,
-      250,
+      "NodeUnstageVolume",
+      (c) => c.volumeId === "vol-kubelet",
     );
     assert.deepEqual(await mountsUnder(w), [], "no mount is left behind");
   },
@@ -822,15 +817,9 @@ e2e(
     const handle = pv.spec?.csi?.volumeHandle;
     await deletePod(w, api, "scratch");
     // The garbage collector deletes the claim, and csi-provisioner the volume.
-    await poll(
-      "the driver's volume deleted",
-      () =>
-        Promise.resolve(
-          calls(w, HOSTPATH, "DeleteVolume").some((c) => c.volumeId === handle) || undefined,
-        ),
-      90_000,
-      500,
-    );
+    await waitCall(w, "the driver's volume deleted", "DeleteVolume", (c) => c.volumeId === handle, {
+      ms: 90_000,
+    });
   },
 );
 
@@ -882,16 +871,11 @@ e2e(
     assert.ok((await mountsUnder(w)).includes(join(devices, pv, "dev", uid)), "the bind mount");
 
     await deletePod(w, api, "raw-writer");
-    await poll(
+    await waitCall(
+      w,
       "unstaged",
-      () =>
-        Promise.resolve(
-          calls(w, HOSTPATH, "NodeUnstageVolume").some((c) =>
-            c.stagingTargetPath === join(devices, "staging", pv)
-          ) || undefined,
-        ),
-      30_000,
-      250,
+      "NodeUnstageVolume",
+      (c) => c.stagingTargetPath === join(devices, "staging", pv),
     );
     assert.equal(await exists(link), false, "the pod's link is removed");
     assert.equal(await exists(join(devices, pv)), false, "the volume's files are removed");
