@@ -83,7 +83,17 @@ import { handlerSupportsUserNamespaces, UsernsManager } from "./userns/userns_ma
 import { warnFlexVolumeDrivers } from "./volume/flex_volume.ts";
 import { initNetworkUtil } from "./kubelet_network_linux.ts";
 import { PluginManager, pluginsRegistrationDir } from "./pluginmanager/plugin_manager.ts";
-import { CSI_PLUGIN } from "./pluginmanager/plugin_handler.ts";
+import { CSI_PLUGIN, DEVICE_PLUGIN } from "./pluginmanager/plugin_handler.ts";
+import {
+  deviceCheckpointMissing,
+  DeviceManager,
+  runningContainers,
+} from "./devicemanager/manager.ts";
+import {
+  POD_RESOURCES_DIR,
+  POD_RESOURCES_SOCKET,
+  PodResourcesServer,
+} from "./podresources/server.ts";
 import { CsiDrivers, CsiRegistrationHandler, initializeCSINode } from "./csi/csi_plugin.ts";
 import type { VolumeManager } from "./volume/volume_manager.ts";
 import { NodeInfoManager } from "./csi/nodeinfo_manager.ts";
@@ -177,6 +187,8 @@ export class Kubelet {
   readonly pluginManager: PluginManager;
   /** The CSI drivers registered through the plugin manager. */
   readonly csiDrivers = new CsiDrivers();
+  /** The device manager, once the pod lifecycle is built. */
+  deviceManager: DeviceManager | undefined;
   /** The statistics graph, or why it could not be built (cgroups unreadable). */
   #stats: KubeletStats | Error | undefined;
   #standaloneNode: V1Node | undefined;
@@ -476,7 +488,23 @@ export class Kubelet {
     } catch (e) {
       throw new Error(`create user namespace manager: ${(e as Error).message}`, { cause: e });
     }
+    // Upstream's container manager makes the device manager; it starts with the runtime
+    // dependent modules, before any pod is admitted.
+    const devices = new DeviceManager({
+      rootDirectory: flags.rootDirectory,
+      clock,
+      logger,
+      activePods,
+      // Upstream's sourcesReady marks a source seen after its update is handled.
+      sourcesReady: () =>
+        podConfig.seenAllSources(sources) &&
+        (built.lifecycle?.loop.handledAllSources(sources) ?? false),
+      signal,
+      metrics: this.metrics.devicePlugins,
+    });
+    this.deviceManager = devices;
     const pods = newPodLifecycle({
+      devices,
       userNamespaces,
       runtimeHandlers: () => this.#runtimeHandlers,
       credentialProviderPlugins,
@@ -585,6 +613,8 @@ export class Kubelet {
       running.push(api.run(signal));
     }
     if (mode === "loop") {
+      await devices.start(await runningContainers(runtime, signal));
+      running.push(this.#servePodResources(signal, devices, podManager, activePods));
       running.push(...pods.run(signal));
       if (containerManager) running.push(containerManager.run(signal));
       this.containerLogManager = new ContainerLogManager({
@@ -624,6 +654,7 @@ export class Kubelet {
           ...(csiNodeInfo ? { nodeInfo: csiNodeInfo } : {}),
         }),
       );
+      this.pluginManager.addHandler(DEVICE_PLUGIN, devices.pluginHandler());
       logger.v(4).info("Starting plugin manager");
       running.push(this.pluginManager.run(signal));
       running.push(this.#startNodeShutdownManager(signal, syncer, activePods));
@@ -677,6 +708,38 @@ export class Kubelet {
       }
     }
     return running;
+  }
+
+  /**
+   * The pod resources API on `<root-dir>/pod-resources/kubelet.sock` (upstream
+   * ListenAndServePodResources; KubeletPodResourcesGet is GA). A socket that cannot be served
+   * stops the kubelet, as upstream exits.
+   */
+  async #servePodResources(
+    signal: AbortSignal,
+    devices: DeviceManager,
+    podManager: PodLifecycle["podManager"],
+    activePods: () => V1Pod[],
+  ): Promise<void> {
+    const { deps, server } = this.#opts;
+    const dir = join(server.flags.rootDirectory, POD_RESOURCES_DIR);
+    await Deno.mkdir(dir, { recursive: true, mode: 0o750 });
+    const podResources = new PodResourcesServer({
+      providers: {
+        activePods,
+        podByName: (namespace, name) => podManager.getPodByName(namespace, name),
+        devices,
+      },
+      clock: deps.clock,
+      logger: deps.logger,
+      metrics: this.metrics.podResources,
+    });
+    const grpc = await podResources.serve(join(dir, POD_RESOURCES_SOCKET), signal);
+    await new Promise<void>((resolve) => {
+      if (signal.aborted) resolve();
+      else signal.addEventListener("abort", () => resolve(), { once: true });
+    });
+    await grpc.close();
   }
 
   /**
@@ -1214,6 +1277,8 @@ export class Kubelet {
         };
       },
       cachedNode: () => informer.hasSynced ? informer.node : undefined,
+      devices: () => this.deviceManager?.getCapacity(),
+      shouldResetExtendedResourceCapacity: () => deviceCheckpointMissing(flags.rootDirectory),
       recorder: deps.recorder,
     });
     this.nodeStatus = status;

@@ -8,6 +8,7 @@
  * is registered again. Corresponds to upstream `pkg/kubelet/kubelet_node_status.go`.
  */
 
+import { isExtendedResourceName } from "./lifecycle/predicate.ts";
 import type { V1Node, V1NodeAddress, V1NodeStatus } from "@kubernetes/client-node";
 import type * as api from "../proto/runtime/v1/api.ts";
 import type { Clock } from "./util/clock.ts";
@@ -62,6 +63,14 @@ export interface NodeStatusOptions extends InitialNodeOptions {
   };
   /** Memory, disk and PID pressure (the eviction manager's). @default none */
   readonly pressure?: () => { memory: boolean; disk: boolean; pid: boolean } | undefined;
+  /** The device plugins' resources (the device manager's capacity). @default none */
+  readonly devices?: () => StatusInputs["devices"];
+  /**
+   * Whether the extended resources of an existing Node must be zeroed at registration: the
+   * device manager has no checkpoint, so the node was recreated (upstream
+   * reconcileExtendedResource). @default never
+   */
+  readonly shouldResetExtendedResourceCapacity?: () => Promise<boolean>;
   /** Random number in [0, 1), for jitter. @default Math.random */
   readonly random?: () => number;
   /**
@@ -146,6 +155,23 @@ export class NodeStatusManager {
     this.#node = patch
       ? await client.patch<V1Node>(this.#path(), patch, "strategic", signal)
       : existing;
+    if (await this.#o.shouldResetExtendedResourceCapacity?.()) {
+      const zeroed = zeroExtendedResources(this.#node);
+      if (zeroed) {
+        for (const resourceName of Object.keys(zeroed.status.capacity)) {
+          logger.info("Zero out resource capacity in existing node", {
+            resourceName,
+            node: this.#o.nodeName,
+          });
+        }
+        this.#node = await client.patch<V1Node>(
+          `${this.#path()}/status`,
+          zeroed,
+          "strategic",
+          signal,
+        );
+      }
+    }
     logger.info("Node was previously registered", { node: this.#o.nodeName });
     return (this.#registered = true);
   }
@@ -258,6 +284,7 @@ export class NodeStatusManager {
       notReadyReasons: notReadyReasons ?? o.notReadyReasons(),
       pressure: o.pressure?.(),
       volumesInUse: o.volumes?.volumesInUse(),
+      devices: o.devices?.(),
       now: o.clock.now(),
     }, previous);
   }
@@ -308,6 +335,22 @@ export class NodeStatusManager {
       await o.clock.sleep(period, AbortSignal.any([signal, this.#wake.signal])).catch(() => {});
     }
   }
+}
+
+/**
+ * The status patch that sets every extended resource of the node to 0, or undefined when it has
+ * none (upstream reconcileExtendedResource, for a node whose device plugins must register
+ * again before their devices count).
+ */
+export function zeroExtendedResources(
+  node: V1Node,
+):
+  | { status: { capacity: Record<string, string>; allocatable: Record<string, string> } }
+  | undefined {
+  const names = Object.keys(node.status?.capacity ?? {}).filter(isExtendedResourceName);
+  if (names.length === 0) return undefined;
+  const zero = Object.fromEntries(names.map((n) => [n, "0"]));
+  return { status: { capacity: zero, allocatable: { ...zero } } };
 }
 
 /**

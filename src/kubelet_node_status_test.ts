@@ -9,6 +9,7 @@ import {
   NodeStatusManager,
   type NodeStatusOptions,
   reconcileExisting,
+  zeroExtendedResources,
 } from "./kubelet_node_status.ts";
 import type { EventRecorder, ObjectRef } from "./client/record.ts";
 import { initialNode } from "./nodestatus/node_status.ts";
@@ -252,6 +253,54 @@ Deno.test("NodeStatusManager reconciles an existing Node's default labels instea
     client.close();
     await s.server.shutdown();
   }
+});
+
+Deno.test("NodeStatusManager zeroes an existing Node's extended resources when the device manager has no checkpoint, and reports the plugins' devices", async () => {
+  const s = nodeServer();
+  const clock = new FakeClock(0);
+  let reset = true;
+  const { client, m } = manager(s.url, clock, [], undefined, {
+    shouldResetExtendedResourceCapacity: () => Promise.resolve(reset),
+    devices: () => ({
+      capacity: { "example.com/gpu": 3 },
+      allocatable: { "example.com/gpu": 2 },
+      removed: ["example.com/old"],
+    }),
+  });
+  try {
+    s.nodes.set("node-a", {
+      metadata: { name: "node-a", uid: "uid-0", labels: {} },
+      status: {
+        capacity: { cpu: "2", "example.com/gpu": "4", "kubernetes.io/batteries": "1" },
+        allocatable: { cpu: "2", "example.com/gpu": "4" },
+      },
+    });
+    assert.equal(await m.tryRegister(), true);
+    assert.deepEqual(s.nodes.get("node-a")?.status, {
+      capacity: { "example.com/gpu": "0" },
+      allocatable: { "example.com/gpu": "0" },
+    });
+    reset = false;
+    await m.updateNodeStatus();
+    const st = s.nodes.get("node-a")!.status!;
+    assert.equal(st.capacity?.["example.com/gpu"], "3");
+    assert.equal(st.allocatable?.["example.com/gpu"], "2");
+    assert.equal(st.capacity?.["example.com/old"], "0");
+    assert.equal(st.allocatable?.["example.com/old"], "0");
+  } finally {
+    client.close();
+    await s.server.shutdown();
+  }
+});
+
+Deno.test("zeroExtendedResources leaves native and kubernetes.io resources alone", () => {
+  assert.equal(zeroExtendedResources({ status: { capacity: { cpu: "1" } } }), undefined);
+  assert.deepEqual(
+    zeroExtendedResources({
+      status: { capacity: { cpu: "1", "hugepages-2Mi": "0", "nvidia.com/gpu": "8" } },
+    }),
+    { status: { capacity: { "nvidia.com/gpu": "0" }, allocatable: { "nvidia.com/gpu": "0" } } },
+  );
 });
 
 Deno.test("reconcileExisting patches only what differs", () => {

@@ -53,6 +53,7 @@ import { VolumeManager, type VolumeManagerOptions } from "./volume/volume_manage
 import type { VolumePlugin } from "./volume/plugin.ts";
 import { probeVolumePlugins } from "./volume/plugins.ts";
 import { DraManager } from "./cm/dra_manager.ts";
+import type { DeviceManager } from "./devicemanager/manager.ts";
 import { ActiveDeadlineHandler } from "./active_deadline.ts";
 import { AllocationManager } from "./allocation/allocation_manager.ts";
 import { ResourceState } from "./allocation/state_checkpoint.ts";
@@ -117,6 +118,14 @@ export interface PodLifecycleOptions {
   readonly signal?: AbortSignal;
   /** Admission checks after the resource and node checks (the eviction manager's). */
   readonly admitHandlers?: readonly PodAdmitHandler[];
+  /**
+   * The device manager: allocates devices at admission and gives containers their run
+   * options. @default none: no devices
+   */
+  readonly devices?: Pick<
+    DeviceManager,
+    "needsDevices" | "allocatePod" | "runContainerOptions" | "sanitizeAllocatable"
+  >;
   /** Pod cgroups (the container manager's). @default none: the runtime's default cgroups */
   readonly podCgroups?: PodCgroups;
   /** Builds the status manager; benchmarks observe statuses with a subclass. @default new StatusManager */
@@ -400,6 +409,8 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     podCgroups: o.podCgroups,
     inPlacePodLevelResourcesVerticalScaling: podLevelResize,
     dra,
+    devices: o.devices &&
+      ((pod, container, signal) => o.devices!.runContainerOptions(pod, container, signal)),
     runtimeClasses,
     userNamespaces: o.userNamespaces,
   });
@@ -447,7 +458,10 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     reasonCache,
     mirrorClient,
     kubeClient: o.kubeClient,
-    getNode: o.getNode,
+    // Admission sees allocatable no lower than the devices already allocated (upstream
+    // UpdatePluginResources): a restarted kubelet admits its running pods before their device
+    // plugins register again.
+    getNode: o.devices ? () => sanitizedNode(o.getNode(), o.devices!) : o.getNode,
     nodeIPs: o.nodeIPs,
     supportsRecursiveReadOnly,
     networkErrors: o.networkErrors,
@@ -463,6 +477,14 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     volumes: volumeManager,
     dra,
     admitHandlers: o.admitHandlers,
+    ...(o.devices
+      ? {
+        resourceAllocator: {
+          needsAllocation: (pod: V1Pod) => o.devices!.needsDevices(pod),
+          allocatePod: (pod: V1Pod) => o.devices!.allocatePod(pod, o.signal),
+        },
+      }
+      : {}),
     syncLoopHandlers: [activeDeadline],
     syncHandlers: [activeDeadline],
     podCgroups: o.podCgroups,
@@ -537,4 +559,14 @@ async function runTokenCleanup(
     }
     tokens.cleanup();
   }
+}
+
+/** The node with allocatable as the device manager sanitizes it for admission. */
+function sanitizedNode(
+  node: V1Node | undefined,
+  devices: Pick<DeviceManager, "sanitizeAllocatable">,
+): V1Node | undefined {
+  if (!node?.status) return node;
+  const allocatable = devices.sanitizeAllocatable(node.status.allocatable ?? {});
+  return { ...node, status: { ...node.status, allocatable } };
 }

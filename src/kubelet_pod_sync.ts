@@ -13,6 +13,7 @@
  * `kubelet_pods.go` (HandlePodCleanups, makePodDataDirs, getPullSecretsForPod).
  */
 
+import { errorText } from "./util/errors.ts";
 import type { KubeletMetrics } from "./metrics/metrics.ts";
 import { hasPodStarted, type PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
@@ -162,6 +163,15 @@ export interface PodSyncerOptions {
   readonly syncHandlers?: readonly PodSyncHandler[];
   /** Pod volumes; without one, no volume is set up and no pod directory is cleaned up. */
   readonly volumes?: PodVolumes;
+  /**
+   * Allocates what admitted pods need from the node's devices (the device manager, as
+   * upstream's topology manager admit handler asks it); a failure rejects the pod with
+   * UnexpectedAdmissionError. @default none
+   */
+  readonly resourceAllocator?: {
+    needsAllocation(pod: V1Pod): boolean;
+    allocatePod(pod: V1Pod): Promise<void>;
+  };
   /** Unprepares a stopped pod's ResourceClaims. @default none */
   readonly dra?: Pick<DraManager, "unprepareResources">;
   /** Stops the pod workers. */
@@ -236,6 +246,14 @@ export interface PodStatusOverride {
   readonly conditions?: readonly V1PodCondition[];
 }
 
+/** The reason of a pod whose resources could not be allocated (upstream ErrorReasonUnexpected). */
+export const UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError";
+
+/** upstream unexpectedAdmissionError's message. */
+function allocateFailed(e: unknown): string {
+  return `Allocate failed due to ${errorText(e)}, which is unexpected`;
+}
+
 /** An extra admission check (upstream PodAdmitHandler). */
 export type PodAdmitHandler = (
   pod: V1Pod,
@@ -293,11 +311,25 @@ export class PodSyncer implements SyncHandler {
 
   // ---- The sync loop's handlers -------------------------------------------------------------
 
-  handlePodAdditions(pods: readonly V1Pod[]): void {
-    const { podManager, clock } = this.#o;
-    const start = clock.now();
-    const pendingResizes: string[] = [];
-    for (const pod of [...pods].sort((a, b) => creationTime(a) - creationTime(b))) {
+  /**
+   * Admits and dispatches new pods, oldest first. Synchronous unless a pod needs devices: their
+   * allocation asks the device plugins, and the pods after it wait for it (the sync loop waits
+   * for the returned promise, as upstream's admission blocks its loop).
+   */
+  handlePodAdditions(pods: readonly V1Pod[]): void | Promise<void> {
+    const sorted = [...pods].sort((a, b) => creationTime(a) - creationTime(b));
+    return this.#addPods(sorted, 0, this.#o.clock.now(), []);
+  }
+
+  #addPods(
+    pods: readonly V1Pod[],
+    from: number,
+    start: number,
+    pendingResizes: string[],
+  ): void | Promise<void> {
+    const { podManager } = this.#o;
+    for (let i = from; i < pods.length; i++) {
+      const pod = pods[i]!;
       podManager.addPod(pod);
       if (isMirrorPod(pod)) {
         this.#handleMirrorPod(pod, start);
@@ -306,17 +338,42 @@ export class PodSyncer implements SyncHandler {
       const uid = uidOf(pod);
       this.#o.startupTracker?.recordPhase(pod, "seen");
       if (!this.workers.isPodTerminationRequested(uid) && !podIsTerminalPhase(pod.status)) {
-        const rejected = this.#admit(pod);
-        if (rejected) {
-          this.#rejectPod(pod, rejected.reason, rejected.message);
-          continue;
+        // Devices first, as upstream's allocating admit handler runs before the predicates
+        // (which then see allocatable as the device manager sanitizes it).
+        const allocator = this.#o.resourceAllocator;
+        if (allocator?.needsAllocation(pod)) {
+          return allocator.allocatePod(pod).then(
+            () => this.#admitAndDispatch(pod, start, pendingResizes),
+            (e) => this.#rejectPod(pod, UNEXPECTED_ADMISSION_ERROR, allocateFailed(e)),
+          ).then(() => this.#addPods(pods, i + 1, start, pendingResizes));
         }
-        if (rejected === undefined && this.#pendingAfterAdmit) pendingResizes.push(uid);
-        this.#o.startupTracker?.recordPhase(pod, "admitted");
+        this.#admitAndDispatch(pod, start, pendingResizes);
+        continue;
       }
-      const { mirrorPod } = podManager.getPodAndMirrorPod(pod);
-      this.#dispatch(pod, "create", mirrorPod, start);
+      this.#dispatchAdded(pod, start);
     }
+    this.#afterAdditions(pods, pendingResizes);
+  }
+
+  /** Admits a new pod and hands it to its worker, or rejects it. */
+  #admitAndDispatch(pod: V1Pod, start: number, pendingResizes: string[]): void {
+    const rejected = this.#admit(pod);
+    if (rejected) {
+      this.#rejectPod(pod, rejected.reason, rejected.message);
+      return;
+    }
+    if (this.#pendingAfterAdmit) pendingResizes.push(uidOf(pod));
+    this.#o.startupTracker?.recordPhase(pod, "admitted");
+    this.#dispatchAdded(pod, start);
+  }
+
+  /** Hands a new pod to its worker. */
+  #dispatchAdded(pod: V1Pod, start: number): void {
+    const { mirrorPod } = this.#o.podManager.getPodAndMirrorPod(pod);
+    this.#dispatch(pod, "create", mirrorPod, start);
+  }
+
+  #afterAdditions(pods: readonly V1Pod[], pendingResizes: readonly string[]): void {
     const allocation = this.#o.allocation;
     if (allocation) {
       this.#o.resizeConditions?.backfill(pods);

@@ -11,7 +11,11 @@ import { createLogger } from "./klog/klog.ts";
 import { RemoteImageService } from "./cri/remote_image.ts";
 import { RemoteRuntimeService } from "./cri/remote_runtime.ts";
 import { initialNode } from "./nodestatus/node_status.ts";
-import { newPodLifecycle, type PodLifecycle } from "./kubelet_pod_lifecycle.ts";
+import {
+  newPodLifecycle,
+  type PodLifecycle,
+  type PodLifecycleOptions,
+} from "./kubelet_pod_lifecycle.ts";
 import type { PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
 import type { PodCgroups } from "./cm/container_manager.ts";
 import type { SyncLoop } from "./kubelet_sync_loop.ts";
@@ -77,6 +81,8 @@ interface HarnessOptions {
   readonly podCgroups?: PodCgroups;
   /** Where the lifecycle records. @default none */
   readonly metrics?: KubeletMetrics;
+  /** The device manager. @default none */
+  readonly devices?: PodLifecycleOptions["devices"];
 }
 
 /** Pod cgroup calls of in-place resize, which these tests never make. */
@@ -156,6 +162,7 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
     podCgroups: opts.podCgroups,
     newVolumeManager: (v) => new RecordingVolumes(v),
     metrics: opts.metrics,
+    devices: opts.devices,
   });
   const { pleg, statusManager: statuses, podManager, loop, syncer } = lifecycle;
   const podsDirectory = join(dir, "pods");
@@ -388,6 +395,60 @@ Deno.test("PodSyncer restarts a crashing container after 10 s, 20 s, 40 s of bac
     /^back-off (\d+m)?\d+s restarting failed container=main pod=crash_default\(uid-crash-\d+\)$/,
   );
   assert.ok(h.events.some((e) => e.reason === "BackOff"));
+});
+
+Deno.test("PodSyncer allocates devices before admitting a pod, gives them to its container, and rejects a pod they cannot be allocated to", async () => {
+  const allocated: string[] = [];
+  const devices: NonNullable<PodLifecycleOptions["devices"]> = {
+    needsDevices: (p) =>
+      p.spec!.containers.some((c) => c.resources?.limits?.["example.com/gpu"] !== undefined),
+    allocatePod: async (p) => {
+      await new Promise((r) => setTimeout(r, 5));
+      if (allocated.length > 0) {
+        throw new Error("requested number of devices unavailable for example.com/gpu");
+      }
+      allocated.push(p.metadata!.name!);
+    },
+    runContainerOptions: (p) =>
+      Promise.resolve({
+        envs: [{ name: "GPU", value: `gpu-of-${p.metadata!.name}` }],
+        mounts: [],
+        devices: [{ hostPath: "/dev/null", containerPath: "/dev/gpu0", permissions: "rw" }],
+        annotations: [],
+        cdiDevices: ["example.com/gpu=0"],
+      }),
+    // The node has no example.com/gpu yet: admission sees what is allocated.
+    sanitizeAllocatable: (a) => ({ ...a, "example.com/gpu": String(allocated.length) }),
+  };
+  await using h = await harness({ devices });
+  const gpu = () => {
+    const p = pod(`gpu${uidSeq + 1}`);
+    p.spec!.containers[0]!.resources = { limits: { "example.com/gpu": "1" } };
+    return p;
+  };
+  const [first, second] = [gpu(), gpu()];
+  h.add(first, second, pod("plain"));
+  await h.until("first Running", () => h.status(first.metadata!.name!)?.phase === "Running");
+  await h.until("plain Running", () => h.status("plain")?.phase === "Running");
+  const s = h.status(second.metadata!.name!)!;
+  assert.equal(s.phase, "Failed");
+  assert.equal(s.reason, "UnexpectedAdmissionError");
+  assert.equal(
+    s.message,
+    "Pod was rejected: Allocate failed due to requested number of devices unavailable for " +
+      "example.com/gpu, which is unexpected",
+  );
+  assert.deepEqual(allocated, [first.metadata!.name]);
+  const config = [...h.fake.service.containers.values()].find((c) =>
+    c.config.envs.some((e) => e.key === "GPU")
+  )?.config;
+  assert.ok(config, "the device's env reached the runtime");
+  assert.equal(
+    new TextDecoder().decode(config.envs.find((e) => e.key === "GPU")!.value),
+    `gpu-of-${first.metadata!.name}`,
+  );
+  assert.deepEqual(config.devices.map((d) => d.containerPath), ["/dev/gpu0"]);
+  assert.deepEqual(config.CDIDevices, [{ name: "example.com/gpu=0" }]);
 });
 
 Deno.test("PodSyncer rejects a pod that asks for more CPU than allocatable, and only that one", async () => {

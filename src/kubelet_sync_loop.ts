@@ -24,7 +24,8 @@ import type { PodUpdate } from "./config/pod_config.ts";
 
 /** What the loop dispatches to (upstream SyncHandler, plus the PLEG and tick steps). */
 export interface SyncHandler {
-  handlePodAdditions(pods: readonly V1Pod[]): void;
+  /** A promise when admission waits for something (device allocation): the loop waits too. */
+  handlePodAdditions(pods: readonly V1Pod[]): void | Promise<void>;
   handlePodUpdates(pods: readonly V1Pod[]): void;
   handlePodRemoves(pods: readonly V1Pod[]): void;
   handlePodReconcile(pods: readonly V1Pod[]): void;
@@ -78,6 +79,8 @@ export class SyncLoop {
   readonly #housekeepingMs: number;
   readonly #healthMs: number;
   readonly #updates: PodUpdate[] = [];
+  /** The sources an update of which the loop has handled (upstream sourcesReady.AddSource). */
+  readonly #handledSources = new Set<string>();
   /** Pods whose probe results changed, in order, each once. */
   readonly #probed = new Set<string>();
   #configWake = Promise.withResolvers<Wake>();
@@ -159,7 +162,8 @@ export class SyncLoop {
           // The rest of the batch comes along: a pod it names twice is synced once.
           this.#opts.handler.handlePlegEvents([wake.event, ...this.#opts.pleg.takeQueued()]);
         }
-        this.#drainConfig();
+        const drained = this.#drainConfig();
+        if (drained) await drained;
         for (const uid of this.#probed) {
           this.#probed.delete(uid);
           this.#opts.handler.handleProbeUpdate(uid);
@@ -198,16 +202,34 @@ export class SyncLoop {
     this.#housekeepingRun = { done, at: this.#opts.clock.now() };
   }
 
-  #drainConfig(): void {
+  /**
+   * Whether the loop has handled an update of every one of `sources`: upstream's
+   * sourcesReady.AllReady as the device manager reads it, false while the first pods of a
+   * source are being admitted (a restarted kubelet's running containers keep their devices
+   * then, before their plugins are back).
+   */
+  handledAllSources(sources: readonly string[]): boolean {
+    return sources.every((s) => this.#handledSources.has(s));
+  }
+
+  /** Dispatches the queued config updates; a promise while an admission is waited for. */
+  #drainConfig(): void | Promise<void> {
     const { handler, logger } = this.#opts;
-    while (this.#updates.length > 0) {
-      const u = this.#updates.shift()!;
+    for (let u = this.#updates.shift(); u !== undefined; u = this.#updates.shift()) {
       const pods = u.pods.map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`);
       logger.v(2).info(`SyncLoop ${u.op}`, { source: u.source, pods });
       switch (u.op) {
-        case "ADD":
-          handler.handlePodAdditions(u.pods);
+        case "ADD": {
+          const admitting = handler.handlePodAdditions(u.pods);
+          if (admitting) {
+            const source = u.source;
+            return admitting.then(() => {
+              this.#handledSources.add(source);
+              return this.#drainConfig();
+            });
+          }
           break;
+        }
         case "UPDATE":
           handler.handlePodUpdates(u.pods);
           break;
@@ -225,6 +247,7 @@ export class SyncLoop {
           logger.error(null, "Kubelet does not support snapshot update");
           break;
       }
+      this.#handledSources.add(u.source);
     }
   }
 

@@ -21,7 +21,7 @@ class RecordingHandler implements SyncHandler {
   #rec(step: string, pods: readonly V1Pod[]) {
     this.calls.push(`${step}:${pods.map((p) => p.metadata?.name).join(",")}`);
   }
-  handlePodAdditions(pods: readonly V1Pod[]) {
+  handlePodAdditions(pods: readonly V1Pod[]): void | Promise<void> {
     this.#rec("add", pods);
   }
   handlePodUpdates(pods: readonly V1Pod[]) {
@@ -128,6 +128,32 @@ Deno.test("SyncLoop dispatches config updates in order, by operation", async () 
     "remove:a",
     "reconcile:c",
   ]);
+  await t.stop();
+});
+
+Deno.test("SyncLoop waits for an admission that waits (device allocation), and counts a source handled only after its update", async () => {
+  const t = setup();
+  let release!: () => void;
+  const seenDuring: boolean[] = [];
+  const add = t.handler.handlePodAdditions.bind(t.handler);
+  t.handler.handlePodAdditions = (pods: readonly V1Pod[]) => {
+    add(pods);
+    if (pods[0]?.metadata?.name !== "gpu") return;
+    seenDuring.push(t.loop.handledAllSources(["api"]));
+    return new Promise<void>((r) => (release = r));
+  };
+  assert.equal(t.loop.handledAllSources(["api"]), false);
+  t.loop.push({ op: "ADD", pods: [pod("gpu")], source: "api" });
+  t.loop.push({ op: "ADD", pods: [pod("after")], source: "file" });
+  await settle();
+  // The next update waits for the admission under way.
+  assert.deepEqual(t.handler.calls, ["add:gpu"]);
+  assert.deepEqual(seenDuring, [false]);
+  release();
+  await settle();
+  assert.deepEqual(t.handler.calls, ["add:gpu", "add:after"]);
+  assert.equal(t.loop.handledAllSources(["api", "file"]), true);
+  assert.equal(t.loop.handledAllSources(["api", "http"]), false);
   await t.stop();
 });
 

@@ -2,7 +2,8 @@
  * @module
  * The gRPC-over-HTTP/2 wire format as a client needs it: status codes, length-prefixed message
  * frames, reading frames back from a response body, and the status a response's headers carry.
- * The CRI client ((`connection.ts`)) speaks it over Deno's fetch. Follows the gRPC
+ * The CRI client ((`connection.ts`)) speaks it over Deno's fetch; the server
+ * ((`grpc_server.ts`)) shares the framing, the status codes, `grpc-timeout` and `grpc-message`. Follows the gRPC
  * protocol description (PROTOCOL-HTTP2.md) and the wording of grpc-go, which upstream links.
  */
 
@@ -62,6 +63,9 @@ export class GrpcStatusError extends Error {
 /** Bytes of a frame's prefix: the compressed flag and the big-endian message length. */
 const PREFIX = 5;
 
+/** The length of a message frame's prefix, for readers outside this module. */
+export const FRAME_PREFIX_BYTES = PREFIX;
+
 /** `message` as one uncompressed gRPC frame. */
 export function grpcFrame(message: Uint8Array): Uint8Array<ArrayBuffer> {
   const out = new Uint8Array(PREFIX + message.length);
@@ -76,6 +80,49 @@ export function grpcTimeout(ms: number): string {
   if (whole < 1e8) return `${whole}m`;
   const seconds = Math.ceil(whole / 1000);
   return seconds < 1e8 ? `${seconds}S` : `${Math.min(Math.ceil(seconds / 3600), 99_999_999)}H`;
+}
+
+/** The milliseconds of each `grpc-timeout` unit. */
+const TIMEOUT_UNITS: Readonly<Record<string, number>> = {
+  H: 3_600_000,
+  M: 60_000,
+  S: 1000,
+  m: 1,
+  u: 1e-3,
+  n: 1e-6,
+};
+
+/**
+ * The milliseconds a request's `grpc-timeout` header gives (at most 8 digits and a unit);
+ * throws an Error worded as grpc-go's decodeTimeout for a malformed one.
+ */
+export function parseGrpcTimeout(value: string): number {
+  if (value.length < 2) throw new Error(`transport: timeout string is too short: "${value}"`);
+  if (value.length > 9) throw new Error(`transport: timeout string is too long: "${value}"`);
+  const unit = TIMEOUT_UNITS[value.at(-1)!];
+  if (unit === undefined) {
+    throw new Error(`transport: timeout unit is not recognized: "${value}"`);
+  }
+  const digits = value.slice(0, -1);
+  if (!/^\d+$/.test(digits)) {
+    throw new Error(`strconv.ParseUint: parsing "${digits}": invalid syntax`);
+  }
+  return Number(digits) * unit;
+}
+
+/**
+ * A status message as the `grpc-message` header carries it: octets outside printable ASCII,
+ * and '%', percent-encoded from UTF-8 (grpc-go's encodeGrpcMessage).
+ */
+export function encodeGrpcMessage(message: string): string {
+  if (/^[\x20-\x24\x26-\x7e]*$/.test(message)) return message;
+  let out = "";
+  for (const b of new TextEncoder().encode(message)) {
+    out += b >= 0x20 && b <= 0x7e && b !== 0x25
+      ? String.fromCharCode(b)
+      : `%${b.toString(16).toUpperCase().padStart(2, "0")}`;
+  }
+  return out;
 }
 
 /**

@@ -1,11 +1,13 @@
 import assert from "node:assert/strict";
 import {
+  encodeGrpcMessage,
   GrpcCode,
   grpcFrame,
   GrpcFrameReader,
   GrpcStatusError,
   grpcTimeout,
   headerStatus,
+  parseGrpcTimeout,
   unaryMessage,
 } from "./_grpc_wire.ts";
 
@@ -140,4 +142,33 @@ Deno.test("unaryMessage takes the one message of a whole unary body", async () =
   );
   await fails([0, 0, 0, 0, 101], GrpcCode.RESOURCE_EXHAUSTED, /larger than max \(101 vs\. 100\)/);
   await fails([1, 0, 0, 0, 1, 9], GrpcCode.INTERNAL, /compressed flag set/);
+});
+
+Deno.test("parseGrpcTimeout reads each unit and words a bad value as grpc-go does", () => {
+  assert.equal(parseGrpcTimeout("2H"), 7_200_000);
+  assert.equal(parseGrpcTimeout("3M"), 180_000);
+  assert.equal(parseGrpcTimeout("10S"), 10_000);
+  assert.equal(parseGrpcTimeout("99999999m"), 99_999_999);
+  assert.equal(parseGrpcTimeout("1500u"), 1.5);
+  assert.equal(parseGrpcTimeout("2000000n"), 2);
+  assert.equal(parseGrpcTimeout(grpcTimeout(1234)), 1234);
+  assert.throws(() => parseGrpcTimeout("1"), /timeout string is too short: "1"/);
+  assert.throws(() => parseGrpcTimeout("123456789S"), /timeout string is too long/);
+  assert.throws(() => parseGrpcTimeout("10x"), /timeout unit is not recognized: "10x"/);
+  assert.throws(() => parseGrpcTimeout("-1S"), /parsing "-1": invalid syntax/);
+});
+
+Deno.test("encodeGrpcMessage percent-encodes '%' and octets outside printable ASCII", () => {
+  assert.equal(encodeGrpcMessage("plain text ~!"), "plain text ~!");
+  assert.equal(encodeGrpcMessage('100% full: "ü"\n'), '100%25 full: "%C3%BC"%0A');
+  assert.equal(encodeGrpcMessage(""), "");
+  // What the client decodes back.
+  const text = "ünïcode\tand 50%";
+  assert.equal(
+    headerStatus(
+      200,
+      new Headers({ "grpc-status": "2", "grpc-message": encodeGrpcMessage(text) }),
+    )?.details,
+    text,
+  );
 });

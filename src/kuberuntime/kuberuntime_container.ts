@@ -13,6 +13,7 @@
  * of `helpers.go` and `legacy.go`).
  */
 
+import type { DeviceRunContainerOptions } from "../devicemanager/pod_devices.ts";
 import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts";
 import type { V1Container, V1LifecycleHandler, V1Pod, V1Secret } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
@@ -126,6 +127,16 @@ export interface ContainerDeps {
   readonly podVolumes?: PodVolumesFunc;
   /** kubelet_image_volume_* counters. @default none: not counted */
   readonly imageVolumeMetrics?: ImageVolumeMetrics;
+  /**
+   * What the container's devices need (the device manager's run options: env, mounts, device
+   * nodes, annotations, CDI devices); a rejection fails the container's config.
+   * @default none: containers get no devices
+   */
+  readonly devices?: (
+    pod: V1Pod,
+    container: V1Container,
+    signal?: AbortSignal,
+  ) => Promise<DeviceRunContainerOptions | undefined>;
 }
 
 const defaultRunners = new WeakMap<ContainerDeps, HandlerRunner>();
@@ -295,7 +306,15 @@ export async function generateContainerConfig(
   const user = await getImageUser(deps, pod, container, req.image, signal);
   const nonRoot = verifyRunAsNonRoot(pod, container, user, formatPod(pod));
   if (nonRoot !== undefined) throw new CreateContainerConfigError(nonRoot);
-  const envs = await makeEnvironmentVariables({
+  // Upstream GenerateRunContainerOptions asks the container manager for the devices first:
+  // their env comes before the container's own, their mounts and devices before the volumes'.
+  let devices: DeviceRunContainerOptions | undefined;
+  try {
+    devices = await deps.devices?.(pod, container, signal);
+  } catch (e) {
+    throw new CreateContainerConfigError(errorText(e), { cause: e });
+  }
+  const containerEnvs = await makeEnvironmentVariables({
     pod,
     container,
     podIPs: req.podIPs ?? [],
@@ -308,6 +327,7 @@ export async function generateContainerConfig(
     logger: deps.logger,
     signal,
   });
+  const envs = [...(devices?.envs ?? []), ...containerEnvs];
   const { command, args } = expandContainerCommandAndArgs(container, envs);
   const volumeMounts = await makeKubeletMounts(
     deps,
@@ -352,18 +372,33 @@ export async function generateContainerConfig(
     envs: envs.map((e) => ({ key: e.name, value: encoder.encode(e.value) })),
     // Volume mounts and /etc/hosts first, then the termination log, as upstream appends it.
     mounts: idMappedMounts(
-      makeMounts(deps, pod, container, volumeMounts),
+      makeMounts(deps, pod, container, [...deviceMounts(devices), ...volumeMounts]),
       linux.securityContext?.namespaceOptions?.usernsOptions,
     ),
-    devices: makeBlockVolumes(deps, pod, container),
+    devices: [...(devices?.devices ?? []), ...makeBlockVolumes(deps, pod, container)],
     labels: newContainerLabels(container, pod),
-    annotations: newContainerAnnotations(container, pod, restartCount),
+    annotations: newContainerAnnotations(container, pod, restartCount, {
+      annotations: devices?.annotations,
+    }),
+    CDIDevices: (devices?.cdiDevices ?? []).map((name) => ({ name })),
     logPath: buildContainerLogsPath(container.name, restartCount),
     stdin: container.stdin ?? false,
     stdinOnce: container.stdinOnce ?? false,
     tty: container.tty ?? false,
     linux,
   });
+}
+
+/** The devices' mounts as CRI mounts: private, never relabelled (upstream makeMounts). */
+function deviceMounts(devices: DeviceRunContainerOptions | undefined): api.Mount[] {
+  return (devices?.mounts ?? []).map((m) =>
+    api.Mount.create({
+      containerPath: m.containerPath,
+      hostPath: m.hostPath,
+      readonly: m.readOnly,
+      propagation: api.MountPropagation.PROPAGATION_PRIVATE,
+    })
+  );
 }
 
 /**

@@ -150,6 +150,8 @@ export interface KubeRuntimeManagerOptions
   readonly services?: ServiceSource;
   /** The pod's mounted volumes, for env `fileKeyRef`. @default none: such a ref fails */
   readonly podVolumes?: PodVolumesFunc;
+  /** The containers' devices (the device manager's run options). @default none */
+  readonly devices?: ContainerDeps["devices"];
   /** The pod's start-up timeline and init container times (the SLI). @default none */
   readonly startupTracker?: Pick<
     PodStartupLatencyTracker,
@@ -268,6 +270,7 @@ export class KubeRuntimeManager {
       services: opts.services,
       podVolumes: opts.podVolumes,
       imageVolumeMetrics: opts.metrics,
+      devices: opts.devices,
       linux: {
         memoryCapacityBytes: opts.memoryCapacityBytes,
         // One source for the cgroup settings the sandbox and its containers share.

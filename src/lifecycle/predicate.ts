@@ -169,9 +169,21 @@ function isScalarResource(name: string): boolean {
   return name.startsWith("hugepages-") || name.includes("/");
 }
 
-/** Extended resources: domain-qualified names outside `kubernetes.io/`, not `requests.*`. */
-function isExtendedResource(name: string): boolean {
-  return name.includes("/") && !name.includes("kubernetes.io/") && !name.startsWith("requests.");
+const QUALIFIED_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/**
+ * Extended resources: domain-qualified names outside `kubernetes.io/`, not `requests.*`, that
+ * are still qualified names with `requests.` before them (upstream v1helper
+ * IsExtendedResourceName, which device plugins' resource names must pass).
+ */
+export function isExtendedResourceName(name: string): boolean {
+  if (!name.includes("/") || name.includes("kubernetes.io/") || name.startsWith("requests.")) {
+    return false;
+  }
+  const [prefix, local, ...more] = `requests.${name}`.split("/");
+  return more.length === 0 && prefix!.length <= 253 && DNS1123_SUBDOMAIN.test(prefix!) &&
+    local!.length <= 63 && QUALIFIED_NAME.test(local!);
 }
 
 function podUnits(pod: V1Pod): Map<string, number> {
@@ -214,7 +226,7 @@ function insufficientResources(
   // Extended resources the node does not know are cluster-level: ignore them.
   const wanted = podUnits(pod);
   for (const name of [...wanted.keys()]) {
-    if (isExtendedResource(name) && !allocatable.has(name)) wanted.delete(name);
+    if (isExtendedResourceName(name) && !allocatable.has(name)) wanted.delete(name);
   }
 
   const used = new Map<string, number>();

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import type { V1Container, V1Node, V1Pod } from "@kubernetes/client-node";
-import { admitPod, podRequests } from "./predicate.ts";
+import { admitPod, isExtendedResourceName, podRequests } from "./predicate.ts";
 
 function node(overrides: Partial<V1Node> = {}): V1Node {
   return {
@@ -228,4 +228,24 @@ Deno.test("admitPod leaves its inputs untouched", () => {
   const before = structuredClone({ p, other, n });
   admitPod({ pod: p, otherPods: [other], node: n });
   assert.deepEqual({ p, other, n }, before);
+});
+
+Deno.test("isExtendedResourceName follows upstream's v1helper.IsExtendedResourceName", () => {
+  for (const ok of ["example.com/gpu", "nvidia.com/gpu", "a.b/c_d.e-f"]) {
+    assert.equal(isExtendedResourceName(ok), true, ok);
+  }
+  for (
+    const bad of [
+      "cpu",
+      "hugepages-2Mi",
+      "kubernetes.io/batteries",
+      "requests.example.com/gpu",
+      "example.com/",
+      "Example.com/gpu",
+      "example.com/gpu/extra",
+      `example.com/${"x".repeat(64)}`,
+    ]
+  ) {
+    assert.equal(isExtendedResourceName(bad), false, bad);
+  }
 });

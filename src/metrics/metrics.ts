@@ -11,6 +11,7 @@
  * `pkg/kubelet/metrics/metrics.go` and legacyregistry's process collector.
  */
 
+import { DevicePluginMetrics, PodResourcesEndpointMetrics } from "./device_metrics.ts";
 import {
   Counter,
   DEF_BUCKETS,
@@ -136,6 +137,10 @@ export class KubeletMetrics {
   readonly dra: DraMetrics;
   /** plugin_manager_total_plugins: the plugin manager's caches (plugin_manager_metrics.ts). */
   readonly pluginManager: PluginManagerMetrics;
+  /** Device plugin registrations and allocations. */
+  readonly devicePlugins: DevicePluginMetrics;
+  /** Requests to the pod resources API. */
+  readonly podResources: PodResourcesEndpointMetrics;
   /** kubelet_volume_stats_*, read from the stats provider once it runs. */
   readonly volumeStats: VolumeStatsMetrics;
   /** kubelet_credential_provider_plugin_{duration,errors_total}{plugin_name}: each plugin run. */
@@ -412,6 +417,8 @@ export class KubeletMetrics {
     this.image = new ImageMetrics(r);
     this.dra = new DraMetrics(r);
     this.pluginManager = new PluginManagerMetrics(r);
+    this.devicePlugins = new DevicePluginMetrics(r);
+    this.podResources = new PodResourcesEndpointMetrics(r);
     this.volumeStats = new VolumeStatsMetrics(r);
     this.credentialProviderPluginDuration = histogram(
       "kubelet_credential_provider_plugin_duration",

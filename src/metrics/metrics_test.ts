@@ -285,6 +285,24 @@ const UPSTREAM_UNSCRAPED_FAMILIES =
 # TYPE kubelet_credential_provider_config_info gauge
 # HELP kubelet_credential_provider_plugin_duration [ALPHA] Duration of execution in seconds for credential provider plugin
 # TYPE kubelet_credential_provider_plugin_duration histogram
+# HELP kubelet_device_plugin_alloc_duration_seconds [ALPHA] Duration in seconds to serve a device plugin Allocation request. Broken down by resource name.
+# TYPE kubelet_device_plugin_alloc_duration_seconds histogram
+# HELP kubelet_device_plugin_registration_total [ALPHA] Cumulative number of device plugin registrations. Broken down by resource name.
+# TYPE kubelet_device_plugin_registration_total counter
+# HELP kubelet_pod_resources_endpoint_errors_get [ALPHA] Number of requests to the PodResource Get endpoint which returned error. Broken down by server api version.
+# TYPE kubelet_pod_resources_endpoint_errors_get counter
+# HELP kubelet_pod_resources_endpoint_errors_get_allocatable [ALPHA] Number of requests to the PodResource GetAllocatableResources endpoint which returned error. Broken down by server api version.
+# TYPE kubelet_pod_resources_endpoint_errors_get_allocatable counter
+# HELP kubelet_pod_resources_endpoint_errors_list [ALPHA] Number of requests to the PodResource List endpoint which returned error. Broken down by server api version.
+# TYPE kubelet_pod_resources_endpoint_errors_list counter
+# HELP kubelet_pod_resources_endpoint_requests_get [ALPHA] Number of requests to the PodResource Get endpoint. Broken down by server api version.
+# TYPE kubelet_pod_resources_endpoint_requests_get counter
+# HELP kubelet_pod_resources_endpoint_requests_get_allocatable [ALPHA] Number of requests to the PodResource GetAllocatableResources endpoint. Broken down by server api version.
+# TYPE kubelet_pod_resources_endpoint_requests_get_allocatable counter
+# HELP kubelet_pod_resources_endpoint_requests_list [ALPHA] Number of requests to the PodResource List endpoint. Broken down by server api version.
+# TYPE kubelet_pod_resources_endpoint_requests_list counter
+# HELP kubelet_pod_resources_endpoint_requests_total [ALPHA] Cumulative number of requests to the PodResource endpoint. Broken down by server api version.
+# TYPE kubelet_pod_resources_endpoint_requests_total counter
 # HELP kubelet_credential_provider_plugin_errors_total [ALPHA] Number of errors from credential provider plugin
 # TYPE kubelet_credential_provider_plugin_errors_total counter
 # HELP kubelet_container_requested_resizes_total [ALPHA] Number of requested resizes, counted at the container level. Different resources on the same container are counted separately. The 'requirement' label refers to 'memory' or 'limits'; the 'operation' label can be one of 'add', 'remove', 'increase' or 'decrease'.
@@ -321,6 +339,8 @@ const UPSTREAM_LABELS: Readonly<Record<string, readonly string[]>> = {
   kubelet_credential_provider_plugin_errors_total: ["plugin_name"],
   kubelet_cri_losing_support: ["version"],
   kubelet_desired_pods: ["static"],
+  kubelet_device_plugin_alloc_duration_seconds: ["resource_name"],
+  kubelet_device_plugin_registration_total: ["resource_name"],
   kubelet_evictions: ["eviction_signal"],
   kubelet_http_inflight_requests: HTTP_LABELS,
   kubelet_http_requests_duration_seconds: HTTP_LABELS,
@@ -337,6 +357,13 @@ const UPSTREAM_LABELS: Readonly<Record<string, readonly string[]>> = {
   kubelet_pod_infeasible_resizes_total: ["reason_detail"],
   kubelet_pod_pending_resizes: ["reason"],
   kubelet_pod_resize_duration_milliseconds: ["success"],
+  kubelet_pod_resources_endpoint_errors_get: ["server_api_version"],
+  kubelet_pod_resources_endpoint_errors_get_allocatable: ["server_api_version"],
+  kubelet_pod_resources_endpoint_errors_list: ["server_api_version"],
+  kubelet_pod_resources_endpoint_requests_get: ["server_api_version"],
+  kubelet_pod_resources_endpoint_requests_get_allocatable: ["server_api_version"],
+  kubelet_pod_resources_endpoint_requests_list: ["server_api_version"],
+  kubelet_pod_resources_endpoint_requests_total: ["server_api_version"],
   kubelet_pod_worker_duration_seconds: ["operation_type"],
   kubelet_restarted_pods_total: ["static"],
   kubelet_run_podsandbox_duration_seconds: ["runtime_handler"],
@@ -360,6 +387,7 @@ const UPSTREAM_BUCKETS: Readonly<Record<string, string>> = {
   kubelet_cgroup_manager_duration_seconds: DEF,
   kubelet_containers_per_pod_count: "1 2 4 8 16",
   kubelet_credential_provider_plugin_duration: DEF,
+  kubelet_device_plugin_alloc_duration_seconds: DEF,
   kubelet_evented_pleg_connection_latency_seconds: DEF,
   kubelet_http_requests_duration_seconds: DEF,
   kubelet_pleg_pod_relist_duration_seconds: DEF,
@@ -427,7 +455,7 @@ Deno.test("KubeletMetrics renders every kubelet_* family with upstream's HELP, t
   const text = await m.render();
   const rendered = familyLines(text);
   const upstream = familyLines(UPSTREAM_KUBELET_FAMILIES + UPSTREAM_UNSCRAPED_FAMILIES);
-  assert.equal(upstream.size, 72 + 13);
+  assert.equal(upstream.size, 72 + 22);
   const differ = [...upstream].filter(([name, lines]) => rendered.get(name) !== lines);
   assert.deepEqual(differ.map(([n]) => rendered.get(n) ?? `${n} missing`), []);
   // No kubelet_* family upstream lacks.

@@ -91,6 +91,15 @@ export interface StatusInputs {
    * volume manager knows them, which leaves the field as it is. @default undefined
    */
   readonly volumesInUse?: readonly string[];
+  /**
+   * The device plugins' resources (upstream's MachineInfo setter asks the container manager):
+   * counts of devices, and the resources to report as 0 (their plugin is gone). @default none
+   */
+  readonly devices?: {
+    readonly capacity: Readonly<Record<string, number>>;
+    readonly allocatable: Readonly<Record<string, number>>;
+    readonly removed: readonly string[];
+  };
   /** Resource pressure as the eviction manager reports it. @default none */
   readonly pressure?: {
     readonly memory?: boolean;
@@ -173,10 +182,14 @@ export function capacityAndAllocatable(inputs: StatusInputs): {
       : name === "pods"
       ? String(Math.floor(v))
       : formatBinarySI(Math.floor(v));
-  return {
-    capacity: Object.fromEntries(Object.entries(cap).map(([k, v]) => [k, fmt(k, v)])),
-    allocatable: Object.fromEntries(Object.entries(alloc).map(([k, v]) => [k, fmt(k, v)])),
-  };
+  const capacity = Object.fromEntries(Object.entries(cap).map(([k, v]) => [k, fmt(k, v)]));
+  const allocatable = Object.fromEntries(Object.entries(alloc).map(([k, v]) => [k, fmt(k, v)]));
+  // Device plugin resources are counts (DecimalSI); a removed one is reported as 0.
+  const devices = inputs.devices;
+  for (const [k, v] of Object.entries(devices?.capacity ?? {})) capacity[k] = String(v);
+  for (const [k, v] of Object.entries(devices?.allocatable ?? {})) allocatable[k] = String(v);
+  for (const k of devices?.removed ?? []) capacity[k] = allocatable[k] = "0";
+  return { capacity, allocatable };
 }
 
 function formatCpu(cores: number): string {
