@@ -83,12 +83,19 @@ import { handlerSupportsUserNamespaces, UsernsManager } from "./userns/userns_ma
 import { warnFlexVolumeDrivers } from "./volume/flex_volume.ts";
 import { initNetworkUtil } from "./kubelet_network_linux.ts";
 import { PluginManager, pluginsRegistrationDir } from "./pluginmanager/plugin_manager.ts";
-import { CSI_PLUGIN, DEVICE_PLUGIN } from "./pluginmanager/plugin_handler.ts";
+import { CSI_PLUGIN, DEVICE_PLUGIN, DRA_PLUGIN } from "./pluginmanager/plugin_handler.ts";
+import { deviceCheckpointMissing, DeviceManager } from "./devicemanager/manager.ts";
 import {
-  deviceCheckpointMissing,
-  DeviceManager,
-  runningContainers,
-} from "./devicemanager/manager.ts";
+  applyReservedSystemCPUs,
+  ResourceManagers,
+  runtimeContainers,
+} from "./cm/resource_managers.ts";
+import { CPUSet } from "./cpumanager/cpuset.ts";
+import {
+  discoverCPUTopology,
+  type MachineTopology,
+  readMachineTopology,
+} from "./cpumanager/topology.ts";
 import {
   POD_RESOURCES_DIR,
   POD_RESOURCES_SOCKET,
@@ -189,6 +196,12 @@ export class Kubelet {
   readonly csiDrivers = new CsiDrivers();
   /** The device manager, once the pod lifecycle is built. */
   deviceManager: DeviceManager | undefined;
+  /** The topology, CPU and device managers, once the pod lifecycle is built. */
+  resourceManagers: ResourceManagers | undefined;
+  /** The machine's NUMA and CPU topology, read at run. */
+  #machineTopology: MachineTopology | undefined;
+  /** `reservedSystemCPUs`, checked against the machine at run. */
+  #reservedCPUs = new CPUSet();
   /** The statistics graph, or why it could not be built (cgroups unreadable). */
   #stats: KubeletStats | Error | undefined;
   #standaloneNode: V1Node | undefined;
@@ -294,6 +307,16 @@ export class Kubelet {
     }
     const runtime = deps.runtimeService;
     if (!runtime) throw new Error("the kubelet needs a runtime service (preInitRuntimeService)");
+    // The machine's topology, as upstream's cAdvisor reads it before the container manager is
+    // made; --reserved-cpus then replaces the cpu reservations (upstream run), before the node
+    // status reports allocatable.
+    this.#machineTopology = await readMachineTopology();
+    for (const w of this.#machineTopology.warnings) log.v(2).info(w);
+    this.#reservedCPUs = applyReservedSystemCPUs(
+      config,
+      discoverCPUTopology(this.#machineTopology),
+      log,
+    );
     // Upstream BirthCry, as startKubelet calls it before Run.
     deps.recorder.event(
       nodeRef(this.#opts.nodeName),
@@ -387,17 +410,18 @@ export class Kubelet {
       }).map((p) => allocation.updatePodFromAllocation(p).pod);
     };
     let containerManager: ContainerManager | undefined;
+    // The node's capacity as the container manager and the memory manager see it.
+    const capacity: Record<string, string> = {
+      cpu: String(machine.numCores),
+      memory: String(machine.memoryCapacity),
+    };
+    for (const [size, count] of machine.hugePages) {
+      capacity[hugePageResourceName(size)] = String(size * count);
+    }
     if (config.cgroupsPerQOS ?? true) {
       // Upstream's NewContainerManager and Start: a bad cgroup setup stops the kubelet.
       if (layout instanceof Error) throw layout;
       const rlimit = await readRlimit();
-      const capacity: Record<string, string> = {
-        cpu: String(machine.numCores),
-        memory: String(machine.memoryCapacity),
-      };
-      for (const [size, count] of machine.hugePages) {
-        capacity[hugePageResourceName(size)] = String(size * count);
-      }
       if (rlimit.maxPid !== undefined) capacity.pid = String(rlimit.maxPid);
       containerManager = await newContainerManager({
         config,
@@ -488,23 +512,46 @@ export class Kubelet {
     } catch (e) {
       throw new Error(`create user namespace manager: ${(e as Error).message}`, { cause: e });
     }
-    // Upstream's container manager makes the device manager; it starts with the runtime
-    // dependent modules, before any pod is admitted.
+    // Upstream's container manager makes the resource managers (topology, devices, CPUs); they
+    // start with the runtime dependent modules, before any pod is admitted. Upstream's
+    // sourcesReady marks a source seen after its update is handled.
+    const sourcesReady = () =>
+      podConfig.seenAllSources(sources) &&
+      (built.lifecycle?.loop.handledAllSources(sources) ?? false);
+    const managersRef: { managers?: ResourceManagers } = {};
     const devices = new DeviceManager({
       rootDirectory: flags.rootDirectory,
       clock,
       logger,
       activePods,
-      // Upstream's sourcesReady marks a source seen after its update is handled.
-      sourcesReady: () =>
-        podConfig.seenAllSources(sources) &&
-        (built.lifecycle?.loop.handledAllSources(sources) ?? false),
+      sourcesReady,
       signal,
       metrics: this.metrics.devicePlugins,
+      numaNodes: this.#machineTopology!.nodes.map((n) => n.id),
+      affinity: (uid, name) => managersRef.managers?.topology.getAffinity(uid, name),
     });
     this.deviceManager = devices;
+    const managers = new ResourceManagers({
+      config,
+      machine: this.#machineTopology!,
+      reservedCPUs: this.#reservedCPUs,
+      rootDirectory: flags.rootDirectory,
+      capacity,
+      devices,
+      clock,
+      logger,
+      metrics: this.metrics,
+      activePods,
+      sourcesReady,
+      podStatus: (uid) => built.lifecycle?.statusManager.getPodStatus(uid),
+      updateContainerResources: (id, linux, s) => runtime.updateContainerResources(id, linux, s),
+    });
+    managersRef.managers = managers;
+    this.resourceManagers = managers;
     const pods = newPodLifecycle({
       devices,
+      resourceAllocator: managers,
+      internalLifecycle: managers.internalLifecycle,
       userNamespaces,
       runtimeHandlers: () => this.#runtimeHandlers,
       credentialProviderPlugins,
@@ -613,8 +660,10 @@ export class Kubelet {
       running.push(api.run(signal));
     }
     if (mode === "loop") {
-      await devices.start(await runningContainers(runtime, signal));
-      running.push(this.#servePodResources(signal, devices, podManager, activePods));
+      const initial = await runtimeContainers(runtime, signal);
+      await devices.start(initial.running);
+      running.push((await managers.start(signal, initial.containers)).reconciling);
+      running.push(this.#servePodResources(signal, managers, podManager, activePods));
       running.push(...pods.run(signal));
       if (containerManager) running.push(containerManager.run(signal));
       this.containerLogManager = new ContainerLogManager({
@@ -655,6 +704,12 @@ export class Kubelet {
         }),
       );
       this.pluginManager.addHandler(DEVICE_PLUGIN, devices.pluginHandler());
+      // The DRA manager (upstream's containerManager.Start): its checkpoint, slice clean-up and
+      // reconcile loop; its plugins are the DRAPlugin handler.
+      // A DRA checkpoint that cannot be read stops the kubelet here, as upstream's.
+      await pods.dra.start();
+      running.push(pods.dra.run(signal));
+      this.pluginManager.addHandler(DRA_PLUGIN, pods.dra.plugins);
       logger.v(4).info("Starting plugin manager");
       running.push(this.pluginManager.run(signal));
       running.push(this.#startNodeShutdownManager(signal, syncer, activePods));
@@ -717,7 +772,7 @@ export class Kubelet {
    */
   async #servePodResources(
     signal: AbortSignal,
-    devices: DeviceManager,
+    managers: ResourceManagers,
     podManager: PodLifecycle["podManager"],
     activePods: () => V1Pod[],
   ): Promise<void> {
@@ -728,7 +783,9 @@ export class Kubelet {
       providers: {
         activePods,
         podByName: (namespace, name) => podManager.getPodByName(namespace, name),
-        devices,
+        devices: managers.devices,
+        cpus: managers.cpusForPodResources,
+        memory: managers.memoryForPodResources,
       },
       clock: deps.clock,
       logger: deps.logger,

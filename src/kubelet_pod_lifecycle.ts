@@ -20,7 +20,7 @@ import { type CredentialVerificationPolicy, ImageManager } from "./images/image_
 import type { Logger } from "./klog/klog.ts";
 import type { KubeClient } from "./client/kube_client.ts";
 import type { KubeletConfiguration } from "./apis/config_types.ts";
-import { type PodAdmitHandler, PodSyncer } from "./kubelet_pod_sync.ts";
+import { type PodAdmitHandler, PodSyncer, type PodSyncerOptions } from "./kubelet_pod_sync.ts";
 import type { PodCgroups } from "./cm/container_manager.ts";
 import { KubeletMounts, runtimeClassSupportsRecursiveReadOnlyMounts } from "./kubelet_mounts.ts";
 import { Mounter } from "./util/mount.ts";
@@ -54,6 +54,7 @@ import type { VolumePlugin } from "./volume/plugin.ts";
 import { probeVolumePlugins } from "./volume/plugins.ts";
 import { DraManager } from "./cm/dra_manager.ts";
 import type { DeviceManager } from "./devicemanager/manager.ts";
+import type { InternalContainerLifecycle } from "./cm/internal_container_lifecycle.ts";
 import { ActiveDeadlineHandler } from "./active_deadline.ts";
 import { AllocationManager } from "./allocation/allocation_manager.ts";
 import { ResourceState } from "./allocation/state_checkpoint.ts";
@@ -119,13 +120,17 @@ export interface PodLifecycleOptions {
   /** Admission checks after the resource and node checks (the eviction manager's). */
   readonly admitHandlers?: readonly PodAdmitHandler[];
   /**
-   * The device manager: allocates devices at admission and gives containers their run
-   * options. @default none: no devices
+   * The device manager: gives containers their devices' run options, and admission its view
+   * of allocatable. @default none: no devices
    */
-  readonly devices?: Pick<
-    DeviceManager,
-    "needsDevices" | "allocatePod" | "runContainerOptions" | "sanitizeAllocatable"
-  >;
+  readonly devices?: Pick<DeviceManager, "runContainerOptions" | "sanitizeAllocatable">;
+  /**
+   * Admission by the topology manager and the resource managers (devices, CPUs, memory),
+   * before the predicates. @default none
+   */
+  readonly resourceAllocator?: PodSyncerOptions["resourceAllocator"];
+  /** The CPU and memory managers' container hooks. @default none */
+  readonly internalLifecycle?: InternalContainerLifecycle;
   /** Pod cgroups (the container manager's). @default none: the runtime's default cgroups */
   readonly podCgroups?: PodCgroups;
   /** Builds the status manager; benchmarks observe statuses with a subclass. @default new StatusManager */
@@ -181,6 +186,8 @@ export interface PodLifecycle {
   readonly serviceLister?: ServiceLister;
   /** The cluster's RuntimeClasses for sandboxes' runtime handlers; none in standalone mode. */
   readonly runtimeClasses?: RuntimeClassManager;
+  /** The pods' ResourceClaims (DRA); its plugins are the DRAPlugin registration handler. */
+  readonly dra: DraManager;
   /**
    * Starts the PLEG, the status manager, the prober, the sync loop, the Service lister, the
    * RuntimeClass manager and the token clean-up; one promise each. The configMap and secret
@@ -355,7 +362,17 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     // Probe results reach the pod's worker through the sync loop, as upstream's channels.
     onUpdate: (_kind, podUID) => loopRef.loop?.pushProbeUpdate(podUID),
   });
-  const dra = new DraManager({ clock, logger, metrics: metrics?.dra });
+  // Claims are read from the apiserver; what was prepared is kept in `<root-dir>/dra_manager_state`.
+  const dra = new DraManager({
+    clock,
+    logger,
+    metrics: metrics?.dra,
+    kubeClient,
+    nodeName: o.nodeName,
+    stateDirectory: o.rootDirectory,
+    activePods: () => syncerRef.syncer?.activePods() ?? [],
+    sourcesReady: () => syncerRef.syncer !== undefined && o.sourcesReady(),
+  });
   const podLevelResize = config.featureGates?.InPlacePodLevelResourcesVerticalScaling ?? true;
   const runtimeManager = new KubeRuntimeManager({
     runtime,
@@ -411,6 +428,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     dra,
     devices: o.devices &&
       ((pod, container, signal) => o.devices!.runContainerOptions(pod, container, signal)),
+    internalLifecycle: o.internalLifecycle,
     runtimeClasses,
     userNamespaces: o.userNamespaces,
   });
@@ -477,14 +495,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     volumes: volumeManager,
     dra,
     admitHandlers: o.admitHandlers,
-    ...(o.devices
-      ? {
-        resourceAllocator: {
-          needsAllocation: (pod: V1Pod) => o.devices!.needsDevices(pod),
-          allocatePod: (pod: V1Pod) => o.devices!.allocatePod(pod, o.signal),
-        },
-      }
-      : {}),
+    resourceAllocator: o.resourceAllocator,
     syncLoopHandlers: [activeDeadline],
     syncHandlers: [activeDeadline],
     podCgroups: o.podCgroups,
@@ -522,6 +533,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     serviceLister,
     runtimeClasses,
     startupTracker,
+    dra,
     run: (signal) => {
       signal.addEventListener("abort", () => {
         configMaps?.close();

@@ -13,7 +13,7 @@
  * `kubelet_pods.go` (HandlePodCleanups, makePodDataDirs, getPullSecretsForPod).
  */
 
-import { errorText } from "./util/errors.ts";
+import { getPodAdmitResult } from "./topologymanager/admission_error.ts";
 import type { KubeletMetrics } from "./metrics/metrics.ts";
 import { hasPodStarted, type PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import { join } from "node:path";
@@ -169,8 +169,10 @@ export interface PodSyncerOptions {
    * UnexpectedAdmissionError. @default none
    */
   readonly resourceAllocator?: {
+    /** False for a pod none of the managers has anything to give (admitted synchronously). */
     needsAllocation(pod: V1Pod): boolean;
-    allocatePod(pod: V1Pod): Promise<void>;
+    /** The topology manager's admission: hints, alignment, then each manager's allocation. */
+    admit(pod: V1Pod): Promise<{ admit: boolean; reason?: string; message?: string }>;
   };
   /** Unprepares a stopped pod's ResourceClaims. @default none */
   readonly dra?: Pick<DraManager, "unprepareResources">;
@@ -244,14 +246,6 @@ export interface PodStatusOverride {
   readonly message: string;
   /** Replace conditions of the same type (upstream UpdatePodCondition). */
   readonly conditions?: readonly V1PodCondition[];
-}
-
-/** The reason of a pod whose resources could not be allocated (upstream ErrorReasonUnexpected). */
-export const UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError";
-
-/** upstream unexpectedAdmissionError's message. */
-function allocateFailed(e: unknown): string {
-  return `Allocate failed due to ${errorText(e)}, which is unexpected`;
 }
 
 /** An extra admission check (upstream PodAdmitHandler). */
@@ -342,9 +336,15 @@ export class PodSyncer implements SyncHandler {
         // (which then see allocatable as the device manager sanitizes it).
         const allocator = this.#o.resourceAllocator;
         if (allocator?.needsAllocation(pod)) {
-          return allocator.allocatePod(pod).then(
-            () => this.#admitAndDispatch(pod, start, pendingResizes),
-            (e) => this.#rejectPod(pod, UNEXPECTED_ADMISSION_ERROR, allocateFailed(e)),
+          return allocator.admit(pod).then(
+            (r) =>
+              r.admit
+                ? this.#admitAndDispatch(pod, start, pendingResizes, false)
+                : this.#rejectPod(pod, r.reason ?? "", r.message ?? ""),
+            (e) => {
+              const r = getPodAdmitResult(e);
+              if (!r.admit) this.#rejectPod(pod, r.reason, r.message);
+            },
           ).then(() => this.#addPods(pods, i + 1, start, pendingResizes));
         }
         this.#admitAndDispatch(pod, start, pendingResizes);
@@ -355,9 +355,19 @@ export class PodSyncer implements SyncHandler {
     this.#afterAdditions(pods, pendingResizes);
   }
 
-  /** Admits a new pod and hands it to its worker, or rejects it. */
-  #admitAndDispatch(pod: V1Pod, start: number, pendingResizes: string[]): void {
+  /**
+   * Admits a new pod and hands it to its worker, or rejects it. `countTopology` is false when
+   * the topology manager admitted the pod already (it counts its own admissions).
+   */
+  #admitAndDispatch(
+    pod: V1Pod,
+    start: number,
+    pendingResizes: string[],
+    countTopology = true,
+  ): void {
+    this.#countTopology = countTopology;
     const rejected = this.#admit(pod);
+    this.#countTopology = true;
     if (rejected) {
       this.#rejectPod(pod, rejected.reason, rejected.message);
       return;
@@ -930,7 +940,7 @@ export class PodSyncer implements SyncHandler {
       throw new Error("detected running containers after a successful KillPod");
     }
     // After every container stopped and before the status changes (upstream's order).
-    if (!orphan) this.#o.dra?.unprepareResources(pod);
+    if (!orphan) await this.#o.dra?.unprepareResources(pod, signal);
     if (!orphan) {
       statusManager.setPodStatus(pod, await this.#generateStatus(pod, after, true, signal));
     }
@@ -1035,6 +1045,9 @@ export class PodSyncer implements SyncHandler {
     return rejected === undefined;
   }
 
+  /** False while a pod the topology manager admitted (and counted) goes through the checks. */
+  #countTopology = true;
+
   /** Set by {@link #admit}: the pod admitted has a resize its allocation does not have yet. */
   #pendingAfterAdmit = false;
 
@@ -1077,9 +1090,9 @@ export class PodSyncer implements SyncHandler {
       const h = handler(pod);
       if (!h.admit) return { reason: h.reason ?? "", message: h.message ?? "" };
     }
-    // Upstream's topology manager is asked about every pod added; under the none policy (this
-    // agent's only one) nothing is aligned: counted, in 0 whole ms.
-    if (operation !== "add") return undefined;
+    // Upstream's topology manager is asked about every pod added; a pod none of the resource
+    // managers has anything for is admitted here, its admission counted in 0 whole ms.
+    if (operation !== "add" || !this.#countTopology) return undefined;
     this.#o.metrics?.topologyAdmissionRequests.inc();
     this.#o.metrics?.topologyAdmissionDuration.observe(0);
     return undefined;

@@ -83,6 +83,8 @@ interface HarnessOptions {
   readonly metrics?: KubeletMetrics;
   /** The device manager. @default none */
   readonly devices?: PodLifecycleOptions["devices"];
+  /** Admission by the resource managers. @default none */
+  readonly resourceAllocator?: PodLifecycleOptions["resourceAllocator"];
 }
 
 /** Pod cgroup calls of in-place resize, which these tests never make. */
@@ -163,6 +165,7 @@ async function harness(opts: HarnessOptions = {}): Promise<Harness> {
     newVolumeManager: (v) => new RecordingVolumes(v),
     metrics: opts.metrics,
     devices: opts.devices,
+    resourceAllocator: opts.resourceAllocator,
   });
   const { pleg, statusManager: statuses, podManager, loop, syncer } = lifecycle;
   const podsDirectory = join(dir, "pods");
@@ -399,16 +402,20 @@ Deno.test("PodSyncer restarts a crashing container after 10 s, 20 s, 40 s of bac
 
 Deno.test("PodSyncer allocates devices before admitting a pod, gives them to its container, and rejects a pod they cannot be allocated to", async () => {
   const allocated: string[] = [];
-  const devices: NonNullable<PodLifecycleOptions["devices"]> = {
-    needsDevices: (p) =>
-      p.spec!.containers.some((c) => c.resources?.limits?.["example.com/gpu"] !== undefined),
-    allocatePod: async (p) => {
+  const gpuLimit = (p: V1Pod) =>
+    p.spec!.containers.some((c) => c.resources?.limits?.["example.com/gpu"] !== undefined);
+  const resourceAllocator: NonNullable<PodLifecycleOptions["resourceAllocator"]> = {
+    needsAllocation: gpuLimit,
+    admit: async (p) => {
       await new Promise((r) => setTimeout(r, 5));
       if (allocated.length > 0) {
         throw new Error("requested number of devices unavailable for example.com/gpu");
       }
       allocated.push(p.metadata!.name!);
+      return { admit: true };
     },
+  };
+  const devices: NonNullable<PodLifecycleOptions["devices"]> = {
     runContainerOptions: (p) =>
       Promise.resolve({
         envs: [{ name: "GPU", value: `gpu-of-${p.metadata!.name}` }],
@@ -420,7 +427,7 @@ Deno.test("PodSyncer allocates devices before admitting a pod, gives them to its
     // The node has no example.com/gpu yet: admission sees what is allocated.
     sanitizeAllocatable: (a) => ({ ...a, "example.com/gpu": String(allocated.length) }),
   };
-  await using h = await harness({ devices });
+  await using h = await harness({ devices, resourceAllocator });
   const gpu = () => {
     const p = pod(`gpu${uidSeq + 1}`);
     p.spec!.containers[0]!.resources = { limits: { "example.com/gpu": "1" } };

@@ -45,6 +45,8 @@ import { type Registrar, startRegistrar } from "./csi_registrar.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
 import { CSI_COMPONENTS, ensureCsiImages } from "./csi_build.ts";
 import {
+  createObject,
+  deletePodAndWait,
   e2eSuite,
   getPod,
   poll,
@@ -254,11 +256,6 @@ const suite = e2eSuite<World>({
 });
 const e2e = suite.test;
 
-async function createObject(cp: ControlPlane, object: unknown): Promise<void> {
-  const r = await cp.kubectl(["create", "-f", "-"], { stdin: JSON.stringify(object) });
-  assert.equal(r.code, 0, r.stderr);
-}
-
 function sha256(s: string): string {
   return createHash("sha256").update(s).digest("hex");
 }
@@ -370,10 +367,8 @@ async function waitRunning(api: KubeClient, name: string): Promise<V1Pod> {
   return await waitPod(api, NS, name, "Running", (p) => p.status?.phase === "Running", 90_000);
 }
 
-async function deletePod(w: World, api: KubeClient, name: string): Promise<void> {
-  const r = await w.cp.kubectl(["delete", "pod", name, "-n", NS, "--wait=false"]);
-  assert.equal(r.code, 0, r.stderr);
-  await waitPodGone(api, NS, name, 90_000);
+function deletePod(w: World, api: KubeClient, name: string): Promise<void> {
+  return deletePodAndWait(w.cp, api, NS, name);
 }
 
 async function sh(w: World, pod: string, script: string): Promise<string> {

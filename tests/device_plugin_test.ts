@@ -31,6 +31,8 @@ import {
   SAMPLE_DEVICE_RESOURCE,
 } from "./device_build.ts";
 import {
+  createObject,
+  deletePodAndWait,
   e2eSuite,
   ensureDefaultServiceAccount,
   ensureRootCAConfigMap,
@@ -39,7 +41,6 @@ import {
   startNodeAgent,
   SYNC_LOOP_STARTED,
   waitPod,
-  waitPodGone,
 } from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
 
@@ -94,11 +95,6 @@ const suite = e2eSuite<World>({
 });
 const e2e = suite.test;
 
-async function createObject(cp: ControlPlane, object: unknown): Promise<void> {
-  const r = await cp.kubectl(["create", "-f", "-"], { stdin: JSON.stringify(object) });
-  assert.equal(r.code, 0, r.stderr);
-}
-
 /** The sample plugin as upstream's manifest runs it, its directory at the kubelet's. */
 async function startPlugin(w: World, name = "sample-device-plugin"): Promise<void> {
   await createObject(w.cp, {
@@ -121,10 +117,8 @@ async function startPlugin(w: World, name = "sample-device-plugin"): Promise<voi
   });
 }
 
-async function deletePod(w: World, api: KubeClient, name: string, ns = NS): Promise<void> {
-  const r = await w.cp.kubectl(["delete", "pod", name, "-n", ns, "--wait=false"]);
-  assert.equal(r.code, 0, r.stderr);
-  await waitPodGone(api, ns, name, 90_000);
+function deletePod(w: World, api: KubeClient, name: string, ns = NS): Promise<void> {
+  return deletePodAndWait(w.cp, api, ns, name);
 }
 
 /** A pod asking for `count` of the plugin's devices, listing the device files it was given. */

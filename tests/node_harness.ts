@@ -99,6 +99,25 @@ export async function waitPod(
   );
 }
 
+/** `kubectl create -f -` of `object`; kubectl's error fails the test. */
+export async function createObject(cp: ControlPlane, object: unknown): Promise<void> {
+  const r = await cp.kubectl(["create", "-f", "-"], { stdin: JSON.stringify(object) });
+  assert.equal(r.code, 0, r.stderr);
+}
+
+/** Deletes pod `ns/name` (kubectl does not wait) and waits until the apiserver has it no more. */
+export async function deletePodAndWait(
+  cp: ControlPlane,
+  api: KubeClient,
+  ns: string,
+  name: string,
+  ms = 90_000,
+): Promise<void> {
+  const r = await cp.kubectl(["delete", "pod", name, "-n", ns, "--wait=false"]);
+  assert.equal(r.code, 0, r.stderr);
+  await waitPodGone(api, ns, name, ms);
+}
+
 /** Polls pod `ns/name` until the apiserver answers 404 for it. */
 export async function waitPodGone(
   api: KubeClient,

@@ -69,9 +69,6 @@ const NOT_AN_EFFECT = [
   /^testing\//,
 ];
 
-const NONE_POLICY =
-  "pkg/kubelet/cm: under the none/None policy, the only one accepted here (others refused)";
-
 /** Every leaf field of the KubeletConfiguration (a list of structs counts as one field). */
 const FIELDS: Record<string, Class> = {
   enableServer: read("kubelet.ts", "config.enableServer"),
@@ -138,19 +135,16 @@ const FIELDS: Record<string, Class> = {
   cgroupRoot: read("kubelet.ts", "config.cgroupRoot"),
   cgroupsPerQOS: read("kubelet.ts", "config.cgroupsPerQOS"),
   cgroupDriver: read("kubelet.ts", "config.cgroupDriver"),
-  cpuManagerPolicy: refused("static"),
+  cpuManagerPolicy: read("cm/resource_managers.ts", "config.cpuManagerPolicy"),
   singleProcessOOMKill: read("kubelet_pod_lifecycle.ts", "config.singleProcessOOMKill"),
-  cpuManagerPolicyOptions: refused({ "full-pcpus-only": "true" }),
-  cpuManagerReconcilePeriod: noop(
-    `${NONE_POLICY}: cpumanager.(*manager).Start returns before the reconcile loop`,
-  ),
-  memoryManagerPolicy: refused("Static"),
-  topologyManagerPolicy: refused("restricted"),
-  topologyManagerScope: noop(
-    `${NONE_POLICY}: topologymanager.NewManager short-circuits ("the scope is not relevant")`,
-  ),
-  topologyManagerPolicyOptions: noop(
-    `${NONE_POLICY}: topologymanager.NewManager returns before NewPolicyOptions`,
+  cpuManagerPolicyOptions: read("cm/resource_managers.ts", "config.cpuManagerPolicyOptions"),
+  cpuManagerReconcilePeriod: read("cm/resource_managers.ts", "config.cpuManagerReconcilePeriod"),
+  memoryManagerPolicy: read("cm/resource_managers.ts", "config.memoryManagerPolicy"),
+  topologyManagerPolicy: read("cm/resource_managers.ts", "config.topologyManagerPolicy"),
+  topologyManagerScope: read("cm/resource_managers.ts", "config.topologyManagerScope"),
+  topologyManagerPolicyOptions: read(
+    "cm/resource_managers.ts",
+    "config.topologyManagerPolicyOptions",
   ),
   qosReserved: read("cm/container_manager.ts", "qosReserved"),
   runtimeRequestTimeout: read("app/kubelet_server.ts", "config.runtimeRequestTimeout"),
@@ -205,7 +199,7 @@ const FIELDS: Record<string, Class> = {
   ),
   systemReserved: read("kubelet.ts", "config.systemReserved"),
   kubeReserved: read("kubelet.ts", "config.kubeReserved"),
-  reservedSystemCPUs: refused("0-1"),
+  reservedSystemCPUs: read("cm/resource_managers.ts", "config.reservedSystemCPUs"),
   showHiddenMetricsForVersion: refused("1.35"),
   systemReservedCgroup: read("cm/container_manager.ts", "systemReservedCgroup"),
   kubeReservedCgroup: read("cm/container_manager.ts", "kubeReservedCgroup"),
@@ -248,7 +242,7 @@ const FIELDS: Record<string, Class> = {
     "kubelet_pod_lifecycle.ts",
     "config.crashLoopBackOff?.maxContainerRestartPeriod",
   ),
-  reservedMemory: noop(`${NONE_POLICY}: memorymanager.NewManager takes it for Static only`),
+  reservedMemory: read("cm/resource_managers.ts", "config.reservedMemory"),
   enableProfilingHandler: read("kubelet.ts", "config.enableProfilingHandler"),
   enableDebugFlagsHandler: read("kubelet.ts", "config.enableDebugFlagsHandler"),
   seccompDefault: read("kubelet.ts", "config.seccompDefault"),

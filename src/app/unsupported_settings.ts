@@ -3,8 +3,8 @@
  * The KubeletConfiguration settings upstream acts on and this kubelet cannot yet: each one set
  * stops the agent at start (and a SIGHUP reload), naming the field, its value and that it is not
  * supported yet, instead of being accepted and silently ignored. Upstream has no counterpart: its
- * managers (`pkg/kubelet/cm/cpumanager`, `memorymanager`, `topologymanager`, the tracing and
- * logging options of component-base) are what these fields configure. kubelet_config.ts runs
+ * packages that act on these fields (the pod CIDR's runtime config, the tracing and logging
+ * options of component-base, ...) are what they configure. kubelet_config.ts runs
  * {@link unsupportedSettings} after upstream's validation, so a value upstream refuses gets
  * upstream's message first. The table test (config_fields_test.ts) holds every field to one of:
  * read by a module, an upstream no-op, or refused here (or by the module named there).
@@ -23,15 +23,10 @@ export function unsupportedSettings(cfg: KubeletConfiguration): ValidationIssue[
   const add = (path: string, value: unknown, why: string) =>
     out.push({ path, value, message: `${NOT_YET} (${why})` });
 
-  // pkg/kubelet/cm: the CPU, memory and topology managers. Under their none policies upstream
-  // runs no reconcile loop and ignores cpuManagerReconcilePeriod, topologyManagerScope,
-  // topologyManagerPolicyOptions and reservedMemory; any other policy must refuse here.
-  if (cfg.cpuManagerPolicy !== "none") {
-    add("cpuManagerPolicy", cfg.cpuManagerPolicy, "no CPU manager: exclusive CPUs are not pinned");
-  }
+  // pkg/kubelet/cm: upstream's NewNonePolicy refuses CPU manager options; refused here too,
+  // where the file and line of the field can be named.
   const cpuOptions = Object.entries(cfg.cpuManagerPolicyOptions ?? {});
   if (cpuOptions.length > 0 && cfg.cpuManagerPolicy === "none") {
-    // Upstream's NewNonePolicy refuses options too, with this error.
     out.push({
       path: "cpuManagerPolicyOptions",
       value: cfg.cpuManagerPolicyOptions,
@@ -39,27 +34,6 @@ export function unsupportedSettings(cfg: KubeletConfiguration): ValidationIssue[
         `is refused with the none CPU manager policy, as upstream refuses it: None policy: ` +
         `received unsupported options=map[${cpuOptions.map(([k, v]) => `${k}:${v}`).join(" ")}]`,
     });
-  }
-  if (cfg.memoryManagerPolicy !== "None") {
-    add(
-      "memoryManagerPolicy",
-      cfg.memoryManagerPolicy,
-      "no memory manager: memory and hugepages are not pinned to NUMA nodes",
-    );
-  }
-  if (cfg.topologyManagerPolicy !== "none") {
-    add(
-      "topologyManagerPolicy",
-      cfg.topologyManagerPolicy,
-      "no topology manager: NUMA alignment is not checked at admission",
-    );
-  }
-  if ((cfg.reservedSystemCPUs ?? "") !== "") {
-    add(
-      "reservedSystemCPUs",
-      cfg.reservedSystemCPUs,
-      "no CPU manager to keep these CPUs from pods, and allocatable cpu is not computed from them",
-    );
   }
   if ((cfg.podCIDR ?? "") !== "") {
     add("podCIDR", cfg.podCIDR, "the pod CIDR is not sent to the runtime with UpdateRuntimeConfig");

@@ -26,10 +26,6 @@ async function loadText(text: string) {
 
 Deno.test("unsupportedSettings stops the start naming file, line, field, value and that it is not supported yet", async () => {
   const cases: [string, number, string, string][] = [
-    ["maxPods: 10\ncpuManagerPolicy: static\n", 4, "cpuManagerPolicy", "'static'"],
-    ["memoryManagerPolicy: Static\n", 3, "memoryManagerPolicy", "'Static'"],
-    ["topologyManagerPolicy: single-numa-node\n", 3, "topologyManagerPolicy", "'single-numa-node'"],
-    ["topologyManagerPolicy: best-effort\n", 3, "topologyManagerPolicy", "'best-effort'"],
     [
       "featureGates:\n  RuntimeClassInImageCriApi: true\n",
       4,
@@ -67,8 +63,20 @@ Deno.test("unsupportedSettings accepts the none policies and what upstream ignor
   assert.ok(!(result instanceof Error), String(result));
 });
 
+Deno.test("unsupportedSettings accepts the static CPU manager and the topology manager policies", async () => {
+  const { result } = await loadText(
+    'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\ncpuManagerPolicyOptions:\n' +
+      '  full-pcpus-only: "true"\ntopologyManagerPolicy: single-numa-node\n' +
+      "topologyManagerScope: pod\nmemoryManagerPolicy: Static\nreservedMemory:\n" +
+      "- numaNode: 0\n  limits:\n    memory: 100Mi\n",
+  );
+  assert.ok(!(result instanceof Error), String(result));
+});
+
 Deno.test("unsupportedSettings leaves upstream's own refusal first", async () => {
-  const { result } = await loadText("cpuManagerPolicy: static\nimageGCHighThresholdPercent: 150\n");
+  const { result } = await loadText(
+    "tlsCurvePreferences: [23]\nimageGCHighThresholdPercent: 150\n",
+  );
   assert.ok(result instanceof ConfigError, String(result));
   assert.equal(result.path, "imageGCHighThresholdPercent");
 });

@@ -1,86 +1,411 @@
 import assert from "node:assert/strict";
-import type { V1Pod, V1PodResourceClaim } from "@kubernetes/client-node";
+import { join } from "node:path";
+import type * as grpc from "@grpc/grpc-js";
+import type { ResourceV1ResourceClaim, V1Pod, V1PodResourceClaim } from "@kubernetes/client-node";
+import type { KubeClient } from "../client/kube_client.ts";
+import {
+  type Claim,
+  DRAPluginDefinition,
+  type NodePrepareResourcesRequest,
+  type NodePrepareResourcesResponse,
+  type NodeUnprepareResourcesRequest,
+  type NodeUnprepareResourcesResponse,
+} from "../../proto/dra/v1/api.ts";
+import { FakeKubeGetter } from "../testing/fake_kube_getter.ts";
+import { grpcService, serveGrpc } from "../testing/grpc_service.ts";
 import { FakeClock } from "../util/clock.ts";
 import { createLogger } from "../klog/klog.ts";
 import { MetricsRegistry } from "../metrics/metrics.ts";
 import { DraMetrics } from "../metrics/dra_metrics.ts";
 import { parseExposition } from "../metrics/prometheus.ts";
 import { DraManager, DynamicResourcesError, resourceClaimName } from "./dra_manager.ts";
+import { DRA_MANAGER_STATE_FILE } from "./dra_state.ts";
 
-function setup() {
-  const registry = new MetricsRegistry();
-  const metrics = new DraMetrics(registry);
-  const dra = new DraManager({
-    clock: new FakeClock(),
-    logger: createLogger({ write: () => {} }),
-    metrics,
-  });
-  return { registry, metrics, dra };
+const DRIVER = "test-driver.cdi.k8s.io";
+const NS = "default";
+
+/** A DRA driver's kubelet plugin: devices per claim request, CDI IDs as the test driver's. */
+class FakeDriver {
+  readonly prepared: Claim[][] = [];
+  readonly unprepared: Claim[][] = [];
+  /** Per claim name: an error to answer instead of devices. */
+  readonly failures = new Map<string, string>();
+  server?: grpc.Server;
+
+  async serve(socket: string, fullName: string = DRAPluginDefinition.fullName): Promise<void> {
+    this.server = await serveGrpc(
+      socket,
+      (srv) =>
+        srv.addService(grpcService({ ...DRAPluginDefinition, fullName }), {
+          nodePrepareResources: (
+            call: grpc.ServerUnaryCall<NodePrepareResourcesRequest, unknown>,
+            cb: grpc.sendUnaryData<NodePrepareResourcesResponse>,
+          ) => {
+            this.prepared.push(call.request.claims);
+            const claims: NodePrepareResourcesResponse["claims"] = {};
+            for (const c of call.request.claims) {
+              claims[c.uid] = {
+                error: this.failures.get(c.name) ?? "",
+                devices: ["gpu", "nic"].map((req) => ({
+                  requestNames: [req],
+                  poolName: "node-a",
+                  deviceName: `device-${req}`,
+                  cdiDeviceIds: [`${DRIVER}/test=claim-${c.uid}-${req}`],
+                })),
+              };
+            }
+            cb(null, { claims });
+          },
+          nodeUnprepareResources: (
+            call: grpc.ServerUnaryCall<NodeUnprepareResourcesRequest, unknown>,
+            cb: grpc.sendUnaryData<NodeUnprepareResourcesResponse>,
+          ) => {
+            this.unprepared.push(call.request.claims);
+            const claims: NodeUnprepareResourcesResponse["claims"] = {};
+            for (const c of call.request.claims) claims[c.uid] = { error: "" };
+            cb(null, { claims });
+          },
+        }),
+    );
+  }
 }
 
-function pod(claims: V1PodResourceClaim[] | undefined, status?: V1Pod["status"]): V1Pod {
+function resourceClaim(
+  name: string,
+  uid: string,
+  reservedFor: string[],
+  opts: { allocated?: boolean; owner?: string } = {},
+): ResourceV1ResourceClaim {
   return {
-    metadata: { name: "web", namespace: "default", uid: "u1" },
-    spec: { containers: [{ name: "c", image: "busybox" }], resourceClaims: claims },
+    metadata: {
+      name,
+      namespace: NS,
+      uid,
+      ownerReferences: opts.owner
+        ? [{ apiVersion: "v1", kind: "Pod", name: "p", uid: opts.owner, controller: true }]
+        : undefined,
+    },
+    spec: { devices: { requests: [] } },
+    status: {
+      allocation: opts.allocated === false ? undefined : {
+        devices: {
+          results: ["gpu", "nic"].map((request) => ({
+            driver: DRIVER,
+            pool: "node-a",
+            device: `device-${request}`,
+            request,
+          })),
+        },
+      },
+      reservedFor: reservedFor.map((uid) => ({ resource: "pods", name: uid, uid })),
+    },
+  };
+}
+
+const claimPath = (name: string) =>
+  `/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaims/${name}`;
+
+function pod(uid: string, claims: V1PodResourceClaim[], status?: V1Pod["status"]): V1Pod {
+  return {
+    metadata: { name: `pod-${uid}`, namespace: NS, uid },
+    spec: {
+      containers: [
+        {
+          name: "gpu-user",
+          image: "busybox",
+          resources: { claims: [{ name: "c", request: "gpu" }] },
+        },
+        { name: "all", image: "busybox", resources: { claims: [{ name: "c" }] } },
+        { name: "none", image: "busybox" },
+      ],
+      resourceClaims: claims,
+    },
     status,
   };
 }
 
-const ops = (m: DraMetrics, operation: string, isError: boolean) =>
-  m.operationsDuration.count({ operation_name: operation, is_error: String(isError) });
+interface World extends AsyncDisposable {
+  readonly dir: string;
+  readonly driver: FakeDriver;
+  readonly api: FakeKubeGetter;
+  readonly registry: MetricsRegistry;
+  readonly metrics: DraMetrics;
+  dra: DraManager;
+  /** A new manager on the same state directory, as after a kubelet restart. */
+  restart(): DraManager;
+  register(dra?: DraManager): void;
+}
 
-Deno.test("DraManager times PrepareResources and UnprepareResources of a pod without claims", () => {
-  const { dra, metrics } = setup();
-  dra.prepareResources(pod(undefined));
-  dra.unprepareResources(pod(undefined));
-  assert.equal(ops(metrics, "PrepareResources", false), 1);
-  assert.equal(ops(metrics, "UnprepareResources", false), 1);
+async function world(): Promise<World> {
+  const dir = await Deno.makeTempDir({ prefix: "dra-manager-test-" });
+  const driver = new FakeDriver();
+  const socket = join(dir, "plugins", DRIVER, "dra.sock");
+  await driver.serve(socket);
+  const api = new FakeKubeGetter({
+    [claimPath("shared")]: resourceClaim("shared", "claim-uid-1", ["pod-1", "pod-2"]),
+  });
+  const registry = new MetricsRegistry();
+  const metrics = new DraMetrics(registry);
+  const make = () =>
+    new DraManager({
+      clock: new FakeClock(),
+      logger: createLogger({ write: () => {} }),
+      metrics,
+      kubeClient: api as unknown as KubeClient,
+      nodeName: "node-a",
+      stateDirectory: dir,
+    });
+  const w: World = {
+    dir,
+    driver,
+    api,
+    registry,
+    metrics,
+    dra: make(),
+    restart: () => w.dra = make(),
+    register: (dra = w.dra) => dra.plugins.registerPlugin(DRIVER, socket, ["v1.DRAPlugin"], 10_000),
+    async [Symbol.asyncDispose]() {
+      await w.dra.plugins.stop();
+      driver.server?.forceShutdown();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+  return w;
+}
+
+const shared: V1PodResourceClaim[] = [{ name: "c", resourceClaimName: "shared" }];
+
+async function inUse(registry: MetricsRegistry): Promise<[string | undefined, number][]> {
+  const f = parseExposition(await registry.render()).find((x) =>
+    x.name === "dra_resource_claims_in_use"
+  );
+  return (f?.samples ?? []).map((s) => [s.labels.driver_name, s.value]);
+}
+
+Deno.test("DraManager prepares a pod's claim through its driver and gives each container the CDI devices of the requests it names", async () => {
+  await using w = await world();
+  w.register();
+  const p = pod("pod-1", shared);
+  await w.dra.prepareResources(p);
+  assert.deepEqual(w.driver.prepared, [[{ namespace: NS, uid: "claim-uid-1", name: "shared" }]]);
+  const [gpuUser, all, none] = p.spec!.containers;
+  assert.deepEqual(w.dra.cdiDevices(p, gpuUser!), [`${DRIVER}/test=claim-claim-uid-1-gpu`]);
+  assert.deepEqual(w.dra.cdiDevices(p, all!), [
+    `${DRIVER}/test=claim-claim-uid-1-gpu`,
+    `${DRIVER}/test=claim-claim-uid-1-nic`,
+  ]);
+  assert.deepEqual(w.dra.cdiDevices(p, none!), []);
+  assert.equal(w.dra.podMightNeedToUnprepareResources("pod-1"), true);
+  assert.deepEqual(await inUse(w.registry), [["<any>", 1], [DRIVER, 1]]);
+  assert.equal(
+    w.metrics.grpcOperationsDuration.count({
+      driver_name: DRIVER,
+      method_name: "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+      grpc_status_code: "OK",
+    }),
+    1,
+  );
+  // The checkpoint has the pod and the devices.
+  const file = await Deno.readTextFile(join(w.dir, DRA_MANAGER_STATE_FILE));
+  const data = JSON.parse(JSON.parse(file).Data);
+  assert.deepEqual(data.ClaimInfoStateList[0].PodUIDs, { "pod-1": {} });
+  assert.equal(data.ClaimInfoStateList[0].DriverState[DRIVER].Devices.length, 2);
 });
 
-Deno.test("DraManager fails to prepare a claim, as upstream without a registered driver", () => {
-  const { dra, metrics } = setup();
-  const p = pod([{ name: "gpu", resourceClaimName: "gpu-claim" }]);
-  assert.throws(
-    () => dra.prepareResources(p),
-    (e: unknown) =>
-      e instanceof DynamicResourcesError &&
-      e.message.startsWith("prepare dynamic resources: ResourceClaim gpu-claim: "),
+Deno.test("DraManager prepares a shared claim once and unprepares it after its last pod", async () => {
+  await using w = await world();
+  w.register();
+  await w.dra.prepareResources(pod("pod-1", shared));
+  await w.dra.prepareResources(pod("pod-2", shared));
+  assert.equal(w.driver.prepared.length, 1, "the second pod finds the claim prepared");
+  await w.dra.unprepareResources(pod("pod-1", shared));
+  assert.equal(w.driver.unprepared.length, 0, "pod-2 still uses the claim");
+  assert.equal(w.dra.podMightNeedToUnprepareResources("pod-1"), false);
+  await w.dra.unprepareResources(pod("pod-2", shared));
+  assert.deepEqual(w.driver.unprepared, [[{ namespace: NS, uid: "claim-uid-1", name: "shared" }]]);
+  // Idempotent: nothing left to unprepare.
+  await w.dra.unprepareResources(pod("pod-2", shared));
+  assert.equal(w.driver.unprepared.length, 1);
+  assert.deepEqual(await inUse(w.registry), [["<any>", 0]]);
+  const file = await Deno.readTextFile(join(w.dir, DRA_MANAGER_STATE_FILE));
+  assert.match(JSON.parse(file).Data, /"ClaimInfoStateList":\[\]/);
+  assert.equal(
+    w.metrics.operationsDuration.count({ operation_name: "UnprepareResources", is_error: "false" }),
+    3,
   );
-  assert.equal(ops(metrics, "PrepareResources", true), 1);
-  // Nothing was prepared: unpreparing has nothing to release.
-  dra.unprepareResources(p);
-  assert.equal(ops(metrics, "UnprepareResources", false), 1);
 });
 
-Deno.test("DraManager skips a template claim for which no ResourceClaim was generated", () => {
-  const { dra, metrics } = setup();
-  const claims = [{ name: "gpu", resourceClaimTemplateName: "gpu-template" }];
-  // Generated: a claim to prepare, which fails here.
-  assert.throws(() =>
-    dra.prepareResources(pod(claims, {
-      resourceClaimStatuses: [{ name: "gpu", resourceClaimName: "web-gpu-x7" }],
-    }))
+Deno.test("DraManager after a restart gives containers their CDI devices from the checkpoint and unprepares what it prepared before", async () => {
+  await using w = await world();
+  w.register();
+  const p = pod("pod-1", shared);
+  await w.dra.prepareResources(p);
+  await w.dra.plugins.stop();
+  const dra = w.restart();
+  await dra.load();
+  // The pod keeps running: no prepare, yet a restarted container gets its devices.
+  assert.deepEqual(dra.cdiDevices(p, p.spec!.containers[0]!), [
+    `${DRIVER}/test=claim-claim-uid-1-gpu`,
+  ]);
+  assert.equal(dra.podMightNeedToUnprepareResources("pod-1"), true);
+  // Its driver has to register again before the claim can be released.
+  await assert.rejects(
+    dra.unprepareResources(p),
+    /^DynamicResourcesError: unprepare dynamic resources: DRA driver test-driver.cdi.k8s.io is not registered$/,
   );
-  // None needed (the status names no claim): nothing to do.
-  dra.prepareResources(pod(claims, { resourceClaimStatuses: [{ name: "gpu" }] }));
-  assert.equal(ops(metrics, "PrepareResources", false), 1);
+  w.register(dra);
+  await dra.unprepareResources(p);
+  assert.equal(w.driver.prepared.length, 1);
+  assert.equal(w.driver.unprepared.length, 1);
+  assert.equal(dra.podMightNeedToUnprepareResources("pod-1"), false);
+});
+
+Deno.test("DraManager's reconcile loop unprepares the claims of pods no longer active", async () => {
+  await using w = await world();
+  w.register();
+  await w.dra.prepareResources(pod("pod-1", shared));
+  let active: V1Pod[] = [pod("pod-1", shared)];
+  const dra = new DraManager({
+    clock: new FakeClock(),
+    logger: createLogger({ write: () => {} }),
+    kubeClient: w.api as unknown as KubeClient,
+    stateDirectory: w.dir,
+    plugins: w.dra.plugins,
+    activePods: () => active,
+    sourcesReady: () => true,
+  });
+  await dra.reconcile();
+  assert.equal(w.driver.unprepared.length, 0);
+  active = [];
+  await dra.reconcile();
+  assert.deepEqual(w.driver.unprepared, [[{ namespace: NS, uid: "claim-uid-1", name: "shared" }]]);
+});
+
+Deno.test("DraManager fails a pod whose claim is not allocated, not reserved for it or not its own, and changes nothing", async () => {
+  await using w = await world();
+  w.register();
+  w.api.objects.set(
+    claimPath("loose"),
+    resourceClaim("loose", "u2", ["pod-1"], { allocated: false }),
+  );
+  w.api.objects.set(claimPath("other"), resourceClaim("other", "u3", ["pod-9"]));
+  w.api.objects.set(
+    claimPath("pod-1-c-x"),
+    resourceClaim("pod-1-c-x", "u4", ["pod-1"], { owner: "pod-9" }),
+  );
+  const cases: [V1Pod, RegExp][] = [
+    [
+      pod("pod-1", [{ name: "c", resourceClaimName: "loose" }]),
+      /ResourceClaim loose: not allocated$/,
+    ],
+    [
+      pod("pod-1", [{ name: "c", resourceClaimName: "other" }]),
+      /pod pod-pod-1 \(pod-1\) is not allowed to use ResourceClaim other \(u3\)$/,
+    ],
+    [
+      pod("pod-1", [{ name: "c", resourceClaimTemplateName: "t" }], {
+        resourceClaimStatuses: [{ name: "c", resourceClaimName: "pod-1-c-x" }],
+      }),
+      /ResourceClaim default\/pod-1-c-x was not created for Pod default\/pod-pod-1 \(Pod is not owner\)$/,
+    ],
+    [
+      pod("pod-1", [{ name: "c", resourceClaimName: "missing" }]),
+      /fetch ResourceClaim missing: resourceclaims "missing" not found$/,
+    ],
+  ];
+  for (const [p, message] of cases) {
+    await assert.rejects(
+      w.dra.prepareResources(p),
+      (e: unknown) =>
+        e instanceof DynamicResourcesError &&
+        e.message.startsWith("prepare dynamic resources: ") && message.test(e.message),
+    );
+  }
+  assert.equal(w.driver.prepared.length, 0);
+  assert.equal(w.dra.podMightNeedToUnprepareResources("pod-1"), false);
+  assert.equal(
+    w.metrics.operationsDuration.count({ operation_name: "PrepareResources", is_error: "true" }),
+    cases.length,
+  );
+});
+
+Deno.test("DraManager fails a claim whose driver is not registered, or whose driver reports an error", async () => {
+  await using w = await world();
+  const p = pod("pod-1", shared);
+  await assert.rejects(
+    w.dra.prepareResources(p),
+    /prepare dynamic resources: DRA driver test-driver.cdi.k8s.io is not registered$/,
+  );
+  assert.equal(w.dra.podMightNeedToUnprepareResources("pod-1"), false);
+  w.register();
+  w.driver.failures.set("shared", "no such device");
+  await assert.rejects(
+    w.dra.prepareResources(p),
+    /prepare dynamic resources: NodePrepareResources failed for ResourceClaim shared: no such device$/,
+  );
+  assert.deepEqual(await inUse(w.registry), [["<any>", 0]]);
+  // The pod is recorded on the claim: unpreparing releases it through the driver.
+  await w.dra.unprepareResources(p);
+  assert.equal(w.driver.unprepared.length, 1);
+});
+
+Deno.test("DraManager calls a v1beta1 plugin under its own service", async () => {
+  await using w = await world();
+  const beta = new FakeDriver();
+  const socket = join(w.dir, "beta.sock");
+  await beta.serve(socket, "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin");
+  try {
+    w.dra.plugins.registerPlugin(DRIVER, socket, ["v1beta1.DRAPlugin"], 10_000);
+    await w.dra.prepareResources(pod("pod-1", shared));
+    assert.equal(beta.prepared.length, 1);
+    assert.equal(w.driver.prepared.length, 0);
+  } finally {
+    beta.server?.forceShutdown();
+  }
+});
+
+Deno.test("DraManager skips a template claim for which no ResourceClaim was generated", async () => {
+  await using w = await world();
+  const claims = [{ name: "c", resourceClaimTemplateName: "gpu-template" }];
+  await w.dra.prepareResources(pod("pod-1", claims, { resourceClaimStatuses: [{ name: "c" }] }));
   // Not generated yet: upstream's error, for both operations.
-  assert.throws(() => dra.prepareResources(pod(claims)), /ResourceClaim not created yet/);
-  assert.throws(() => dra.unprepareResources(pod(claims)), /ResourceClaim not created yet/);
-  assert.equal(ops(metrics, "UnprepareResources", true), 1);
+  await assert.rejects(
+    w.dra.prepareResources(pod("pod-1", claims)),
+    /ResourceClaim not created yet/,
+  );
+  await assert.rejects(
+    w.dra.unprepareResources(pod("pod-1", claims)),
+    /ResourceClaim not created yet/,
+  );
+});
+
+Deno.test("DraManager without an API server cannot prepare a claim", async () => {
+  const dra = new DraManager({ clock: new FakeClock(), logger: createLogger({ write: () => {} }) });
+  await assert.rejects(
+    dra.prepareResources(pod("pod-1", shared)),
+    /^DynamicResourcesError: prepare dynamic resources: ResourceClaim shared: cannot be fetched without an API server/,
+  );
+  await dra.prepareResources(pod("pod-1", []));
+  assert.deepEqual(dra.claimsInUse(), new Map([["<any>", 0]]));
 });
 
 Deno.test("resourceClaimName rejects a claim that names no source", () => {
   assert.throws(
-    () => resourceClaimName(pod([]), { name: "x" }),
-    /pod "default\/web", spec.resourceClaim "x": none of the supported fields are set/,
+    () => resourceClaimName(pod("u", []), { name: "x" }),
+    /pod "default\/pod-u", spec.resourceClaim "x": none of the supported fields are set/,
   );
 });
 
-Deno.test("DraManager shows no claim in use for <any> driver", async () => {
-  const { registry } = setup();
-  const f = parseExposition(await registry.render()).find((x) =>
-    x.name === "dra_resource_claims_in_use"
+Deno.test("DraManager with a corrupt checkpoint does not start and prepares no claim", async () => {
+  await using w = await world();
+  w.register();
+  await w.dra.prepareResources(pod("pod-1", shared));
+  const path = join(w.dir, DRA_MANAGER_STATE_FILE);
+  await Deno.writeTextFile(path, (await Deno.readTextFile(path)).replace("pod-1", "pod-9"));
+  const dra = w.restart();
+  await assert.rejects(
+    dra.run(AbortSignal.abort()),
+    /create ResourceClaim cache: could not read the DRA checkpoint, please drain node and remove DRA state file: .*checkpoint is corrupted/,
   );
-  assert.deepEqual(f?.samples.map((s) => [s.labels.driver_name, s.value]), [["<any>", 0]]);
+  await assert.rejects(dra.prepareResources(pod("pod-2", shared)), /checkpoint is corrupted/);
 });

@@ -41,15 +41,16 @@ import {
 import { CHECKPOINT_FILE, decodeDeviceCheckpoint, encodeDeviceCheckpoint } from "./checkpoint.ts";
 import { GrpcServer, GrpcStatusError } from "../cri/grpc_server.ts";
 import { writeFileAtomic } from "../checkpointmanager/checkpoint_manager.ts";
+import type { TopologyHint } from "../topologymanager/policy.ts";
+import {
+  filterByAffinity,
+  generateDeviceTopologyHints,
+  hasTopologyAlignment,
+} from "./topology_hints.ts";
 import { GrpcCode } from "../cri/connection.ts";
 import type { PluginHandler } from "../pluginmanager/plugin_handler.ts";
 import { isExtendedResourceName } from "../lifecycle/predicate.ts";
-import * as api from "../../proto/runtime/v1/api.ts";
-import type { RuntimeService } from "../cri/remote_runtime.ts";
-import {
-  KUBERNETES_CONTAINER_NAME_LABEL,
-  KUBERNETES_POD_UID_LABEL,
-} from "../kuberuntime/labels.ts";
+import { podLimits, valueOf } from "../qos/resource_helpers.ts";
 
 /** The device plugin API version this kubelet speaks (upstream api.Version). */
 export const DEVICE_PLUGIN_VERSION = "v1beta1";
@@ -77,6 +78,10 @@ export interface DeviceManagerOptions {
   readonly signal: AbortSignal;
   /** Device plugin metrics. @default none */
   readonly metrics?: DeviceManagerMetrics;
+  /** The machine's NUMA nodes, for topology hints. @default [0] */
+  readonly numaNodes?: readonly number[];
+  /** The NUMA nodes the topology manager chose for a container. @default none */
+  readonly affinity?: (podUID: string, container: string) => TopologyHint | undefined;
 }
 
 /** The families the device manager records (upstream DevicePlugin* metrics). */
@@ -515,20 +520,40 @@ export class DeviceManager {
           `Available: ${available.length}`,
       );
     }
-    // Without a topology manager policy there is no NUMA affinity: every device is "without
-    // affinity" (upstream filterByAffinity with no hint), so the plugin's preference decides.
-    const preferred = await this.#preferredAllocation(
-      podUID,
-      container,
-      resource,
-      [...new Set([...available, ...allocated])],
-      [...allocated],
-      required,
-      signal,
-    );
+    // The devices on the NUMA nodes the topology manager chose come first.
+    const all = this.#allDevices.get(resource) ?? new Map();
     const availableSet = new Set(available);
-    if (takeFrom([...preferred].filter((id) => availableSet.has(id)))) return allocated;
-    if (takeFrom(available)) return allocated;
+    const { aligned, unaligned, noAffinity } = filterByAffinity(
+      this.#o.affinity?.(podUID, container)?.numaNodeAffinity,
+      all,
+      availableSet,
+    );
+    const preferred = (from: readonly string[]) =>
+      this.#preferredAllocation(
+        podUID,
+        container,
+        resource,
+        [...new Set([...from, ...allocated])],
+        [...allocated],
+        required,
+        signal,
+      );
+    if (needed < aligned.length) {
+      const alignedSet = new Set(aligned);
+      const best = await preferred(aligned);
+      if (takeFrom([...best].filter((id) => alignedSet.has(id)))) return allocated;
+      if (takeFrom(aligned)) return allocated;
+      throw new DeviceAllocationError(
+        `unexpectedly allocated less resources than required. Requested: ${required}, Got: ${
+          required - needed
+        }`,
+      );
+    }
+    if (takeFrom(aligned)) return allocated;
+    const best = await preferred(available);
+    if (takeFrom([...best].filter((id) => availableSet.has(id)))) return allocated;
+    if (takeFrom(unaligned)) return allocated;
+    if (takeFrom(noAffinity)) return allocated;
     throw new DeviceAllocationError(
       `unexpectedly allocated less resources than required. Requested: ${required}, Got: ${
         required - needed
@@ -636,6 +661,85 @@ export class DeviceManager {
         { cause: err },
       );
     }
+  }
+
+  /** upstream GetTopologyHints: where each device resource of the container could go. */
+  getTopologyHints(pod: V1Pod, container: V1Container): Map<string, TopologyHint[] | undefined> {
+    this.updateAllocatedDevices();
+    const uid = pod.metadata?.uid ?? "";
+    return this.#hints(this.#containerRequests(container), (resource) => ({
+      allocated: this.#podDevices.containerDevices(uid, container.name, resource),
+      reusable: this.#devicesToReuse.get(uid)?.get(resource) ?? new Set<string>(),
+    }));
+  }
+
+  /** upstream GetPodTopologyHints: the same for the whole pod (the pod scope). */
+  getPodTopologyHints(pod: V1Pod): Map<string, TopologyHint[] | undefined> {
+    this.updateAllocatedDevices();
+    const uid = pod.metadata?.uid ?? "";
+    // upstream getPodDeviceRequest: the pod's effective limits (init containers, sidecars).
+    const requests = new Map<string, number>();
+    for (const [resource, q] of podLimits(pod, { excludeOverhead: true })) {
+      if (this.isDevicePluginResource(resource)) requests.set(resource, Number(valueOf(q)));
+    }
+    return this.#hints(requests, (resource) => {
+      const all = new Set<string>();
+      for (const c of allContainers(pod)) {
+        for (const id of this.#podDevices.containerDevices(uid, c.name, resource) ?? []) {
+          all.add(id);
+        }
+      }
+      return { allocated: all.size > 0 ? all : undefined, reusable: new Set<string>() };
+    });
+  }
+
+  #hints(
+    requests: Map<string, number>,
+    known: (resource: string) => { allocated?: Set<string>; reusable: Set<string> },
+  ): Map<string, TopologyHint[] | undefined> {
+    const out = new Map<string, TopologyHint[] | undefined>();
+    const nodes = this.#o.numaNodes ?? [0];
+    for (const [resource, requested] of requests) {
+      const devices = this.#allDevices.get(resource) ?? new Map<string, Device>();
+      if (!hasTopologyAlignment(devices)) {
+        out.set(resource, undefined);
+        continue;
+      }
+      const { allocated, reusable } = known(resource);
+      if (allocated !== undefined && allocated.size > 0) {
+        out.set(
+          resource,
+          allocated.size === requested
+            ? generateDeviceTopologyHints(nodes, devices, allocated, new Set(), requested)
+            : [],
+        );
+        continue;
+      }
+      const inUse = this.#allocated.get(resource) ?? new Set<string>();
+      const available = new Set(
+        [...(this.#healthy.get(resource) ?? [])].filter((id) => !inUse.has(id)),
+      );
+      if (new Set([...available, ...reusable]).size < requested) {
+        out.set(resource, []);
+        continue;
+      }
+      out.set(
+        resource,
+        generateDeviceTopologyHints(nodes, devices, available, reusable, requested),
+      );
+    }
+    return out;
+  }
+
+  /** The device plugin resources the container asks for (upstream getContainerDeviceRequest). */
+  #containerRequests(container: V1Container): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [resource, q] of Object.entries(container.resources?.limits ?? {})) {
+      if (this.isDevicePluginResource(resource)) {
+        out.set(resource, Math.trunc(parseQuantity(String(q))));
+      }
+    }
+    return out;
   }
 
   /** upstream UpdateAllocatedDevices: frees the devices of pods no longer active. */
@@ -780,23 +884,6 @@ export async function deviceCheckpointMissing(rootDirectory: string): Promise<bo
   } catch {
     return true;
   }
-}
-
-/**
- * `<pod UID>/<container name>` of the runtime's running containers, for {@link DeviceManager}'s
- * start (upstream buildContainerMapAndRunningSetFromRuntime).
- */
-export async function runningContainers(
-  runtime: Pick<RuntimeService, "listContainers">,
-  signal?: AbortSignal,
-): Promise<string[]> {
-  const containers = await runtime.listContainers(
-    api.ContainerFilter.create({ state: { state: api.ContainerState.CONTAINER_RUNNING } }),
-    signal,
-  );
-  return containers.map((c) =>
-    `${c.labels[KUBERNETES_POD_UID_LABEL] ?? ""}/${c.labels[KUBERNETES_CONTAINER_NAME_LABEL] ?? ""}`
-  );
 }
 
 /** The pod's init containers then its containers. */

@@ -12,7 +12,6 @@ import {
   deviceCheckpointMissing,
   DeviceManager,
   type DeviceManagerOptions,
-  runningContainers,
 } from "./manager.ts";
 
 const quiet = createLogger({ write: () => {}, pid: 1 });
@@ -356,16 +355,4 @@ Deno.test("a corrupt checkpoint is logged and the manager starts empty", async (
   } finally {
     await Deno.remove(root, { recursive: true });
   }
-});
-
-Deno.test("runningContainers names each running container by pod UID and name", async () => {
-  const names = await runningContainers({
-    listContainers: (filter) => {
-      assert.equal(filter?.state?.state, 1);
-      return Promise.resolve([{
-        labels: { "io.kubernetes.pod.uid": "u1", "io.kubernetes.container.name": "app" },
-      }] as never);
-    },
-  });
-  assert.deepEqual(names, ["u1/app"]);
 });

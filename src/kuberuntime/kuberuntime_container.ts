@@ -13,6 +13,7 @@
  * of `helpers.go` and `legacy.go`).
  */
 
+import type { InternalContainerLifecycle } from "../cm/internal_container_lifecycle.ts";
 import type { DeviceRunContainerOptions } from "../devicemanager/pod_devices.ts";
 import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts";
 import type { V1Container, V1LifecycleHandler, V1Pod, V1Secret } from "@kubernetes/client-node";
@@ -128,6 +129,12 @@ export interface ContainerDeps {
   /** kubelet_image_volume_* counters. @default none: not counted */
   readonly imageVolumeMetrics?: ImageVolumeMetrics;
   /**
+   * The container manager's hooks around a container's life (upstream
+   * InternalContainerLifecycle: the CPU and memory managers' cpusets at creation, their
+   * bookkeeping at start, the topology manager's at removal). @default none
+   */
+  readonly internalLifecycle?: InternalContainerLifecycle;
+  /**
    * What the container's devices need (the device manager's run options: env, mounts, device
    * nodes, annotations, CDI devices); a rejection fails the container's config.
    * @default none: containers get no devices
@@ -137,6 +144,12 @@ export interface ContainerDeps {
     container: V1Container,
     signal?: AbortSignal,
   ) => Promise<DeviceRunContainerOptions | undefined>;
+  /**
+   * The CDI device names of the prepared ResourceClaims the container names (the DRA manager's
+   * GetResources), added after the device plugins' ones; a throw fails the container's config.
+   * @default none: no DRA devices
+   */
+  readonly draCdiDevices?: (pod: V1Pod, container: V1Container) => readonly string[];
 }
 
 const defaultRunners = new WeakMap<ContainerDeps, HandlerRunner>();
@@ -309,8 +322,13 @@ export async function generateContainerConfig(
   // Upstream GenerateRunContainerOptions asks the container manager for the devices first:
   // their env comes before the container's own, their mounts and devices before the volumes'.
   let devices: DeviceRunContainerOptions | undefined;
+  let cdiDevices: string[];
   try {
     devices = await deps.devices?.(pod, container, signal);
+    // Upstream GetResources appends the DRA claims' CDI devices to the device plugins'.
+    cdiDevices = [
+      ...new Set([...(devices?.cdiDevices ?? []), ...(deps.draCdiDevices?.(pod, container) ?? [])]),
+    ];
   } catch (e) {
     throw new CreateContainerConfigError(errorText(e), { cause: e });
   }
@@ -380,7 +398,7 @@ export async function generateContainerConfig(
     annotations: newContainerAnnotations(container, pod, restartCount, {
       annotations: devices?.annotations,
     }),
-    CDIDevices: (devices?.cdiDevices ?? []).map((name) => ({ name })),
+    CDIDevices: cdiDevices.map((name) => ({ name })),
     logPath: buildContainerLogsPath(container.name, restartCount),
     stdin: container.stdin ?? false,
     stdinOnce: container.stdinOnce ?? false,
@@ -713,6 +731,14 @@ async function startWithImageVolumes(
     return { reason: "CreateContainerConfigError", message };
   }
 
+  try {
+    deps.internalLifecycle?.preCreateContainer(pod, container, config);
+  } catch (e) {
+    const message = statusMessage(e);
+    event("Warning", "Failed", `Internal PreCreateContainer hook failed: ${message}`);
+    return { reason: "PreCreateHookError", message };
+  }
+
   let containerId: string;
   try {
     containerId = await deps.runtime.createContainer(
@@ -726,6 +752,13 @@ async function startWithImageVolumes(
     const message = statusMessage(e);
     event("Warning", "Failed", `Error: ${message}`);
     return { reason: "CreateContainerError", message };
+  }
+  try {
+    deps.internalLifecycle?.preStartContainer(pod, container, containerId);
+  } catch (e) {
+    const message = statusMessage(e);
+    event("Warning", "Failed", `Internal PreStartContainer hook failed: ${message}`, containerId);
+    return { reason: "PreStartHookError", message };
   }
   event("Normal", "Created", "Container created", containerId);
   deps.startupTracker?.recordPhase(pod, "containerCreated", container.name);
@@ -1089,6 +1122,8 @@ export async function removeContainer(
   signal?: AbortSignal,
   keepLogs = false,
 ): Promise<void> {
+  // Upstream's PostStopContainer hook, before the logs go.
+  deps.internalLifecycle?.postStopContainer(containerId);
   const res = keepLogs ? undefined : await deps.runtime.containerStatus(containerId, false, signal);
   const s = res?.status;
   if (s) {

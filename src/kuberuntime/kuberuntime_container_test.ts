@@ -1,3 +1,4 @@
+import { InternalContainerLifecycle } from "../cm/internal_container_lifecycle.ts";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
@@ -19,6 +20,7 @@ import {
   generateContainerConfig,
   killContainer,
   killContainersWithSyncResult,
+  removeContainer,
   startContainer,
 } from "./kuberuntime_container.ts";
 import { readTerminationMessage } from "./kuberuntime_manager.ts";
@@ -554,6 +556,62 @@ Deno.test("startContainer creates and starts the container with upstream's event
     ["Normal", "Started", "Container started"],
   ]);
   assert.equal(h.events[1]?.ref.fieldPath, "spec.containers{main}");
+});
+
+Deno.test("startContainer gives the container its cpusets through the container manager's hooks, and fails with PreCreateHookError", async () => {
+  await using h = await harness();
+  const calls: string[] = [];
+  let fail = false;
+  const internalLifecycle = new InternalContainerLifecycle({
+    cpuManager: {
+      cpuAffinity: (uid, name) => {
+        if (fail) throw new Error("no cpus");
+        calls.push(`affinity ${uid}/${name}`);
+        return "2-3";
+      },
+      addContainer: (_p, c, id) => void calls.push(`cpu add ${c.name} ${id !== ""}`),
+    },
+    memoryManager: {
+      memoryNumaNodes: () => [1, 0],
+      addContainer: (_p, c) => void calls.push(`memory add ${c.name}`),
+    },
+    topologyManager: {
+      addContainer: (_p, c) => void calls.push(`topology add ${c.name}`),
+      removeContainer: (id) => void calls.push(`topology remove ${id}`),
+    },
+  });
+  const deps = { ...h.deps, internalLifecycle };
+  const container: V1Container = { name: "main", image: IMAGE };
+  const p = pod([container]);
+  const sb = await h.sandbox(p);
+  const start = () =>
+    startContainer(deps, signal(), {
+      sandboxId: sb.id,
+      sandboxConfig: sb.config,
+      pod: p,
+      container,
+      podStatus: emptyStatus(),
+      pullSecrets: [],
+    });
+  assert.equal(await start(), undefined);
+  const [c] = [...h.fake.service.containers.values()];
+  assert.equal(c?.config.linux?.resources?.cpusetCpus, "2-3");
+  assert.equal(c?.config.linux?.resources?.cpusetMems, "0,1");
+  assert.deepEqual(calls, [
+    `affinity ${UID}/main`,
+    "cpu add main true",
+    "memory add main",
+    "topology add main",
+  ]);
+  await removeContainer(deps, c!.id);
+  assert.equal(calls.at(-1), `topology remove ${c!.id}`);
+  fail = true;
+  assert.deepEqual(await start(), { reason: "PreCreateHookError", message: "no cpus" });
+  assert.ok(
+    h.events.some((e) =>
+      e.reason === "Failed" && e.message === "Internal PreCreateContainer hook failed: no cpus"
+    ),
+  );
 });
 
 Deno.test("startContainer resolves env into the CRI config and fails a missing key with CreateContainerConfigError", async () => {
@@ -1460,4 +1518,51 @@ Deno.test("generateContainerConfig passes a mapped block volume as a device, rea
     { containerPath: "/dev/xvda", hostPath: link("pv-1"), permissions: "mrw" },
     { containerPath: "/dev/xvdb", hostPath: link("pv-2"), permissions: "r" },
   ]);
+});
+
+Deno.test("generateContainerConfig appends the DRA claims' CDI devices to the device plugins', once each", async () => {
+  await using h = await harness();
+  const container: V1Container = {
+    name: "main",
+    image: IMAGE,
+    resources: { claims: [{ name: "gpu" }] },
+  };
+  const seen: string[] = [];
+  const config = await generateContainerConfig(
+    {
+      ...h.deps,
+      devices: () =>
+        Promise.resolve({
+          envs: [],
+          mounts: [],
+          devices: [],
+          annotations: [],
+          cdiDevices: ["vendor.com/gpu=0"],
+        }),
+      draCdiDevices: (_pod, c) => {
+        seen.push(c.name);
+        return ["test-driver.cdi.k8s.io/test=claim-1-gpu", "vendor.com/gpu=0"];
+      },
+    },
+    { pod: pod([container]), container, restartCount: 0, imageRef: "x" },
+  );
+  assert.deepEqual(seen, ["main"]);
+  assert.deepEqual(config.CDIDevices, [
+    { name: "vendor.com/gpu=0" },
+    { name: "test-driver.cdi.k8s.io/test=claim-1-gpu" },
+  ]);
+  // A claim that is not prepared fails the container's config.
+  await assert.rejects(
+    generateContainerConfig(
+      {
+        ...h.deps,
+        draCdiDevices: () => {
+          throw new Error("unable to get claim info for ResourceClaim gpu-claim");
+        },
+      },
+      { pod: pod([container]), container, restartCount: 0, imageRef: "x" },
+    ),
+    (e: unknown) =>
+      e instanceof CreateContainerConfigError && /gpu-claim/.test((e as Error).message),
+  );
 });

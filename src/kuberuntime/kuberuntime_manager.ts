@@ -152,6 +152,8 @@ export interface KubeRuntimeManagerOptions
   readonly podVolumes?: PodVolumesFunc;
   /** The containers' devices (the device manager's run options). @default none */
   readonly devices?: ContainerDeps["devices"];
+  /** The container manager's hooks (CPU and memory cpusets). @default none */
+  readonly internalLifecycle?: ContainerDeps["internalLifecycle"];
   /** The pod's start-up timeline and init container times (the SLI). @default none */
   readonly startupTracker?: Pick<
     PodStartupLatencyTracker,
@@ -191,7 +193,7 @@ export interface KubeRuntimeManagerOptions
    */
   readonly inPlacePodLevelResourcesVerticalScaling?: boolean;
   /** Prepares the pod's ResourceClaims before its sandbox is made. @default none: not prepared */
-  readonly dra?: Pick<DraManager, "prepareResources">;
+  readonly dra?: Pick<DraManager, "prepareResources" | "cdiDevices">;
   /**
    * Resolves `spec.runtimeClassName` to the runtime handler RunPodSandbox gets (the
    * RuntimeClass manager). @default none: every sandbox gets the default handler "", as
@@ -271,6 +273,8 @@ export class KubeRuntimeManager {
       podVolumes: opts.podVolumes,
       imageVolumeMetrics: opts.metrics,
       devices: opts.devices,
+      draCdiDevices: opts.dra && ((pod, container) => opts.dra!.cdiDevices(pod, container)),
+      internalLifecycle: opts.internalLifecycle,
       linux: {
         memoryCapacityBytes: opts.memoryCapacityBytes,
         // One source for the cgroup settings the sandbox and its containers share.
@@ -458,7 +462,7 @@ export class KubeRuntimeManager {
       const r = result.add("CreatePodSandbox", formatPod(pod));
       this.#metrics?.startedPodsTotal.inc();
       try {
-        this.#dra?.prepareResources(pod);
+        await this.#dra?.prepareResources(pod, signal);
       } catch (e) {
         // As upstream: an event and a log line; the next sync tries again.
         this.#recorder.event(

@@ -4,10 +4,11 @@
  * ResourceClaims took when the pod started or stopped (`dra_operations_duration_seconds`, one
  * observation per PrepareResources or UnprepareResources, claims or not) and the claims in use
  * on the node by driver, read at scrape time from the DRA manager
- * (`dra_resource_claims_in_use`, with `<any>` for the total). The DRA manager
- * (`cm/dra_manager.ts`) records them. Corresponds to upstream DRAOperationsDuration and
- * DRAResourceClaimsInUseDesc of `pkg/kubelet/metrics/metrics.go`, with the collector of
- * `pkg/kubelet/cm/dra/claiminfo.go`.
+ * (`dra_resource_claims_in_use`, with `<any>` for the total), and each gRPC call to a DRA
+ * driver's kubelet plugin (`dra_grpc_operations_duration_seconds`). The DRA manager
+ * (`cm/dra_manager.ts`) and its plugin client (`cm/dra_plugin.ts`) record them. Corresponds to
+ * upstream DRAOperationsDuration, DRAGRPCOperationsDuration and DRAResourceClaimsInUseDesc of
+ * `pkg/kubelet/metrics/metrics.go`, with the collector of `pkg/kubelet/cm/dra/claiminfo.go`.
  */
 
 import { Histogram, type MetricsRegistry } from "./_registry.ts";
@@ -83,6 +84,8 @@ const CLAIMS_IN_USE_HELP =
 export class DraMetrics {
   /** dra_operations_duration_seconds{operation_name,is_error}. */
   readonly operationsDuration: Histogram;
+  /** dra_grpc_operations_duration_seconds{driver_name,method_name,grpc_status_code}. */
+  readonly grpcOperationsDuration: Histogram;
   #claimsInUse: ClaimsInUseSource | undefined;
 
   constructor(registry: MetricsRegistry) {
@@ -93,6 +96,14 @@ export class DraMetrics {
           "Latency histogram in seconds for the duration of handling all ResourceClaims referenced by a pod when the pod starts or stops. Identified by the name of the operation (PrepareResources or UnprepareResources) and separated by the success of the operation. The number of failed operations is provided through the histogram's overall count.",
         buckets: DRA_DURATION_BUCKETS,
         labelNames: ["operation_name", "is_error"],
+      }),
+    );
+    this.grpcOperationsDuration = registry.register(
+      new Histogram({
+        name: "dra_grpc_operations_duration_seconds",
+        help: "Duration in seconds of the DRA gRPC operations",
+        buckets: DRA_DURATION_BUCKETS,
+        labelNames: ["driver_name", "method_name", "grpc_status_code"],
       }),
     );
     registry.addCollector((out) => this.#collect(out));
@@ -108,6 +119,18 @@ export class DraMetrics {
     this.operationsDuration.observe(seconds, {
       operation_name: operation,
       is_error: String(failed),
+    });
+  }
+
+  /**
+   * One gRPC call to a driver: `method` is the full method (`/<service>/<method>`), `code` the
+   * status code's Go name ("OK", "Unavailable", ...).
+   */
+  observeGrpc(driver: string, method: string, code: string, seconds: number): void {
+    this.grpcOperationsDuration.observe(seconds, {
+      driver_name: driver,
+      method_name: method,
+      grpc_status_code: code,
     });
   }
 

@@ -55,3 +55,20 @@ Deno.test("DraMetrics registers upstream's names, types and labels; claims in us
     ["gpu.example.com", 1],
   ]);
 });
+
+Deno.test("DraMetrics times gRPC calls to drivers by driver, method and status code", async () => {
+  const r = new MetricsRegistry();
+  const m = new DraMetrics(r);
+  const method = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources";
+  m.observeGrpc("gpu.example.com", method, "OK", 0.05);
+  m.observeGrpc("gpu.example.com", method, "Unavailable", 0.01);
+  const f = parseExposition(await r.render()).find((x) =>
+    x.name === "dra_grpc_operations_duration_seconds"
+  )!;
+  assert.equal(f.type, "histogram");
+  assert.equal(f.help, "[ALPHA] Duration in seconds of the DRA gRPC operations");
+  assert.deepEqual(
+    f.samples.filter((s) => s.suffix === "_count").map((s) => [s.labels.grpc_status_code, s.value]),
+    [["OK", 1], ["Unavailable", 1]],
+  );
+});
