@@ -4,8 +4,9 @@
  * - `proto/runtime/v1/api.ts` from `api.proto` (the CRI, our transcription of k8s.io/cri-api);
  * - `proto/pluginregistration/v1/api.ts` from `api.proto` (the kubelet plugin registration API,
  *   a copy of k8s.io/kubelet's);
- * - `proto/deviceplugin/v1beta1/api.ts`, `proto/podresources/v1/api.ts` and `proto/dra/v1/api.ts`
- *   (device plugins, the pod resources API, DRA drivers; copies of k8s.io/kubelet's);
+ * - `proto/deviceplugin/v1beta1/api.ts`, `proto/podresources/v1/api.ts`, `proto/dra/v1/api.ts`
+ *   and `proto/dra_health/v1alpha1/api.ts` (device plugins, the pod resources API, DRA drivers
+ *   and their device health stream; copies of k8s.io/kubelet's);
  * - `proto/csi/v1/csi.ts` from `csi.proto` (the CSI spec, a copy of the spec's Go module), with
  *   `proto/google/protobuf/{timestamp,wrappers}.ts`, the well-known types it uses.
  *
@@ -84,6 +85,7 @@ const PROTO_FILES: readonly ProtoFile[] = [
   { path: "deviceplugin/v1beta1/api.proto", options: [] },
   { path: "podresources/v1/api.proto", options: [] },
   { path: "dra/v1/api.proto", options: [] },
+  { path: "dra_health/v1alpha1/api.proto", options: [] },
   // The spec's comments are its full prose (the .proto beside the output keeps them); without
   // them csi.ts is about 60 KB smaller, and the well-known types' output no longer depends on
   // the comments of the protoc release that ships them.

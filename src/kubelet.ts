@@ -15,7 +15,7 @@ import { join } from "node:path";
 import type { Dependencies } from "./dependencies.ts";
 import { serveHealthz } from "./server/healthz.ts";
 import type { KubeletServer } from "./apis/flags.ts";
-import type { V1Node, V1Pod, V1Taint } from "@kubernetes/client-node";
+import type { V1Node, V1Pod, V1PodStatus, V1Taint } from "@kubernetes/client-node";
 import { NodeStatusManager } from "./kubelet_node_status.ts";
 import { newKubeletServerCertificateManager } from "./certificate/kubelet.ts";
 import { filesystemCapacity, readMachineInfo } from "./stats/machine_info.ts";
@@ -90,13 +90,10 @@ import {
   ResourceManagers,
   runtimeContainers,
 } from "./cm/resource_managers.ts";
-import { CPUSet } from "./cpumanager/cpuset.ts";
+import { newExclusiveCpus } from "./cm/exclusive_cpus.ts";
+import { discoverCPUTopology, readMachineTopology } from "./cpumanager/topology.ts";
 import {
-  discoverCPUTopology,
-  type MachineTopology,
-  readMachineTopology,
-} from "./cpumanager/topology.ts";
-import {
+  dynamicResources,
   POD_RESOURCES_DIR,
   POD_RESOURCES_SOCKET,
   PodResourcesServer,
@@ -198,10 +195,15 @@ export class Kubelet {
   deviceManager: DeviceManager | undefined;
   /** The topology, CPU and device managers, once the pod lifecycle is built. */
   resourceManagers: ResourceManagers | undefined;
-  /** The machine's NUMA and CPU topology, read at run. */
-  #machineTopology: MachineTopology | undefined;
-  /** `reservedSystemCPUs`, checked against the machine at run. */
-  #reservedCPUs = new CPUSet();
+  /** What the resource managers read of the pod lifecycle, once it is built. */
+  #lifecycleHooks:
+    | {
+      activePods(): V1Pod[];
+      sourcesReady(): boolean;
+      podStatus(uid: string): V1PodStatus | undefined;
+      onHealthChange(uids: readonly string[]): void;
+    }
+    | undefined;
   /** The statistics graph, or why it could not be built (cgroups unreadable). */
   #stats: KubeletStats | Error | undefined;
   #standaloneNode: V1Node | undefined;
@@ -307,16 +309,9 @@ export class Kubelet {
     }
     const runtime = deps.runtimeService;
     if (!runtime) throw new Error("the kubelet needs a runtime service (preInitRuntimeService)");
-    // The machine's topology, as upstream's cAdvisor reads it before the container manager is
-    // made; --reserved-cpus then replaces the cpu reservations (upstream run), before the node
-    // status reports allocatable.
-    this.#machineTopology = await readMachineTopology();
-    for (const w of this.#machineTopology.warnings) log.v(2).info(w);
-    this.#reservedCPUs = applyReservedSystemCPUs(
-      config,
-      discoverCPUTopology(this.#machineTopology),
-      log,
-    );
+    // Upstream's run makes the container manager (and its resource managers) before it waits
+    // for the runtime: their configuration errors stop the kubelet at once.
+    await this.#prepareResourceManagers(signal);
     // Upstream BirthCry, as startKubelet calls it before Run.
     deps.recorder.event(
       nodeRef(this.#opts.nodeName),
@@ -418,6 +413,12 @@ export class Kubelet {
     for (const [size, count] of machine.hugePages) {
       capacity[hugePageResourceName(size)] = String(size * count);
     }
+    // DisableCPUQuotaWithExclusiveCPUs: pods and containers on exclusive CPUs get no CFS quota
+    // (the CPU manager is made below, after the container manager).
+    const exclusiveCpus = newExclusiveCpus({
+      exclusiveCpus: (uid, name) => this.resourceManagers?.cpu.exclusiveCpus(uid, name) ?? [],
+      featureGates: config.featureGates,
+    });
     if (config.cgroupsPerQOS ?? true) {
       // Upstream's NewContainerManager and Start: a bad cgroup setup stops the kubelet.
       if (layout instanceof Error) throw layout;
@@ -435,6 +436,7 @@ export class Kubelet {
         logger,
         signal,
         metrics: this.metrics,
+        exclusiveCpus,
       });
     }
 
@@ -512,43 +514,20 @@ export class Kubelet {
     } catch (e) {
       throw new Error(`create user namespace manager: ${(e as Error).message}`, { cause: e });
     }
-    // Upstream's container manager makes the resource managers (topology, devices, CPUs); they
-    // start with the runtime dependent modules, before any pod is admitted. Upstream's
+    // The resource managers (made at start) read the lifecycle through these. Upstream's
     // sourcesReady marks a source seen after its update is handled.
-    const sourcesReady = () =>
-      podConfig.seenAllSources(sources) &&
-      (built.lifecycle?.loop.handledAllSources(sources) ?? false);
-    const managersRef: { managers?: ResourceManagers } = {};
-    const devices = new DeviceManager({
-      rootDirectory: flags.rootDirectory,
-      clock,
-      logger,
+    this.#lifecycleHooks = {
       activePods,
-      sourcesReady,
-      signal,
-      metrics: this.metrics.devicePlugins,
-      numaNodes: this.#machineTopology!.nodes.map((n) => n.id),
-      affinity: (uid, name) => managersRef.managers?.topology.getAffinity(uid, name),
-    });
-    this.deviceManager = devices;
-    const managers = new ResourceManagers({
-      config,
-      machine: this.#machineTopology!,
-      reservedCPUs: this.#reservedCPUs,
-      rootDirectory: flags.rootDirectory,
-      capacity,
-      devices,
-      clock,
-      logger,
-      metrics: this.metrics,
-      activePods,
-      sourcesReady,
+      sourcesReady: () =>
+        podConfig.seenAllSources(sources) &&
+        (built.lifecycle?.loop.handledAllSources(sources) ?? false),
       podStatus: (uid) => built.lifecycle?.statusManager.getPodStatus(uid),
-      updateContainerResources: (id, linux, s) => runtime.updateContainerResources(id, linux, s),
-    });
-    managersRef.managers = managers;
-    this.resourceManagers = managers;
+      onHealthChange: (uids) => built.lifecycle?.loop.pushResourceHealthUpdate(uids),
+    };
+    const managers = this.resourceManagers!;
+    const devices = managers.devices;
     const pods = newPodLifecycle({
+      exclusiveCpus,
       devices,
       resourceAllocator: managers,
       internalLifecycle: managers.internalLifecycle,
@@ -659,11 +638,13 @@ export class Kubelet {
       });
       running.push(api.run(signal));
     }
+    // The CPU and memory managers give containers their cpusets in both modes; device plugins
+    // register only with a running kubelet.
+    const initial = await runtimeContainers(runtime, signal);
+    running.push((await managers.start(signal, initial.containers)).reconciling);
     if (mode === "loop") {
-      const initial = await runtimeContainers(runtime, signal);
       await devices.start(initial.running);
-      running.push((await managers.start(signal, initial.containers)).reconciling);
-      running.push(this.#servePodResources(signal, managers, podManager, activePods));
+      running.push(this.#servePodResources(signal, managers, pods.dra, podManager, activePods));
       running.push(...pods.run(signal));
       if (containerManager) running.push(containerManager.run(signal));
       this.containerLogManager = new ContainerLogManager({
@@ -766,6 +747,75 @@ export class Kubelet {
   }
 
   /**
+   * Reads the machine's topology (as upstream's cAdvisor, before the container manager is made),
+   * applies --reserved-cpus to the cpu reservations (upstream run, before the node status reports
+   * allocatable) and makes the device, topology, CPU and memory managers; their configuration
+   * errors (a static CPU policy without reserved CPUs, reservedMemory that does not add up, ...)
+   * throw, and the kubelet stops, as upstream's NewContainerManager errors stop it. They read the
+   * pod lifecycle through {@link #lifecycleHooks} once it exists.
+   */
+  async #prepareResourceManagers(signal: AbortSignal): Promise<ResourceManagers> {
+    if (this.resourceManagers) return this.resourceManagers;
+    const { server, deps } = this.#opts;
+    const { config, flags } = server;
+    const { clock, logger } = deps;
+    const machineTopology = await readMachineTopology();
+    for (const w of machineTopology.warnings) logger.v(2).info(w);
+    const reservedCPUs = applyReservedSystemCPUs(
+      config,
+      discoverCPUTopology(machineTopology),
+      logger,
+    );
+    const machine = await readMachineInfo();
+    // The node's capacity as the memory manager sees it.
+    const capacity: Record<string, string> = {
+      cpu: String(machine.numCores),
+      memory: String(machine.memoryCapacity),
+    };
+    for (const [size, count] of machine.hugePages) {
+      capacity[hugePageResourceName(size)] = String(size * count);
+    }
+    const hooks = () => this.#lifecycleHooks;
+    const activePods = () => hooks()?.activePods() ?? [];
+    const sourcesReady = () => hooks()?.sourcesReady() ?? false;
+    const devices = new DeviceManager({
+      rootDirectory: flags.rootDirectory,
+      clock,
+      logger,
+      activePods,
+      sourcesReady,
+      signal,
+      metrics: this.metrics.devicePlugins,
+      numaNodes: machineTopology.nodes.map((n) => n.id),
+      featureGates: config.featureGates,
+      // A held device's health changed: its pods are synced, their status regenerated.
+      onHealthChange: (uids) => hooks()?.onHealthChange(uids),
+      affinity: (uid, name) => this.resourceManagers?.topology.getAffinity(uid, name),
+    });
+    this.deviceManager = devices;
+    const runtime = deps.runtimeService;
+    this.resourceManagers = new ResourceManagers({
+      config,
+      machine: machineTopology,
+      reservedCPUs,
+      rootDirectory: flags.rootDirectory,
+      capacity,
+      devices,
+      clock,
+      logger,
+      metrics: this.metrics,
+      activePods,
+      sourcesReady,
+      podStatus: (uid) => hooks()?.podStatus(uid),
+      updateContainerResources: (id, linux, s) => {
+        if (!runtime) return Promise.reject(new Error("no runtime service"));
+        return runtime.updateContainerResources(id, linux, s);
+      },
+    });
+    return this.resourceManagers;
+  }
+
+  /**
    * The pod resources API on `<root-dir>/pod-resources/kubelet.sock` (upstream
    * ListenAndServePodResources; KubeletPodResourcesGet is GA). A socket that cannot be served
    * stops the kubelet, as upstream exits.
@@ -773,19 +823,32 @@ export class Kubelet {
   async #servePodResources(
     signal: AbortSignal,
     managers: ResourceManagers,
+    dra: PodLifecycle["dra"],
     podManager: PodLifecycle["podManager"],
     activePods: () => V1Pod[],
   ): Promise<void> {
     const { deps, server } = this.#opts;
+    // KubeletPodResourcesListUseActivePods (deprecated, on): List gives the active pods only.
+    const useActivePods = server.config.featureGates?.KubeletPodResourcesListUseActivePods ?? true;
     const dir = join(server.flags.rootDirectory, POD_RESOURCES_DIR);
     await Deno.mkdir(dir, { recursive: true, mode: 0o750 });
     const podResources = new PodResourcesServer({
       providers: {
-        activePods,
+        listPods: useActivePods ? activePods : () => podManager.getPods(),
         podByName: (namespace, name) => podManager.getPodByName(namespace, name),
         devices: managers.devices,
         cpus: managers.cpusForPodResources,
         memory: managers.memoryForPodResources,
+        dynamicResources: {
+          getDynamicResources: (pod, container) => {
+            try {
+              return dynamicResources(dra.containerClaimInfos(pod, container));
+            } catch (e) {
+              deps.logger.error(e, "Unable to get container claim info state");
+              return [];
+            }
+          },
+        },
       },
       clock: deps.clock,
       logger: deps.logger,
@@ -992,6 +1055,7 @@ export class Kubelet {
     const log = deps.logger;
     const runtime = deps.runtimeService;
     if (!runtime) throw new Error("the kubelet needs a runtime service (preInitRuntimeService)");
+    await this.#prepareResourceManagers(signal);
     const version = await waitForRuntime({
       runtime,
       endpoint: config.containerRuntimeEndpoint,

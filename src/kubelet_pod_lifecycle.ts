@@ -55,6 +55,7 @@ import { probeVolumePlugins } from "./volume/plugins.ts";
 import { DraManager } from "./cm/dra_manager.ts";
 import type { DeviceManager } from "./devicemanager/manager.ts";
 import type { InternalContainerLifecycle } from "./cm/internal_container_lifecycle.ts";
+import type { ExclusiveCpus } from "./cm/exclusive_cpus.ts";
 import { ActiveDeadlineHandler } from "./active_deadline.ts";
 import { AllocationManager } from "./allocation/allocation_manager.ts";
 import { ResourceState } from "./allocation/state_checkpoint.ts";
@@ -87,6 +88,8 @@ export type PodLifecycleConfig =
       | "featureGates"
       | "crashLoopBackOff"
       | "memorySwap"
+      | "cpuManagerPolicy"
+      | "memoryManagerPolicy"
     >
   >;
 
@@ -123,7 +126,10 @@ export interface PodLifecycleOptions {
    * The device manager: gives containers their devices' run options, and admission its view
    * of allocatable. @default none: no devices
    */
-  readonly devices?: Pick<DeviceManager, "runContainerOptions" | "sanitizeAllocatable">;
+  readonly devices?: Pick<
+    DeviceManager,
+    "runContainerOptions" | "sanitizeAllocatable" | "allocatedResourcesStatus"
+  >;
   /**
    * Admission by the topology manager and the resource managers (devices, CPUs, memory),
    * before the predicates. @default none
@@ -131,6 +137,8 @@ export interface PodLifecycleOptions {
   readonly resourceAllocator?: PodSyncerOptions["resourceAllocator"];
   /** The CPU and memory managers' container hooks. @default none */
   readonly internalLifecycle?: InternalContainerLifecycle;
+  /** Which pods and containers have exclusive CPUs (no CFS quota then). @default none */
+  readonly exclusiveCpus?: ExclusiveCpus;
   /** Pod cgroups (the container manager's). @default none: the runtime's default cgroups */
   readonly podCgroups?: PodCgroups;
   /** Builds the status manager; benchmarks observe statuses with a subclass. @default new StatusManager */
@@ -372,6 +380,9 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     stateDirectory: o.rootDirectory,
     activePods: () => syncerRef.syncer?.activePods() ?? [],
     sourcesReady: () => syncerRef.syncer !== undefined && o.sourcesReady(),
+    featureGates: config.featureGates,
+    // A device's health changed: the pods using it are synced, their status regenerated.
+    onHealthChange: (uids) => loopRef.loop?.pushResourceHealthUpdate(uids),
   });
   const podLevelResize = config.featureGates?.InPlacePodLevelResourcesVerticalScaling ?? true;
   const runtimeManager = new KubeRuntimeManager({
@@ -429,12 +440,19 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     devices: o.devices &&
       ((pod, container, signal) => o.devices!.runContainerOptions(pod, container, signal)),
     internalLifecycle: o.internalLifecycle,
+    exclusiveCpus: o.exclusiveCpus,
     runtimeClasses,
     userNamespaces: o.userNamespaces,
   });
   const resizeConditions = new PodResizeConditions(clock, metrics);
   const allocation = new AllocationManager({
     state: o.allocatedState ?? ResourceState.inMemory(),
+    // Resizes of Guaranteed pods the static policies pinned are Infeasible (upstream's gates
+    // InPlacePodVerticalScalingExclusiveCPUs/Memory are off and refused here).
+    resourcePolicies: {
+      cpuManagerPolicy: config.cpuManagerPolicy ?? "none",
+      memoryManagerPolicy: config.memoryManagerPolicy ?? "None",
+    },
     conditions: resizeConditions,
     canAdmit: (pod, others, operation) => {
       const r = syncerRef.syncer?.canAdmit(pod, others, operation);
@@ -494,6 +512,10 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     prober,
     volumes: volumeManager,
     dra,
+    allocatedResourcesStatus: (pod, name) => [
+      ...(o.devices?.allocatedResourcesStatus(pod, name) ?? []),
+      ...dra.allocatedResourcesStatus(pod, name),
+    ],
     admitHandlers: o.admitHandlers,
     resourceAllocator: o.resourceAllocator,
     syncLoopHandlers: [activeDeadline],

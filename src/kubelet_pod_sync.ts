@@ -31,6 +31,7 @@ import { kobj, type Logger } from "./klog/klog.ts";
 import type { KubeClient } from "./client/kube_client.ts";
 import {
   generateAPIPodStatus,
+  type GenerateStatusOptions,
   podIsTerminalPhase,
   readPodCgroupForStatus,
 } from "./kubelet_pods.ts";
@@ -174,6 +175,11 @@ export interface PodSyncerOptions {
     /** The topology manager's admission: hints, alignment, then each manager's allocation. */
     admit(pod: V1Pod): Promise<{ admit: boolean; reason?: string; message?: string }>;
   };
+  /**
+   * The health of a container's devices and claims (ResourceHealthStatus): the device and DRA
+   * managers'. @default none
+   */
+  readonly allocatedResourcesStatus?: GenerateStatusOptions["allocatedResourcesStatus"];
   /** Unprepares a stopped pod's ResourceClaims. @default none */
   readonly dra?: Pick<DraManager, "unprepareResources">;
   /** Stops the pod workers. */
@@ -1261,6 +1267,7 @@ export class PodSyncer implements SyncHandler {
         ? (u, n) => this.#o.runtime.actuatedResources!(u, n)
         : undefined,
       supportsRecursiveReadOnly: this.#o.supportsRecursiveReadOnly?.(pod) ?? false,
+      allocatedResourcesStatus: this.#o.allocatedResourcesStatus,
       logger: this.#o.logger,
     });
     const override = this.#statusOverrides.get(uid);

@@ -426,6 +426,10 @@ Deno.test("PodSyncer allocates devices before admitting a pod, gives them to its
       }),
     // The node has no example.com/gpu yet: admission sees what is allocated.
     sanitizeAllocatable: (a) => ({ ...a, "example.com/gpu": String(allocated.length) }),
+    allocatedResourcesStatus: (p) =>
+      allocated.includes(p.metadata!.name!)
+        ? [{ name: "example.com/gpu", resources: [{ resourceID: "gpu0", health: "Healthy" }] }]
+        : [],
   };
   await using h = await harness({ devices, resourceAllocator });
   const gpu = () => {
@@ -456,6 +460,14 @@ Deno.test("PodSyncer allocates devices before admitting a pod, gives them to its
   );
   assert.deepEqual(config.devices.map((d) => d.containerPath), ["/dev/gpu0"]);
   assert.deepEqual(config.CDIDevices, [{ name: "example.com/gpu=0" }]);
+  // The device's health is in the container's status (ResourceHealthStatus).
+  await h.until(
+    "the device health in the status",
+    () => main(h.status(first.metadata!.name!))?.allocatedResourcesStatus !== undefined,
+  );
+  assert.deepEqual(main(h.status(first.metadata!.name!))?.allocatedResourcesStatus, [
+    { name: "example.com/gpu", resources: [{ resourceID: "gpu0", health: "Healthy" }] },
+  ]);
 });
 
 Deno.test("PodSyncer rejects a pod that asks for more CPU than allocatable, and only that one", async () => {

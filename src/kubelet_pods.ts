@@ -21,6 +21,9 @@
  * on, PodObservedGenerationTracking on, RestartAllContainersOnContainerExits on (a container that
  * exits with a RestartAllContainers rule has every container removed and run again in the same
  * sandbox: the AllContainersRestarting condition, and RestartingAllContainers in the statuses).
+ * The health of each container's devices (`allocatedResourcesStatus`, the ResourceHealthStatus
+ * feature) comes from the device and DRA managers through
+ * {@link GenerateStatusOptions.allocatedResourcesStatus}, which reads the gate.
  */
 
 import type {
@@ -33,6 +36,7 @@ import type {
   V1PodCondition,
   V1PodStatus,
   V1ResourceRequirements,
+  V1ResourceStatus,
   V1VolumeMountStatus,
 } from "@kubernetes/client-node";
 import { type RuntimeResources, toRuntimeResources } from "./kuberuntime/pod_resize.ts";
@@ -145,6 +149,12 @@ export interface GenerateStatusOptions {
    * @default none
    */
   podCgroup?: PodCgroupConfig;
+  /**
+   * The health of the devices a regular container holds (upstream containerManager
+   * UpdateAllocatedResourcesStatus: device plugin resources, then DRA claims); an empty list
+   * leaves the field out. @default none
+   */
+  allocatedResourcesStatus?: (pod: V1Pod, containerName: string) => V1ResourceStatus[];
 }
 
 /** The pod cgroup's cpu and memory settings (upstream GetPodCgroupConfig), each if read. */
@@ -347,6 +357,12 @@ export function generateAPIPodStatus(opts: GenerateStatusOptions): V1PodStatus {
   }
 
   applyProbeResults(opts, s);
+  if (opts.allocatedResourcesStatus) {
+    for (const c of s.containerStatuses ?? []) {
+      const statuses = opts.allocatedResourcesStatus(pod, c.name);
+      if (statuses.length > 0) c.allocatedResourcesStatus = statuses;
+    }
+  }
 
   const conditions: V1PodCondition[] = (pod.status?.conditions ?? [])
     .filter((c) => !podConditionByKubelet(c.type))

@@ -1042,3 +1042,36 @@ Deno.test("generateAPIPodStatus sums containers into the pod-level status as Go 
     limits: { memory: "9007199254740988Ki" },
   });
 });
+
+Deno.test("generateAPIPodStatus puts the devices' health in each regular container's allocatedResourcesStatus", () => {
+  const p = pod({
+    restartPolicy: "Always",
+    initContainers: [{ name: "init", image: "busybox" }],
+    containers: [{ name: "app", image: "nginx" }, { name: "plain", image: "nginx" }],
+  });
+  const asked: string[] = [];
+  const s = generate(
+    p,
+    runtime([
+      cri("init", { state: "exited", created: 1 }),
+      cri("app", { state: "running", created: 2 }),
+    ]),
+    {
+      allocatedResourcesStatus: (pd, name) => {
+        asked.push(`${pd.metadata?.uid}/${name}`);
+        return name === "plain" ? [] : [{
+          name: "example.com/gpu",
+          resources: [{ resourceID: "dev-1", health: "Unhealthy" }],
+        }];
+      },
+    },
+  );
+  // Regular containers only, as upstream's UpdateAllocatedResourcesStatus.
+  assert.deepEqual(asked.sort(), ["uid-1/app", "uid-1/plain"]);
+  const byName = new Map((s.containerStatuses ?? []).map((c) => [c.name, c]));
+  assert.deepEqual(byName.get("app")?.allocatedResourcesStatus, [
+    { name: "example.com/gpu", resources: [{ resourceID: "dev-1", health: "Unhealthy" }] },
+  ]);
+  assert.equal("allocatedResourcesStatus" in byName.get("plain")!, false);
+  assert.equal("allocatedResourcesStatus" in (s.initContainerStatuses ?? [])[0]!, false);
+});

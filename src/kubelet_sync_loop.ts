@@ -2,7 +2,8 @@
  * @module
  * The sync loop: the one loop that consumes every event source of the pod lifecycle and hands
  * the work to a {@link SyncHandler}: pod config updates (ADD, UPDATE, DELETE, REMOVE,
- * RECONCILE), PLEG events, the sync tick (every second, pods whose resync time came) and the
+ * RECONCILE), PLEG events, probe result changes, changes of the health of pods' devices (the
+ * container manager's updates), the sync tick (every second, pods whose resync time came) and the
  * housekeeping tick (every two seconds, cleanups once every source has been seen). While the
  * runtime reports errors it waits, backing off from 100 ms to 5 s. It records when it last
  * entered an iteration, for /healthz. Nothing here blocks on a pod: the handler dispatches to
@@ -37,6 +38,12 @@ export interface SyncHandler {
   handlePlegEvents(events: readonly PodLifecycleEvent[]): void;
   /** A probe result changed for the pod (upstream's liveness/readiness/startup channels). */
   handleProbeUpdate(podUID: string): void;
+  /**
+   * The health of devices the pods hold changed (upstream's ContainerManager.Updates channel):
+   * syncs those the kubelet still has, so that their status is made again.
+   * @default each pod as a probe update (both sync the pod by UID)
+   */
+  handleResourceUpdate?(podUIDs: readonly string[]): void;
   /** The pods whose resync time has come (upstream getPodsToSync). */
   podsToSync(): V1Pod[];
   /** Housekeeping (upstream HandlePodCleanups); errors are logged by the loop. */
@@ -83,6 +90,8 @@ export class SyncLoop {
   readonly #handledSources = new Set<string>();
   /** Pods whose probe results changed, in order, each once. */
   readonly #probed = new Set<string>();
+  /** Pods whose devices' health changed, in order, each once. */
+  readonly #resourceUpdated = new Set<string>();
   #configWake = Promise.withResolvers<Wake>();
   #plegNext: Promise<Wake> | undefined;
   /**
@@ -110,6 +119,15 @@ export class SyncLoop {
   pushProbeUpdate(podUID: string): void {
     this.#probed.add(podUID);
     this.#configWake.resolve({ kind: "config" });
+  }
+
+  /**
+   * Queues pods whose devices' health changed (upstream's container manager channel); never
+   * blocks. A pod queued twice before the loop takes them is synced once.
+   */
+  pushResourceHealthUpdate(podUIDs: Iterable<string>): void {
+    for (const uid of podUIDs) this.#resourceUpdated.add(uid);
+    if (this.#resourceUpdated.size > 0) this.#configWake.resolve({ kind: "config" });
   }
 
   /** Queues a pod config update for the loop (upstream's config channel); never blocks. */
@@ -168,6 +186,7 @@ export class SyncLoop {
           this.#probed.delete(uid);
           this.#opts.handler.handleProbeUpdate(uid);
         }
+        if (this.#resourceUpdated.size > 0) this.#handleResourceUpdates();
         const now = clock.now();
         if (now >= nextSync) {
           nextSync = now + this.#syncMs;
@@ -190,6 +209,15 @@ export class SyncLoop {
     this.#tick?.stop.abort();
     this.#tick = undefined;
     await this.#housekeepingRun?.done;
+  }
+
+  #handleResourceUpdates(): void {
+    const { handler, logger } = this.#opts;
+    const uids = [...this.#resourceUpdated];
+    this.#resourceUpdated.clear();
+    logger.v(3).info("SyncLoop (containermanager): event for pods", { podUIDs: uids });
+    if (handler.handleResourceUpdate) handler.handleResourceUpdate(uids);
+    else for (const uid of uids) handler.handleProbeUpdate(uid);
   }
 
   /** Starts a housekeeping beside the loop, unless one still runs. */
@@ -276,7 +304,7 @@ export class SyncLoop {
   /** Waits for a config update, a PLEG event or `due`; undefined once `signal` aborts. */
   async #next(due: number, signal: AbortSignal): Promise<Wake | undefined> {
     if (signal.aborted) return undefined;
-    if (this.#updates.length > 0 || this.#probed.size > 0) return { kind: "config" };
+    if (this.#pending()) return { kind: "config" };
     // The PLEG wait outlives the iteration: aborting it could lose an event in flight.
     this.#plegNext ??= this.#opts.pleg.next(signal).then(
       (event): Wake => ({ kind: "pleg", event }),
@@ -289,13 +317,18 @@ export class SyncLoop {
       ]);
       if (wake.kind === "pleg") this.#plegNext = undefined;
       if (wake.kind === "tick") this.#tick = undefined;
-      if (wake.kind === "config" || (this.#updates.length === 0 && this.#probed.size === 0)) {
+      if (wake.kind === "config" || !this.#pending()) {
         this.#configWake = Promise.withResolvers<Wake>();
       }
       return wake;
     } catch {
       return undefined;
     }
+  }
+
+  /** Whether config updates, probe or resource updates wait. */
+  #pending(): boolean {
+    return this.#updates.length > 0 || this.#probed.size > 0 || this.#resourceUpdated.size > 0;
   }
 
   /** The tick at `due`: the pending one when it is for that time, else a new timer. */

@@ -297,6 +297,26 @@ Deno.test("SyncLoop hands probe updates to the handler, once per pod per iterati
   await t.stop();
 });
 
+Deno.test("SyncLoop hands the pods whose devices' health changed to the handler, each once", async () => {
+  const t = setup();
+  const resourceUpdates: string[][] = [];
+  await settle();
+  // Without handleResourceUpdate each pod is synced as on a probe update.
+  t.loop.pushResourceHealthUpdate(["u1", "u2"]);
+  t.loop.pushResourceHealthUpdate(["u1"]);
+  await settle();
+  assert.deepEqual(t.handler.calls, ["probe:u1", "probe:u2"]);
+  t.handler.calls = [];
+  (t.handler as SyncHandler).handleResourceUpdate = (uids) => resourceUpdates.push([...uids]);
+  t.loop.pushResourceHealthUpdate(["u3", "u1"]);
+  t.loop.pushResourceHealthUpdate(["u3"]);
+  t.loop.pushResourceHealthUpdate([]);
+  await settle();
+  assert.deepEqual(resourceUpdates, [["u3", "u1"]]);
+  assert.deepEqual(t.handler.calls, []);
+  await t.stop();
+});
+
 Deno.test("SyncLoop keeps one tick timer while config updates wake it, and still ticks", async () => {
   const clock = new FakeClock();
   let sleeps = 0;

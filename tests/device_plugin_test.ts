@@ -46,73 +46,94 @@ import { requireRoot } from "./requirements.ts";
 
 const gate = await requireRoot("device plugin e2e tests", ["containerd", "runc", "go"]);
 const NODE = "kts-device-plugins";
+const NODE_CDI = "kts-device-plugins-cdi";
 const NS = "default";
 const LISTER = criMethods(PodResourcesListerDefinition);
 
 interface World {
   readonly dir: string;
   readonly cp: ControlPlane;
+  readonly node: string;
   readonly containerd: ContainerdHandle;
   agent: RunningAgent;
   readonly args: string[];
   readonly rootDir: string;
 }
 
+/** A control plane, a containerd (`runtime`) with the images, and the agent: one node. */
+async function startWorld(
+  node: string,
+  runtime?: "containerd2",
+): Promise<World> {
+  const dir = await Deno.makeTempDir({ prefix: "device-plugin-e2e-" });
+  const stack = new AsyncDisposableStack();
+  try {
+    const cp = stack.use(await startControlPlane({ dir: join(dir, "cp"), nodeNames: [node] }));
+    const socket = join(dir, "containerd", "containerd.sock");
+    const containerd = stack.use(
+      await startContainerd({ dir: join(dir, "containerd"), socket, runtime }),
+    );
+    await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE] });
+    await ensureDeviceImages({ components: ["sampledeviceplugin"], containerdSocket: socket });
+    const { agent, args } = await startNodeAgent({
+      cp,
+      dir,
+      nodeName: node,
+      endpoint: containerd.endpoint,
+      // Devices reach the Node's status sooner than with upstream's 10 s.
+      configLines: ["nodeStatusUpdateFrequency: 2s"],
+    });
+    // No controller manager here: the service accounts and root CA its controllers make.
+    for (const ns of [NS, "kube-system"]) {
+      await ensureDefaultServiceAccount(cp, ns);
+      await ensureRootCAConfigMap(cp, ns);
+    }
+    stack.move();
+    return { dir, node, cp, containerd, agent, args, rootDir: join(dir, "root") };
+  } catch (e) {
+    await stack.disposeAsync();
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+    throw e;
+  }
+}
+
 const suite = e2eSuite<World>({
   name: "device plugins",
   gate,
   userAgent: "device-plugin-e2e-test",
-  async start() {
-    const dir = await Deno.makeTempDir({ prefix: "device-plugin-e2e-" });
-    const stack = new AsyncDisposableStack();
-    try {
-      const cp = stack.use(await startControlPlane({ dir: join(dir, "cp"), nodeNames: [NODE] }));
-      const socket = join(dir, "containerd", "containerd.sock");
-      const containerd = stack.use(await startContainerd({ dir: join(dir, "containerd"), socket }));
-      await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE] });
-      await ensureDeviceImages({ components: ["sampledeviceplugin"], containerdSocket: socket });
-      const { agent, args } = await startNodeAgent({
-        cp,
-        dir,
-        nodeName: NODE,
-        endpoint: containerd.endpoint,
-        // Devices reach the Node's status sooner than with upstream's 10 s.
-        configLines: ["nodeStatusUpdateFrequency: 2s"],
-      });
-      // No controller manager here: the service accounts and root CA its controllers make.
-      for (const ns of [NS, "kube-system"]) {
-        await ensureDefaultServiceAccount(cp, ns);
-        await ensureRootCAConfigMap(cp, ns);
-      }
-      stack.move();
-      return { dir, cp, containerd, agent, args, rootDir: join(dir, "root") };
-    } catch (e) {
-      await stack.disposeAsync();
-      await Deno.remove(dir, { recursive: true }).catch(() => {});
-      throw e;
-    }
-  },
+  start: () => startWorld(NODE),
 });
 const e2e = suite.test;
 
-/** The sample plugin as upstream's manifest runs it, its directory at the kubelet's. */
-async function startPlugin(w: World, name = "sample-device-plugin"): Promise<void> {
+/**
+ * The sample plugin as upstream's manifests run it, its directory at the kubelet's; with `cdi`,
+ * as upstream's node e2e runs it (CDI_ENABLED, its CDI spec written to the host's /var/run/cdi,
+ * where containerd 2.x reads CDI specs).
+ */
+async function startPlugin(w: World, name = "sample-device-plugin", cdi = false): Promise<void> {
+  const mounts = [{ name: "device-plugins", mountPath: "/var/lib/kubelet/device-plugins" }];
+  const volumes: unknown[] = [{
+    name: "device-plugins",
+    hostPath: { path: join(w.rootDir, "device-plugins"), type: "Directory" },
+  }];
+  if (cdi) {
+    mounts.push({ name: "cdi", mountPath: "/var/run/cdi" });
+    volumes.push({ name: "cdi", hostPath: { path: "/var/run/cdi", type: "DirectoryOrCreate" } });
+  }
   await createObject(w.cp, {
     apiVersion: "v1",
     kind: "Pod",
     metadata: { name, namespace: "kube-system" },
     spec: {
-      nodeName: NODE,
+      nodeName: w.node,
       terminationGracePeriodSeconds: 1,
       containers: [{
         name: "plugin",
         image: SAMPLE_DEVICE_PLUGIN_IMAGE,
-        volumeMounts: [{ name: "device-plugins", mountPath: "/var/lib/kubelet/device-plugins" }],
+        ...(cdi ? { env: [{ name: "CDI_ENABLED", value: "1" }] } : {}),
+        volumeMounts: mounts,
       }],
-      volumes: [{
-        name: "device-plugins",
-        hostPath: { path: join(w.rootDir, "device-plugins"), type: "Directory" },
-      }],
+      volumes,
     },
   });
 }
@@ -122,37 +143,47 @@ function deletePod(w: World, api: KubeClient, name: string, ns = NS): Promise<vo
 }
 
 /** A pod asking for `count` of the plugin's devices, listing the device files it was given. */
-async function devicePod(w: World, name: string, count: number): Promise<void> {
+async function devicePod(
+  w: World,
+  name: string,
+  count: number,
+  script = "ls -d /tmp/Dev-*; sleep 3600",
+): Promise<void> {
   await createObject(w.cp, {
     apiVersion: "v1",
     kind: "Pod",
     metadata: { name, namespace: NS },
     spec: {
-      nodeName: NODE,
+      nodeName: w.node,
       terminationGracePeriodSeconds: 1,
       containers: [{
         name: "main",
         image: BUSYBOX_IMAGE,
-        command: ["sh", "-c", "ls -d /tmp/Dev-*; sleep 3600"],
+        command: ["sh", "-c", script],
         resources: { limits: { [SAMPLE_DEVICE_RESOURCE]: String(count) } },
       }],
     },
   });
 }
 
-async function nodeDevices(api: KubeClient): Promise<[string?, string?]> {
-  const n = await api.get<V1Node>(`/api/v1/nodes/${NODE}`);
+async function nodeDevices(api: KubeClient, node = NODE): Promise<[string?, string?]> {
+  const n = await api.get<V1Node>(`/api/v1/nodes/${node}`);
   return [
     n.status?.capacity?.[SAMPLE_DEVICE_RESOURCE],
     n.status?.allocatable?.[SAMPLE_DEVICE_RESOURCE],
   ];
 }
 
-async function waitNodeDevices(api: KubeClient, want: string, what: string): Promise<void> {
+async function waitNodeDevices(
+  api: KubeClient,
+  want: string,
+  what: string,
+  node = NODE,
+): Promise<void> {
   await poll(
     what,
     async () => {
-      const [cap, alloc] = await nodeDevices(api);
+      const [cap, alloc] = await nodeDevices(api, node);
       return cap === want && alloc === want ? true : undefined;
     },
     90_000,
@@ -309,5 +340,46 @@ e2e(
 );
 
 suite.teardown("teardown", async (w) => {
+  await w.containerd.stop();
+});
+
+const cdiSuite = e2eSuite<World>({
+  name: "device plugins with CDI (containerd 2.x)",
+  gate,
+  userAgent: "device-plugin-cdi-e2e-test",
+  start: () => startWorld(NODE_CDI, "containerd2"),
+});
+
+cdiSuite.test(
+  "the plugin's CDI device reaches the container through the runtime: its env and device node",
+  async (w, api) => {
+    await startPlugin(w, "sample-device-plugin", true);
+    await waitNodeDevices(api, String(SAMPLE_DEVICE_IDS.length), "example.com/resource", w.node);
+    await devicePod(
+      w,
+      "cdi-user",
+      1,
+      'echo "CDI_DEVICE=$CDI_DEVICE"; ls /tmp/; test -b "/tmp/$CDI_DEVICE" && echo block; sleep 3600',
+    );
+    await waitPod(api, NS, "cdi-user", "Running", (p) => p.status?.phase === "Running", 90_000);
+    const [id] = await assignedDevices(w, "cdi-user");
+    // containerd applied the CDI spec's edits: the env and the block device node.
+    await poll(
+      "the CDI edits in the logs",
+      async () => {
+        const logs = await logsOf(w, "cdi-user");
+        return logs.includes(`CDI_DEVICE=CDI-${id}\n`) && logs.includes("block\n")
+          ? true
+          : undefined;
+      },
+      30_000,
+      500,
+    );
+    await deletePod(w, api, "cdi-user");
+    await deletePod(w, api, "sample-device-plugin", "kube-system");
+  },
+);
+
+cdiSuite.teardown("teardown", async (w) => {
   await w.containerd.stop();
 });

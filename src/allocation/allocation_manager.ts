@@ -1,19 +1,23 @@
 /**
  * @module
- * Which resources the kubelet has accepted for each pod (its allocation), apart from what the
- * pod spec asks for: the spec changes the moment a user resizes a pod, the allocation only once
- * the resize fits beside the other pods. At admission the pod's resources are checkpointed
+ * Which resources the kubelet has accepted for each pod (its allocation), apart from what the pod
+ * spec asks for: the spec changes the moment a user resizes a pod, the allocation only once the
+ * resize fits beside the other pods. At admission the pod's resources are checkpointed
  * (`<root-dir>/allocated_pods_state`): each container's, and the pod-level `spec.resources`
  * (InPlacePodLevelResourcesVerticalScaling, beta and on); a later resize of either is admitted
- * again with the resize admit handler and the admission checks (node resources first among
- * them) against the other pods' allocations. One that fits becomes the new allocation (PodResizeInProgress, a ResizeStarted
- * event); one that does not is PodResizePending, Deferred (retried when resources free up, when
- * pods are added or removed, and every 3 minutes) or Infeasible (never retried), with a
- * ResizeDeferred or ResizeInfeasible event. The pod workers sync the pod as allocated, never
- * its spec. kubelet_pod_infeasible_resizes_total counts each time the resize admit handler finds
- * a resize infeasible, and kubelet_pod_deferred_accepted_resizes_total each Deferred resize
- * accepted, by what retried it. Corresponds to upstream `pkg/kubelet/allocation`
- * (allocation_manager.go, handlers.go, features_linux.go) and `pkg/kubelet/events/resize.go`.
+ * again with the resize admit handler and the admission checks (node resources first among them)
+ * against the other pods' allocations. One that fits becomes the new allocation
+ * (PodResizeInProgress, a ResizeStarted event); one that does not is PodResizePending, Deferred
+ * (retried when resources free up, when pods are added or removed, and every 3 minutes) or
+ * Infeasible (never retried), with a ResizeDeferred or ResizeInfeasible event. A resize of a
+ * Guaranteed pod's cpu under the static CPU manager policy, or of its memory under the Static
+ * memory manager policy, is Infeasible: resizing pinned CPUs or NUMA memory
+ * (InPlacePodVerticalScalingExclusiveCPUs and InPlacePodVerticalScalingExclusiveMemory, alpha) is
+ * not built, and those gates are refused. The pod workers sync the pod as allocated, never its
+ * spec. kubelet_pod_infeasible_resizes_total counts each time the resize admit handler finds a
+ * resize infeasible, and kubelet_pod_deferred_accepted_resizes_total each Deferred resize accepted,
+ * by what retried it. Corresponds to upstream `pkg/kubelet/allocation` (allocation_manager.go,
+ * handlers.go, features_linux.go) and `pkg/kubelet/events/resize.go`.
  */
 
 import type { V1Container, V1Pod, V1ResourceRequirements } from "@kubernetes/client-node";
@@ -24,6 +28,8 @@ import { kobj, type Logger } from "../klog/klog.ts";
 import { getPodQOS } from "../qos/qos.ts";
 import { cmpDec, parseDec, podRequests } from "../qos/resource_helpers.ts";
 import { type PodResizeConditions, REASON_INFEASIBLE } from "../status/resize_conditions.ts";
+import { CPU_POLICY_STATIC } from "../cpumanager/policy.ts";
+import { POLICY_STATIC as MEMORY_POLICY_STATIC } from "../memorymanager/policy.ts";
 import { copyRequirements, type PodResourceInfo, type ResourceState } from "./state_checkpoint.ts";
 
 /** The first retry of deferred resizes after start, and the period after that (upstream). */
@@ -59,6 +65,14 @@ export type CanAdmit = (
   operation: "add" | "resize",
 ) => AdmitAnswer;
 
+/** The configured CPU and memory manager policies (upstream NodeConfig's, read by handlers.go). */
+export interface ResourcePolicies {
+  /** Config cpuManagerPolicy: "none" or "static". */
+  readonly cpuManagerPolicy: string;
+  /** Config memoryManagerPolicy: "None" or "Static". */
+  readonly memoryManagerPolicy: string;
+}
+
 /** What {@link AllocationManager} needs. */
 export interface AllocationManagerOptions {
   readonly state: ResourceState;
@@ -81,6 +95,11 @@ export interface AllocationManagerOptions {
    * the allocation (checkpointed, compared, resized). @default true
    */
   readonly inPlacePodLevelResourcesVerticalScaling?: boolean;
+  /**
+   * The CPU and memory manager policies: under a static one a Guaranteed pod's resize of that
+   * resource is Infeasible. @default none: no such resize is refused
+   */
+  readonly resourcePolicies?: ResourcePolicies;
 }
 
 /** The pod's allocated resources and pending resizes; see the module documentation. */
@@ -279,7 +298,12 @@ export class AllocationManager {
       conditions.clearPending(uid);
       return false;
     }
-    let answer = resizeAdmit(pod, allocatedPod, this.#o.metrics, this.#podLevel);
+    let answer = resizeAdmit(pod, allocatedPod, {
+      metrics: this.#o.metrics,
+      podLevelGate: this.#podLevel,
+      resourcePolicies: this.#o.resourcePolicies,
+      logger,
+    });
     if (answer.admit) {
       answer = this.#o.canAdmit(
         pod,
@@ -553,29 +577,92 @@ export function isInPlacePodLevelResourcesVerticalScalingAllowed(
   return { allowed: true };
 }
 
+/** kubelet_pod_infeasible_resizes_total's reason_detail for a Guaranteed pod's pinned cpu. */
+export const INFEASIBLE_CPU_MANAGER_STATIC = "guaranteed_pod_cpu_manager_static_policy";
+/** kubelet_pod_infeasible_resizes_total's reason_detail for a Guaranteed pod's pinned memory. */
+export const INFEASIBLE_MEMORY_MANAGER_STATIC = "guaranteed_pod_memory_manager_static_policy";
+
+/** What {@link resizeAdmit} reads besides the pod. */
+export interface ResizeAdmitOptions {
+  /** Where infeasible resizes are counted. @default none */
+  readonly metrics?: Pick<AllocationMetrics, "podInfeasibleResizes">;
+  /** featureGates.InPlacePodLevelResourcesVerticalScaling. @default true */
+  readonly podLevelGate?: boolean;
+  /** The CPU and memory manager policies. @default none: neither is static */
+  readonly resourcePolicies?: ResourcePolicies;
+  /** For the V(3) line of a Guaranteed pod's refused resize. @default none */
+  readonly logger?: Logger;
+}
+
 /**
- * The resize admit handler (upstream podResizesAdmitHandler on Linux): a resize of the
- * pod-level resources is infeasible when the InPlacePodLevelResourcesVerticalScaling gate is
- * off (`podLevelGate`), counted each time it is found, as upstream. Upstream's other
- * infeasible cases cannot occur here: InPlacePodVerticalScaling is locked on, and there is no
- * CPU or memory manager with the static policy; a container memory resize with swap
- * (swap_limitation) is not checked by this handler yet.
+ * The resize admit handler (upstream podResizesAdmitHandler on Linux): a resize of the pod-level
+ * resources is infeasible when the InPlacePodLevelResourcesVerticalScaling gate is off
+ * (`podLevelGate`); a Guaranteed pod's resize that changes a container's cpu requests under the
+ * static CPU manager policy, or its memory requests under the Static memory manager policy, is
+ * infeasible (the gates that would let the managers resize, alpha
+ * InPlacePodVerticalScalingExclusiveCPUs and ...ExclusiveMemory, are refused at start). Each is
+ * counted each time it is found, as upstream. InPlacePodVerticalScaling is locked on; a container
+ * memory resize with swap (swap_limitation) is not checked by this handler yet.
  */
 export function resizeAdmit(
   pod: V1Pod,
   allocatedPod: V1Pod,
-  metrics?: Pick<AllocationMetrics, "podInfeasibleResizes">,
-  podLevelGate = true,
+  opts: ResizeAdmitOptions = {},
 ): AdmitAnswer {
+  const { metrics, resourcePolicies } = opts;
   if (!requirementsEqual(pod.spec?.resources, allocatedPod.spec?.resources)) {
-    const allowed = isInPlacePodLevelResourcesVerticalScalingAllowed(podLevelGate);
+    const allowed = isInPlacePodLevelResourcesVerticalScalingAllowed(opts.podLevelGate ?? true);
     if (!allowed.allowed) {
       // A pending pod-level resize that is not allowed keeps the allocated resources.
       metrics?.podInfeasibleResizes.inc({ reason_detail: allowed.reason });
       return { admit: false, reason: REASON_INFEASIBLE, message: allowed.message };
     }
   }
+  if (resourcePolicies && getPodQOS(pod) === "Guaranteed") {
+    const pinned = [
+      {
+        resource: "cpu",
+        on: resourcePolicies.cpuManagerPolicy === CPU_POLICY_STATIC,
+        manager: `CPU Manager policy "${CPU_POLICY_STATIC}"`,
+        reason: INFEASIBLE_CPU_MANAGER_STATIC,
+      },
+      {
+        resource: "memory",
+        on: resourcePolicies.memoryManagerPolicy === MEMORY_POLICY_STATIC,
+        manager: `Memory Manager policy "${MEMORY_POLICY_STATIC}"`,
+        reason: INFEASIBLE_MEMORY_MANAGER_STATIC,
+      },
+    ];
+    for (const p of pinned) {
+      if (!p.on || !guaranteedPodResourceResizeRequired(pod, allocatedPod, p.resource)) continue;
+      const message = `Resize is infeasible for Guaranteed Pods alongside ${p.manager}`;
+      opts.logger?.v(3).info(message, { pod: kobj(pod) });
+      metrics?.podInfeasibleResizes.inc({ reason_detail: p.reason });
+      return { admit: false, reason: REASON_INFEASIBLE, message };
+    }
+  }
   return { admit: true };
+}
+
+/**
+ * upstream guaranteedPodResourceResizeRequired: whether a resizable container's request of
+ * `resource` differs from its allocation (a Guaranteed pod's limits equal its requests).
+ */
+function guaranteedPodResourceResizeRequired(
+  pod: V1Pod,
+  allocatedPod: V1Pod,
+  resource: string,
+): boolean {
+  const allocated = new Map<string, V1Container>();
+  for (const c of allocatedPod.spec?.initContainers ?? []) allocated.set(c.name, c);
+  for (const c of allocatedPod.spec?.containers ?? []) allocated.set(c.name, c);
+  const request = (c: V1Container | undefined) =>
+    parseDec(String(c?.resources?.requests?.[resource] ?? "0"));
+  const changed = (c: V1Container) => cmpDec(request(c), request(allocated.get(c.name))) !== 0;
+  return (pod.spec?.initContainers ?? []).some((c) =>
+    isResizableContainer(c, "init") && changed(c)
+  ) ||
+    (pod.spec?.containers ?? []).some((c) => isResizableContainer(c, "regular") && changed(c));
 }
 
 /**

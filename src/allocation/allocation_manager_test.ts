@@ -5,7 +5,10 @@ import { createLogger } from "../klog/klog.ts";
 import type { ObjectRef } from "../client/record.ts";
 import {
   AllocationManager,
+  type AllocationManagerOptions,
   type CanAdmit,
+  INFEASIBLE_CPU_MANAGER_STATIC,
+  INFEASIBLE_MEMORY_MANAGER_STATIC,
   INFEASIBLE_PLR_FEATURE_GATE_OFF,
   INITIAL_RETRY_DELAY_MS,
   resizeAdmit,
@@ -54,7 +57,11 @@ async function advance(clock: FakeClock, ms: number): Promise<void> {
   for (let i = 0; i < 3; i++) await new Promise((r) => setTimeout(r, 0));
 }
 
-function setup(capacity = 1000, podLevelGate = true) {
+function setup(
+  capacity = 1000,
+  podLevelGate = true,
+  resourcePolicies?: AllocationManagerOptions["resourcePolicies"],
+) {
   const clock = new FakeClock();
   const conditions = new PodResizeConditions(clock);
   const metrics = new KubeletMetrics({ process: false });
@@ -76,6 +83,7 @@ function setup(capacity = 1000, podLevelGate = true) {
     logger: createLogger({ write: () => {} }),
     metrics,
     inPlacePodLevelResourcesVerticalScaling: podLevelGate,
+    resourcePolicies,
   });
   const add = (p: V1Pod) => {
     const r = m.addPod([...pods.values()], p);
@@ -210,22 +218,27 @@ Deno.test("resizeAdmit refuses a pod-level resize as Infeasible with the gate of
   const metrics = new KubeletMetrics({ process: false });
   const allocated = podLevelPod("a", "200m", "64Mi");
   const wanted = podLevelPod("a", "400m", "64Mi", 2);
-  assert.deepEqual(resizeAdmit(wanted, allocated, metrics, true), { admit: true });
+  assert.deepEqual(resizeAdmit(wanted, allocated, { metrics, podLevelGate: true }), {
+    admit: true,
+  });
   assert.deepEqual(await resizeCounts(metrics), []);
-  assert.deepEqual(resizeAdmit(wanted, allocated, metrics, false), {
+  assert.deepEqual(resizeAdmit(wanted, allocated, { metrics, podLevelGate: false }), {
     admit: false,
     reason: "Infeasible",
     message: "InPlacePodLevelResourcesVerticalScaling is disabled",
   });
   // Counted each time the handler finds it (upstream Admit counts every call).
-  resizeAdmit(wanted, allocated, metrics, false);
+  resizeAdmit(wanted, allocated, { metrics, podLevelGate: false });
   assert.deepEqual(await resizeCounts(metrics), [
     `infeasible{${INFEASIBLE_PLR_FEATURE_GATE_OFF}}=2`,
   ]);
   // A container resize of a pod whose pod-level resources did not change is not refused.
-  assert.deepEqual(resizeAdmit(pod("a", "300m"), pod("a", "200m"), metrics, false), {
-    admit: true,
-  });
+  assert.deepEqual(
+    resizeAdmit(pod("a", "300m"), pod("a", "200m"), { metrics, podLevelGate: false }),
+    {
+      admit: true,
+    },
+  );
 });
 
 Deno.test("AllocationManager with the gate off leaves pod-level resources out, as upstream", () => {
@@ -361,4 +374,66 @@ Deno.test("AllocationManager counts a Deferred resize once, when accepted, by wh
   // Accepted: a later retry has nothing left to count.
   m.retryPendingResizes("pod_terminated");
   assert.deepEqual(await resizeCounts(metrics), ["deferred_accepted{pods_removed}=1"]);
+});
+
+const STATIC = { cpuManagerPolicy: "static", memoryManagerPolicy: "Static" };
+
+Deno.test("resizeAdmit refuses a Guaranteed pod's cpu or memory resize under a static policy as Infeasible, as upstream", async () => {
+  const metrics = new KubeletMetrics({ process: false });
+  const allocated = pod("a", "1", 1);
+  const cpu = pod("a", "2", 2);
+  assert.deepEqual(resizeAdmit(cpu, allocated, { metrics, resourcePolicies: STATIC }), {
+    admit: false,
+    reason: "Infeasible",
+    message: 'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"',
+  });
+  const memory: V1Pod = {
+    ...allocated,
+    spec: { containers: [container("c", "1", "128Mi")] },
+  };
+  const memoryOnly = { cpuManagerPolicy: "none", memoryManagerPolicy: "Static" };
+  assert.deepEqual(resizeAdmit(memory, allocated, { metrics, resourcePolicies: memoryOnly }), {
+    admit: false,
+    reason: "Infeasible",
+    message: 'Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"',
+  });
+  // The static CPU policy does not refuse a memory-only resize, nor the default policies any.
+  const cpuOnly = { cpuManagerPolicy: "static", memoryManagerPolicy: "None" };
+  assert.deepEqual(resizeAdmit(memory, allocated, { metrics, resourcePolicies: cpuOnly }), {
+    admit: true,
+  });
+  const none = { cpuManagerPolicy: "none", memoryManagerPolicy: "None" };
+  assert.deepEqual(resizeAdmit(cpu, allocated, { metrics, resourcePolicies: none }), {
+    admit: true,
+  });
+  // A Burstable pod is not refused: only Guaranteed pods are pinned.
+  const burstable = (cpu: string): V1Pod => ({
+    metadata: { uid: "b" },
+    spec: { containers: [{ name: "c", resources: { requests: { cpu } } }] },
+  });
+  assert.deepEqual(
+    resizeAdmit(burstable("2"), burstable("1"), { metrics, resourcePolicies: STATIC }),
+    { admit: true },
+  );
+  assert.deepEqual(await resizeCounts(metrics), [
+    `infeasible{${INFEASIBLE_CPU_MANAGER_STATIC}}=1`,
+    `infeasible{${INFEASIBLE_MEMORY_MANAGER_STATIC}}=1`,
+  ]);
+});
+
+Deno.test("AllocationManager keeps a Guaranteed pod's allocation under the static CPU policy: Infeasible, with a ResizeInfeasible event", () => {
+  const { m, add, pods, conditions, events } = setup(4000, true, STATIC);
+  add(pod("a", "1"));
+  const resized = pod("a", "2", 2);
+  pods.set("a", resized);
+  m.pushPendingResize("a");
+  assert.deepEqual(m.retryPendingResizes("pod_updated"), []);
+  assert.equal(conditions.isInfeasible("a"), true);
+  assert.equal(
+    conditions.get("a")[0]?.message,
+    'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"',
+  );
+  assert.equal(events.at(-1)?.reason, "ResizeInfeasible");
+  assert.deepEqual(m.containerAllocation("a", "c")?.requests, { cpu: "1", memory: "64Mi" });
+  assert.equal(m.hasPendingResizes(), false);
 });

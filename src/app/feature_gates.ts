@@ -43,10 +43,6 @@ const defaultOnly = (why: string): KubeletGate => ({ class: "default only", why 
 const defaultMissing = (why: string): KubeletGate => ({ class: "default missing", why });
 const noEffect = (why: string): KubeletGate => ({ class: "no kubelet effect", why });
 
-const NO_CPU_MANAGER = "no CPU manager: exclusive CPUs are not pinned";
-const NO_MEMORY_MANAGER = "no memory manager: memory is not pinned to NUMA nodes";
-const NO_TOPOLOGY_MANAGER = "no topology manager: NUMA alignment is not checked at admission";
-const NO_DEVICES = "no device plugins and no DRA: no device is allocated or watched";
 const STATIC_POD_VALIDATION = "static pods are validated as with the gate's default only";
 const INFORMER_INTERNALS = "client-go informer internals: nothing outside the process shows them";
 
@@ -60,8 +56,8 @@ export const KUBELET_GATES: Readonly<Record<string, KubeletGate>> = {
   ),
   AtomicFIFO: noEffect(INFORMER_INTERNALS),
   CBORServingAndStorage: defaultOnly("/flagz and /statusz are not served, in CBOR or otherwise"),
-  CPUManagerPolicyAlphaOptions: defaultOnly(NO_CPU_MANAGER),
-  CPUManagerPolicyBetaOptions: defaultOnly(NO_CPU_MANAGER),
+  CPUManagerPolicyAlphaOptions: honoured("cm/resource_managers.ts"),
+  CPUManagerPolicyBetaOptions: honoured("cm/resource_managers.ts"),
   CRIListStreaming: defaultOnly("containers, sandboxes and images are listed with unary CRI calls"),
   CSIVolumeHealth: honoured("kubelet_pod_lifecycle.ts"),
   ChangeContainerStatusOnKubeletRestart: defaultOnly(
@@ -83,9 +79,11 @@ export const KUBELET_GATES: Readonly<Record<string, KubeletGate>> = {
   ),
   ContextualLogging: defaultOnly("log lines always carry the values contextual loggers add"),
   CustomCPUCFSQuotaPeriod: honoured("apis/validation.ts"),
-  DRAExtendedResource: defaultOnly(NO_DEVICES),
-  DRAWorkloadResourceClaims: defaultOnly(NO_DEVICES),
-  DisableCPUQuotaWithExclusiveCPUs: defaultOnly(NO_CPU_MANAGER),
+  DRAExtendedResource: defaultMissing(
+    "extended resources backed by DRA are not built: an extended resource is a device plugin's",
+  ),
+  DRAWorkloadResourceClaims: defaultOnly("claims of pod groups are not prepared"),
+  DisableCPUQuotaWithExclusiveCPUs: honoured("cm/exclusive_cpus.ts"),
   EnvFiles: defaultOnly("fileKeyRef environment variables are always resolved"),
   EventedPLEG: honoured("kubelet_pod_lifecycle.ts"),
   ExtendWebSocketsToKubelet: defaultMissing(
@@ -97,8 +95,14 @@ export const KUBELET_GATES: Readonly<Record<string, KubeletGate>> = {
   ImageVolumeWithDigest: defaultOnly("image volume digests are not reported in container status"),
   InOrderInformersBatchProcess: noEffect(INFORMER_INTERNALS),
   InPlacePodLevelResourcesVerticalScaling: honoured("kubelet_pod_lifecycle.ts"),
-  InPlacePodVerticalScalingExclusiveCPUs: defaultOnly(NO_CPU_MANAGER),
-  InPlacePodVerticalScalingExclusiveMemory: defaultOnly(NO_MEMORY_MANAGER),
+  InPlacePodVerticalScalingExclusiveCPUs: defaultOnly(
+    "the CPU manager does not resize exclusive CPUs: a Guaranteed pod's cpu resize under the " +
+      "static policy is Infeasible",
+  ),
+  InPlacePodVerticalScalingExclusiveMemory: defaultOnly(
+    "the memory manager does not resize NUMA-pinned memory: a Guaranteed pod's memory resize " +
+      "under the Static policy is Infeasible",
+  ),
   InPlacePodVerticalScalingInitContainers: defaultOnly(
     "init containers are always resized in place",
   ),
@@ -108,7 +112,7 @@ export const KUBELET_GATES: Readonly<Record<string, KubeletGate>> = {
   KubeletInUserNamespace: defaultOnly(
     "errors setting sysctls, oom_score_adj and cgroups are not tolerated as in a user namespace",
   ),
-  KubeletPodResourcesListUseActivePods: defaultOnly("no pod resources API: " + NO_DEVICES),
+  KubeletPodResourcesListUseActivePods: honoured("kubelet.ts"),
   KubeletRegistrationGetOnExistsOnly: defaultOnly(
     "a node create refused as forbidden is still followed by a get of the node",
   ),
@@ -132,7 +136,9 @@ export const KUBELET_GATES: Readonly<Record<string, KubeletGate>> = {
   ),
   PodCertificateRequest: defaultOnly("podCertificate projected volumes are not built"),
   PodDeletionCost: defaultOnly(STATIC_POD_VALIDATION),
-  PodLevelResourceManagers: defaultOnly(`${NO_CPU_MANAGER}; ${NO_MEMORY_MANAGER}`),
+  PodLevelResourceManagers: defaultOnly(
+    "pod-level resources are not handed to the CPU and memory managers",
+  ),
   PodLevelResources: defaultOnly("pod-level resources are always applied"),
   PodLogsQuerySplitStreams: defaultOnly("/containerLogs refuses the stream parameter"),
   PodReadyToStartContainersCondition: defaultOnly(
@@ -148,8 +154,9 @@ export const KUBELET_GATES: Readonly<Record<string, KubeletGate>> = {
   ReloadKubeletServerCertificateFile: defaultMissing(
     "tlsCertFile is read once at start, as with the gate off",
   ),
-  ResourceHealthStatus: defaultOnly(NO_DEVICES),
-  ResourceHealthStatusMessage: defaultOnly(NO_DEVICES),
+  // Also read by cm/dra_manager.ts (DRA claims' devices).
+  ResourceHealthStatus: honoured("devicemanager/manager.ts"),
+  ResourceHealthStatusMessage: honoured("cm/dra_manager.ts"),
   RestartAllContainersOnContainerExits: defaultOnly(
     "RestartAllContainers restart rules are always followed",
   ),
@@ -162,8 +169,8 @@ export const KUBELET_GATES: Readonly<Record<string, KubeletGate>> = {
   TaintTolerationComparisonOperators: defaultOnly(
     "tolerations with the Gt and Lt operators are not matched at admission and eviction",
   ),
-  TopologyManagerPolicyAlphaOptions: defaultOnly(NO_TOPOLOGY_MANAGER),
-  TopologyManagerPolicyBetaOptions: defaultOnly(NO_TOPOLOGY_MANAGER),
+  TopologyManagerPolicyAlphaOptions: honoured("cm/resource_managers.ts"),
+  TopologyManagerPolicyBetaOptions: honoured("cm/resource_managers.ts"),
   UnlockWhileProcessingFIFO: noEffect(INFORMER_INTERNALS),
   UserNamespacesHostNetworkSupport: defaultOnly(STATIC_POD_VALIDATION),
   WatchListClient: defaultMissing("informers list, then watch, as with the gate off"),

@@ -27,6 +27,7 @@ import {
   validateSystemRequirements,
 } from "./node_container_manager.ts";
 import { PodContainerManager } from "./pod_container_manager.ts";
+import type { ExclusiveCpus } from "./exclusive_cpus.ts";
 import { QOSContainerManager } from "./qos_container_manager.ts";
 import type { KubeletMetrics } from "../metrics/metrics.ts";
 
@@ -91,6 +92,11 @@ export interface ContainerManagerOptions {
   readonly hugePagesDir?: string;
   /** Cgroup operation durations and the runtime's RuntimeConfig support. @default none */
   readonly metrics?: Pick<KubeletMetrics, "cgroupManagerDuration" | "criLosingSupport">;
+  /**
+   * Pods on exclusive CPUs, whose pod cgroup gets no CFS quota (newExclusiveCpus, which honours
+   * DisableCPUQuotaWithExclusiveCPUs). @default none: every pod's CPU limit is enforced
+   */
+  readonly exclusiveCpus?: Pick<ExclusiveCpus, "pod">;
 }
 
 /** The built container manager. */
@@ -154,6 +160,7 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
     enforceCPULimits: config.cpuCFSQuota ?? true,
     cpuPeriodUs: BigInt(config.cpuCFSQuotaPeriod ?? 100) * 1000n,
     podPidsLimit: config.podPidsLimit ?? -1,
+    exclusiveCpus: o.exclusiveCpus,
     logger,
   });
   /** The kept set and time of the last orphan scan that left no orphan. */

@@ -19,15 +19,25 @@
  *   runs the plugins' registration side (ResourceSlice clean-up), and every 60 s, once the pod
  *   sources are ready, unprepares the claims of pods that are no longer active.
  *
+ * - Device health (the ResourceHealthStatus gate, beta and on): each registered plugin's
+ *   NodeWatchResources stream feeds the health cache (`dra_health.ts`), and the pods whose
+ *   devices changed are handed to `onHealthChange` for a new status;
+ *   {@link DraManager.allocatedResourcesStatus} gives a container's `allocatedResourcesStatus`
+ *   (`dra_health_status.ts`): one entry per claim (and request) it names, with each device's
+ *   health, and its message with ResourceHealthStatusMessage (beta and on).
+ *
  * Errors read as upstream's, and each Prepare/Unprepare is one observation of
- * dra_operations_duration_seconds. Not done: device health (the ResourceHealthStatus feature,
- * beta and on in 1.36: the drivers' NodeWatchResources stream and the containers'
- * allocatedResourcesStatus), claims of pod groups and extended resources backed by DRA.
- * Corresponds to upstream `pkg/kubelet/cm/dra/manager.go` and `resourceclaim.Name`,
- * `IsForPod` and `IsReservedForPod` of k8s.io/dynamic-resource-allocation.
+ * dra_operations_duration_seconds. Not done: claims of pod groups and extended resources backed
+ * by DRA. Corresponds to upstream `pkg/kubelet/cm/dra/manager.go` and `resourceclaim.Name`,
+ * `IsForPod`, `IsReservedForPod` and `BaseRequestRef` of k8s.io/dynamic-resource-allocation.
  */
 
-import type { V1Container, V1Pod, V1PodResourceClaim } from "@kubernetes/client-node";
+import type {
+  V1Container,
+  V1Pod,
+  V1PodResourceClaim,
+  V1ResourceStatus,
+} from "@kubernetes/client-node";
 import type { ResourceV1ResourceClaim } from "@kubernetes/client-node";
 import type { KubeClient } from "../client/kube_client.ts";
 import { apiErrorText } from "../client/kube_client.ts";
@@ -37,8 +47,11 @@ import { errorText } from "../util/errors.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import { ANY_DRIVER, type DraMetrics, type DraOperation } from "../metrics/dra_metrics.ts";
 import { ClaimInfo, ClaimInfoCache } from "./dra_claim_info.ts";
+import type { ClaimInfoState } from "./dra_state.ts";
 import type { DraPlugin } from "./dra_plugin.ts";
 import { DraPluginManager } from "./dra_plugin_manager.ts";
+import { type DeviceHealth, DraHealthCache, watchHealthStream } from "./dra_health.ts";
+import { containerClaimsHealth } from "./dra_health_status.ts";
 
 /** upstream defaultReconcilePeriod. */
 export const DRA_RECONCILE_PERIOD_MS = 60_000;
@@ -62,8 +75,18 @@ export interface DraManagerOptions {
   readonly activePods?: () => readonly V1Pod[];
   /** Every pod source has sent its first set. @default never: no reconciling */
   readonly sourcesReady?: () => boolean;
-  /** The registered plugins. @default one built from these options */
+  /**
+   * The registered plugins. @default one built from these options, which hands each plugin's
+   * health stream to this manager
+   */
   readonly plugins?: DraPluginManager;
+  /**
+   * The kubelet's feature gates: ResourceHealthStatus (devices' health watched and reported,
+   * @default on) and ResourceHealthStatusMessage (with the drivers' messages, @default on).
+   */
+  readonly featureGates?: Readonly<Record<string, boolean>>;
+  /** Pods whose devices' health changed: their status is to be made again. @default none */
+  readonly onHealthChange?: (podUIDs: string[]) => void;
 }
 
 /** A pod's resource claims could not be prepared or unprepared; the message is upstream's. */
@@ -126,6 +149,8 @@ export class DraManager {
   readonly plugins: DraPluginManager;
   #cache: ClaimInfoCache | undefined;
   #loading: Promise<ClaimInfoCache> | undefined;
+  #health: DraHealthCache | undefined;
+  #healthLoading: Promise<DraHealthCache> | undefined;
 
   constructor(opts: DraManagerOptions) {
     this.#o = opts;
@@ -135,6 +160,7 @@ export class DraManager {
       clock: opts.clock,
       logger: opts.logger,
       metrics: opts.metrics,
+      healthStream: this.#healthOn ? (p, signal) => this.#watchHealth(p, signal) : undefined,
     });
     opts.metrics?.setClaimsInUseSource(() => this.claimsInUse());
   }
@@ -147,11 +173,27 @@ export class DraManager {
     return this.#loading;
   }
 
+  get #healthOn(): boolean {
+    return this.#o.featureGates?.ResourceHealthStatus !== false;
+  }
+
+  /** The health cache, read from `dra_health_state` on first use (upstream NewManager). */
+  loadHealth(): Promise<DraHealthCache> {
+    this.#healthLoading ??= DraHealthCache.load({
+      clock: this.#o.clock,
+      logger: this.#o.logger,
+      stateDirectory: this.#o.stateDirectory,
+    }).then((cache) => this.#health = cache);
+    return this.#healthLoading;
+  }
+
   /**
    * Reads the checkpoint (upstream NewManager's claim info cache): one that cannot be read throws,
-   * and the kubelet does not start, as upstream's.
+   * and the kubelet does not start, as upstream's. The health cache is read too (a bad one is
+   * logged).
    */
   async start(): Promise<void> {
+    if (this.#healthOn) await this.loadHealth();
     try {
       await this.load();
     } catch (e) {
@@ -267,6 +309,70 @@ export class DraManager {
       for (const r of requests) out.push(...info.cdiDevices(r));
     }
     return out;
+  }
+
+  /**
+   * upstream GetContainerClaimInfos: the prepared claims the container names, as recorded.
+   * Throws for a claim that is not prepared.
+   */
+  containerClaimInfos(pod: V1Pod, container: V1Container): ClaimInfoState[] {
+    const names = new Set((container.resources?.claims ?? []).map((c) => c.name));
+    const namespace = pod.metadata?.namespace ?? "";
+    const out: ClaimInfoState[] = [];
+    for (const podClaim of pod.spec?.resourceClaims ?? []) {
+      if (!names.has(podClaim.name)) continue;
+      const name = resourceClaimName(pod, podClaim);
+      if (name === undefined) continue;
+      const info = this.#cache?.get(name, namespace);
+      if (!info) throw new Error(`unable to get information for ResourceClaim ${name}`);
+      out.push(info.state);
+    }
+    return out;
+  }
+
+  /**
+   * upstream UpdateAllocatedResourcesStatus for one container ({@link containerClaimsHealth});
+   * empty with the ResourceHealthStatus gate off.
+   */
+  allocatedResourcesStatus(pod: V1Pod, containerName: string): V1ResourceStatus[] {
+    if (!this.#healthOn) return [];
+    return containerClaimsHealth(pod, containerName, {
+      claimInfo: (name, namespace) => this.#cache?.get(name, namespace)?.state,
+      health: (driver, pool, device) => this.#health?.get(driver, pool, device),
+      claimName: resourceClaimName,
+      withMessage: this.#o.featureGates?.ResourceHealthStatusMessage !== false,
+      logger: this.#o.logger,
+    });
+  }
+
+  /** Follows one plugin's health stream (upstream HandleWatchResourcesStream). */
+  async #watchHealth(plugin: DraPlugin, signal: AbortSignal): Promise<void> {
+    const cache = await this.loadHealth();
+    await watchHealthStream({
+      driverName: plugin.driverName,
+      stream: plugin.nodeWatchResources(signal),
+      cache,
+      podsUsing: (driver, devices) => this.#podsUsing(driver, devices),
+      onChange: (uids) => this.#o.onHealthChange?.(uids),
+      logger: this.#o.logger,
+      signal,
+    });
+  }
+
+  /** The pods whose claims hold one of the driver's `devices`, sorted. */
+  #podsUsing(
+    driver: string,
+    devices: readonly Pick<DeviceHealth, "poolName" | "deviceName">[],
+  ): string[] {
+    const keys = new Set(devices.map((d) => `${d.poolName}/${d.deviceName}`));
+    const pods = new Set<string>();
+    for (const info of this.#cache?.values() ?? []) {
+      const held = info.state.driverState.get(driver) ?? [];
+      if (held.some((d) => keys.has(`${d.poolName}/${d.deviceName}`))) {
+        for (const uid of info.state.podUids) pods.add(uid);
+      }
+    }
+    return [...pods].sort();
   }
 
   /** Prepared claims by driver, and {@link ANY_DRIVER}. */

@@ -11,6 +11,12 @@ import {
   type NodeUnprepareResourcesRequest,
   type NodeUnprepareResourcesResponse,
 } from "../../proto/dra/v1/api.ts";
+import {
+  type DeviceHealth,
+  DRAResourceHealthDefinition,
+  HealthStatus,
+  type NodeWatchResourcesResponse,
+} from "../../proto/dra_health/v1alpha1/api.ts";
 import { FakeKubeGetter } from "../testing/fake_kube_getter.ts";
 import { grpcService, serveGrpc } from "../testing/grpc_service.ts";
 import { FakeClock } from "../util/clock.ts";
@@ -18,7 +24,12 @@ import { createLogger } from "../klog/klog.ts";
 import { MetricsRegistry } from "../metrics/metrics.ts";
 import { DraMetrics } from "../metrics/dra_metrics.ts";
 import { parseExposition } from "../metrics/prometheus.ts";
-import { DraManager, DynamicResourcesError, resourceClaimName } from "./dra_manager.ts";
+import {
+  DraManager,
+  type DraManagerOptions,
+  DynamicResourcesError,
+  resourceClaimName,
+} from "./dra_manager.ts";
 import { DRA_MANAGER_STATE_FILE } from "./dra_state.ts";
 
 const DRIVER = "test-driver.cdi.k8s.io";
@@ -30,12 +41,21 @@ class FakeDriver {
   readonly unprepared: Claim[][] = [];
   /** Per claim name: an error to answer instead of devices. */
   readonly failures = new Map<string, string>();
+  /** The kubelet's open NodeWatchResources streams. */
+  readonly healthStreams = new Set<
+    grpc.ServerWritableStream<unknown, NodeWatchResourcesResponse>
+  >();
   server?: grpc.Server;
+
+  /** Sends every open health stream this report of the driver's devices. */
+  sendHealth(devices: DeviceHealth[]): void {
+    for (const s of this.healthStreams) s.write({ devices });
+  }
 
   async serve(socket: string, fullName: string = DRAPluginDefinition.fullName): Promise<void> {
     this.server = await serveGrpc(
       socket,
-      (srv) =>
+      (srv) => {
         srv.addService(grpcService({ ...DRAPluginDefinition, fullName }), {
           nodePrepareResources: (
             call: grpc.ServerUnaryCall<NodePrepareResourcesRequest, unknown>,
@@ -65,7 +85,17 @@ class FakeDriver {
             for (const c of call.request.claims) claims[c.uid] = { error: "" };
             cb(null, { claims });
           },
-        }),
+        });
+        srv.addService(grpcService(DRAResourceHealthDefinition), {
+          nodeWatchResources: (
+            call: grpc.ServerWritableStream<unknown, NodeWatchResourcesResponse>,
+          ) => {
+            this.healthStreams.add(call);
+            call.on("cancelled", () => this.healthStreams.delete(call));
+            call.on("close", () => this.healthStreams.delete(call));
+          },
+        });
+      },
     );
   }
 }
@@ -126,6 +156,7 @@ function pod(uid: string, claims: V1PodResourceClaim[], status?: V1Pod["status"]
 
 interface World extends AsyncDisposable {
   readonly dir: string;
+  readonly socket: string;
   readonly driver: FakeDriver;
   readonly api: FakeKubeGetter;
   readonly registry: MetricsRegistry;
@@ -136,7 +167,7 @@ interface World extends AsyncDisposable {
   register(dra?: DraManager): void;
 }
 
-async function world(): Promise<World> {
+async function world(opts: Partial<DraManagerOptions> = {}): Promise<World> {
   const dir = await Deno.makeTempDir({ prefix: "dra-manager-test-" });
   const driver = new FakeDriver();
   const socket = join(dir, "plugins", DRIVER, "dra.sock");
@@ -154,9 +185,11 @@ async function world(): Promise<World> {
       kubeClient: api as unknown as KubeClient,
       nodeName: "node-a",
       stateDirectory: dir,
+      ...opts,
     });
   const w: World = {
     dir,
+    socket,
     driver,
     api,
     registry,
@@ -408,4 +441,116 @@ Deno.test("DraManager with a corrupt checkpoint does not start and prepares no c
     /create ResourceClaim cache: could not read the DRA checkpoint, please drain node and remove DRA state file: .*checkpoint is corrupted/,
   );
   await assert.rejects(dra.prepareResources(pod("pod-2", shared)), /checkpoint is corrupted/);
+});
+
+/** Polls `f` until it returns true (the health stream is asynchronous). */
+async function until(f: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 300; i++) {
+    if (f()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+const health = (
+  deviceName: string,
+  status: HealthStatus,
+  message = "",
+): DeviceHealth => ({
+  device: { poolName: "node-a", deviceName },
+  health: status,
+  lastUpdatedTime: 0n,
+  healthCheckTimeoutSeconds: 0n,
+  message,
+});
+
+Deno.test("DraManager puts the health a driver streams in the status of the containers using the claim's devices, Unknown once the driver goes", async () => {
+  const changed: string[][] = [];
+  await using w = await world({ onHealthChange: (uids) => changed.push(uids) });
+  await w.dra.start();
+  w.register();
+  const p = pod("pod-1", shared);
+  await w.dra.prepareResources(p);
+  await until(() => w.driver.healthStreams.size === 1, "the kubelet's health stream");
+  const gpu = `${DRIVER}/test=claim-claim-uid-1-gpu`;
+  const nic = `${DRIVER}/test=claim-claim-uid-1-nic`;
+  // Nothing reported yet.
+  assert.deepEqual(w.dra.allocatedResourcesStatus(p, "gpu-user"), [
+    { name: "claim:c/gpu", resources: [{ resourceID: gpu, health: "Unknown" }] },
+  ]);
+
+  w.driver.sendHealth([
+    health("device-gpu", HealthStatus.HEALTHY),
+    health("device-nic", HealthStatus.UNHEALTHY, "link down"),
+  ]);
+  await until(() => changed.length === 1, "the pods of the changed devices");
+  assert.deepEqual(changed, [["pod-1"]]);
+  assert.deepEqual(w.dra.allocatedResourcesStatus(p, "gpu-user"), [
+    { name: "claim:c/gpu", resources: [{ resourceID: gpu, health: "Healthy" }] },
+  ]);
+  assert.deepEqual(w.dra.allocatedResourcesStatus(p, "all"), [{
+    name: "claim:c",
+    resources: [
+      { resourceID: gpu, health: "Healthy" },
+      { resourceID: nic, health: "Unhealthy", message: "link down" },
+    ],
+  }]);
+  assert.deepEqual(w.dra.allocatedResourcesStatus(p, "none"), []);
+
+  // A report that changes nothing syncs no pod; one about a device nobody holds neither.
+  w.driver.sendHealth([
+    health("device-gpu", HealthStatus.HEALTHY),
+    health("device-nic", HealthStatus.UNHEALTHY, "link down"),
+    health("device-spare", HealthStatus.UNHEALTHY),
+  ]);
+  w.driver.sendHealth([
+    health("device-gpu", HealthStatus.UNHEALTHY),
+    health("device-nic", HealthStatus.UNHEALTHY, "link down"),
+    health("device-spare", HealthStatus.UNHEALTHY),
+  ]);
+  await until(() => changed.length === 2, "the gpu's change");
+  assert.deepEqual(changed, [["pod-1"], ["pod-1"]]);
+  assert.equal(
+    w.dra.allocatedResourcesStatus(p, "gpu-user")[0]?.resources?.[0]?.health,
+    "Unhealthy",
+  );
+
+  // The driver goes: its devices read Unknown, and the pod's status is made again.
+  w.dra.plugins.deRegisterPlugin(DRIVER, w.socket);
+  await until(() => changed.length === 3, "the driver's departure");
+  assert.deepEqual(changed[2], ["pod-1"]);
+  assert.deepEqual(w.dra.allocatedResourcesStatus(p, "all")[0]?.resources, [
+    { resourceID: gpu, health: "Unknown" },
+    { resourceID: nic, health: "Unknown" },
+  ]);
+});
+
+Deno.test("DraManager leaves the drivers' messages out with ResourceHealthStatusMessage off, and health altogether with ResourceHealthStatus off", async () => {
+  {
+    const changed: string[][] = [];
+    await using w = await world({
+      featureGates: { ResourceHealthStatusMessage: false },
+      onHealthChange: (uids) => changed.push(uids),
+    });
+    w.register();
+    const p = pod("pod-1", shared);
+    await w.dra.prepareResources(p);
+    await until(() => w.driver.healthStreams.size === 1, "the kubelet's health stream");
+    w.driver.sendHealth([health("device-nic", HealthStatus.UNHEALTHY, "link down")]);
+    await until(() => changed.length === 1, "the nic's change");
+    assert.deepEqual(w.dra.allocatedResourcesStatus(p, "all")[0]?.resources?.[1], {
+      resourceID: `${DRIVER}/test=claim-claim-uid-1-nic`,
+      health: "Unhealthy",
+    });
+  }
+  {
+    await using w = await world({ featureGates: { ResourceHealthStatus: false } });
+    w.register();
+    const p = pod("pod-1", shared);
+    await w.dra.prepareResources(p);
+    // A NodePrepareResources round trip later, still no stream was opened.
+    await w.dra.prepareResources(pod("pod-2", shared));
+    assert.equal(w.driver.healthStreams.size, 0);
+    assert.deepEqual(w.dra.allocatedResourcesStatus(p, "all"), []);
+  }
 });

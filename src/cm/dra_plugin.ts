@@ -1,11 +1,12 @@
 /**
  * @module
  * The kubelet's client of one DRA driver's kubelet plugin: NodePrepareResources and
- * NodeUnprepareResources over the unix socket the plugin registered, through the gRPC transport
- * CRI uses (`src/cri/connection.ts`), one connection per registered plugin, closed when it
- * deregisters. The service is the one chosen at registration: `v1.DRAPlugin`, or
+ * NodeUnprepareResources, and the NodeWatchResources stream of its devices' health
+ * (`v1alpha1.DRAResourceHealth`), over the unix socket the plugin registered, through the gRPC
+ * transport CRI uses (`src/cri/connection.ts`), one connection per registered plugin, closed
+ * when it deregisters. The service is the one chosen at registration: `v1.DRAPlugin`, or
  * `v1beta1.DRAPlugin`, whose messages are v1's on the wire (v1 only adds a device's share ID), so
- * v1's codecs serve both under their own paths. Each call is bounded by the plugin's timeout
+ * v1's codecs serve both under their own paths. Each unary call is bounded by the plugin's timeout
  * (45 s unless registration names one) and observed in dra_grpc_operations_duration_seconds.
  * Corresponds to upstream `pkg/kubelet/cm/dra/plugin/dra_plugin.go`.
  */
@@ -19,6 +20,10 @@ import {
   type NodeUnprepareResourcesRequest,
   type NodeUnprepareResourcesResponse,
 } from "../../proto/dra/v1/api.ts";
+import {
+  DRAResourceHealthDefinition,
+  type NodeWatchResourcesResponse,
+} from "../../proto/dra_health/v1alpha1/api.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Logger } from "../klog/klog.ts";
 import type { DraMetrics } from "../metrics/dra_metrics.ts";
@@ -34,6 +39,7 @@ export const DRA_V1BETA1_SERVICE = "v1beta1.DRAPlugin";
 export const DRA_SERVICES_SUPPORTED: readonly string[] = [DRA_V1_SERVICE, DRA_V1BETA1_SERVICE];
 
 const V1 = criMethods(DRAPluginDefinition);
+const HEALTH = criMethods(DRAResourceHealthDefinition);
 
 /** v1's methods under another package's paths (same messages on the wire). */
 function servedAs<Req, Res>(m: CriMethod<Req, Res>, pkg: string): CriMethod<Req, Res> {
@@ -96,6 +102,18 @@ export class DraPlugin {
     signal?: AbortSignal,
   ): Promise<NodeUnprepareResourcesResponse> {
     return this.#call(this.#methods.nodeUnprepareResources, req, signal);
+  }
+
+  /**
+   * upstream NodeWatchResources: the plugin's health reports as they come, with no deadline;
+   * ends when the plugin ends the stream or `signal` aborts, throws when the call fails.
+   */
+  nodeWatchResources(signal: AbortSignal): AsyncGenerator<NodeWatchResourcesResponse> {
+    this.#o.logger.v(4).info("Starting WatchResources stream", {
+      driverName: this.driverName,
+      endpoint: this.endpoint,
+    });
+    return this.#conn.stream(HEALTH.nodeWatchResources, {}, { signal });
   }
 
   /** Ends the connection; idempotent. */

@@ -12,6 +12,9 @@
  *   last plugin of a driver deregisters, that driver's slices are deleted after 30 s unless a
  *   plugin of it registers again meanwhile. Deletions are retried with upstream's backoff (1 s
  *   doubling to 5 min, 100 tries) until they succeed or the kubelet stops.
+ * - Health (the ResourceHealthStatus feature): with a {@link DraHealthStreamHandler}, each
+ *   registered plugin's NodeWatchResources stream is handed to it, opened again 5 s after it
+ *   ends or fails, until the plugin deregisters or the kubelet stops.
  *
  * Upstream also deletes a driver's slices when all its registered plugins lose their gRPC
  * connection: this transport dials per call and cannot watch a connection, so only
@@ -29,6 +32,14 @@ import { DRA_SERVICES_SUPPORTED, DraPlugin } from "./dra_plugin.ts";
 
 /** upstream defaultWipingDelay: how long a driver has to come back before its slices go. */
 export const DRA_WIPING_DELAY_MS = 30_000;
+/** The wait before a plugin's health stream is opened again (upstream's wait.Until period). */
+export const DRA_HEALTH_STREAM_RETRY_MS = 5_000;
+
+/**
+ * Follows one plugin's health stream until it ends, `signal` aborts or it fails; logs its own
+ * errors (upstream StreamHandler.HandleWatchResourcesStream).
+ */
+export type DraHealthStreamHandler = (plugin: DraPlugin, signal: AbortSignal) => Promise<void>;
 
 /** Options of {@link DraPluginManager}. */
 export interface DraPluginManagerOptions {
@@ -42,6 +53,8 @@ export interface DraPluginManagerOptions {
   readonly wipingDelayMs?: number;
   /** For the backoff's jitter. @default Math.random */
   readonly random?: () => number;
+  /** Takes each plugin's health stream (ResourceHealthStatus). @default none: not watched */
+  readonly healthStream?: DraHealthStreamHandler;
 }
 
 /** upstream validateSupportedServices: the first of the plugin's services this kubelet calls. */
@@ -70,6 +83,8 @@ export class DraPluginManager implements PluginHandler {
   readonly #wipes = new Map<string, AbortController>();
   readonly #stop = new AbortController();
   readonly #running = new Set<Promise<void>>();
+  /** Each plugin's health stream loop. */
+  readonly #healthStreams = new Map<DraPlugin, AbortController>();
 
   constructor(opts: DraPluginManagerOptions) {
     this.#o = opts;
@@ -131,10 +146,18 @@ export class DraPluginManager implements PluginHandler {
       );
     }
     const { clock, logger, metrics } = this.#o;
-    plugins.push(
-      new DraPlugin({ driverName, endpoint, service, timeoutMs, clock, logger, metrics }),
-    );
+    const plugin = new DraPlugin({
+      driverName,
+      endpoint,
+      service,
+      timeoutMs,
+      clock,
+      logger,
+      metrics,
+    });
+    plugins.push(plugin);
     this.#store.set(driverName, plugins);
+    this.#watchHealth(plugin);
     logger.v(3).info("Registered DRA plugin", {
       driverName,
       endpoint,
@@ -149,6 +172,7 @@ export class DraPluginManager implements PluginHandler {
     const i = plugins.findIndex((p) => p.endpoint === endpoint);
     if (i === -1) return;
     const [plugin] = plugins.splice(i, 1);
+    this.#healthStreams.get(plugin!)?.abort();
     plugin!.close();
     if (plugins.length === 0) this.#store.delete(driverName);
     this.#o.logger.v(3).info("Unregistered DRA plugin", {
@@ -170,6 +194,34 @@ export class DraPluginManager implements PluginHandler {
         { cause: e },
       );
     }
+  }
+
+  /** upstream add's health goroutine: the plugin's stream to the handler, again and again. */
+  #watchHealth(plugin: DraPlugin): void {
+    const handler = this.#o.healthStream;
+    if (!handler || this.#stop.signal.aborted) return;
+    const ctl = new AbortController();
+    this.#healthStreams.set(plugin, ctl);
+    const signal = AbortSignal.any([ctl.signal, this.#stop.signal]);
+    const log = this.#o.logger.with({ driverName: plugin.driverName, endpoint: plugin.endpoint });
+    const run = (async () => {
+      try {
+        while (!signal.aborted) {
+          log.v(4).info("Attempting to start WatchResources health stream");
+          await handler(plugin, signal).catch((e) => {
+            if (!signal.aborted) log.error(e, "WatchResources health stream failed");
+          });
+          log.v(2).info("WatchResources health stream has ended");
+          await this.#o.clock.sleep(DRA_HEALTH_STREAM_RETRY_MS, signal);
+        }
+      } catch {
+        // Aborted: the plugin deregistered, or the kubelet stops.
+      } finally {
+        this.#healthStreams.delete(plugin);
+      }
+    })();
+    this.#running.add(run);
+    void run.then(() => this.#running.delete(run));
   }
 
   /** upstream sync: a usable driver keeps its slices; an unusable one loses them later. */

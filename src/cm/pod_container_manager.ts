@@ -3,8 +3,10 @@
  * One cgroup per pod under its QoS class cgroup (`kubepods/burstable/pod<uid>`; Guaranteed pods
  * directly under `kubepods`), sized from the pod spec: cpu shares from the requests, CFS quota
  * and memory limit when every container sets one, pids from `podPidsLimit`, hugepages from the
- * requests. Gives the CRI the sandbox's cgroup_parent, finds pod cgroups left on the host and
- * removes them (killing what still runs in them first). Talks to the cgroup manager and, to kill
+ * requests; no CFS quota for a pod on exclusive CPUs (DisableCPUQuotaWithExclusiveCPUs, through
+ * cm/exclusive_cpus.ts), at creation and in the settings an in-place resize writes. Gives the
+ * CRI the sandbox's cgroup_parent, finds pod cgroups left on the host and removes them (killing
+ * what still runs in them first). Talks to the cgroup manager and, to kill
  * leftovers, to processes by pid. Corresponds to upstream
  * `pkg/kubelet/cm/pod_container_manager_linux.go` and `helpers_linux.go` (ResourceConfigForPod).
  */
@@ -12,10 +14,11 @@
 import type { V1Pod } from "@kubernetes/client-node";
 import type { CgroupManager, ResourceConfig } from "./cgroup_manager.ts";
 import { formatCgroupName, newCgroupName } from "./cgroup_manager.ts";
-import type { Logger } from "../klog/klog.ts";
+import { kobj, type Logger } from "../klog/klog.ts";
 import { getPodQOS } from "../qos/qos.ts";
 import type { QOSContainersInfo } from "./qos_container_manager.ts";
 import { type PodResourceOptions, resourceConfigForPod } from "./_pod_resources.ts";
+import type { ExclusiveCpus } from "./exclusive_cpus.ts";
 
 export { type PodResourceOptions, resourceConfigForPod } from "./_pod_resources.ts";
 
@@ -40,6 +43,11 @@ export interface PodContainerManagerOptions extends PodResourceOptions {
   qosContainers: QOSContainersInfo;
   /** Sends SIGKILL to a process. @default Deno.kill(pid, "SIGKILL") */
   kill?: (pid: number) => void;
+  /**
+   * Pods on exclusive CPUs, whose cgroup gets no CFS quota (newExclusiveCpus).
+   * @default none: every pod's CPU limit is enforced (with enforceCPULimits)
+   */
+  exclusiveCpus?: Pick<ExclusiveCpus, "pod">;
   logger: Logger;
 }
 
@@ -51,6 +59,7 @@ export class PodContainerManager {
   readonly #qos: QOSContainersInfo;
   readonly #opts: PodResourceOptions;
   readonly #kill: (pid: number) => void;
+  readonly #exclusive: Pick<ExclusiveCpus, "pod"> | undefined;
   readonly #log: Logger;
 
   constructor(opts: PodContainerManagerOptions) {
@@ -62,7 +71,17 @@ export class PodContainerManager {
       podPidsLimit: opts.podPidsLimit,
     };
     this.#kill = opts.kill ?? ((pid) => Deno.kill(pid, "SIGKILL"));
+    this.#exclusive = opts.exclusiveCpus;
     this.#log = opts.logger;
+  }
+
+  /** upstream ResourceConfigForPod, without CPU limits enforced for a pod on exclusive CPUs. */
+  #config(pod: V1Pod): ResourceConfig {
+    if (this.#opts.enforceCPULimits && this.#exclusive?.pod(pod)) {
+      this.#log.v(2).info("Disabled CFS quota", { pod: kobj(pod) });
+      return resourceConfigForPod(pod, { ...this.#opts, enforceCPULimits: false });
+    }
+    return resourceConfigForPod(pod, this.#opts);
   }
 
   /** The pod's CgroupName: its QoS class cgroup plus "pod<uid>" (GetPodContainerName). */
@@ -103,7 +122,7 @@ export class PodContainerManager {
   async create(pod: V1Pod): Promise<void> {
     const name = this.cgroupName(pod);
     try {
-      await this.#cm.create(name, resourceConfigForPod(pod, this.#opts));
+      await this.#cm.create(name, this.#config(pod));
     } catch (e) {
       throw new Error(
         `failed to create container for ${formatCgroupName(name)} : ${(e as Error).message}`,
@@ -114,7 +133,7 @@ export class PodContainerManager {
 
   /** Applies the spec's limits to the existing pod cgroup again. */
   update(pod: V1Pod): Promise<void> {
-    return this.#cm.update(this.cgroupName(pod), resourceConfigForPod(pod, this.#opts));
+    return this.#cm.update(this.cgroupName(pod), this.#config(pod));
   }
 
   /** The pod cgroup's current cpu or memory settings (upstream GetPodCgroupConfig). */
@@ -132,9 +151,12 @@ export class PodContainerManager {
     return this.#cm.memoryUsage(this.cgroupName(pod));
   }
 
-  /** The settings the pod's spec asks for (upstream ResourceConfigForPod). */
+  /**
+   * The settings the pod's spec asks for (upstream ResourceConfigForPod), as the in-place resize
+   * writes them: without quota on exclusive CPUs, as upstream's doPodResizeAction.
+   */
   specConfig(pod: V1Pod): ResourceConfig {
-    return resourceConfigForPod(pod, this.#opts);
+    return this.#config(pod);
   }
 
   /**

@@ -9,6 +9,7 @@ import {
   resourceConfigForPod,
 } from "./pod_container_manager.ts";
 import { QOSContainerManager } from "./qos_container_manager.ts";
+import { newExclusiveCpus } from "./exclusive_cpus.ts";
 import {
   canUseRealCgroups,
   captureLogger,
@@ -196,6 +197,35 @@ Deno.test("PodContainerManager ensureExists creates the pod cgroup once with its
     await pcm.update(GUARANTEED);
     assert.equal(await host.read("cpu", dir, "cpu.shares"), "512");
   });
+});
+
+Deno.test("PodContainerManager creates the cgroup of a pod on exclusive CPUs without CFS quota, and resizes it so", async () => {
+  const pinned = newExclusiveCpus({
+    exclusiveCpus: (uid) => uid === GUARANTEED.metadata?.uid ? [2, 3] : [],
+  });
+  await withPods(async (host, pcm) => {
+    await pcm.ensureExists(GUARANTEED);
+    assert.equal(await host.read("cpu", "/kubepods/pod1111-g", "cpu.cfs_quota_us"), "-1");
+    assert.equal(await host.read("cpu", "/kubepods/pod1111-g", "cpu.shares"), "512");
+    // The settings an in-place resize writes (upstream doPodResizeAction) lift it too.
+    assert.equal(pcm.specConfig(GUARANTEED).cpuQuota, -1n);
+    // A pod on the shared pool keeps its quota.
+    await pcm.ensureExists(BURSTABLE);
+    assert.equal(
+      await host.read("cpu", "/kubepods/burstable/pod2222-b", "cpu.cfs_quota_us"),
+      "150000",
+    );
+  }, { exclusiveCpus: pinned });
+  // With DisableCPUQuotaWithExclusiveCPUs off the quota is enforced, as before the gate.
+  const off = newExclusiveCpus({
+    exclusiveCpus: () => [2, 3],
+    featureGates: { DisableCPUQuotaWithExclusiveCPUs: false },
+  });
+  await withPods(async (host, pcm) => {
+    await pcm.ensureExists(GUARANTEED);
+    assert.equal(await host.read("cpu", "/kubepods/pod1111-g", "cpu.cfs_quota_us"), "50000");
+    assert.equal(pcm.specConfig(GUARANTEED).cpuQuota, 50_000n);
+  }, { exclusiveCpus: off });
 });
 
 Deno.test("PodContainerManager podsFromCgroups finds pod cgroups under every class", async () => {

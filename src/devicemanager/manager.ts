@@ -12,12 +12,22 @@
  * format) so that a restarted kubelet gives running pods the same devices. A plugin that goes
  * away leaves its resource on the node, all unhealthy, for five minutes, then the resource is
  * reported as 0 and dropped; a plugin that registers again (as plugins do when they see the
- * kubelet's socket re-created) takes its resource back.
+ * kubelet's socket re-created) takes its resource back. With the ResourceHealthStatus gate (beta,
+ * on), a device whose health changes while a pod holds it, or that reappears in a plugin's list,
+ * has its pods handed to `onHealthChange` for a new status, and
+ * {@link DeviceManager.allocatedResourcesStatus} gives each container's devices with their health
+ * (the container status's `allocatedResourcesStatus`). As upstream, a plugin that goes away
+ * leaves its devices' last reported health there: the device plugin API knows no Unknown.
  * Corresponds to upstream `pkg/kubelet/cm/devicemanager/manager.go` and
  * `plugin/v1beta1/server.go`, `handler.go`.
  */
 
-import type { V1Container, V1Pod } from "@kubernetes/client-node";
+import type {
+  V1Container,
+  V1Pod,
+  V1ResourceHealth,
+  V1ResourceStatus,
+} from "@kubernetes/client-node";
 import { join } from "node:path";
 import {
   type ContainerAllocateResponse,
@@ -82,6 +92,13 @@ export interface DeviceManagerOptions {
   readonly numaNodes?: readonly number[];
   /** The NUMA nodes the topology manager chose for a container. @default none */
   readonly affinity?: (podUID: string, container: string) => TopologyHint | undefined;
+  /** The kubelet's feature gates: ResourceHealthStatus. @default on */
+  readonly featureGates?: Readonly<Record<string, boolean>>;
+  /**
+   * Pods holding a device whose health changed: their status is to be made again (upstream's
+   * `update` channel). @default none
+   */
+  readonly onHealthChange?: (podUIDs: string[]) => void;
 }
 
 /** The families the device manager records (upstream DevicePlugin* metrics). */
@@ -290,13 +307,21 @@ export class DeviceManager {
     const healthy = new Set<string>();
     const unhealthy = new Set<string>();
     const all = new Map<string, Device>();
+    const old = this.#allDevices.get(resource);
+    // A device new to the list may have been held all along (its plugin was away).
+    const changed = new Set<string>();
     for (const d of devices) {
       all.set(d.ID, d);
       (d.health === "Healthy" ? healthy : unhealthy).add(d.ID);
+      if (old?.get(d.ID)?.health !== d.health) changed.add(d.ID);
     }
     this.#allDevices.set(resource, all);
     this.#healthy.set(resource, healthy);
     this.#unhealthy.set(resource, unhealthy);
+    if (this.#healthOn && changed.size > 0) {
+      const pods = [...this.#podDevices.podsHolding(resource, changed)].sort();
+      if (pods.length > 0) this.#o.onHealthChange?.(pods);
+    }
     this.#writeCheckpoint();
     this.#o.logger.v(2).info("Processed device updates for resource", {
       resourceName: resource,
@@ -756,6 +781,35 @@ export class DeviceManager {
   /** The container's devices for the pod resources API (upstream GetDevices). */
   getDevices(podUID: string, container: string): ResourceDeviceInstances | undefined {
     return this.#podDevices.containerDeviceInstances(podUID, container);
+  }
+
+  get #healthOn(): boolean {
+    return this.#o.featureGates?.ResourceHealthStatus !== false;
+  }
+
+  /**
+   * upstream UpdateAllocatedResourcesStatus for one container: each resource of its devices with
+   * each device's health as its plugin last sent it (Healthy when it never did), sorted; empty
+   * with the ResourceHealthStatus gate off.
+   */
+  allocatedResourcesStatus(pod: V1Pod, containerName: string): V1ResourceStatus[] {
+    if (!this.#healthOn) return [];
+    const devices = this.#podDevices.containerDeviceInstances(
+      pod.metadata?.uid ?? "",
+      containerName,
+    );
+    const out: V1ResourceStatus[] = [];
+    for (const resource of [...(devices?.keys() ?? [])].sort()) {
+      const known = this.#allDevices.get(resource);
+      const resources: V1ResourceHealth[] = [...devices!.get(resource)!.keys()].sort().map((
+        id,
+      ) => ({
+        resourceID: id,
+        health: (known?.get(id)?.health ?? "Healthy") === "Healthy" ? "Healthy" : "Unhealthy",
+      }));
+      out.push({ name: resource, resources });
+    }
+    return out;
   }
 
   /** The healthy devices of every resource (upstream GetAllocatableDevices). */

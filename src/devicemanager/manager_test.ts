@@ -356,3 +356,63 @@ Deno.test("a corrupt checkpoint is logged and the manager starts empty", async (
     await Deno.remove(root, { recursive: true });
   }
 });
+
+Deno.test("a device turning Unhealthy is in its pod's allocatedResourcesStatus and asks for that pod's sync", async () => {
+  const changed: string[][] = [];
+  await using e = await env({ onHealthChange: (uids) => changed.push(uids) });
+  const p = await e.plugin("gpu.sock", healthy("a", "b"));
+  await e.register("gpu.sock");
+  await until(() => e.manager.getCapacity().allocatable[RESOURCE] === 2, "the device list");
+  // The first list names devices nobody holds: no pod to sync.
+  assert.deepEqual(changed, []);
+  const pd = pod("uid-1", [wants("app", 1)]);
+  e.active.push(pd);
+  await e.manager.allocatePod(pd);
+  const [held] = [...e.manager.getDevices("uid-1", "app")!.get(RESOURCE)!.keys()];
+  const free = held === "a" ? "b" : "a";
+  assert.deepEqual(e.manager.allocatedResourcesStatus(pd, "app"), [
+    { name: RESOURCE, resources: [{ resourceID: held, health: "Healthy" }] },
+  ]);
+  assert.deepEqual(e.manager.allocatedResourcesStatus(pd, "other"), []);
+
+  // The free device changing asks for no sync.
+  p.setDevices([...healthy(held!), { ID: free, health: "Unhealthy" }]);
+  await until(
+    () => e.manager.getCapacity().allocatable[RESOURCE] === 1,
+    "the free device's change",
+  );
+  assert.deepEqual(changed, []);
+
+  p.setDevices([{ ID: held!, health: "Unhealthy" }, { ID: free, health: "Unhealthy" }]);
+  await until(() => changed.length > 0, "the health change");
+  assert.deepEqual(changed, [["uid-1"]]);
+  assert.deepEqual(e.manager.allocatedResourcesStatus(pd, "app"), [
+    { name: RESOURCE, resources: [{ resourceID: held, health: "Unhealthy" }] },
+  ]);
+
+  // As upstream, a plugin that goes away leaves the last reported health.
+  await p.stop();
+  await until(() => e.manager.getCapacity().capacity[RESOURCE] === 2, "the stream's end");
+  assert.deepEqual(e.manager.allocatedResourcesStatus(pd, "app")[0]?.resources, [
+    { resourceID: held, health: "Unhealthy" },
+  ]);
+  assert.deepEqual(changed, [["uid-1"]]);
+});
+
+Deno.test("with ResourceHealthStatus off no device health is reported nor any pod synced for it", async () => {
+  const changed: string[][] = [];
+  await using e = await env({
+    featureGates: { ResourceHealthStatus: false },
+    onHealthChange: (uids) => changed.push(uids),
+  });
+  const p = await e.plugin("gpu.sock", healthy("a"));
+  await e.register("gpu.sock");
+  await until(() => e.manager.getCapacity().allocatable[RESOURCE] === 1, "the device list");
+  const pd = pod("uid-1", [wants("app", 1)]);
+  e.active.push(pd);
+  await e.manager.allocatePod(pd);
+  p.setDevices([{ ID: "a", health: "Unhealthy" }]);
+  await until(() => e.manager.getCapacity().allocatable[RESOURCE] === 0, "the health change");
+  assert.deepEqual(changed, []);
+  assert.deepEqual(e.manager.allocatedResourcesStatus(pd, "app"), []);
+});

@@ -78,6 +78,21 @@ export class PodDevices {
     return a ? deviceSet(a.deviceIds) : undefined;
   }
 
+  /**
+   * The pods a container of which holds one of `ids` of `resource` (upstream
+   * getPodAndContainerForDevice, for every device and every pod holding it).
+   */
+  podsHolding(resource: string, ids: ReadonlySet<string>): Set<string> {
+    const out = new Set<string>();
+    for (const [podUID, containers] of this.#devs) {
+      for (const resources of containers.values()) {
+        const a = resources.get(resource);
+        if (a && [...deviceSet(a.deviceIds)].some((id) => ids.has(id))) out.add(podUID);
+      }
+    }
+    return out;
+  }
+
   /** Adds the container's devices to `into` (upstream addContainerAllocatedResources). */
   addContainerAllocated(podUID: string, container: string, into: Map<string, Set<string>>): void {
     for (const [resource, a] of this.#devs.get(podUID)?.get(container) ?? []) {

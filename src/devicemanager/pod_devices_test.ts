@@ -82,3 +82,14 @@ Deno.test("devices(), reuse bookkeeping and delete", () => {
   assert.deepEqual([...d.pods()], ["u2"]);
   assert.deepEqual([...d.devices().get("r")!], ["c"]);
 });
+
+Deno.test("podsHolding names every pod a container of which holds one of the devices of the resource", () => {
+  const d = new PodDevices();
+  d.insert("u1", "init", "example.com/a", new Map([[0, ["a0"]]]), resp({}));
+  d.insert("u1", "app", "example.com/a", new Map([[0, ["a0"]]]), resp({}));
+  d.insert("u2", "app", "example.com/a", new Map([[1, ["a1"]], [0, ["a2"]]]), resp({}));
+  d.insert("u3", "app", "example.com/b", new Map([[0, ["a0"]]]), resp({}));
+  assert.deepEqual([...d.podsHolding("example.com/a", new Set(["a0", "a2"]))].sort(), ["u1", "u2"]);
+  assert.deepEqual([...d.podsHolding("example.com/a", new Set(["a9"]))], []);
+  assert.deepEqual([...d.podsHolding("example.com/b", new Set(["a0"]))], ["u3"]);
+});

@@ -1,11 +1,11 @@
 /**
  * @module
- * The Linux part of a container's CRI config: cgroup resources (CPU shares and CFS quota,
- * memory limit, oom_score_adj, a limit for every hugepage size of the node, swap as
- * memorySwap.swapBehavior says) and the effective security context (user, groups, capabilities,
- * privileged, read-only rootfs, no_new_privs, masked and read-only /proc paths, seccomp,
- * AppArmor, SELinux, namespaces), plus the runAsNonRoot check against the image's user. What it
- * reads from the host comes through `_host_linux.ts`. Private to `kuberuntime_container.ts`
+ * The Linux part of a container's CRI config: cgroup resources (CPU shares and CFS quota, none for
+ * a container on exclusive CPUs, memory limit, oom_score_adj, a limit for every hugepage size of
+ * the node, swap as memorySwap.swapBehavior says) and the effective security context (user, groups,
+ * capabilities, privileged, read-only rootfs, no_new_privs, masked and read-only /proc paths,
+ * seccomp, AppArmor, SELinux, namespaces), plus the runAsNonRoot check against the image's user.
+ * What it reads from the host comes through `_host_linux.ts`. Private to `kuberuntime_container.ts`
  * (and `pod_resize.ts`). Corresponds to upstream `kuberuntime_container_linux.go`,
  * `security_context.go`, `security_context_others.go`, `kuberuntime_security_profile.go`,
  * `helpers_linux.go` (its CPU conversions are cm/helpers_linux.ts) and
@@ -35,6 +35,7 @@ import {
 import { namespacesForPod } from "./namespaces.ts";
 import { type HostLinux, hostLinux } from "./_host_linux.ts";
 import type { UsernsManager } from "../userns/userns_manager.ts";
+import type { ExclusiveCpus } from "../cm/exclusive_cpus.ts";
 
 /** A CPU quantity in millicores, exact and rounded up (resource.Quantity's MilliValue). */
 function milliCPU(q: string | undefined): bigint {
@@ -71,6 +72,12 @@ export interface LinuxConfigOptions {
    * @default none: a `hostUsers: false` pod is refused as not supported
    */
   readonly userNamespaces?: Pick<UsernsManager, "podUserNamespace">;
+  /**
+   * Containers on exclusive CPUs, whose CFS quota is lifted (-1) under
+   * DisableCPUQuotaWithExclusiveCPUs (cm/exclusive_cpus.ts).
+   * @default none: every CPU limit is enforced, as with that gate off
+   */
+  readonly exclusiveCpus?: Pick<ExclusiveCpus, "container">;
 }
 
 /** resource.Quantity's Value: whole units rounded up. */
@@ -106,7 +113,10 @@ export function generateLinuxContainerResources(
   });
   if (opts.cpuCFSQuota ?? true) {
     r.cpuPeriod = QUOTA_PERIOD;
-    r.cpuQuota = milliCPUToQuota(cpuLimit, QUOTA_PERIOD);
+    // A quota on CPUs no other container uses would only throttle this one.
+    r.cpuQuota = opts.exclusiveCpus?.container(pod, container)
+      ? -1n
+      : milliCPUToQuota(cpuLimit, QUOTA_PERIOD);
   }
   if (opts.cgroupV2 && !opts.singleProcessOOMKill) r.unified = { "memory.oom.group": "1" };
   const host = opts.host ?? hostLinux();

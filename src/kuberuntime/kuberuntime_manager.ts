@@ -57,6 +57,7 @@ import { Semaphore } from "../util/semaphore.ts";
 import { getImageVolumes } from "./image_volumes.ts";
 import { ResourceState } from "../allocation/state_checkpoint.ts";
 import type { PodCgroups } from "../cm/container_manager.ts";
+import type { ExclusiveCpus } from "../cm/exclusive_cpus.ts";
 import type { RuntimeHandlerLookup } from "../runtimeclass/runtimeclass_manager.ts";
 import type { UsernsManager } from "../userns/userns_manager.ts";
 import {
@@ -208,6 +209,12 @@ export interface KubeRuntimeManagerOptions
     UsernsManager,
     "getOrCreateUserNamespaceMappings" | "podUserNamespace"
   >;
+  /**
+   * Pods and containers on exclusive CPUs, whose sandbox and container configs get no CFS quota,
+   * at creation and on resize (cm/exclusive_cpus.ts's newExclusiveCpus, which honours
+   * DisableCPUQuotaWithExclusiveCPUs). @default none: every CPU limit is enforced
+   */
+  readonly exclusiveCpus?: ExclusiveCpus;
 }
 
 /** Runs SyncPod and KillPod against the CRI runtime; see the module documentation. */
@@ -235,13 +242,16 @@ export class KubeRuntimeManager {
     this.#dra = opts.dra;
     this.#runtimeClasses = opts.runtimeClasses;
     // The sandbox resolves a user-namespaced pod's RuntimeClass for its handler's support.
-    this.#sandbox = opts.userNamespaces
+    const sandbox = opts.userNamespaces
       ? {
         ...opts.sandbox,
         userNamespaces: opts.userNamespaces,
         runtimeClasses: opts.runtimeClasses,
       }
       : opts.sandbox;
+    this.#sandbox = opts.exclusiveCpus
+      ? { ...sandbox, exclusiveCpus: opts.exclusiveCpus }
+      : sandbox;
     this.#recorder = opts.recorder;
     this.#log = opts.logger;
     this.#probes = opts.probeResults;
@@ -285,6 +295,7 @@ export class KubeRuntimeManager {
         seccompProfileRoot: opts.seccompProfileRoot,
         swapBehavior: opts.swapBehavior,
         userNamespaces: opts.userNamespaces,
+        exclusiveCpus: opts.exclusiveCpus,
       },
     };
     this.#resize = {

@@ -25,6 +25,7 @@ import { RemoteImageService } from "../cri/remote_image.ts";
 import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
 import type { PodSyncResult } from "../container/sync_result.ts";
 import { DraManager } from "../cm/dra_manager.ts";
+import { newExclusiveCpus } from "../cm/exclusive_cpus.ts";
 import { DraMetrics } from "../metrics/dra_metrics.ts";
 import { KubeletMetrics, MetricsRegistry } from "../metrics/metrics.ts";
 import {
@@ -1078,6 +1079,29 @@ Deno.test("KubeRuntimeManager.syncPod gives containers the sandbox's namespaces,
     gids: [],
   });
   assert.deepEqual(containerNs, sandboxNs);
+});
+
+Deno.test("KubeRuntimeManager.syncPod lifts the CFS quota of a pod on exclusive CPUs from its sandbox and pinned container", async () => {
+  const cpu = { cpu: "2", memory: "64Mi" };
+  const half = { cpu: "500m", memory: "64Mi" };
+  const p = pod({
+    containers: [
+      { name: "pinned", image: IMAGE, resources: { requests: cpu, limits: cpu } },
+      { name: "shared", image: IMAGE, resources: { requests: half, limits: half } },
+    ],
+  });
+  const exclusiveCpus = newExclusiveCpus({
+    exclusiveCpus: (_uid, name) => name === "pinned" ? [2, 3] : [],
+  });
+  await using h = await harness(undefined, { exclusiveCpus });
+  assert.equal((await h.sync(p)).error(), undefined);
+  const [sb] = [...h.fake.service.sandboxes.values()];
+  assert.equal(sb?.config.linux?.resources?.cpuQuota, -1n);
+  const quota = (name: string) =>
+    [...h.fake.service.containers.values()].find((c) => c.config.metadata?.name === name)
+      ?.config.linux?.resources?.cpuQuota;
+  assert.equal(quota("pinned"), -1n);
+  assert.equal(quota("shared"), 50_000n);
 });
 
 Deno.test("KubeRuntimeManager.syncPod prepares ResourceClaims before the sandbox and stops when it cannot", async () => {

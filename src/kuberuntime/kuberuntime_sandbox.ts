@@ -2,7 +2,8 @@
  * @module
  * The CRI PodSandboxConfig of a pod: identity, labels and annotations, hostname, log directory,
  * DNS, host port mappings, and the Linux part (cgroup parent, namespaces, sandbox security
- * context, sysctls, overhead and pod-wide resources). Pure apart from the DNS lookup it asks
+ * context, sysctls, overhead and pod-wide resources, without CFS quota for a pod on exclusive
+ * CPUs). Pure apart from the DNS lookup it asks
  * network/dns.ts for; the runtime manager calls it before RunPodSandbox. Corresponds to upstream
  * `pkg/kubelet/kuberuntime/kuberuntime_sandbox.go` (generatePodSandboxConfig,
  * generatePodSandboxLinuxConfig), `kuberuntime_sandbox_linux.go` (applySandboxResources),
@@ -32,6 +33,7 @@ import { milliCPUToQuota, milliCPUToShares } from "../cm/helpers_linux.ts";
 import { namespacesForPod } from "./namespaces.ts";
 import type { RuntimeHandlerLookup } from "../runtimeclass/runtimeclass_manager.ts";
 import type { UsernsManager } from "../userns/userns_manager.ts";
+import type { ExclusiveCpus } from "../cm/exclusive_cpus.ts";
 
 /** Options of {@link generatePodSandboxConfig}. */
 export interface SandboxConfigOptions {
@@ -59,6 +61,12 @@ export interface SandboxConfigOptions {
   readonly userNamespaces?: Pick<UsernsManager, "getOrCreateUserNamespaceMappings">;
   /** Resolves the pod's RuntimeClass to its runtime handler. @default the default handler "" */
   readonly runtimeClasses?: RuntimeHandlerLookup;
+  /**
+   * Pods on exclusive CPUs, whose pod-wide resources get no CFS quota (-1) under
+   * DisableCPUQuotaWithExclusiveCPUs (cm/exclusive_cpus.ts).
+   * @default none: every CPU limit is enforced, as with that gate off
+   */
+  readonly exclusiveCpus?: Pick<ExclusiveCpus, "pod">;
   readonly logger?: Logger;
 }
 
@@ -351,14 +359,15 @@ export interface LinuxResourcesOptions {
 
 /**
  * CRI Linux resources from a CPU request (undefined: absent, then the limit stands in), CPU
- * limit and memory limit (upstream calculateLinuxResources; CPU quota is never disabled for
- * exclusive CPUs here, as there is no CPU manager yet).
+ * limit and memory limit (upstream calculateLinuxResources); with `disableCPUQuota` (exclusive
+ * CPUs) the quota is unlimited (-1) where CFS quota is enforced.
  */
 export function calculateLinuxResources(
   cpuRequest: Dec | undefined,
   cpuLimit: Dec | undefined,
   memoryLimit: Dec | undefined,
   opts: LinuxResourcesOptions = {},
+  disableCPUQuota = false,
 ): api.LinuxContainerResources {
   const shares = cpuRequest === undefined && cpuLimit !== undefined
     ? milliCPUToShares(milliValueOf(cpuLimit))
@@ -377,7 +386,7 @@ export function calculateLinuxResources(
   };
   if (opts.cpuCFSQuota ?? true) {
     const period = BigInt(Math.round((opts.cpuCFSQuotaPeriodMs ?? 100) * 1000));
-    out.cpuQuota = milliCPUToQuota(milliValueOf(cpuLimit), period);
+    out.cpuQuota = disableCPUQuota ? -1n : milliCPUToQuota(milliValueOf(cpuLimit), period);
     out.cpuPeriod = period;
   }
   const cgroupV2 = opts.cgroupV2 ?? false;
@@ -388,19 +397,24 @@ export function calculateLinuxResources(
   return out;
 }
 
-// Pod-wide resources without overhead (pod-level resources when set), and the overhead alone
-// treated as requests == limits (upstream applySandboxResources).
+// Pod-wide resources without overhead (pod-level resources when set), without quota for a
+// pod on exclusive CPUs, and the overhead alone treated as requests == limits (upstream
+// applySandboxResources).
 function sandboxResources(
   pod: V1Pod,
-  opts: LinuxResourcesOptions,
+  opts: LinuxResourcesOptions & Pick<SandboxConfigOptions, "exclusiveCpus">,
+  logger: Logger,
 ): { resources: api.LinuxContainerResources; overhead: api.LinuxContainerResources } {
   const req = podRequests(pod, { excludeOverhead: true });
   const lim = podLimits(pod, { excludeOverhead: true });
+  const unlimited = opts.exclusiveCpus?.pod(pod) ?? false;
+  logger.v(5).info("Enforcing CFS quota", { pod: kobj(pod), unlimited });
   const resources = calculateLinuxResources(
     req.get("cpu"),
     lim.get("cpu") ?? { n: 0n, s: 0 },
     lim.get("memory"),
     opts,
+    unlimited,
   );
   let overhead = emptyResources();
   if (pod.spec?.overhead) {
@@ -486,7 +500,7 @@ export async function generatePodSandboxConfig(
     config.portMappings.push(...makePortMappings(c, logger));
   }
 
-  const { resources, overhead } = sandboxResources(pod, opts);
+  const { resources, overhead } = sandboxResources(pod, opts, logger);
   config.linux = {
     cgroupParent: typeof opts.cgroupParent === "function"
       ? opts.cgroupParent(pod)

@@ -15,6 +15,7 @@ import {
 } from "./kuberuntime_sandbox.ts";
 import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
 import { handlerSupportsUserNamespaces, UsernsManager } from "../userns/userns_manager.ts";
+import { newExclusiveCpus } from "../cm/exclusive_cpus.ts";
 
 const UID = "3f1e2d4c-0000-4000-8000-000000000001";
 const quiet = createLogger({ write: () => {} });
@@ -426,6 +427,35 @@ Deno.test("generatePodSandboxConfig follows the CFS quota and OOM group settings
     ),
   );
   assert.deepEqual(single.resources?.unified, {});
+});
+
+Deno.test("generatePodSandboxConfig gives a pod on exclusive CPUs no CFS quota, its overhead keeps one", async () => {
+  const spec = {
+    containers: [container("a", { resources: { requests: { cpu: "2" }, limits: { cpu: "2" } } })],
+    overhead: { cpu: "100m" },
+  };
+  const pinned = newExclusiveCpus({ exclusiveCpus: (_uid, name) => name === "a" ? [2, 3] : [] });
+  const c = linux(await generatePodSandboxConfig(pod(spec), 0, options({ exclusiveCpus: pinned })));
+  assert.equal(c.resources?.cpuQuota, -1n);
+  assert.equal(c.resources?.cpuPeriod, 100000n);
+  assert.equal(c.resources?.cpuShares, 2048n);
+  // upstream convertOverheadToLinuxResources never lifts the overhead's quota.
+  assert.equal(c.overhead?.cpuQuota, 10000n);
+  // With DisableCPUQuotaWithExclusiveCPUs off the quota is enforced.
+  const off = newExclusiveCpus({
+    exclusiveCpus: () => [2, 3],
+    featureGates: { DisableCPUQuotaWithExclusiveCPUs: false },
+  });
+  const enforced = linux(
+    await generatePodSandboxConfig(pod(spec), 0, options({ exclusiveCpus: off })),
+  );
+  assert.equal(enforced.resources?.cpuQuota, 200000n);
+  // A pod none of whose containers is pinned keeps its quota.
+  const other = newExclusiveCpus({ exclusiveCpus: () => [] });
+  const shared = linux(
+    await generatePodSandboxConfig(pod(spec), 0, options({ exclusiveCpus: other })),
+  );
+  assert.equal(shared.resources?.cpuQuota, 200000n);
 });
 
 Deno.test("generatePodSandboxConfig refuses Windows pods, and user namespaces without a manager", async () => {

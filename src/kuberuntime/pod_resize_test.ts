@@ -5,6 +5,7 @@ import { createLogger } from "../klog/klog.ts";
 import { ResourceState } from "../allocation/state_checkpoint.ts";
 import type { ResourceConfig } from "../cm/cgroup_manager.ts";
 import { resourceConfigForPod } from "../cm/pod_container_manager.ts";
+import { newExclusiveCpus } from "../cm/exclusive_cpus.ts";
 import { CriError, GrpcCode } from "../cri/connection.ts";
 import { generateLinuxContainerResources } from "./_container_linux.ts";
 import {
@@ -236,6 +237,26 @@ Deno.test("doPodResizeAction grows the pod cgroup before its containers, and shr
     "container",
     "pod",
     "pod",
+  ]);
+});
+
+Deno.test("doPodResizeAction keeps a container on exclusive CPUs without CFS quota when its memory is resized", async () => {
+  // A Guaranteed pod's memory resize is feasible without the Static memory manager policy.
+  const before = pod([c("a", "2", "100Mi"), c("b", "500m", "100Mi")]);
+  const after = pod([c("a", "2", "200Mi"), c("b", "500m", "200Mi")]);
+  const { calls, deps } = harness({ current: resourceConfigForPod(before, POD_OPTS) });
+  const exclusiveCpus = newExclusiveCpus({ exclusiveCpus: (_u, n) => n === "a" ? [2, 3] : [] });
+  const err = await doPodResizeAction(
+    { ...deps, linux: { ...deps.linux, exclusiveCpus } },
+    new AbortController().signal,
+    after,
+    "sb",
+    plan(before, after),
+  );
+  assert.equal(err, undefined);
+  assert.deepEqual(calls.filter((x) => x.what === "container").map((x) => x.detail), [
+    `id-a shares=2048 quota=-1 mem=${200 * 2 ** 20}`,
+    `id-b shares=512 quota=50000 mem=${200 * 2 ** 20}`,
   ]);
 });
 

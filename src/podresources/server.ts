@@ -39,8 +39,11 @@ export const DEFAULT_BURST_TOKENS = 10;
 
 /** Where the answers come from (upstream PodResourcesProviders). */
 export interface PodResourcesProviders {
-  /** The pods to list: the active ones (KubeletPodResourcesListUseActivePods, on). */
-  readonly activePods: () => readonly V1Pod[];
+  /**
+   * The pods List gives: the active ones (KubeletPodResourcesListUseActivePods, on), else every
+   * pod the kubelet knows.
+   */
+  readonly listPods: () => readonly V1Pod[];
   /** A pod by namespace and name, active or not. */
   readonly podByName: (namespace: string, name: string) => V1Pod | undefined;
   readonly devices?: {
@@ -150,7 +153,7 @@ export class PodResourcesServer {
     this.#o.metrics?.request("list");
     const { providers } = this.#o;
     providers.devices?.updateAllocatedDevices();
-    return { podResources: providers.activePods().map((p) => this.#podResources(p)) };
+    return { podResources: providers.listPods().map((p) => this.#podResources(p)) };
   }
 
   /** upstream GetAllocatableResources. */
@@ -206,6 +209,46 @@ export class PodResourcesServer {
       dynamicResources: [...(providers.dynamicResources?.getDynamicResources(pod, c) ?? [])],
     };
   }
+}
+
+/**
+ * A container's prepared ResourceClaims as the API lists them (upstream
+ * containerManagerImpl.GetDynamicResources): per claim, one entry per prepared device with its
+ * driver, pool, name, share and CDI devices. As upstream builds them, a driver's devices after
+ * the first also list the CDI devices of the ones before.
+ */
+export function dynamicResources(
+  claims: readonly {
+    readonly claimName: string;
+    readonly namespace: string;
+    readonly driverState: ReadonlyMap<
+      string,
+      readonly {
+        readonly poolName: string;
+        readonly deviceName: string;
+        readonly shareId: string | null;
+        readonly cdiDeviceIds: readonly string[];
+      }[]
+    >;
+  }[],
+): DynamicResource[] {
+  return claims.map((claim) => {
+    const claimResources: DynamicResource["claimResources"] = [];
+    for (const [driverName, devices] of claim.driverState) {
+      const cdiDevices: { name: string }[] = [];
+      for (const d of devices) {
+        for (const name of d.cdiDeviceIds) cdiDevices.push({ name });
+        claimResources.push({
+          cdiDevices: [...cdiDevices],
+          driverName,
+          poolName: d.poolName,
+          deviceName: d.deviceName,
+          ...(d.shareId !== null ? { shareId: d.shareId } : {}),
+        });
+      }
+    }
+    return { claimName: claim.claimName, claimNamespace: claim.namespace, claimResources };
+  });
 }
 
 /**

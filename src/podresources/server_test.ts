@@ -5,7 +5,12 @@ import { createLogger } from "../klog/klog.ts";
 import { FakeClock } from "../util/clock.ts";
 import { CriConnection, CriError, criMethods, GrpcCode } from "../cri/connection.ts";
 import { PodResourcesListerDefinition } from "../../proto/podresources/v1/api.ts";
-import { containerDevices, type PodResourcesProviders, PodResourcesServer } from "./server.ts";
+import {
+  containerDevices,
+  dynamicResources,
+  type PodResourcesProviders,
+  PodResourcesServer,
+} from "./server.ts";
 import type { ResourceDeviceInstances } from "../devicemanager/pod_devices.ts";
 
 const quiet = createLogger({ write: () => {}, pid: 1 });
@@ -35,7 +40,7 @@ const gpus: ResourceDeviceInstances = new Map([
 function providers(over: Partial<PodResourcesProviders> = {}): PodResourcesProviders {
   let updates = 0;
   return {
-    activePods: () => [web],
+    listPods: () => [web],
     podByName: (ns, name) => (ns === "default" && name === "web" ? web : undefined),
     devices: {
       updateAllocatedDevices: () => void updates++,
@@ -125,4 +130,38 @@ Deno.test("the pod resources API refuses requests beyond its rate limit, as upst
     await grpc.close();
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("dynamicResources lists each prepared device of a claim, as upstream builds the entries", () => {
+  const got = dynamicResources([{
+    claimName: "gpu",
+    namespace: "ns",
+    driverState: new Map([[
+      "gpu.example.com",
+      [
+        { poolName: "node-a", deviceName: "gpu-0", shareId: null, cdiDeviceIds: ["v/c=0"] },
+        { poolName: "node-a", deviceName: "gpu-1", shareId: "s1", cdiDeviceIds: ["v/c=1"] },
+      ],
+    ]]),
+  }]);
+  assert.deepEqual(got, [{
+    claimName: "gpu",
+    claimNamespace: "ns",
+    claimResources: [
+      {
+        cdiDevices: [{ name: "v/c=0" }],
+        driverName: "gpu.example.com",
+        poolName: "node-a",
+        deviceName: "gpu-0",
+      },
+      {
+        // upstream appends to one list per driver: the second device lists both.
+        cdiDevices: [{ name: "v/c=0" }, { name: "v/c=1" }],
+        driverName: "gpu.example.com",
+        poolName: "node-a",
+        deviceName: "gpu-1",
+        shareId: "s1",
+      },
+    ],
+  }]);
 });
