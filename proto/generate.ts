@@ -84,6 +84,7 @@ const PROTO_FILES: readonly ProtoFile[] = [
   { path: "pluginregistration/v1/api.proto", options: [] },
   { path: "deviceplugin/v1beta1/api.proto", options: [] },
   { path: "podresources/v1/api.proto", options: [] },
+  { path: "podresources/v1alpha1/api.proto", options: [] },
   { path: "dra/v1/api.proto", options: [] },
   { path: "dra_health/v1alpha1/api.proto", options: [] },
   // The spec's comments are its full prose (the .proto beside the output keeps them); without

@@ -91,7 +91,8 @@ import {
   runtimeContainers,
 } from "./cm/resource_managers.ts";
 import { newExclusiveCpus } from "./cm/exclusive_cpus.ts";
-import { discoverCPUTopology, readMachineTopology } from "./cpumanager/topology.ts";
+import { discoverCPUTopology } from "./cpumanager/topology.ts";
+import { readMachineTopology } from "./cpumanager/machine_topology.ts";
 import {
   dynamicResources,
   POD_RESOURCES_DIR,
@@ -835,6 +836,7 @@ export class Kubelet {
     const podResources = new PodResourcesServer({
       providers: {
         listPods: useActivePods ? activePods : () => podManager.getPods(),
+        allPods: () => podManager.getPods(),
         podByName: (namespace, name) => podManager.getPodByName(namespace, name),
         devices: managers.devices,
         cpus: managers.cpusForPodResources,
@@ -1094,7 +1096,7 @@ export class Kubelet {
     const runs: Promise<{ pod: V1Pod; err?: unknown }>[] = [];
     for (const pod of pods) {
       this.#podManager!.addPod(pod);
-      if (!syncer.admitAndReject(pod, admitted)) continue;
+      if (!(await syncer.admitWithResourcesAndReject(pod, admitted))) continue;
       admitted.push(pod);
       runs.push(this.#runOncePod(pod, signal).then(() => ({ pod }), (err) => ({ pod, err })));
     }

@@ -218,6 +218,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     : new EventedPLEG({ runtime, cache: podCache, generic, clock, logger, metrics });
   const podManager = new PodManager();
   const reasonCache = new ReasonCache();
+  const draRef: { dra?: DraManager } = {};
   const syncerRef: { syncer?: PodSyncer } = {};
   const statusManager = (o.newStatusManager ?? ((s) => new StatusManager(s)))({
     client: o.kubeClient,
@@ -234,8 +235,11 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
       if (!pod) return undefined;
       return isStaticPod(pod) ? podManager.getMirrorPodByPod(pod) : pod;
     },
+    // upstream PodCouldHaveRunningContainers: its containers, or claims not unprepared yet
+    // (DynamicResourceAllocation is GA): the pod object stays until they are.
     podCouldHaveRunningContainers: (uid) =>
-      syncerRef.syncer?.workers.couldHaveRunningContainers(uid) ?? true,
+      (syncerRef.syncer?.workers.couldHaveRunningContainers(uid) ?? true) ||
+      (draRef.dra?.podMightNeedToUnprepareResources(uid) ?? false),
     startupLatency: startupTracker,
   });
   const tokenManager = new TokenManager({ client: o.kubeClient, clock, logger });
@@ -371,7 +375,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     onUpdate: (_kind, podUID) => loopRef.loop?.pushProbeUpdate(podUID),
   });
   // Claims are read from the apiserver; what was prepared is kept in `<root-dir>/dra_manager_state`.
-  const dra = new DraManager({
+  draRef.dra = new DraManager({
     clock,
     logger,
     metrics: metrics?.dra,
@@ -384,6 +388,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     // A device's health changed: the pods using it are synced, their status regenerated.
     onHealthChange: (uids) => loopRef.loop?.pushResourceHealthUpdate(uids),
   });
+  const dra = draRef.dra;
   const podLevelResize = config.featureGates?.InPlacePodLevelResourcesVerticalScaling ?? true;
   const runtimeManager = new KubeRuntimeManager({
     runtime,

@@ -1054,6 +1054,26 @@ export class PodSyncer implements SyncHandler {
   /** False while a pod the topology manager admitted (and counted) goes through the checks. */
   #countTopology = true;
 
+  /**
+   * {@link admitAndReject} after the resource managers' admission (runonce's canAdmitPod runs
+   * upstream's allocating admit handler too): a pod they refuse is rejected.
+   */
+  async admitWithResourcesAndReject(pod: V1Pod, admitted: readonly V1Pod[]): Promise<boolean> {
+    const allocator = this.#o.resourceAllocator;
+    if (!allocator?.needsAllocation(pod)) return this.admitAndReject(pod, admitted);
+    const r = await allocator.admit(pod).catch((e) => getPodAdmitResult(e));
+    if (!r.admit) {
+      this.#rejectPod(pod, r.reason ?? "", r.message ?? "");
+      return false;
+    }
+    this.#countTopology = false;
+    try {
+      return this.admitAndReject(pod, admitted);
+    } finally {
+      this.#countTopology = true;
+    }
+  }
+
   /** Set by {@link #admit}: the pod admitted has a resize its allocation does not have yet. */
   #pendingAfterAdmit = false;
 

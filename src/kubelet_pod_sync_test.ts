@@ -470,6 +470,25 @@ Deno.test("PodSyncer allocates devices before admitting a pod, gives them to its
   ]);
 });
 
+Deno.test("PodSyncer's runonce admission asks the resource managers first and rejects with their reason", async () => {
+  const resourceAllocator: NonNullable<PodLifecycleOptions["resourceAllocator"]> = {
+    needsAllocation: (p) => p.metadata!.name === "numa",
+    admit: () =>
+      Promise.resolve({
+        admit: false,
+        reason: "TopologyAffinityError",
+        message: "Resources cannot be allocated with Topology locality",
+      }),
+  };
+  await using h = await harness({ resourceAllocator });
+  const numa = pod("numa");
+  assert.equal(await h.syncer.admitWithResourcesAndReject(numa, []), false);
+  assert.equal(h.statuses.getPodStatus(numa.metadata!.uid!)?.reason, "TopologyAffinityError");
+  assert.ok(h.events.some((e) => e.name === "numa" && e.reason === "TopologyAffinityError"));
+  // A pod the managers have nothing for is admitted as before.
+  assert.equal(await h.syncer.admitWithResourcesAndReject(pod("plain"), []), true);
+});
+
 Deno.test("PodSyncer rejects a pod that asks for more CPU than allocatable, and only that one", async () => {
   await using h = await harness({ allocatableCpu: "2" });
   const big = pod("big");

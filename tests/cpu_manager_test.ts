@@ -5,7 +5,7 @@
  * - Node allocatable cpu is capacity less the reserved CPUs (upstream's --reserved-cpus
  *   override of systemReserved).
  * - A Guaranteed pod with an integer CPU request gets an exclusive CPU (its container's cgroup
- *   `cpuset.cpus` and what the process may run on), a BestEffort pod the shared pool; it started
+ *   `cpuset.cpus` and what the process may run on), a Burstable pod the shared pool; it started
  *   before on all CPUs and the reconcile loop moves it off the exclusive one.
  * - A second Guaranteed pod finds no CPU left: UnexpectedAdmissionError with upstream's message.
  * - A kubelet restart keeps both placements (the `cpu_manager_state` checkpoint).
@@ -80,6 +80,8 @@ const suite = e2eSuite<World>({
           'reservedSystemCPUs: "0"',
           "cpuManagerReconcilePeriod: 1s",
         ],
+        // For the CPU manager's "restored state from checkpoint" line (V(2)).
+        extraArgs: ["-v=2"],
       });
       stack.move();
       return { dir, cp, containerd, agent, args, rootDir: join(dir, "root") };
@@ -111,8 +113,11 @@ async function podWith(w: World, name: string, resources: Record<string, unknown
 }
 
 const GUARANTEED = { requests: { cpu: "1", memory: "32Mi" }, limits: { cpu: "1", memory: "32Mi" } };
-/** No requests: allocatable cpu (one CPU here) is left whole for the Guaranteed pod. */
-const BEST_EFFORT = {};
+/**
+ * Burstable by its memory request; no cpu request, so allocatable cpu (one CPU here) is left
+ * whole for the Guaranteed pod.
+ */
+const BURSTABLE = { requests: { memory: "16Mi" } };
 
 function deletePod(w: World, api: KubeClient, name: string): Promise<void> {
   return deletePodAndWait(w.cp, api, NS, name);
@@ -139,7 +144,7 @@ async function allowedCpus(w: World, name: string): Promise<string> {
 }
 
 /** The container's `cpuset.cpus` in its cgroup on the host (cgroup v1 or v2). */
-async function cgroupCpus(w: World, pod: V1Pod, qos: "" | "besteffort"): Promise<string> {
+async function cgroupCpus(w: World, pod: V1Pod, qos: "" | "burstable"): Promise<string> {
   const layout = await detectCgroupLayout();
   const id = pod.status?.containerStatuses?.[0]?.containerID?.replace(/^\w+:\/\//, "") ?? "";
   const path = join(
@@ -171,7 +176,7 @@ e2e(
   "a Guaranteed pod gets an exclusive CPU, and the shared pool shrinks for the others",
   async (w, api) => {
     // Started first, on every CPU.
-    await podWith(w, "shared", BEST_EFFORT);
+    await podWith(w, "shared", BURSTABLE);
     await running(api, "shared");
     assert.equal(await allowedCpus(w, "shared"), CPUS);
     await podWith(w, "pinned", GUARANTEED);
@@ -181,7 +186,7 @@ e2e(
     assert.equal(own.size, 1);
     assert.equal(own.has(0), false);
     assert.equal(await cgroupCpus(w, pinned, ""), own.toString());
-    // The reconcile loop moves the BestEffort container off it.
+    // The reconcile loop moves the Burstable container off it.
     const rest = ALL.difference(own).toString();
     await poll(
       "the shared pool without the exclusive CPU",
@@ -191,7 +196,7 @@ e2e(
       30_000,
       500,
     );
-    assert.equal(await cgroupCpus(w, await getPod(api, NS, "shared"), "besteffort"), rest);
+    assert.equal(await cgroupCpus(w, await getPod(api, NS, "shared"), "burstable"), rest);
     const state = JSON.parse(await Deno.readTextFile(join(w.rootDir, "cpu_manager_state")));
     assert.equal(state.policyName, "static");
     assert.equal(state.defaultCpuSet, rest);
@@ -242,6 +247,10 @@ e2e("a kubelet restart keeps both placements", async (w, api) => {
   const own = CPUSet.parse(await allowedCpus(w, "pinned"));
   assert.equal(own.size, 1);
   assert.equal(await allowedCpus(w, "shared"), ALL.difference(own).toString());
+  // The new kubelet took the assignments from cpu_manager_state, not afresh.
+  assert.match(w.agent.stderr(), /"restored state from checkpoint"/);
+  const state = JSON.parse(await Deno.readTextFile(join(w.rootDir, "cpu_manager_state")));
+  assert.deepEqual(state.entries[after.metadata!.uid!], { main: own.toString() });
 });
 
 e2e("once the Guaranteed pod is gone its CPU is shared again", async (w, api) => {

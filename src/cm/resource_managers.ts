@@ -26,11 +26,8 @@ import type { ContainerMemory } from "../../proto/podresources/v1/api.ts";
 import { parseQuantity } from "../util/quantity.ts";
 import type { DeviceManager } from "../devicemanager/manager.ts";
 import { CPUSet } from "../cpumanager/cpuset.ts";
-import {
-  type CPUTopology,
-  discoverCPUTopology,
-  type MachineTopology,
-} from "../cpumanager/topology.ts";
+import { type CPUTopology, discoverCPUTopology } from "../cpumanager/topology.ts";
+import type { MachineTopology } from "../cpumanager/machine_topology.ts";
 import { CPU_POLICY_NONE, CPU_POLICY_STATIC, type CPUPolicy } from "../cpumanager/policy.ts";
 import { NonePolicy } from "../cpumanager/policy_none.ts";
 import { StaticPolicy } from "../cpumanager/policy_static.ts";

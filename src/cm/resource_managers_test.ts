@@ -10,7 +10,8 @@ import {
   kubeletConfigurationFields,
 } from "../apis/config_types.ts";
 import { MACHINE_DUAL_SOCKET_HT, writeNumaMachine } from "../testing/numa_fixtures.ts";
-import { discoverCPUTopology, readMachineTopology } from "../cpumanager/topology.ts";
+import { discoverCPUTopology } from "../cpumanager/topology.ts";
+import { readMachineTopology } from "../cpumanager/machine_topology.ts";
 import { DeviceManager } from "../devicemanager/manager.ts";
 import type { InternalContainerLifecycle } from "./internal_container_lifecycle.ts";
 import {

@@ -7,7 +7,8 @@ import {
   takeByTopologyNUMADistributed,
   takeByTopologyNUMAPacked,
 } from "./cpu_assignment.ts";
-import { type CPUTopology, discoverCPUTopology, readMachineTopology } from "./topology.ts";
+import { type CPUTopology, discoverCPUTopology } from "./topology.ts";
+import { readMachineTopology } from "./machine_topology.ts";
 import {
   fakeTopoMultiSocketDualSocketPerNumaHT as fakeMultiSocketPerNuma,
   MACHINE_DUAL_SOCKET_NPS2,

@@ -18,8 +18,10 @@
  * {@link DeviceManager.allocatedResourcesStatus} gives each container's devices with their health
  * (the container status's `allocatedResourcesStatus`). As upstream, a plugin that goes away
  * leaves its devices' last reported health there: the device plugin API knows no Unknown.
- * Corresponds to upstream `pkg/kubelet/cm/devicemanager/manager.go` and
- * `plugin/v1beta1/server.go`, `handler.go`.
+ * The registration socket, the plugin registry's handler and the plugins' streams are
+ * {@link PluginServer}'s (`plugin_server.ts`); this module keeps what they report.
+ * Corresponds to upstream `pkg/kubelet/cm/devicemanager/manager.go`; the registration side is
+ * upstream's `plugin/v1beta1/server.go`, `handler.go` and `client.go`.
  */
 
 import type {
@@ -29,12 +31,10 @@ import type {
   V1ResourceStatus,
 } from "@kubernetes/client-node";
 import { join } from "node:path";
-import {
-  type ContainerAllocateResponse,
-  type Device,
-  type DevicePluginOptions,
-  type RegisterRequest,
-  RegistrationDefinition,
+import type {
+  ContainerAllocateResponse,
+  Device,
+  DevicePluginOptions,
 } from "../../proto/deviceplugin/v1beta1/api.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Logger } from "../klog/klog.ts";
@@ -49,7 +49,6 @@ import {
   type ResourceDeviceInstances,
 } from "./pod_devices.ts";
 import { CHECKPOINT_FILE, decodeDeviceCheckpoint, encodeDeviceCheckpoint } from "./checkpoint.ts";
-import { GrpcServer, GrpcStatusError } from "../cri/grpc_server.ts";
 import { writeFileAtomic } from "../checkpointmanager/checkpoint_manager.ts";
 import type { TopologyHint } from "../topologymanager/policy.ts";
 import {
@@ -57,15 +56,10 @@ import {
   generateDeviceTopologyHints,
   hasTopologyAlignment,
 } from "./topology_hints.ts";
-import { GrpcCode } from "../cri/connection.ts";
 import type { PluginHandler } from "../pluginmanager/plugin_handler.ts";
-import { isExtendedResourceName } from "../lifecycle/predicate.ts";
 import { podLimits, valueOf } from "../qos/resource_helpers.ts";
+import { type ClientHandler, PluginServer } from "./plugin_server.ts";
 
-/** The device plugin API version this kubelet speaks (upstream api.Version). */
-export const DEVICE_PLUGIN_VERSION = "v1beta1";
-/** The kubelet's registration socket's name in the device plugin directory. */
-export const KUBELET_SOCKET = "kubelet.sock";
 /** The directory device plugins put their sockets in, under the root directory. */
 export const DEVICE_PLUGINS_DIR = "device-plugins";
 
@@ -135,17 +129,25 @@ export class DeviceManager {
   #devicesToReuse = new Map<string, Map<string, Set<string>>>();
   /** `<pod UID>/<container>` of the containers running when the kubelet started. */
   #runningAtStart = new Set<string>();
-  #server: GrpcServer | undefined;
+  readonly #server: PluginServer;
   #writing: Promise<void> = Promise.resolve();
 
   constructor(opts: DeviceManagerOptions) {
     this.#o = opts;
     this.#dir = join(opts.rootDirectory, DEVICE_PLUGINS_DIR);
+    this.#server = new PluginServer({
+      directory: this.#dir,
+      clock: opts.clock,
+      logger: opts.logger,
+      signal: opts.signal,
+      handler: this.#clientHandler(),
+      onRegistration: (resource) => opts.metrics?.registration(resource),
+    });
   }
 
   /** The registration socket's path. */
   get socketPath(): string {
-    return join(this.#dir, KUBELET_SOCKET);
+    return this.#server.socketPath;
   }
 
   get #checkpointPath(): string {
@@ -172,126 +174,40 @@ export class DeviceManager {
         "Continue after failing to read checkpoint file. Device allocation info may NOT be up-to-date",
       );
     }
-    logger.v(2).info("Creating device plugin registration server", {
-      version: DEVICE_PLUGIN_VERSION,
-      socket: this.socketPath,
-    });
-    this.#server = await GrpcServer.listen({ path: this.socketPath, logger });
-    this.#server.register(RegistrationDefinition, {
-      register: async (req: RegisterRequest) => {
-        await this.#register(req);
-        return {};
-      },
-    });
+    await this.#server.start();
     this.#o.signal.addEventListener("abort", () => void this.stop(), { once: true });
   }
 
   /** Stops the server and every plugin's stream (upstream Stop). */
   async stop(): Promise<void> {
     for (const { endpoint } of this.#endpoints.values()) endpoint.close();
-    const server = this.#server;
-    this.#server = undefined;
-    await server?.close();
+    await this.#server.stop();
     await this.#writing;
   }
 
   /** The handler of `DevicePlugin` registrations through the plugin registry. */
   pluginHandler(): PluginHandler {
+    return this.#server.pluginHandler();
+  }
+
+  /** What the plugin server reports lands in this manager's endpoints and device sets. */
+  #clientHandler(): ClientHandler {
     return {
-      validatePlugin: (name, _endpoint, versions) => {
-        if (!versions.includes(DEVICE_PLUGIN_VERSION)) {
-          throw new Error(
-            `manager version, ${DEVICE_PLUGIN_VERSION}, is not among plugin supported versions [${
-              versions.join(" ")
-            }]`,
-          );
-        }
-        if (!isExtendedResourceName(name)) {
-          throw new Error(
-            `invalid name of device plugin socket: the ResourceName ${JSON.stringify(name)} ` +
-              "is invalid",
-          );
-        }
+      endpoint: (resource) => this.#endpoints.get(resource)?.endpoint,
+      pluginConnected: (resource, endpoint, options) => {
+        // A plugin registering again replaces the one before (its stream ends with it).
+        const old = this.#endpoints.get(resource);
+        this.#endpoints.set(resource, { endpoint, options });
+        old?.endpoint.close();
+        this.#o.logger.v(2).info("Device plugin connected", { resourceName: resource });
       },
-      registerPlugin: (name, endpoint) => this.#connect(name, endpoint),
-      deRegisterPlugin: (name) => {
-        const info = this.#endpoints.get(name);
-        if (info && !info.endpoint.stopped) this.#disconnected(name, info.endpoint);
+      pluginListAndWatchReceiver: (resource, devices) => this.#deviceUpdate(resource, devices),
+      pluginDisconnected: (resource, endpoint) => {
+        this.#markResourceUnhealthy(resource);
+        this.#o.logger.v(2).info("Endpoint became unhealthy", { resourceName: resource });
+        endpoint.stop();
       },
     };
-  }
-
-  async #register(req: RegisterRequest): Promise<void> {
-    const { logger } = this.#o;
-    logger.info("Got registration request from device plugin with resource", {
-      resourceName: req.resourceName,
-    });
-    this.#o.metrics?.registration(req.resourceName);
-    if (req.version !== DEVICE_PLUGIN_VERSION) {
-      const msg = `requested API version ${JSON.stringify(req.version)} is not supported by ` +
-        `kubelet. Supported version is ${JSON.stringify(`[${DEVICE_PLUGIN_VERSION}]`)}`;
-      logger.error(new Error(msg), "Bad registration request from device plugin with resource", {
-        resourceName: req.resourceName,
-      });
-      throw new GrpcStatusError(GrpcCode.UNKNOWN, msg);
-    }
-    if (!isExtendedResourceName(req.resourceName)) {
-      const msg = `the ResourceName ${JSON.stringify(req.resourceName)} is invalid`;
-      logger.error(new Error(msg), "Bad registration request from device plugin");
-      throw new GrpcStatusError(GrpcCode.UNKNOWN, msg);
-    }
-    try {
-      await this.#connect(req.resourceName, join(this.#dir, req.endpoint));
-    } catch (err) {
-      logger.error(err, "Error connecting to device plugin client");
-      throw new GrpcStatusError(GrpcCode.UNKNOWN, errorText(err));
-    }
-  }
-
-  /** Dials a plugin, keeps it as its resource's endpoint and follows its ListAndWatch. */
-  async #connect(resource: string, socket: string): Promise<void> {
-    const { endpoint, options } = await Endpoint.connect(
-      resource,
-      socket,
-      this.#o.clock,
-      this.#o.signal,
-    );
-    // A plugin registering again replaces the one before (its stream ends with it).
-    const old = this.#endpoints.get(resource);
-    this.#endpoints.set(resource, { endpoint, options });
-    old?.endpoint.close();
-    this.#o.logger.v(2).info("Device plugin connected", { resourceName: resource });
-    void this.#watch(resource, endpoint);
-  }
-
-  async #watch(resource: string, endpoint: Endpoint): Promise<void> {
-    const { logger, signal } = this.#o;
-    try {
-      for await (const res of endpoint.listAndWatch(signal)) {
-        logger.v(2).info("State pushed for device plugin", {
-          resource,
-          resourceCapacity: res.devices.length,
-        });
-        if (this.#endpoints.get(resource)?.endpoint !== endpoint) return;
-        this.#deviceUpdate(resource, res.devices);
-      }
-      if (!signal.aborted) {
-        logger.error(null, "ListAndWatch ended unexpectedly for device plugin", { resource });
-      }
-    } catch (err) {
-      logger.error(err, "ListAndWatch ended unexpectedly for device plugin", { resource });
-    }
-    if (this.#endpoints.get(resource)?.endpoint === endpoint) {
-      this.#disconnected(resource, endpoint);
-    }
-  }
-
-  /** upstream PluginDisconnected: every device unhealthy, the endpoint stopped now. */
-  #disconnected(resource: string, endpoint: Endpoint): void {
-    this.#markResourceUnhealthy(resource);
-    this.#o.logger.v(2).info("Endpoint became unhealthy", { resourceName: resource });
-    endpoint.stop();
-    this.#o.logger.v(2).info("Device plugin disconnected", { resource });
   }
 
   #markResourceUnhealthy(resource: string): void {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
-import { readMachineTopology } from "../cpumanager/topology.ts";
+import { readMachineTopology } from "../cpumanager/machine_topology.ts";
 import { createLogger } from "../klog/klog.ts";
 import { MACHINE_DUAL_SOCKET_HT, writeNumaMachine } from "../testing/numa_fixtures.ts";
 import { getPodAdmitResult } from "../topologymanager/admission_error.ts";

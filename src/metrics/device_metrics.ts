@@ -96,6 +96,10 @@ export class PodResourcesEndpointMetrics implements PodResourcesMetrics {
     })[kind].inc(v1);
   }
 
+  requestV1alpha1(): void {
+    this.requestsTotal.inc({ server_api_version: "v1alpha1" });
+  }
+
   error(kind: Endpoint): void {
     ({ list: this.errorsList, get_allocatable: this.errorsGetAllocatable, get: this.errorsGet })[
       kind

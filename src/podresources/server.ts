@@ -10,7 +10,8 @@
  * `pkg/kubelet/apis/grpc/ratelimit.go` and `ListenAndServePodResources` of
  * `pkg/kubelet/server/server.go`.
  *
- * The older `v1alpha1` service upstream serves beside it (List only) is not served.
+ * The older `v1alpha1` service is served beside it, as upstream's (List only: every pod the kubelet
+ * knows, its containers' devices; upstream `server_v1alpha1.go`).
  */
 
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
@@ -22,6 +23,7 @@ import {
   type PodResources,
   PodResourcesListerDefinition,
 } from "../../proto/podresources/v1/api.ts";
+import { PodResourcesListerDefinition as V1alpha1Definition } from "../../proto/podresources/v1alpha1/api.ts";
 import { GrpcServer, GrpcStatusError } from "../cri/grpc_server.ts";
 import { GrpcCode } from "../cri/connection.ts";
 import type { Clock } from "../util/clock.ts";
@@ -44,6 +46,8 @@ export interface PodResourcesProviders {
    * pod the kubelet knows.
    */
   readonly listPods: () => readonly V1Pod[];
+  /** Every pod the kubelet knows (the v1alpha1 List's). */
+  readonly allPods: () => readonly V1Pod[];
   /** A pod by namespace and name, active or not. */
   readonly podByName: (namespace: string, name: string) => V1Pod | undefined;
   readonly devices?: {
@@ -67,6 +71,8 @@ export interface PodResourcesProviders {
 /** The counters upstream keeps (pod_resources_endpoint_*), by API version "v1". */
 export interface PodResourcesMetrics {
   request(kind: "list" | "get_allocatable" | "get"): void;
+  /** A request to the v1alpha1 service (counted in the total only, as upstream). */
+  requestV1alpha1(): void;
   error(kind: "list" | "get_allocatable" | "get"): void;
 }
 
@@ -136,6 +142,7 @@ export class PodResourcesServer {
       getAllocatableResources: () => this.#limited(() => this.getAllocatableResources()),
       get: (req) => this.#limited(() => this.get(req.podNamespace, req.podName)),
     });
+    server.register(V1alpha1Definition, { list: () => this.#limited(() => this.listV1alpha1()) });
     this.#o.logger.info("Starting to serve the podresources API", { endpoint: `unix://${path}` });
     signal.addEventListener("abort", () => void server.close(), { once: true });
     return server;
@@ -154,6 +161,33 @@ export class PodResourcesServer {
     const { providers } = this.#o;
     providers.devices?.updateAllocatedDevices();
     return { podResources: providers.listPods().map((p) => this.#podResources(p)) };
+  }
+
+  /** upstream v1alpha1 List: every pod, its (non-init) containers' devices. */
+  listV1alpha1(): {
+    podResources: {
+      name: string;
+      namespace: string;
+      containers: {
+        name: string;
+        devices: { resourceName: string; deviceIds: string[] }[];
+      }[];
+    }[];
+  } {
+    this.#o.metrics?.requestV1alpha1();
+    const { providers } = this.#o;
+    providers.devices?.updateAllocatedDevices();
+    return {
+      podResources: providers.allPods().map((pod) => ({
+        name: pod.metadata?.name ?? "",
+        namespace: pod.metadata?.namespace ?? "",
+        containers: (pod.spec?.containers ?? []).map((c) => ({
+          name: c.name,
+          devices: containerDevices(providers.devices?.getDevices(pod.metadata?.uid ?? "", c.name))
+            .map((d) => ({ resourceName: d.resourceName, deviceIds: d.deviceIds })),
+        })),
+      })),
+    };
   }
 
   /** upstream GetAllocatableResources. */

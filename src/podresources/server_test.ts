@@ -5,6 +5,7 @@ import { createLogger } from "../klog/klog.ts";
 import { FakeClock } from "../util/clock.ts";
 import { CriConnection, CriError, criMethods, GrpcCode } from "../cri/connection.ts";
 import { PodResourcesListerDefinition } from "../../proto/podresources/v1/api.ts";
+import { PodResourcesListerDefinition as V1alpha1Definition } from "../../proto/podresources/v1alpha1/api.ts";
 import {
   containerDevices,
   dynamicResources,
@@ -15,6 +16,7 @@ import type { ResourceDeviceInstances } from "../devicemanager/pod_devices.ts";
 
 const quiet = createLogger({ write: () => {}, pid: 1 });
 const LISTER = criMethods(PodResourcesListerDefinition);
+const ALPHA = criMethods(V1alpha1Definition);
 
 const web: V1Pod = {
   metadata: { name: "web", namespace: "default", uid: "u1" },
@@ -41,6 +43,7 @@ function providers(over: Partial<PodResourcesProviders> = {}): PodResourcesProvi
   let updates = 0;
   return {
     listPods: () => [web],
+    allPods: () => [web],
     podByName: (ns, name) => (ns === "default" && name === "web" ? web : undefined),
     devices: {
       updateAllocatedDevices: () => void updates++,
@@ -71,7 +74,11 @@ Deno.test("the pod resources API answers List, Get and GetAllocatableResources o
     }),
     clock: new FakeClock(),
     logger: quiet,
-    metrics: { request: (k) => requests.push(k), error: (k) => requests.push(`error ${k}`) },
+    metrics: {
+      request: (k) => requests.push(k),
+      requestV1alpha1: () => requests.push("v1alpha1"),
+      error: (k) => requests.push(`error ${k}`),
+    },
   });
   const grpc = await server.serve(join(dir, "kubelet.sock"), ctl.signal);
   const conn = new CriConnection({ endpoint: grpc.path });
@@ -96,7 +103,20 @@ Deno.test("the pod resources API answers List, Get and GetAllocatableResources o
         e instanceof CriError && e.code === GrpcCode.UNKNOWN &&
         e.details === "pod gone in namespace default not found",
     );
-    assert.deepEqual(requests, ["list", "get_allocatable", "get", "get", "error get"]);
+    // The older v1alpha1 service: containers (not init containers) and their devices.
+    const alpha = await conn.unary(ALPHA.list, {});
+    assert.deepEqual(alpha.podResources, [{
+      name: "web",
+      namespace: "default",
+      containers: [{
+        name: "app",
+        devices: [
+          { resourceName: "example.com/gpu", deviceIds: ["g0"] },
+          { resourceName: "example.com/gpu", deviceIds: ["g1"] },
+        ],
+      }],
+    }]);
+    assert.deepEqual(requests, ["list", "get_allocatable", "get", "get", "error get", "v1alpha1"]);
   } finally {
     conn.close();
     ctl.abort();

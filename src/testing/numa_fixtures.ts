@@ -6,7 +6,7 @@
  * exact counts upstream's literals give (some leave NumNUMANodes or NumUncoreCache unset, and
  * the CPU assignment depends on that), and {@link writeNumaMachine}, which writes the sysfs tree
  * (`/sys/devices/system/{cpu,node}`, caches, per-node meminfo, hugepages and distances) and
- * /proc/cpuinfo of a machine so `cpumanager/topology.ts` reads it as it reads a host. The
+ * /proc/cpuinfo of a machine so `cpumanager/machine_topology.ts` reads it as it reads a host. The
  * machines {@link MACHINE_SINGLE_SOCKET_HT}, {@link MACHINE_DUAL_SOCKET_HT},
  * {@link MACHINE_DUAL_SOCKET_NPS2} and {@link MACHINE_SINGLE_SOCKET_TWO_NUMA_UNCORE} are built
  * from those topologies. Not used in production.
