@@ -192,8 +192,8 @@ export class Kubelet {
   readonly pluginManager: PluginManager;
   /** The CSI drivers registered through the plugin manager. */
   readonly csiDrivers = new CsiDrivers();
-  /** The device manager, once the pod lifecycle is built. */
-  deviceManager: DeviceManager | undefined;
+  /** The node's capacity (cpu, memory, hugepages, and pid with cgroups per QoS), read at start. */
+  #capacity: Record<string, string> | undefined;
   /** The topology, CPU and device managers, once the pod lifecycle is built. */
   resourceManagers: ResourceManagers | undefined;
   /** What the resource managers read of the pod lifecycle, once it is built. */
@@ -382,8 +382,8 @@ export class Kubelet {
     if (!imageService) {
       throw new Error("the kubelet needs an image service (preInitRuntimeService)");
     }
-    const machine = await readMachineInfo();
-    this.#machine = machine;
+    // Read with the resource managers, before the runtime was awaited.
+    const machine = this.#machine!;
 
     // The cgroup layout, read once for the container manager and the statistics.
     let layout: CgroupLayout | Error;
@@ -406,14 +406,7 @@ export class Kubelet {
       }).map((p) => allocation.updatePodFromAllocation(p).pod);
     };
     let containerManager: ContainerManager | undefined;
-    // The node's capacity as the container manager and the memory manager see it.
-    const capacity: Record<string, string> = {
-      cpu: String(machine.numCores),
-      memory: String(machine.memoryCapacity),
-    };
-    for (const [size, count] of machine.hugePages) {
-      capacity[hugePageResourceName(size)] = String(size * count);
-    }
+    const capacity = this.#capacity!;
     // DisableCPUQuotaWithExclusiveCPUs: pods and containers on exclusive CPUs get no CFS quota
     // (the CPU manager is made below, after the container manager).
     const exclusiveCpus = newExclusiveCpus({
@@ -762,13 +755,11 @@ export class Kubelet {
     const { clock, logger } = deps;
     const machineTopology = await readMachineTopology();
     for (const w of machineTopology.warnings) logger.v(2).info(w);
-    const reservedCPUs = applyReservedSystemCPUs(
-      config,
-      discoverCPUTopology(machineTopology),
-      logger,
-    );
+    const cpuTopology = discoverCPUTopology(machineTopology);
+    const reservedCPUs = applyReservedSystemCPUs(config, cpuTopology, logger);
     const machine = await readMachineInfo();
-    // The node's capacity as the memory manager sees it.
+    this.#machine = machine;
+    // The node's capacity as the container manager and the memory manager see it.
     const capacity: Record<string, string> = {
       cpu: String(machine.numCores),
       memory: String(machine.memoryCapacity),
@@ -776,6 +767,7 @@ export class Kubelet {
     for (const [size, count] of machine.hugePages) {
       capacity[hugePageResourceName(size)] = String(size * count);
     }
+    this.#capacity = capacity;
     const hooks = () => this.#lifecycleHooks;
     const activePods = () => hooks()?.activePods() ?? [];
     const sourcesReady = () => hooks()?.sourcesReady() ?? false;
@@ -793,11 +785,11 @@ export class Kubelet {
       onHealthChange: (uids) => hooks()?.onHealthChange(uids),
       affinity: (uid, name) => this.resourceManagers?.topology.getAffinity(uid, name),
     });
-    this.deviceManager = devices;
     const runtime = deps.runtimeService;
     this.resourceManagers = new ResourceManagers({
       config,
       machine: machineTopology,
+      cpuTopology,
       reservedCPUs,
       rootDirectory: flags.rootDirectory,
       capacity,
@@ -1400,7 +1392,7 @@ export class Kubelet {
         };
       },
       cachedNode: () => informer.hasSynced ? informer.node : undefined,
-      devices: () => this.deviceManager?.getCapacity(),
+      devices: () => this.resourceManagers?.devices.getCapacity(),
       shouldResetExtendedResourceCapacity: () => deviceCheckpointMissing(flags.rootDirectory),
       recorder: deps.recorder,
     });

@@ -26,6 +26,7 @@
  * {@link GenerateStatusOptions.allocatedResourcesStatus}, which reads the gate.
  */
 
+import { runtimeContainerId } from "./container/container_id.ts";
 import type {
   V1Container,
   V1ContainerState,
@@ -1092,7 +1093,7 @@ function applyProbeResults(opts: GenerateStatusOptions, s: V1PodStatus): void {
   const started = (cs: V1ContainerStatus, spec: V1Container | undefined): boolean => {
     if (!cs.state?.running) return false;
     if (probes === undefined) return true;
-    const r = cs.containerID ? probes.started(containerIdOf(cs.containerID)) : undefined;
+    const r = cs.containerID ? probes.started(runtimeContainerId(cs.containerID)) : undefined;
     if (r !== undefined) return r;
     // A startup probe that has not succeeded yet holds the container back.
     return spec?.startupProbe === undefined;
@@ -1100,7 +1101,7 @@ function applyProbeResults(opts: GenerateStatusOptions, s: V1PodStatus): void {
   const ready = (cs: V1ContainerStatus, spec: V1Container | undefined): boolean => {
     if (!cs.state?.running || podIsTerminal) return false;
     if (probes === undefined) return true;
-    const r = cs.containerID ? probes.ready(containerIdOf(cs.containerID)) : undefined;
+    const r = cs.containerID ? probes.ready(runtimeContainerId(cs.containerID)) : undefined;
     return r === true || spec?.readinessProbe === undefined;
   };
 
@@ -1118,10 +1119,4 @@ function applyProbeResults(opts: GenerateStatusOptions, s: V1PodStatus): void {
     }
     cs.ready = cs.started && ready(cs, spec);
   }
-}
-
-/** The CRI id of an API container ID (`<runtime>://<id>`). */
-function containerIdOf(containerID: string): string {
-  const i = containerID.indexOf("://");
-  return i < 0 ? containerID : containerID.slice(i + 3);
 }

@@ -18,7 +18,7 @@ import type { V1Node, V1Pod } from "@kubernetes/client-node";
 import type { KubeClient } from "../src/client/kube_client.ts";
 import { detectCgroupLayout } from "../src/cm/cgroup_layout.ts";
 import { CPUSet } from "../src/cpumanager/cpuset.ts";
-import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
@@ -30,8 +30,8 @@ import {
   ensureRootCAConfigMap,
   getPod,
   poll,
+  restartAgent,
   startNodeAgent,
-  SYNC_LOOP_STARTED,
   TEST_CGROUP_PARENT,
   waitPod,
 } from "./node_harness.ts";
@@ -233,10 +233,7 @@ e2e(
 
 e2e("a kubelet restart keeps both placements", async (w, api) => {
   const before = await getPod(api, NS, "pinned");
-  w.agent.process.kill("SIGTERM");
-  await w.agent.process.status;
-  w.agent = spawnAgent(w.args);
-  await w.agent.waitFor(SYNC_LOOP_STARTED, 60_000);
+  await restartAgent(w);
   await new Promise((r) => setTimeout(r, 3_000));
   const after = await getPod(api, NS, "pinned");
   assert.equal(after.status?.phase, "Running");

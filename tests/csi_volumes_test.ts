@@ -32,7 +32,7 @@ import type {
 import type { KubeClient } from "../src/client/kube_client.ts";
 import type { VolumeStats } from "../src/apis/stats_types.ts";
 import { isStatus } from "../src/client/kube_client.ts";
-import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";
 import {
@@ -50,8 +50,8 @@ import {
   e2eSuite,
   getPod,
   poll,
+  restartAgent,
   startNodeAgent,
-  SYNC_LOOP_STARTED,
   waitPod,
   waitPodGone,
 } from "./node_harness.ts";
@@ -689,10 +689,7 @@ e2e(
     );
     const before = await waitRunning(api, "survivor");
     const unpublishedBefore = calls(w, HOSTPATH, "NodeUnpublishVolume").length;
-    w.agent.process.kill("SIGKILL");
-    await w.agent.process.status;
-    w.agent = spawnAgent(w.args);
-    await w.agent.waitFor(SYNC_LOOP_STARTED, 60_000);
+    await restartAgent(w, "SIGKILL");
     // The pod keeps running with its data; nothing was unpublished.
     await new Promise((r) => setTimeout(r, 5_000));
     const after = await getPod(api, NS, "survivor");

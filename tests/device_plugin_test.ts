@@ -20,7 +20,7 @@ import type { V1Node } from "@kubernetes/client-node";
 import type { KubeClient } from "../src/client/kube_client.ts";
 import { CriConnection, criMethods } from "../src/cri/connection.ts";
 import { PodResourcesListerDefinition } from "../proto/podresources/v1/api.ts";
-import { type RunningAgent, spawnAgent } from "./agent_process.ts";
+import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
@@ -38,8 +38,8 @@ import {
   ensureRootCAConfigMap,
   getPod,
   poll,
+  restartAgent,
   startNodeAgent,
-  SYNC_LOOP_STARTED,
   waitPod,
 } from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
@@ -291,10 +291,7 @@ e2e(
 e2e("a kubelet restart keeps the pod's device, and the plugin registers again", async (w, api) => {
   const before = await getPod(api, NS, "gpu-user");
   const devices = await assignedDevices(w, "gpu-user");
-  w.agent.process.kill("SIGTERM");
-  await w.agent.process.status;
-  w.agent = spawnAgent(w.args);
-  await w.agent.waitFor(SYNC_LOOP_STARTED, 60_000);
+  await restartAgent(w);
   // The plugin sees kubelet.sock made again and registers again.
   await poll(
     "the plugin registered again",

@@ -20,7 +20,6 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { ResourceV1ResourceClaim } from "@kubernetes/client-node";
 import type { KubeClient } from "../src/client/kube_client.ts";
-import { spawnAgent } from "./agent_process.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type Child, type ControlPlane, spawnLogged, startControlPlane } from "./control_plane.ts";
@@ -37,8 +36,8 @@ import {
   ensureDefaultServiceAccount,
   ensureRootCAConfigMap,
   poll,
+  restartAgent,
   startNodeAgent,
-  SYNC_LOOP_STARTED,
   waitPod,
   waitPodGone,
 } from "./node_harness.ts";
@@ -312,10 +311,7 @@ e2e(
   async (w, api) => {
     const claim = await claimOf(api);
     const uid = claim.metadata!.uid!;
-    w.agent.process.kill("SIGTERM");
-    await w.agent.process.status;
-    w.agent = spawnAgent(w.args);
-    await w.agent.waitFor(SYNC_LOOP_STARTED, 60_000);
+    await restartAgent(w);
     const p = await waitPod(
       api,
       NS,

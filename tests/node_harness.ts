@@ -99,6 +99,20 @@ export async function waitPod(
   );
 }
 
+/**
+ * Stops the world's agent with `signal` (SIGKILL: a crash), starts a new one with the same
+ * arguments and waits for its sync loop: a kubelet restart as a node sees one.
+ */
+export async function restartAgent(
+  w: { agent: RunningAgent; readonly args: string[] },
+  signal: "SIGTERM" | "SIGKILL" = "SIGTERM",
+): Promise<void> {
+  w.agent.process.kill(signal);
+  await w.agent.process.status;
+  w.agent = spawnAgent(w.args);
+  await w.agent.waitFor(SYNC_LOOP_STARTED, 60_000);
+}
+
 /** `kubectl create -f -` of `object`; kubectl's error fails the test. */
 export async function createObject(cp: ControlPlane, object: unknown): Promise<void> {
   const r = await cp.kubectl(["create", "-f", "-"], { stdin: JSON.stringify(object) });

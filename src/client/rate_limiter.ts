@@ -45,6 +45,18 @@ export class TokenBucket {
     return turn;
   }
 
+  /**
+   * Takes a token if one is there now, never waiting (golang.org/x/time/rate Limiter.Allow, as
+   * the kubelet's gRPC rate limiters use it); always true without a limit.
+   */
+  tryTake(): boolean {
+    if (this.qps <= 0) return true;
+    this.#refill();
+    if (this.#tokens < 1) return false;
+    this.#tokens -= 1;
+    return true;
+  }
+
   async #take(signal?: AbortSignal): Promise<void> {
     signal?.throwIfAborted();
     this.#refill();

@@ -10,7 +10,7 @@
  * upstream `pkg/kubelet/cm/container_manager_linux.go` and `cmd/kubelet/app/server.go`.
  */
 
-import type { V1Container, V1Pod, V1PodStatus } from "@kubernetes/client-node";
+import type { V1Pod, V1PodStatus } from "@kubernetes/client-node";
 import { ContainerState } from "../../proto/runtime/v1/api.ts";
 import type * as api from "../../proto/runtime/v1/api.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
@@ -23,10 +23,10 @@ import type { Clock } from "../util/clock.ts";
 import type { Logger } from "../klog/klog.ts";
 import type { KubeletMetrics } from "../metrics/metrics.ts";
 import type { ContainerMemory } from "../../proto/podresources/v1/api.ts";
-import { parseQuantity } from "../util/quantity.ts";
+import { milliValueOf, parseDec } from "../qos/resource_helpers.ts";
 import type { DeviceManager } from "../devicemanager/manager.ts";
 import { CPUSet } from "../cpumanager/cpuset.ts";
-import { type CPUTopology, discoverCPUTopology } from "../cpumanager/topology.ts";
+import type { CPUTopology } from "../cpumanager/topology.ts";
 import type { MachineTopology } from "../cpumanager/machine_topology.ts";
 import { CPU_POLICY_NONE, CPU_POLICY_STATIC, type CPUPolicy } from "../cpumanager/policy.ts";
 import { NonePolicy } from "../cpumanager/policy_none.ts";
@@ -86,6 +86,8 @@ export interface ResourceManagersOptions {
   /** The configuration, after {@link applyReservedSystemCPUs}. */
   readonly config: KubeletConfiguration;
   readonly machine: MachineTopology;
+  /** The machine's CPU topology (discoverCPUTopology of `machine`). */
+  readonly cpuTopology: CPUTopology;
   /** The reserved CPUs {@link applyReservedSystemCPUs} returned. */
   readonly reservedCPUs: CPUSet;
   readonly rootDirectory: string;
@@ -133,7 +135,7 @@ export class ResourceManagers {
       alphaOptions: gates.TopologyManagerPolicyAlphaOptions ?? false,
       betaOptions: gates.TopologyManagerPolicyBetaOptions ?? true,
     });
-    this.#cpuTopology = discoverCPUTopology(machine);
+    this.#cpuTopology = o.cpuTopology;
     this.cpu = new CpuManager({
       policy: this.#cpuPolicy(),
       rootDirectory: o.rootDirectory,
@@ -190,7 +192,7 @@ export class ResourceManagers {
         logger.info("Detected CPU topology", { topology: String(this.#cpuTopology.numCPUs) });
         const milli = ["kubeReserved", "systemReserved"].reduce((sum, key) => {
           const q = (config[key as "kubeReserved"] ?? {}).cpu;
-          return sum + (q === undefined ? 0 : Math.round(parseQuantity(q) * 1000));
+          return sum + (q === undefined ? 0 : Number(milliValueOf(parseDec(q))));
         }, 0);
         if (milli === 0) {
           throw new ResourceManagerConfigError(
@@ -254,13 +256,9 @@ export class ResourceManagers {
    */
   needsAllocation(pod: V1Pod): boolean {
     if (this.topology.policy.name !== POLICY_NONE) return true;
-    const containers = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])];
-    const devices = containers.some((c) =>
-      Object.keys(c.resources?.limits ?? {}).some((r) => this.devices.isDevicePluginResource(r))
-    );
-    if (devices) return true;
+    if (this.devices.needsDevices(pod)) return true;
     if (this.memory.policyName === MEMORY_POLICY_STATIC) return true;
-    return this.cpu.policyName === CPU_POLICY_STATIC && containers.some(integerCpuLimit);
+    return this.cpu.wantsExclusiveCpus(pod);
   }
 
   /** The topology manager's admission of the pod (hints, alignment, allocation). */
@@ -321,12 +319,4 @@ function devicesHints(devices: DeviceManager): HintProvider {
     getPodTopologyHints: (pod) => devices.getPodTopologyHints(pod),
     allocate: (pod, c) => devices.allocate(pod, c),
   };
-}
-
-/** A container whose cpu limit is a whole number of CPUs. */
-function integerCpuLimit(c: V1Container): boolean {
-  const limit = c.resources?.limits?.cpu;
-  if (limit === undefined) return false;
-  const cpus = parseQuantity(String(limit));
-  return cpus > 0 && Number.isInteger(cpus);
 }

@@ -94,6 +94,7 @@ async function env(): Promise<Env> {
       const m = new ResourceManagers({
         config: cfg,
         machine,
+        cpuTopology: discoverCPUTopology(machine),
         reservedCPUs: reserved,
         rootDirectory: join(root, "kubelet"),
         capacity: { cpu: "12", memory: String(2 * 16 * 2 ** 30) },

@@ -17,6 +17,8 @@ import type { Logger } from "../klog/klog.ts";
 import { kobj } from "../klog/klog.ts";
 import type { ProviderHints } from "../topologymanager/policy.ts";
 import { CPU_POLICY_NONE, type CPUPolicy } from "./policy.ts";
+import { StaticPolicy } from "./policy_static.ts";
+import { runtimeContainerId } from "../container/container_id.ts";
 import { CPUSet } from "./cpuset.ts";
 import { CheckpointState, type CPUManagerState, MemoryState } from "./state.ts";
 
@@ -163,6 +165,18 @@ export class CpuManager {
     });
   }
 
+  /**
+   * Whether the policy would give a container of the pod CPUs of its own (the static policy's
+   * Guaranteed containers with an integer CPU request).
+   */
+  wantsExclusiveCpus(pod: V1Pod): boolean {
+    const policy = this.#o.policy;
+    if (!(policy instanceof StaticPolicy)) return false;
+    return [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])].some((c) =>
+      policy.guaranteedCPUs(pod, c) > 0
+    );
+  }
+
   /** upstream GetCPUAffinity, as a cpuset string: the container's CPUs, else the shared pool. */
   cpuAffinity(podUID: string, container: string): string {
     return this.#state.getCPUSetOrDefault(podUID, container).toString();
@@ -230,7 +244,7 @@ export class CpuManager {
       ];
       for (const c of [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])]) {
         const cs = statuses.find((s) => s.name === c.name);
-        const id = cs?.containerID?.replace(/^[a-z0-9]+:\/\//, "") ?? "";
+        const id = runtimeContainerId(cs?.containerID ?? "");
         if (!cs || id === "" || cs.state?.waiting || !(cs.state?.running || cs.state?.terminated)) {
           out.failure.push(`${name}/${c.name}`);
           continue;

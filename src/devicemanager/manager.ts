@@ -550,13 +550,15 @@ export class DeviceManager {
   ): Promise<DeviceRunContainerOptions | undefined> {
     const uid = pod.metadata?.uid ?? "";
     let reallocate = false;
+    // Whether the pod is still active, asked once (upstream checkPodActive).
+    let isActive: boolean | undefined;
+    const active = () => isActive ??= this.#o.activePods().some((p) => p.metadata?.uid === uid);
     for (const [resource, quantity] of Object.entries(container.resources?.limits ?? {})) {
       if (!this.isDevicePluginResource(resource) || parseQuantity(String(quantity)) === 0) {
         continue;
       }
       await this.#preStartContainer(uid, container.name, resource, signal);
-      const active = this.#o.activePods().some((p) => p.metadata?.uid === uid);
-      if (!active) continue;
+      if (!active()) continue;
       if (this.#podDevices.containerDevices(uid, container.name, resource) === undefined) {
         reallocate = true;
       }

@@ -25,7 +25,7 @@ import { getPodQOS } from "../qos/qos.ts";
 import { isPodLevelResourcesSet, parseDec } from "../qos/resource_helpers.ts";
 import { BitMask, iterateBitMasks } from "../topologymanager/bitmask.ts";
 import type { ProviderHints, TopologyHint } from "../topologymanager/policy.ts";
-import { formatBinarySI } from "../util/quantity.ts";
+import { hugePageResourceName } from "../nodestatus/node_status.ts";
 import type { Block } from "./checkpoint.ts";
 import { MemoryManagerError, type MemoryPolicy, POLICY_STATIC } from "./policy.ts";
 import type { MachineState, MemoryState, MemoryTableState, NodeState } from "./state.ts";
@@ -64,11 +64,6 @@ export interface StaticPolicyOptions {
   readonly logger: Logger;
   /** @default none */
   readonly metrics?: MemoryPolicyMetrics;
-}
-
-/** The resource name of a hugepage size in bytes ("hugepages-2Mi"), as upstream HugePageResourceName. */
-function hugePageResourceName(pageBytes: number): string {
-  return `hugepages-${formatBinarySI(pageBytes)}`;
 }
 
 function isMemoryResource(name: string): boolean {

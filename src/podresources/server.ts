@@ -27,6 +27,7 @@ import { PodResourcesListerDefinition as V1alpha1Definition } from "../../proto/
 import { GrpcServer, GrpcStatusError } from "../cri/grpc_server.ts";
 import { GrpcCode } from "../cri/connection.ts";
 import type { Clock } from "../util/clock.ts";
+import { TokenBucket } from "../client/rate_limiter.ts";
 import type { Logger } from "../klog/klog.ts";
 import type { ResourceDeviceInstances } from "../devicemanager/pod_devices.ts";
 
@@ -88,33 +89,6 @@ export interface PodResourcesServerOptions {
   readonly burst?: number;
 }
 
-/** A token bucket (golang.org/x/time/rate Limiter.Allow). */
-export class TokenBucket {
-  readonly #qps: number;
-  readonly #burst: number;
-  readonly #clock: Clock;
-  #tokens: number;
-  #at: number;
-
-  constructor(qps: number, burst: number, clock: Clock) {
-    this.#qps = qps;
-    this.#burst = burst;
-    this.#clock = clock;
-    this.#tokens = burst;
-    this.#at = clock.now();
-  }
-
-  /** Takes a token if there is one. */
-  allow(): boolean {
-    const now = this.#clock.now();
-    this.#tokens = Math.min(this.#burst, this.#tokens + ((now - this.#at) / 1000) * this.#qps);
-    this.#at = now;
-    if (this.#tokens < 1) return false;
-    this.#tokens -= 1;
-    return true;
-  }
-}
-
 /** The PodResourcesLister handlers; see the module documentation. */
 export class PodResourcesServer {
   readonly #o: PodResourcesServerOptions;
@@ -123,9 +97,9 @@ export class PodResourcesServer {
   constructor(opts: PodResourcesServerOptions) {
     this.#o = opts;
     this.#limiter = new TokenBucket(
+      opts.clock,
       opts.qps ?? DEFAULT_QPS,
       opts.burst ?? DEFAULT_BURST_TOKENS,
-      opts.clock,
     );
   }
 
@@ -149,7 +123,7 @@ export class PodResourcesServer {
   }
 
   #limited<T>(f: () => T): T {
-    if (!this.#limiter.allow()) {
+    if (!this.#limiter.tryTake()) {
       throw new GrpcStatusError(GrpcCode.RESOURCE_EXHAUSTED, "rejected by rate limit");
     }
     return f();

@@ -17,6 +17,7 @@
  * http.FileServer, and the NodeLogQuery handler in front of it).
  */
 
+import { runtimeContainerId } from "../container/container_id.ts";
 import type { ServerResponse } from "node:http";
 import { extname, join, posix } from "node:path";
 import type { V1ContainerStatus, V1Pod } from "@kubernetes/client-node";
@@ -303,8 +304,7 @@ export function selectLogContainer(input: SelectLogContainerInput): LogContainer
   } else {
     return new Error(`${inPod} is waiting to start - no logs yet`);
   }
-  const i = cid.indexOf("://");
-  return { id: i < 0 ? cid : cid.slice(i + 3), containerID: cid };
+  return { id: runtimeContainerId(cid), containerID: cid };
 }
 
 /** go-restful's WriteError: the status and the bare text (Go sniffs text/plain). */
