@@ -24,6 +24,7 @@ import { NodeInformer } from "./client/node_informer.ts";
 import { KUBELET_VERSION } from "./util/version.ts";
 import { GrpcCode, isCriCode } from "./cri/connection.ts";
 import { RuntimeState } from "./runtime_state.ts";
+import { type PodCIDRRuntime, PodCIDRUpdater } from "./kubelet_network.ts";
 import { waitForRuntime } from "./cri/runtime_service.ts";
 import { kobj, setLogV } from "./klog/klog.ts";
 import { formatDuration } from "./util/duration.ts";
@@ -160,6 +161,9 @@ export class Kubelet {
   readonly #opts: KubeletOptions;
   /** The runtime's health as updateRuntimeUp last saw it. */
   readonly runtimeState: RuntimeState;
+  /** Gives the runtime the pod CIDR (upstream updatePodCIDR), once the runtime manager exists. */
+  readonly #podCIDR: PodCIDRUpdater;
+  #podCIDRRuntime: PodCIDRRuntime | undefined;
   /** Node registration and status, in API server mode. */
   nodeStatus: NodeStatusManager | undefined;
   /** The latest copy of this node's Node object (list+watch), in API server mode. */
@@ -236,6 +240,11 @@ export class Kubelet {
       },
     };
     this.runtimeState = new RuntimeState(opts.deps.clock);
+    this.#podCIDR = new PodCIDRUpdater({
+      state: this.runtimeState,
+      runtime: () => this.#podCIDRRuntime,
+      logger: deps.logger,
+    });
     this.pluginManager = new PluginManager({
       sockDir: pluginsRegistrationDir(opts.server.flags.rootDirectory),
       logger: deps.logger,
@@ -564,6 +573,11 @@ export class Kubelet {
       seccompDefault: config.seccompDefault === true || flags.seccompDefault,
     });
     built.lifecycle = pods;
+    // Upstream NewMainKubelet gives the runtime the configured pod CIDR once its manager exists.
+    this.#podCIDRRuntime = pods.runtimeManager;
+    await this.#podCIDR.update(config.podCIDR ?? "", signal).catch((e) => {
+      if (!signal.aborted) logger.error(e, "Pod CIDR update failed");
+    });
     const { pleg, syncer, loop, podManager, podCache } = pods;
     this.#prober = pods.prober;
     this.#volumeManager = pods.volumeManager;
@@ -1395,6 +1409,7 @@ export class Kubelet {
       devices: () => this.resourceManagers?.devices.getCapacity(),
       shouldResetExtendedResourceCapacity: () => deviceCheckpointMissing(flags.rootDirectory),
       recorder: deps.recorder,
+      updatePodCIDR: (cidr, s) => this.#podCIDR.update(cidr, s),
     });
     this.nodeStatus = status;
     const informer = new NodeInformer({

@@ -4,8 +4,10 @@
  * an existing Node's default labels and annotations), a fast status update at start so the node
  * turns Ready as soon as the runtime is, then every nodeStatusUpdateFrequency (with 4 % jitter)
  * a status patch, skipped while nothing but heartbeats changed and nodeStatusReportFrequency has
- * not passed. Failures are logged once per change of state; a Node deleted while the kubelet runs
- * is registered again. Corresponds to upstream `pkg/kubelet/kubelet_node_status.go`.
+ * not passed. Each update first gives the runtime the Node's pod CIDRs (kubelet_network.ts); a
+ * change of them makes the patch happen. Failures are logged once per change of state; a Node
+ * deleted while the kubelet runs is registered again. Corresponds to upstream
+ * `pkg/kubelet/kubelet_node_status.go`.
  */
 
 import { isExtendedResourceName } from "./lifecycle/predicate.ts";
@@ -83,6 +85,14 @@ export interface NodeStatusOptions extends InitialNodeOptions {
   readonly recorder?: EventRecorder;
   /** Told of the first registration attempt, the Node's creation and its first Ready status. */
   readonly startupTracker?: NodeStartupLatencyTracker;
+  /**
+   * Gives the runtime the Node's `spec.podCIDRs` joined by "," before each status update
+   * (upstream updatePodCIDR, kubelet_network.ts): true when the CIDR changed, which makes the
+   * status patch happen even if the status did not change; a rejection is logged and counts as a
+   * change, as upstream's, the first time for that CIDR (see #updatePodCIDR). @default none: the
+   * pod CIDR is not given to the runtime
+   */
+  readonly updatePodCIDR?: (cidr: string, signal?: AbortSignal) => Promise<boolean>;
 }
 
 /** Registers the node and reports its status. */
@@ -97,6 +107,8 @@ export class NodeStatusManager {
   #poked = false;
   /** Upstream lastNodeUnschedulable: the schedulability the last event reported. */
   #lastUnschedulable = false;
+  /** The pod CIDR the runtime refused last, until it accepts one. */
+  #refusedPodCIDR: string | undefined;
 
   constructor(opts: NodeStatusOptions) {
     this.#o = opts;
@@ -237,6 +249,7 @@ export class NodeStatusManager {
       query: tryNumber === 0 ? { resourceVersion: "0" } : undefined,
       signal,
     });
+    const podCIDRChanged = await this.#updatePodCIDR(this.#node, signal);
     const now = o.clock.now();
     const previous = this.#lastStatus ?? this.#node?.status;
     const status = await this.#computeStatus(previous, undefined, signal);
@@ -246,7 +259,7 @@ export class NodeStatusManager {
     }
     this.#recordNodeSchedulableEvent(this.#node?.spec?.unschedulable ?? false);
     const due = now - this.#lastReport >= (o.config.nodeStatusReportFrequency ?? 300_000);
-    if (!due && !nodeStatusHasChanged(this.#lastStatus, status)) {
+    if (!podCIDRChanged && !due && !nodeStatusHasChanged(this.#lastStatus, status)) {
       o.volumes?.markVolumesReportedInUse(this.#node?.status?.volumesInUse ?? []);
       return;
     }
@@ -261,6 +274,34 @@ export class NodeStatusManager {
     this.#lastReport = now;
     const ready = this.#node.status?.conditions?.find((c) => c.type === "Ready");
     if (ready?.status === "True") o.startupTracker?.recordNodeReady();
+  }
+
+  /**
+   * Upstream updateNode's pod CIDR step: the Node's CIDRs to the runtime, when it has any (they
+   * may have been given before, so an unchanged spec.podCIDR does not mean nothing to do). A
+   * refusal forces a patch and is logged once per CIDR: upstream's fast path patches only a Ready
+   * node and its regular one runs every 10 s, while this loop polls every 100 ms until the node
+   * is Ready, which a CIDR the runtime keeps refusing can hold off for good.
+   */
+  async #updatePodCIDR(
+    node: V1Node | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<boolean> {
+    const cidrs = node?.spec?.podCIDRs ?? [];
+    const update = this.#o.updatePodCIDR;
+    if (cidrs.length === 0 || update === undefined) return false;
+    const cidr = cidrs.join(",");
+    try {
+      const changed = await update(cidr, signal);
+      this.#refusedPodCIDR = undefined;
+      return changed;
+    } catch (e) {
+      if (signal?.aborted) throw e;
+      if (this.#refusedPodCIDR === cidr) return false;
+      this.#refusedPodCIDR = cidr;
+      this.#o.logger.error(e, "Error updating pod CIDR");
+      return true;
+    }
   }
 
   /** The status setters' output over `previous`; readiness as given, else as it is now. */

@@ -15,6 +15,8 @@ import type { EventRecorder, ObjectRef } from "./client/record.ts";
 import { initialNode } from "./nodestatus/node_status.ts";
 import { KubeletMetrics } from "./metrics/metrics.ts";
 import { NodeStartupLatencyTracker } from "./util/node_startup_latency_tracker.ts";
+import { PodCIDRUpdater } from "./kubelet_network.ts";
+import { RuntimeState } from "./runtime_state.ts";
 
 /** A loopback stand-in for the apiserver's node endpoints. */
 function nodeServer() {
@@ -140,6 +142,91 @@ Deno.test("NodeStatusManager registers, skips unchanged reports until the report
     assert.equal(m.registered, false);
     assert.equal(await m.tryRegister(), true);
     assert.equal(s.nodes.get("node-a")?.metadata?.uid, "uid-2");
+  } finally {
+    client.close();
+    await s.server.shutdown();
+  }
+});
+
+Deno.test("NodeStatusManager gives the runtime the Node's pod CIDRs joined by ',', once per change, and patches when only they changed", async () => {
+  const s = nodeServer();
+  const clock = new FakeClock(Date.UTC(2026, 11, 2, 12, 0, 0));
+  const pushed: string[] = [];
+  const podCIDR = new PodCIDRUpdater({
+    state: new RuntimeState(clock),
+    runtime: () => ({ updatePodCIDR: (cidr) => Promise.resolve(void pushed.push(cidr)) }),
+    logger: createLogger({ write: () => {} }),
+  });
+  const asked: string[] = [];
+  const { client, m } = manager(s.url, clock, [], undefined, {
+    updatePodCIDR: (cidr, signal) => {
+      asked.push(cidr);
+      return podCIDR.update(cidr, signal);
+    },
+  });
+  const patches = () => s.requests.filter((r) => r === "PATCH /api/v1/nodes/node-a/status").length;
+  try {
+    await m.tryRegister();
+    await m.updateNodeStatus();
+    assert.equal(patches(), 1);
+    assert.deepEqual(asked, [], "a Node without spec.podCIDRs has nothing to give");
+
+    // The controller manager allocates the node's CIDRs.
+    s.nodes.get("node-a")!.spec = {
+      podCIDR: "10.244.1.0/24",
+      podCIDRs: ["10.244.1.0/24", "fd00:1::/64"],
+    };
+    clock.step(10_000);
+    await m.updateNodeStatus();
+    assert.deepEqual(pushed, ["10.244.1.0/24,fd00:1::/64"]);
+    assert.equal(patches(), 2, "only the pod CIDR changed: the status is patched all the same");
+
+    clock.step(10_000);
+    await m.updateNodeStatus();
+    assert.deepEqual(asked, ["10.244.1.0/24,fd00:1::/64", "10.244.1.0/24,fd00:1::/64"]);
+    assert.deepEqual(pushed, ["10.244.1.0/24,fd00:1::/64"], "unchanged: not given again");
+    assert.equal(patches(), 2);
+
+    s.nodes.get("node-a")!.spec = { podCIDR: "10.244.7.0/24", podCIDRs: ["10.244.7.0/24"] };
+    clock.step(10_000);
+    await m.updateNodeStatus();
+    assert.deepEqual(pushed, ["10.244.1.0/24,fd00:1::/64", "10.244.7.0/24"]);
+    assert.equal(patches(), 3);
+  } finally {
+    client.close();
+    await s.server.shutdown();
+  }
+});
+
+Deno.test("NodeStatusManager logs a pod CIDR the runtime refused once and still updates the status", async () => {
+  const s = nodeServer();
+  const clock = new FakeClock(Date.UTC(2026, 11, 2, 12, 0, 0));
+  const lines: string[] = [];
+  const { client, m } = manager(s.url, clock, [], undefined, {
+    logger: createLogger({ write: (l) => lines.push(l), now: () => new Date(0), pid: 1 }),
+    updatePodCIDR: () => Promise.reject(new Error("failed to update pod CIDR: runtime down")),
+  });
+  const patches = () => s.requests.filter((r) => r === "PATCH /api/v1/nodes/node-a/status").length;
+  try {
+    await m.tryRegister();
+    await m.updateNodeStatus();
+    assert.equal(patches(), 1);
+    s.nodes.get("node-a")!.spec = { podCIDRs: ["10.244.1.0/24"] };
+    clock.step(10_000);
+    await m.updateNodeStatus();
+    assert.equal(patches(), 2, "a refused CIDR may have changed: the status is patched");
+    assert.ok(
+      lines.some((l) =>
+        l.startsWith("E") && l.includes('"Error updating pod CIDR"') &&
+        l.includes("failed to update pod CIDR: runtime down")
+      ),
+      lines.join("\n"),
+    );
+    const logged = lines.length;
+    clock.step(100);
+    await m.updateNodeStatus();
+    assert.equal(patches(), 2, "the same CIDR refused again: no patch on every poll");
+    assert.equal(lines.length, logged, "nor a log line");
   } finally {
     client.close();
     await s.server.shutdown();

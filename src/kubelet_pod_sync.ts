@@ -93,6 +93,8 @@ export interface PodProber {
   /** Readiness/startup by container id, for the status (undefined: no result yet). */
   ready(containerId: string): boolean | undefined;
   started(containerId: string): boolean | undefined;
+  /** Whether a container started then (ms since the epoch) ran before this kubelet started. */
+  startedBeforeKubelet(startedAtMs: number): boolean;
 }
 
 /** What the syncer asks of the volume manager (upstream VolumeManager, trimmed). */

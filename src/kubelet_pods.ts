@@ -119,6 +119,8 @@ export interface GenerateStatusOptions {
   probes?: {
     ready(containerId: string): boolean | undefined;
     started(containerId: string): boolean | undefined;
+    /** Whether a container started then (ms since the epoch) ran before this kubelet. */
+    startedBeforeKubelet(startedAtMs: number): boolean;
   };
   /** Stamps the lastTransitionTime of conditions that changed. */
   now: Date;
@@ -1098,11 +1100,25 @@ function applyProbeResults(opts: GenerateStatusOptions, s: V1PodStatus): void {
     // A startup probe that has not succeeded yet holds the container back.
     return spec?.startupProbe === undefined;
   };
+  const podWasReady = (pod.status?.conditions ?? []).some((c) =>
+    c.type === "Ready" && c.status === "True"
+  );
   const ready = (cs: V1ContainerStatus, spec: V1Container | undefined): boolean => {
     if (!cs.state?.running || podIsTerminal) return false;
     if (probes === undefined) return true;
     const r = cs.containerID ? probes.ready(runtimeContainerId(cs.containerID)) : undefined;
-    return r === true || spec?.readinessProbe === undefined;
+    if (r === true) return true;
+    let ready = spec?.readinessProbe === undefined;
+    // Upstream setReadyStateOnKubeletRestart (ChangeContainerStatusOnKubeletRestart off): a
+    // container that ran before this kubelet keeps the readiness its pod last reported until
+    // its probe has a result.
+    const at: unknown = cs.state.running.startedAt;
+    const startedAt = at instanceof Date ? at.getTime() : Date.parse(String(at ?? ""));
+    if (probes.startedBeforeKubelet(Number.isNaN(startedAt) ? 0 : startedAt)) {
+      if (!ready && r === undefined) ready = true;
+      if (spec?.readinessProbe !== undefined && !podWasReady) ready = false;
+    }
+    return ready;
   };
 
   for (const cs of s.containerStatuses ?? []) {

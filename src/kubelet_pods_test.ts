@@ -717,6 +717,7 @@ Deno.test("generateAPIPodStatus applies probe results, and no readiness when ter
   const probes = {
     ready: (id: string) => results.get(`ready/${id}`),
     started: (id: string) => results.get(`started/${id}`),
+    startedBeforeKubelet: () => false,
   };
   const byName = (s: ReturnType<typeof generate>, name: string) =>
     s.containerStatuses?.find((c) => c.name === name);
@@ -733,6 +734,45 @@ Deno.test("generateAPIPodStatus applies probe results, and no readiness when ter
 
   s = generate(p, rt, { probes, podIsTerminal: true });
   assert.equal(byName(s, "a")?.ready, false);
+});
+
+Deno.test("generateAPIPodStatus keeps the readiness of containers that ran before a kubelet restart until probed", () => {
+  // Upstream setReadyStateOnKubeletRestart: a container with a readiness probe that started
+  // before this kubelet is ready while its pod was Ready and no probe result is cached.
+  const spec = {
+    restartPolicy: "Always",
+    containers: [
+      { name: "probed", readinessProbe: { exec: { command: ["true"] } } },
+      { name: "plain" },
+    ],
+  };
+  const rt = runtime([
+    cri("probed", { state: "running", created: 1 }),
+    cri("plain", { state: "running", created: 2 }),
+  ]);
+  const results = new Map<string, boolean>();
+  let before = true;
+  const probes = {
+    ready: (id: string) => results.get(id),
+    started: () => undefined,
+    startedBeforeKubelet: (ms: number) => before && ms > 0,
+  };
+  const readyOf = (s: ReturnType<typeof generate>) =>
+    s.containerStatuses?.map((c) => `${c.name}=${c.ready}`).sort();
+  const wasReady = pod(spec);
+  wasReady.status = { conditions: [{ type: "Ready", status: "True" }] };
+  assert.deepEqual(readyOf(generate(wasReady, rt, { probes })), ["plain=true", "probed=true"]);
+  // The pod was not Ready before the restart: the probed container waits for its probe.
+  const notReady = pod(spec);
+  notReady.status = { conditions: [{ type: "Ready", status: "False" }] };
+  assert.deepEqual(readyOf(generate(notReady, rt, { probes })), ["plain=true", "probed=false"]);
+  // A cached failure wins once the probe has run.
+  results.set("probed-0", false);
+  assert.deepEqual(readyOf(generate(wasReady, rt, { probes })), ["plain=true", "probed=false"]);
+  // A container this kubelet started waits for its probe, as before.
+  results.clear();
+  before = false;
+  assert.deepEqual(readyOf(generate(wasReady, rt, { probes })), ["plain=true", "probed=false"]);
 });
 
 Deno.test("generateAPIPodStatus sets observedGeneration and volume mount statuses", () => {

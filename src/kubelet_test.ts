@@ -16,7 +16,7 @@ async function until(what: string, cond: () => boolean): Promise<void> {
   }
 }
 
-Deno.test("Kubelet updateRuntimeUp keeps the runtime state from CRI Status every period", async () => {
+Deno.test("Kubelet gives the runtime the configured pod CIDR at start, and updateRuntimeUp keeps the runtime state from CRI Status every period", async () => {
   const dir = await Deno.makeTempDir({ prefix: "kubelet-runtime-up-" });
   await using fake = await startFakeRuntime({ socket: `${dir}/cri.sock` });
   const { config } = await loadKubeletConfiguration({
@@ -30,6 +30,7 @@ Deno.test("Kubelet updateRuntimeUp keeps the runtime state from CRI Status every
   // Not the host's iptables from a unit test (kubelet_network_linux_test.ts covers them).
   config.makeIPTablesUtilChains = false;
   config.containerRuntimeEndpoint = fake.endpoint;
+  config.podCIDR = "10.244.0.0/24";
   const services = preInitRuntimeService({
     containerRuntimeEndpoint: fake.endpoint,
     timeoutMs: 5_000,
@@ -67,6 +68,13 @@ Deno.test("Kubelet updateRuntimeUp keeps the runtime state from CRI Status every
         kubelet.pleg?.healthy().ok === true && kubelet.runtimeState.runtimeErrors() === undefined,
     );
     assert.equal(kubelet.runtimeState.networkErrors(), undefined);
+    assert.equal(fake.service.podCidr, "10.244.0.0/24", "UpdateRuntimeConfig at start");
+    assert.equal(kubelet.runtimeState.podCIDR(), "10.244.0.0/24");
+    assert.ok(
+      lines.some((l) =>
+        l.includes('"Updating Pod CIDR" originalPodCIDR="" newPodCIDR="10.244.0.0/24"')
+      ),
+    );
 
     fake.service.setCondition(
       "NetworkReady",

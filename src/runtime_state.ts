@@ -2,8 +2,9 @@
  * @module
  * What the kubelet knows of its container runtime's health, kept by updateRuntimeUp (every 5 s,
  * CRI Status) and read by the sync loop (which backs off while the runtime has errors) and by
- * the node's Ready condition. Corresponds to upstream `pkg/kubelet/runtime.go` and the condition
- * handling of `Kubelet.updateRuntimeUp`.
+ * the node's Ready condition, and the pod CIDR last given to the runtime (kubelet_network.ts
+ * keeps it). Corresponds to upstream `pkg/kubelet/runtime.go` and the condition handling of
+ * `Kubelet.updateRuntimeUp`.
  */
 
 import type { Clock } from "./util/clock.ts";
@@ -39,6 +40,7 @@ export class RuntimeState {
   #networkError: string | undefined = "network state unknown";
   #runtimeError: string | undefined;
   #storageError: string | undefined;
+  #podCIDR = "";
   readonly #healthChecks: { name: string; check: () => string | undefined }[] = [];
 
   constructor(
@@ -65,6 +67,16 @@ export class RuntimeState {
 
   setStorageState(error: string | undefined): void {
     this.#storageError = error;
+  }
+
+  /** Records the pod CIDR the runtime accepted with UpdateRuntimeConfig. */
+  setPodCIDR(cidr: string): void {
+    this.#podCIDR = cidr;
+  }
+
+  /** The pod CIDR the runtime last accepted; empty before any. */
+  podCIDR(): string {
+    return this.#podCIDR;
   }
 
   /** Why pods cannot be synced now, or undefined. */

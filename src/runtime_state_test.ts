@@ -59,3 +59,10 @@ Deno.test("formatCondition and aggregate print as upstream", () => {
   assert.equal(aggregate(["a"]), "a");
   assert.equal(aggregate(["a", "b"]), "[a, b]");
 });
+
+Deno.test("RuntimeState keeps the pod CIDR the runtime accepted, empty before any", () => {
+  const s = new RuntimeState(new FakeClock(5));
+  assert.equal(s.podCIDR(), "");
+  s.setPodCIDR("10.244.1.0/24");
+  assert.equal(s.podCIDR(), "10.244.1.0/24");
+});

@@ -32,6 +32,11 @@ export interface AgentOptions {
    * `permissions`, `executable` and the V8 and deno flags of the environment do not apply.
    */
   readonly command?: readonly string[];
+  /**
+   * Put before the whole command line: the program the agent runs under, e.g. tests/kubeadm_cluster.ts's
+   * `["nsenter", "--net=/run/netns/x", "--mount=...", "--"]` for a node of its own. @default none
+   */
+  readonly prefix?: readonly string[];
 }
 
 /**
@@ -72,8 +77,11 @@ function command(args: readonly string[], opts: AgentOptions): Deno.Command {
   // KUBELET_TS_LEAST_PRIVILEGE=0 (the kubelet then runs in the inspected isolate): deno's own
   // flags, before main.ts.
   const deno = envWords("KUBELET_TS_AGENT_DENO_FLAGS");
-  const [program, ...first] = opts.command ??
-    [opts.executable ?? Deno.execPath(), "run", "--quiet", ...flags, ...deno, "main.ts"];
+  const [program, ...first] = [
+    ...(opts.prefix ?? []),
+    ...(opts.command ??
+      [opts.executable ?? Deno.execPath(), "run", "--quiet", ...flags, ...deno, "main.ts"]),
+  ];
   return new Deno.Command(program!, {
     args: [...first, ...args, ...sandbox, ...more],
     cwd: REPO_ROOT,

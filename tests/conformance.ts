@@ -34,11 +34,16 @@ import { type Child, spawnLogged, startControlPlane } from "./control_plane.ts";
 import {
   ensureConformanceBinaries,
   ensureControlPlaneBinaries,
+  ensureUpstreamKubelet,
   KUBERNETES_VERSION,
 } from "./control_plane_build.ts";
 import { startControllerManager } from "./controller_manager.ts";
 import { ensureImagePackages, importImages, PAUSE } from "./images.ts";
-import { ensureRegistryPackages, startRegistry } from "./registry_harness.ts";
+import { ensureRegistryPackages, type RegistryHandle, startRegistry } from "./registry_harness.ts";
+import { HOST_IP, startKubeadmCluster, waitForAddons, waitForPodCIDRs } from "./kubeadm_cluster.ts";
+import { ensureKubeadmBinaries } from "./kubeadm_build.ts";
+import { ensureKubeadmImages } from "./kubeadm_images.ts";
+import { kubeClient } from "./node_harness.ts";
 
 /** The kubelet-facing conformance tests: sig-node's and sig-storage's. */
 export const DEFAULT_FOCUS = "\\[sig-(node|storage)\\].*\\[Conformance\\]";
@@ -52,6 +57,11 @@ export const MIRRORED_REGISTRY = "registry.k8s.io";
 /** The harness's options, as `--help` lists them. */
 export interface ConformanceArgs {
   readonly agent: "agent" | "upstream";
+  /**
+   * "node": one kubelet beside a control plane the harness starts; "kubeadm": a two-node
+   * kubeadm cluster (tests/kubeadm_cluster.ts) whose nodes both run the kubelet under test.
+   */
+  readonly topology: "node" | "kubeadm";
   /** Debian's containerd 1.6 or containerd 2.x built from its module. */
   readonly runtime: RuntimeKind;
   readonly focus: string;
@@ -67,6 +77,9 @@ export const USAGE = `Usage: deno task conformance [options]
 Runs upstream's e2e conformance tests (e2e.test ${KUBERNETES_VERSION}) against one node.
 
   --agent agent|upstream  the kubelet under test: this one (default) or the Go kubelet
+  --topology node|kubeadm one node beside a control plane the harness starts (default), or a
+                          two-node kubeadm cluster (kubeadm init and join, kube-proxy, CoreDNS)
+                          with the kubelet under test on both nodes
   --runtime containerd|containerd2
                           Debian's containerd 1.6 (default, or $KUBELET_TS_RUNTIME) or
                           containerd 2.x built from its Go module
@@ -91,6 +104,7 @@ export function parseConformanceArgs(args: readonly string[]): ConformanceArgs {
       args: [...args],
       options: {
         agent: { type: "string", default: "agent" },
+        topology: { type: "string", default: "node" },
         runtime: { type: "string" },
         focus: { type: "string", default: DEFAULT_FOCUS },
         skip: { type: "string", default: DEFAULT_SKIP },
@@ -108,6 +122,11 @@ export function parseConformanceArgs(args: readonly string[]): ConformanceArgs {
   const v = parsed.values;
   if (v.agent !== "agent" && v.agent !== "upstream") {
     throw new UsageError(`--agent must be 'agent' or 'upstream': current value is '${v.agent}'`);
+  }
+  if (v.topology !== "node" && v.topology !== "kubeadm") {
+    throw new UsageError(
+      `--topology must be 'node' or 'kubeadm': current value is '${v.topology}'`,
+    );
   }
   const runtime = v.runtime ?? Deno.env.get("KUBELET_TS_RUNTIME") ?? "containerd";
   if (runtime !== "containerd" && runtime !== "containerd2") {
@@ -130,6 +149,7 @@ export function parseConformanceArgs(args: readonly string[]): ConformanceArgs {
   }
   return {
     agent: v.agent,
+    topology: v.topology,
     runtime,
     focus: v.focus,
     skip: v.skip,
@@ -168,67 +188,14 @@ export async function runConformance(
   log(`conformance: work directory ${dir}`);
   const stops: (() => Promise<unknown>)[] = [];
   try {
-    const registry = await startRegistry({ dir: join(dir, "registry"), signal });
-    stops.push(() => registry.stop());
-    const containerd = await startContainerd({
-      dir: join(dir, "containerd"),
-      runtimeHandlers: ["test-handler"],
-      runtime: opts.runtime,
-      registryMirrors: { [MIRRORED_REGISTRY]: registry.url },
-      signal,
-    });
-    stops.push(() => containerd.stop());
-    const runtime = containerd.version.split(/\s+/)[2]?.replace(/^v/, "") ?? "?";
-    await importImages({ containerdSocket: containerd.socket, images: [PAUSE], signal });
     const names = parseImageList(await output(bins.e2eTest, ["--list-images"], signal));
-    const images = await ensureConformanceImages({
-      names,
-      ctr: { address: containerd.socket },
-      mirror: { host: MIRRORED_REGISTRY, registry: registry.host },
-      signal,
-      log,
-    });
+    const env: TopologyEnv = { opts, dir, names, cpBins, bins, stops, signal, log };
+    const cluster = opts.topology === "kubeadm"
+      ? await startKubeadmTopology(env)
+      : await startNodeTopology(env);
+    const { runtime, images } = cluster;
     const pushed = images.images.filter((i) => i.pushed).length;
-
-    const cp = await startControlPlane({
-      dir: join(dir, "control-plane"),
-      nodeNames: [NODE_NAME],
-      binaries: cpBins,
-      signal,
-      log,
-    });
-    stops.push(() => cp.stop());
-    const kcm = await startControllerManager({ cp, dir, binary: bins.kubeControllerManager });
-    stops.push(() => kcm.stop());
-    const scheduler = await spawnLogged(bins.kubeScheduler, [
-      `--kubeconfig=${cp.adminKubeconfig}`,
-      `--authentication-kubeconfig=${cp.adminKubeconfig}`,
-      `--authorization-kubeconfig=${cp.adminKubeconfig}`,
-      "--bind-address=127.0.0.1",
-      "--secure-port=0",
-      "--leader-elect=false",
-      "--v=1",
-    ], { logFile: join(dir, "kube-scheduler.log"), dir, stopTimeoutMs: 10_000 });
-    stops.push(() => scheduler.stop());
-    await assertRunning([["kube-controller-manager", kcm], ["kube-scheduler", scheduler]], dir);
-
-    const agentOpts = {
-      cp,
-      // The agent's cgroupRoot is named after this directory: unique, so that two runs on one
-      // machine never take each other's pod cgroups for orphans.
-      dir: join(dir, `node-${basename(dir).split("-").at(-1)}`),
-      nodeName: NODE_NAME,
-      endpoint: containerd.endpoint,
-      signal,
-    };
-    const agent: BenchAgent = opts.agent === "upstream"
-      ? await startUpstreamKubelet({ ...agentOpts, log })
-      : await startOurAgent(agentOpts);
-    stops.push(async () => {
-      await agent.stop();
-      await Deno.writeTextFile(join(dir, "kubelet.log"), agent.stderr());
-    });
-    log(`conformance: ${opts.agent} registered ${NODE_NAME}; running e2e.test`);
+    log(`conformance: ${opts.agent} on ${cluster.nodes}; running e2e.test`);
 
     const reportDir = join(dir, "report");
     await Deno.mkdir(reportDir, { recursive: true });
@@ -243,7 +210,7 @@ export async function runConformance(
       `--output-dir=${reportDir}`,
       bins.e2eTest,
       "--",
-      `--kubeconfig=${cp.adminKubeconfig}`,
+      `--kubeconfig=${cluster.kubeconfig}`,
       "--provider=skeleton",
       `--report-dir=${reportDir}`,
       "--dump-logs-on-failure=false",
@@ -265,7 +232,8 @@ export async function runConformance(
         "tests",
         "results",
         // Debian's "1.6.20~ds1" names the file as 1.6.20.
-        `conformance-${day}-containerd-${runtime.replace(/~.*$/, "")}-${opts.agent}.md`,
+        `conformance-${day}-${opts.topology === "kubeadm" ? "kubeadm-" : ""}containerd-` +
+          `${runtime.replace(/~.*$/, "")}-${opts.agent}.md`,
       );
     const text = renderResults({
       agent: opts.agent === "upstream" ? `the Go kubelet ${KUBERNETES_VERSION}` : "kubelet-ts",
@@ -281,11 +249,12 @@ export async function runConformance(
           [i.status, i.source, i.reason].filter((x) => x).join(": "),
         ]),
       ),
-      command:
-        `deno task conformance --agent ${opts.agent} --runtime ${opts.runtime} --procs ${opts.procs}`,
+      command: `deno task conformance --agent ${opts.agent} --topology ${opts.topology} ` +
+        `--runtime ${opts.runtime} --procs ${opts.procs}`,
+      topology: cluster.topology,
       registry: `${MIRRORED_REGISTRY} is a local registry (Debian's docker-registry on ` +
-        `127.0.0.1, tests/registry_harness.ts) holding the ${pushed} images above that were ` +
-        `made under it; containerd pulls that host from there alone`,
+        `${cluster.registryHost}, tests/registry_harness.ts) holding the ${pushed} images above ` +
+        `that were made under it; containerd pulls that host from there alone`,
     }, specs);
     await Deno.writeTextFile(file, text);
     const ran = specs.filter((s) => s.state !== "skipped" && !isSuiteNode(s));
@@ -305,6 +274,181 @@ export async function runConformance(
       );
     }
   }
+}
+
+/** What both topologies are made from. */
+interface TopologyEnv {
+  readonly opts: ConformanceArgs;
+  readonly dir: string;
+  /** The images e2e.test names (`--list-images`). */
+  readonly names: readonly string[];
+  readonly cpBins: Awaited<ReturnType<typeof ensureControlPlaneBinaries>>;
+  readonly bins: Awaited<ReturnType<typeof ensureConformanceBinaries>>;
+  /** Where each started part's stop goes, run in reverse at the end. */
+  readonly stops: (() => Promise<unknown>)[];
+  readonly signal?: AbortSignal;
+  readonly log: (line: string) => void;
+}
+
+/** A cluster e2e.test runs against. */
+interface Topology {
+  readonly kubeconfig: string;
+  /** containerd's version, e.g. "1.6.20~ds1". */
+  readonly runtime: string;
+  readonly images: Awaited<ReturnType<typeof ensureConformanceImages>>;
+  /** The local registry's `host:port`. */
+  readonly registryHost: string;
+  /** The nodes, for the log. */
+  readonly nodes: string;
+  /** What the results file says of the cluster. */
+  readonly topology: string;
+}
+
+/** One kubelet beside etcd, kube-apiserver, the controller manager and the scheduler. */
+async function startNodeTopology(env: TopologyEnv): Promise<Topology> {
+  const { opts, dir, names, cpBins, bins, stops, signal, log } = env;
+  const registry = await startRegistry({ dir: join(dir, "registry"), signal });
+  stops.push(() => registry.stop());
+  const containerd = await startContainerd({
+    dir: join(dir, "containerd"),
+    runtimeHandlers: ["test-handler"],
+    runtime: opts.runtime,
+    registryMirrors: { [MIRRORED_REGISTRY]: registry.url },
+    signal,
+  });
+  stops.push(() => containerd.stop());
+  await importImages({ containerdSocket: containerd.socket, images: [PAUSE], signal });
+  const images = await ensureConformanceImages({
+    names,
+    ctr: { address: containerd.socket },
+    mirror: { host: MIRRORED_REGISTRY, registry: registry.host },
+    signal,
+    log,
+  });
+
+  const cp = await startControlPlane({
+    dir: join(dir, "control-plane"),
+    nodeNames: [NODE_NAME],
+    binaries: cpBins,
+    signal,
+    log,
+  });
+  stops.push(() => cp.stop());
+  const kcm = await startControllerManager({ cp, dir, binary: bins.kubeControllerManager });
+  stops.push(() => kcm.stop());
+  const scheduler = await spawnLogged(bins.kubeScheduler, [
+    `--kubeconfig=${cp.adminKubeconfig}`,
+    `--authentication-kubeconfig=${cp.adminKubeconfig}`,
+    `--authorization-kubeconfig=${cp.adminKubeconfig}`,
+    "--bind-address=127.0.0.1",
+    "--secure-port=0",
+    "--leader-elect=false",
+    "--v=1",
+  ], { logFile: join(dir, "kube-scheduler.log"), dir, stopTimeoutMs: 10_000 });
+  stops.push(() => scheduler.stop());
+  await assertRunning([["kube-controller-manager", kcm], ["kube-scheduler", scheduler]], dir);
+
+  const agentOpts = {
+    cp,
+    // The agent's cgroupRoot is named after this directory: unique, so that two runs on one
+    // machine never take each other's pod cgroups for orphans.
+    dir: join(dir, `node-${basename(dir).split("-").at(-1)}`),
+    nodeName: NODE_NAME,
+    endpoint: containerd.endpoint,
+    signal,
+  };
+  const agent: BenchAgent = opts.agent === "upstream"
+    ? await startUpstreamKubelet({ ...agentOpts, log })
+    : await startOurAgent(agentOpts);
+  stops.push(async () => {
+    await agent.stop();
+    await Deno.writeTextFile(join(dir, "kubelet.log"), agent.stderr());
+  });
+  return {
+    kubeconfig: cp.adminKubeconfig,
+    runtime: containerd.version.split(/\s+/)[2]?.replace(/^v/, "") ?? "?",
+    images,
+    registryHost: registry.host,
+    nodes: NODE_NAME,
+    topology: `one node (${NODE_NAME}) beside etcd, kube-apiserver, kube-controller-manager ` +
+      "and kube-scheduler started by the harness",
+  };
+}
+
+/** The nodes of the kubeadm topology: the control plane and one worker. */
+export const KUBEADM_NODES = ["kts-cp", "kts-w1"] as const;
+
+/**
+ * `kubeadm init` and `kubeadm join` on two nodes of this machine with the kubelet under test on
+ * both; the control-plane taint is removed, so e2e.test has two schedulable nodes.
+ */
+async function startKubeadmTopology(env: TopologyEnv): Promise<Topology> {
+  const { opts, dir, names, stops, signal, log } = env;
+  const { kubeadm } = await ensureKubeadmBinaries({ signal, log });
+  const upstreamKubelet = opts.agent === "upstream"
+    ? await ensureUpstreamKubelet({ signal, log })
+    : undefined;
+  let registry: RegistryHandle | undefined;
+  let images: Topology["images"] | undefined;
+  const cluster = await startKubeadmCluster({
+    dir: join(dir, "kubeadm"),
+    nodes: KUBEADM_NODES,
+    kubeadm,
+    kubelet: opts.agent === "upstream" ? "upstream" : "ours",
+    upstreamKubelet,
+    runtime: opts.runtime,
+    async onHostNetwork() {
+      // The nodes pull from the host's end of their bridge.
+      registry = await startRegistry({ dir: join(dir, "registry"), address: HOST_IP, signal });
+      stops.push(() => registry!.stop());
+    },
+    containerd: () => ({
+      runtimeHandlers: ["test-handler"],
+      registryMirrors: { [MIRRORED_REGISTRY]: registry!.url },
+    }),
+    async importImages(socket, sig) {
+      await ensureKubeadmImages({ containerdSocket: socket, signal: sig, log });
+      images = await ensureConformanceImages({
+        names,
+        ctr: { address: socket },
+        mirror: { host: MIRRORED_REGISTRY, registry: registry!.host },
+        signal: sig,
+        log,
+      });
+    },
+    signal,
+    log,
+  });
+  stops.push(async () => {
+    for (const node of cluster.nodes) {
+      await Deno.writeTextFile(join(dir, `kubelet-${node.name}.log`), node.kubeletLog());
+    }
+    await cluster.stop();
+  });
+  const api = await kubeClient(cluster.adminKubeconfig, "conformance-harness");
+  try {
+    await waitForPodCIDRs(cluster, api);
+    await waitForAddons(cluster, api);
+    const cp = cluster.nodes[0]!.name;
+    await api.patch(`/api/v1/nodes/${cp}`, {
+      spec: { taints: null },
+    }, "strategic");
+  } finally {
+    api.close();
+  }
+  const runtime = cluster.nodes[0]!.containerd.version.split(/\s+/)[2]?.replace(/^v/, "") ?? "?";
+  return {
+    kubeconfig: cluster.adminKubeconfig,
+    runtime,
+    images: images!,
+    registryHost: registry!.host,
+    nodes: cluster.nodes.map((n) => n.name).join(" and "),
+    topology: `kubeadm ${KUBERNETES_VERSION}: \`kubeadm init\` on ${KUBEADM_NODES[0]} (etcd, ` +
+      `kube-apiserver, kube-controller-manager and kube-scheduler as static pods), ` +
+      `\`kubeadm join\` on ${KUBEADM_NODES[1]}, kube-proxy (iptables) and CoreDNS through the ` +
+      "API, each node in network, mount and UTS namespaces of its own with its own containerd " +
+      "(tests/kubeadm_cluster.ts); the control-plane taint removed",
+  };
 }
 
 /** Fails naming the program and its log when one exited within its first seconds. */

@@ -93,6 +93,8 @@ export interface RunSetup {
   readonly command: string;
   /** What serves the registry the specs pull from, when one does (one line). */
   readonly registry?: string;
+  /** The cluster the specs ran against, when said (one line). */
+  readonly topology?: string;
 }
 
 function cell(s: string): string {
@@ -131,6 +133,7 @@ export function renderResults(setup: RunSetup, all: readonly SpecResult[]): stri
     `- focus \`${setup.focus}\`, skip \`${setup.skip}\``,
     `- command: \`${setup.command}\``,
     ...(setup.registry ? [`- registry: ${cell(setup.registry)}`] : []),
+    ...(setup.topology ? [`- cluster: ${cell(setup.topology)}`] : []),
     `- **${passed} passed, ${failed} failed** (${skipped} specs of the suite not run)`,
     "",
     "## Images",

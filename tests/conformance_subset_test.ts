@@ -66,6 +66,7 @@ async function runSubset(runtime: RuntimeKind, subset: readonly string[]): Promi
     const out = `${dir}/results.md`;
     const r = await runConformance({
       agent: "agent",
+      topology: "node",
       runtime,
       focus: `\\[sig-(node|storage)\\] (${subset.join("|")})`,
       skip: DEFAULT_SKIP,

@@ -4,6 +4,7 @@ import { DEFAULT_FOCUS, DEFAULT_SKIP, parseConformanceArgs, UsageError } from ".
 Deno.test("parseConformanceArgs defaults to this kubelet, the sig-node and sig-storage focus, 4 processes", () => {
   assert.deepEqual(parseConformanceArgs([]), {
     agent: "agent",
+    topology: "node",
     runtime: Deno.env.get("KUBELET_TS_RUNTIME") ?? "containerd",
     focus: DEFAULT_FOCUS,
     skip: DEFAULT_SKIP,
@@ -31,6 +32,7 @@ Deno.test("parseConformanceArgs names a bad option and its value", () => {
     [["--procs", "0"], /--procs must be a whole number from 1 to 32: current value is '0'/],
     [["--procs", "x"], /current value is 'x'/],
     [["--focus", "("], /--focus must be a regular expression: current value is '\('/],
+    [["--topology", "kind"], /--topology must be 'node' or 'kubeadm': current value is 'kind'/],
     [["--bogus"], /bogus/],
   ];
   for (const [args, re] of bad) {
@@ -41,4 +43,5 @@ Deno.test("parseConformanceArgs names a bad option and its value", () => {
     });
   }
   assert.equal(parseConformanceArgs(["--agent", "upstream", "--procs", "2"]).procs, 2);
+  assert.equal(parseConformanceArgs(["--topology", "kubeadm"]).topology, "kubeadm");
 });

@@ -104,6 +104,43 @@ export interface ContainerdOptions {
    * defaults. @default {} (no `config_path`)
    */
   registryMirrors?: Readonly<Record<string, string>>;
+  /**
+   * The namespaces containerd runs in, entered with nsenter: a node of its own on this machine
+   * (tests/kubeadm_cluster.ts), whose host-network pods then live in `net`. Its socket, root and
+   * state stay under `dir`, which the host and the node both see. @default this process's
+   */
+  namespaces?: NodeNamespaces;
+  /**
+   * A CNI config template (containerd's `cni.conf_template`) instead of the harness's network:
+   * the conf directory starts empty and containerd writes the network from the template once the
+   * kubelet sends the node's pod CIDR (CRI UpdateRuntimeConfig), as on a kubeadm node that has no
+   * network add-on. On stop, pods are not released from that network (their node's network
+   * namespace goes with the node). @default the harness network ({@link ContainerdOptions.network})
+   */
+  cniConfTemplate?: string;
+  /** The CRI sandbox image (1.6 `sandbox_image`, 2.x pinned `sandbox`). @default SANDBOX_IMAGE */
+  sandboxImage?: string;
+}
+
+/** Paths of namespace files (e.g. `/run/netns/<name>`) that nsenter enters; each optional. */
+export interface NodeNamespaces {
+  readonly net?: string;
+  readonly mount?: string;
+  readonly uts?: string;
+}
+
+/**
+ * The nsenter command line that runs a program in `ns` (empty when `ns` names none). Entering a
+ * mount namespace moves the working directory to its root: `wd` keeps the one given.
+ */
+export function nsenterPrefix(ns: NodeNamespaces | undefined, wd?: string): string[] {
+  const flags = [
+    ...(ns?.net ? [`--net=${ns.net}`] : []),
+    ...(ns?.mount ? [`--mount=${ns.mount}`] : []),
+    ...(ns?.uts ? [`--uts=${ns.uts}`] : []),
+    ...(wd !== undefined ? [`--wd=${wd}`] : []),
+  ];
+  return flags.length > 0 ? ["nsenter", ...flags, "--"] : [];
 }
 
 /** The containerd the harness runs; see {@link ContainerdOptions.runtime}. */
@@ -211,10 +248,12 @@ export async function startContainerd(opts: ContainerdOptions): Promise<Containe
   const cniConfDir = `${dir}/cni/net.d`;
   await Deno.mkdir(cniConfDir, { recursive: true });
   const network = cniNetwork(opts.network);
-  await Deno.writeTextFile(
-    `${cniConfDir}/10-kubelet-ts-bridge.conflist`,
-    JSON.stringify(network, null, 2) + "\n",
-  );
+  if (opts.cniConfTemplate === undefined) {
+    await Deno.writeTextFile(
+      `${cniConfDir}/10-kubelet-ts-bridge.conflist`,
+      JSON.stringify(network, null, 2) + "\n",
+    );
+  }
   const registryConfigPath = await writeRegistryHosts(`${dir}/certs.d`, opts.registryMirrors);
   const configArgs = {
     dir,
@@ -223,6 +262,8 @@ export async function startContainerd(opts: ContainerdOptions): Promise<Containe
     cniConfDir,
     runtimeHandlers: opts.runtimeHandlers,
     registryConfigPath,
+    cniConfTemplate: opts.cniConfTemplate,
+    sandboxImage: opts.sandboxImage ?? SANDBOX_IMAGE,
   };
   await Deno.writeTextFile(
     configFile,
@@ -266,8 +307,12 @@ export async function startContainerd(opts: ContainerdOptions): Promise<Containe
     );
     let child: Deno.ChildProcess;
     try {
-      child = new Deno.Command(containerdPath ?? "containerd", {
-        args: ["--config", configFile],
+      const [program, ...first] = [
+        ...nsenterPrefix(opts.namespaces),
+        containerdPath ?? "containerd",
+      ];
+      child = new Deno.Command(program!, {
+        args: [...first, "--config", configFile],
         env,
         stdin: "null",
         stdout: "piped",
@@ -308,7 +353,9 @@ export async function startContainerd(opts: ContainerdOptions): Promise<Containe
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
       opts.signal?.removeEventListener("abort", onAbort);
-      if (cleanupOnStop && !run.exited) await removeWorkloads(socket, network);
+      if (cleanupOnStop && !run.exited) {
+        await removeWorkloads(socket, opts.cniConfTemplate === undefined ? network : undefined);
+      }
       if (!run.exited) {
         signalChild(run.child, "SIGTERM");
         const timer = setTimeout(() => signalChild(run.child, "SIGKILL"), stopTimeoutMs);
@@ -465,11 +512,12 @@ async function ctr(
  * containerd), then release each sandbox's network (CNI DEL: its IP address and iptables rules)
  * and remove its network namespace.
  */
-async function removeWorkloads(socket: string, network: CniNetwork): Promise<void> {
+async function removeWorkloads(socket: string, network?: CniNetwork): Promise<void> {
   if (!(await socketAccepts(socket))) return;
-  const sandboxes = await sandboxNetworks(socket); // read while the containers still exist
+  // Read while the containers still exist.
+  const sandboxes = network ? await sandboxNetworks(socket) : [];
   await removeTasks(socket);
-  await Promise.allSettled(sandboxes.map((s) => releaseNetwork(s, network)));
+  await Promise.allSettled(sandboxes.map((s) => releaseNetwork(s, network!)));
 }
 
 async function removeTasks(socket: string): Promise<void> {
@@ -749,6 +797,9 @@ function containerdConfig(
     runtimeHandlers?: readonly string[];
     /** The registry `config_path` (hosts.toml directories), when there is one. */
     registryConfigPath?: string;
+    /** The CNI `conf_template`, when there is one. */
+    cniConfTemplate?: string;
+    sandboxImage: string;
   },
 ): string {
   const { dir, root, socket, cniConfDir } = args;
@@ -782,7 +833,7 @@ disabled_plugins = [
 
 ${serverSections(dir, socket)}
 [${cri}]
-  sandbox_image = ${toml(SANDBOX_IMAGE)}
+  sandbox_image = ${toml(args.sandboxImage)}
   # CAP_SYS_RESOURCE is missing here: a negative oom_score_adj fails and so would every sandbox.
   restrict_oom_score_adj = true
   enable_selinux = false
@@ -796,7 +847,7 @@ ${handlers}
     bin_dir = ${toml(CNI_BIN_DIR)}
     conf_dir = ${toml(cniConfDir)}
     max_conf_num = 1
-${registry}`;
+${confTemplate(args.cniConfTemplate)}${registry}`;
 }
 
 /** A pod network of its own for one harness instance (see {@link ContainerdOptions.network}). */
@@ -843,6 +894,11 @@ function cniNetwork(own?: PodNetworkOptions) {
   };
 }
 type CniNetwork = ReturnType<typeof cniNetwork>;
+
+/** The CNI section's `conf_template` line for both config versions, or nothing. */
+export function confTemplate(path: string | undefined): string {
+  return path === undefined ? "" : `    conf_template = ${toml(path)}\n`;
+}
 
 /** A TOML basic string. */
 export function toml(s: string): string {

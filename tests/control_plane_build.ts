@@ -295,7 +295,8 @@ export interface ConformanceBinaries {
   ginkgo: string;
 }
 
-function kubernetesSpec(name: string, pkg: string, expectVersion: string): BinarySpec {
+/** How a program of k8s.io/kubernetes {@link KUBERNETES_VERSION} is built: as upstream's release does. */
+export function kubernetesSpec(name: string, pkg: string, expectVersion: string): BinarySpec {
   return {
     name,
     version: KUBERNETES_VERSION,
@@ -386,6 +387,14 @@ export async function ensureKubeControllerManager(
   opts: ControlPlaneBuildOptions = {},
 ): Promise<string> {
   return await ensureBinary(CONFORMANCE_SPECS.kubeControllerManager, opts);
+}
+
+/**
+ * Builds kube-scheduler of {@link KUBERNETES_VERSION} (as {@link ensureConformanceBinaries} does)
+ * unless the cache holds it, and returns its path.
+ */
+export async function ensureKubeScheduler(opts: ControlPlaneBuildOptions = {}): Promise<string> {
+  return await ensureBinary(CONFORMANCE_SPECS.kubeScheduler, opts);
 }
 
 /** The cache root: `$KUBELET_TS_CACHE`, else `$HOME/.cache/kubelet-ts`. */

@@ -11,8 +11,11 @@
  * busybox binary and one {@link ImageSpec} always give the same digests. They are cached under
  * `.cache/images/` (git-ignored), keyed by the content that goes in.
  *
- * It talks to `ctr` only (to import), and to apt when {@link ensureImagePackages} must install
- * busybox-static. Upstream's node e2e tests pull their images (busybox, pause, agnhost) from
+ * An image may also carry dynamically linked programs of this machine with the shared libraries
+ * they load ({@link HostPrograms}, e.g. iptables for kube-proxy), found with `ldd`.
+ *
+ * It talks to `ctr` only (to import), to `ldd` for {@link HostPrograms}, and to apt when
+ * {@link ensureImagePackages} must install busybox-static. Upstream's node e2e tests pull their images (busybox, pause, agnhost) from
  * registry.k8s.io instead; {@link BUSYBOX}, {@link PAUSE} and {@link HTTPD} stand in for them.
  */
 
@@ -61,6 +64,8 @@ export interface ImageSpec {
    * covers their content. They must be statically linked, as busybox is.
    */
   executables?: Readonly<Record<string, string>>;
+  /** Dynamically linked programs of this machine, copied with the libraries they load. */
+  hostPrograms?: HostPrograms;
   /**
    * Size of `/filler`, pseudo-random bytes seeded by the image name: they neither compress nor
    * dedupe with another image's, so the image takes about this much more room, twice over in
@@ -68,6 +73,29 @@ export interface ImageSpec {
    * @default 0 (no such file)
    */
   fillerBytes?: number;
+}
+
+/**
+ * Programs of this machine for {@link ImageSpec.hostPrograms}. Each path is put into the image
+ * at the same path; a path that is a symlink here (or lies under one, as `/lib` does on a
+ * merged-/usr system) becomes a symlink to its real path, where the file itself goes, with its
+ * mode. So `/usr/sbin/iptables`, which resolves through `/etc/alternatives` to
+ * `xtables-nft-multi`, becomes a link straight to `/usr/sbin/xtables-nft-multi`: a multi-call
+ * binary picks its applet from the name it is run by, which the link keeps. Every shared library
+ * `ldd` lists for the programs and modules is added the same way, including the program
+ * interpreter (`/lib64/ld-linux-x86-64.so.2`). There is no `/etc/ld.so.cache` in the image:
+ * the dynamic linker finds the libraries in its default directories, where `ldd` found them on
+ * a Debian-like system. The cache key covers every path, link target and file content.
+ */
+export interface HostPrograms {
+  /** Absolute paths of programs, e.g. `/usr/sbin/iptables`. */
+  programs: readonly string[];
+  /**
+   * Directories of modules the programs load with dlopen, which `ldd` cannot see, copied whole
+   * (e.g. iptables' extensions in `/usr/lib/x86_64-linux-gnu/xtables`).
+   * @default none
+   */
+  moduleDirs?: readonly string[];
 }
 
 /** The general-purpose image: a shell and the usual tools. */
@@ -175,6 +203,7 @@ export async function buildImageLayout(opts: BuildImageOptions): Promise<BuiltIm
     );
   }
   const executables = await readExecutables(spec);
+  const hostFiles = spec.hostPrograms ? await collectHostFiles(spec.name, spec.hostPrograms) : [];
   const arch = ociArch(Deno.build.arch);
   const key = sha256Hex(
     JSON.stringify([
@@ -183,6 +212,7 @@ export async function buildImageLayout(opts: BuildImageOptions): Promise<BuiltIm
       sha256Hex(busybox),
       canonicalSpec(spec),
       ...(executables.length > 0 ? [executables.map((e) => [e.path, sha256Hex(e.data)])] : []),
+      ...(hostFiles.length > 0 ? [hostFiles.map(hostFileKey)] : []),
     ]),
   ).slice(0, 16);
   const dir = `${cacheDir}/${slug(spec.name)}-${key}`;
@@ -194,7 +224,7 @@ export async function buildImageLayout(opts: BuildImageOptions): Promise<BuiltIm
   await Deno.mkdir(cacheDir, { recursive: true });
   const tmp = await Deno.makeTempDir({ dir: cacheDir, prefix: ".build-" });
   try {
-    await writeImage({ dir: tmp, spec, busybox, applets, arch, executables });
+    await writeImage({ dir: tmp, spec, busybox, applets, arch, executables, hostFiles });
     await Deno.chmod(tmp, 0o755); // made 0700 by makeTempDir
     try {
       await Deno.rename(tmp, dir);
@@ -343,6 +373,145 @@ async function readExecutables(spec: ImageSpec): Promise<{ path: string; data: U
   return out;
 }
 
+/** One file or symlink of {@link HostPrograms}, at its absolute path in the image. */
+type HostFile =
+  | { path: string; type: "file"; mode: number; data: Uint8Array }
+  | { path: string; type: "symlink"; linkname: string };
+
+function hostFileKey(f: HostFile): unknown[] {
+  return f.type === "file" ? [f.path, f.mode, sha256Hex(f.data)] : [f.path, "->", f.linkname];
+}
+
+/**
+ * The files {@link HostPrograms} puts into an image, in path order: the programs, the module
+ * directories' files, and every library `ldd` lists for them, each as its real file plus a
+ * symlink where the path asked for is not the real path.
+ */
+async function collectHostFiles(image: string, host: HostPrograms): Promise<HostFile[]> {
+  const fail = (why: string, cause?: unknown) =>
+    new ImageBuildError(`Cannot build ${image}: ${why}`, cause ? { cause } : undefined);
+  const wanted = new Set<string>();
+  for (const program of host.programs) {
+    if (!program.startsWith("/")) {
+      throw fail(`hostPrograms.programs must be absolute paths: current value is '${program}'`);
+    }
+    wanted.add(program);
+  }
+  for (const dir of host.moduleDirs ?? []) {
+    if (!dir.startsWith("/")) {
+      throw fail(`hostPrograms.moduleDirs must be absolute paths: current value is '${dir}'`);
+    }
+    try {
+      for (const path of await listFiles(dir)) wanted.add(path);
+    } catch (err) {
+      throw fail(`cannot list ${dir} (${(err as Error).message})`, err);
+    }
+  }
+  const realPaths = new Map<string, string>();
+  const realPath = async (path: string) => {
+    let real = realPaths.get(path);
+    if (real === undefined) {
+      try {
+        real = await Deno.realPath(path);
+      } catch (err) {
+        throw fail(`cannot resolve ${path} (${(err as Error).message})`, err);
+      }
+      realPaths.set(path, real);
+    }
+    return real;
+  };
+  const targets = [...new Set(await Promise.all([...wanted].map(realPath)))].sort();
+  const libraries = await lddLibraries(targets, fail);
+  for (const lib of libraries) wanted.add(lib);
+
+  const out = new Map<string, HostFile>();
+  for (const path of [...wanted].sort()) {
+    const real = await realPath(path);
+    if (real !== path) out.set(path, { path, type: "symlink", linkname: real });
+    if (out.has(real) && out.get(real)!.type === "file") continue;
+    let data: Uint8Array;
+    let mode: number;
+    try {
+      data = await Deno.readFile(real);
+      mode = ((await Deno.stat(real)).mode ?? 0o755) & 0o777;
+    } catch (err) {
+      throw fail(`cannot read ${real} for ${path} (${(err as Error).message})`, err);
+    }
+    out.set(real, { path: real, type: "file", mode, data });
+  }
+  for (const f of out.values()) {
+    if (f.path.split("/").includes("..")) throw fail(`odd host path '${f.path}'`);
+  }
+  return [...out.values()].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+/** Regular files and symlinks under `dir`, recursively. */
+async function listFiles(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  for await (const e of Deno.readDir(dir)) {
+    const path = `${dir.replace(/\/+$/, "")}/${e.name}`;
+    if (e.isDirectory) out.push(...await listFiles(path));
+    else if (e.isFile || e.isSymlink) out.push(path);
+  }
+  return out;
+}
+
+/** Every library `ldd` lists for `files`; fails when one is not found. */
+async function lddLibraries(
+  files: readonly string[],
+  fail: (why: string, cause?: unknown) => ImageBuildError,
+): Promise<string[]> {
+  if (files.length === 0) return [];
+  const ldd = await findProgram("ldd");
+  if (!ldd) throw fail("'ldd' is not installed (it comes with libc-bin)");
+  // With one file ldd prints no "file:" header; the same file twice makes it print them.
+  const args = files.length === 1 ? [files[0]!, files[0]!] : [...files];
+  const out = await new Deno.Command(ldd, {
+    args,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(60_000),
+  }).output();
+  // ldd exits non-zero when one file is not dynamically linked; the output says which.
+  const parsed = parseLdd(new TextDecoder().decode(out.stdout));
+  const missing = [...parsed].flatMap(([file, l]) => l.missing.map((m) => `${m} (for ${file})`));
+  if (missing.length > 0) throw fail(`ldd finds no ${missing.join(", ")}`);
+  return [...new Set([...parsed.values()].flatMap((l) => l.libraries))].sort();
+}
+
+/**
+ * Parses what `ldd file1 file2...` prints: for each `file:` header, the absolute paths of the
+ * libraries it loads (`libc.so.6 => /lib/.../libc.so.6`, the interpreter's own line) and the
+ * names it finds nowhere (`=> not found`). The vDSO (no path) and files that are not dynamic
+ * executables have none.
+ */
+export function parseLdd(
+  output: string,
+): Map<string, { libraries: string[]; missing: string[] }> {
+  const result = new Map<string, { libraries: string[]; missing: string[] }>();
+  let current: { libraries: string[]; missing: string[] } | undefined;
+  for (const line of output.split("\n")) {
+    if (line.trim() === "") continue;
+    if (!/^\s/.test(line) && line.endsWith(":")) {
+      current = { libraries: [], missing: [] };
+      result.set(line.slice(0, -1), current);
+      continue;
+    }
+    if (!current) continue;
+    const text = line.trim();
+    const arrow = /^(\S+) => (.*?)(?: \(0x[0-9a-f]+\))?$/.exec(text);
+    if (arrow) {
+      if (arrow[2] === "not found") current.missing.push(arrow[1]!);
+      else if (arrow[2]!.startsWith("/")) current.libraries.push(arrow[2]!);
+      continue;
+    }
+    const direct = /^(\/\S+) \(0x[0-9a-f]+\)$/.exec(text);
+    if (direct) current.libraries.push(direct[1]!);
+  }
+  return result;
+}
+
 /** Writes `dir/layout/` (the OCI image layout) and then `dir/image.tar` (the same as a tar). */
 async function writeImage(args: {
   dir: string;
@@ -351,6 +520,7 @@ async function writeImage(args: {
   applets: readonly string[];
   arch: string;
   executables: readonly { path: string; data: Uint8Array }[];
+  hostFiles: readonly HostFile[];
 }): Promise<void> {
   const { dir, spec, arch } = args;
   const layerTar = tar(layerEntries(args));
@@ -421,6 +591,7 @@ function layerEntries(args: {
   busybox: Uint8Array;
   applets: readonly string[];
   executables: readonly { path: string; data: Uint8Array }[];
+  hostFiles: readonly HostFile[];
 }): TarEntry[] {
   const entries = new Map<string, TarEntry>();
   const dir = (path: string, mode = 0o755) => entries.set(path, { path, type: "dir", mode });
@@ -473,6 +644,15 @@ function layerEntries(args: {
       );
     }
     file(path.slice(1), data, 0o755);
+  }
+  for (const f of args.hostFiles) {
+    const path = f.path.slice(1);
+    if (f.type === "file") {
+      file(path, f.data, f.mode);
+    } else {
+      addParents(path);
+      entries.set(path, { path, type: "symlink", linkname: f.linkname });
+    }
   }
   const fillerBytes = args.spec.fillerBytes ?? 0;
   if (!Number.isSafeInteger(fillerBytes) || fillerBytes < 0) {

@@ -3,9 +3,10 @@
  * The locally built test images and the private registry, against a real containerd: images
  * are deterministic OCI layouts, import under the names tests use, and run (busybox prints,
  * pause stops on SIGTERM, httpd serves its page); an image pushed to a registry behind basic
- * auth is refused to an anonymous pull and pulled with the credentials. Needs root,
- * containerd, runc, docker-registry, htpasswd and busybox-static; without them it is skipped
- * loudly, or fails when CI=true.
+ * auth is refused to an anonymous pull and pulled with the credentials; host programs go into a
+ * layer with their libraries. Needs root, containerd, runc, docker-registry, htpasswd and
+ * busybox-static (the host program test: iptables and ldd); without them it is skipped loudly,
+ * or fails when CI=true. Parsing ldd's output needs nothing.
  */
 
 import assert from "node:assert/strict";
@@ -21,9 +22,11 @@ import {
   HTTPD_INDEX,
   HTTPD_PORT,
   importImages,
+  parseLdd,
   PAUSE,
   PAUSE_IMAGE,
 } from "./images.ts";
+import { findProgram } from "./apt.ts";
 import { pushImage, RegistryError, startRegistry } from "./registry_harness.ts";
 import { requireRoot } from "./requirements.ts";
 
@@ -33,6 +36,13 @@ const gate = await requireRoot("image and registry tests", [
   "runc",
   "docker-registry",
   "htpasswd",
+  "tar",
+  BUSYBOX_BINARY,
+]);
+
+const hostGate = await requireRoot("host program image test", [
+  "ldd",
+  "iptables-save",
   "tar",
   BUSYBOX_BINARY,
 ]);
@@ -256,6 +266,90 @@ Deno.test({
       }
       await registry.stop();
       await assert.rejects(fetch(`${registry.url}/v2/`));
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test("parseLdd reads each file's libraries, its interpreter and the names not found", () => {
+  const output = [
+    "/usr/sbin/iptables-save:",
+    "\tlinux-vdso.so.1 (0x00007f3644534000)",
+    "\tlibxtables.so.12 => /lib/x86_64-linux-gnu/libxtables.so.12 (0x00007f364446e000)",
+    "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f3644251000)",
+    "\t/lib64/ld-linux-x86-64.so.2 (0x00007f3644536000)",
+    "/bin/busybox:",
+    "\tnot a dynamic executable",
+    "/opt/tool:",
+    "\tlibgone.so.1 => not found",
+    "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f3644251000)",
+    "",
+  ].join("\n");
+  assert.deepEqual(
+    parseLdd(output),
+    new Map([
+      ["/usr/sbin/iptables-save", {
+        libraries: [
+          "/lib/x86_64-linux-gnu/libxtables.so.12",
+          "/lib/x86_64-linux-gnu/libc.so.6",
+          "/lib64/ld-linux-x86-64.so.2",
+        ],
+        missing: [],
+      }],
+      ["/bin/busybox", { libraries: [], missing: [] }],
+      ["/opt/tool", { libraries: ["/lib/x86_64-linux-gnu/libc.so.6"], missing: ["libgone.so.1"] }],
+    ]),
+  );
+});
+
+Deno.test({
+  name: "buildImageLayout with hostPrograms adds programs, links, modules and ldd's libraries",
+  ignore: hostGate.ignore,
+  async fn() {
+    hostGate.check();
+    const program = (await findProgram("iptables-save"))!;
+    const real = await Deno.realPath(program);
+    // A module directory with a file and a link, as xtables' libxt_SNAT.so -> libxt_NAT.so.
+    const dir = await Deno.makeTempDir({ prefix: "images-test-" });
+    try {
+      await Deno.mkdir(`${dir}/modules`);
+      await Deno.writeTextFile(`${dir}/modules/mod_a.so`, "not really ELF\n");
+      await Deno.symlink("mod_a.so", `${dir}/modules/mod_b.so`);
+      const image = {
+        name: "kubelet-ts.local/host-programs:1",
+        hostPrograms: { programs: [program], moduleDirs: [`${dir}/modules`] },
+      };
+      const built = await buildImageLayout({ image, cacheDir: `${dir}/cache` });
+      const layer = await listTar(
+        `${built.layoutDir}/blobs/sha256/${built.layerDigest.replace("sha256:", "")}`,
+        true,
+      );
+      const rel = (p: string) => p.slice(1).replace(/[.+]/g, "\\$&");
+      if (real !== program) {
+        assert.match(layer, new RegExp(`^l.* ${rel(program)} -> ${real}$`, "m"));
+      }
+      assert.match(layer, new RegExp(`^-rwxr-xr-x root/root .* ${rel(real)}$`, "m"));
+      assert.match(layer, new RegExp(`^-.* ${rel(`${dir}/modules/mod_a.so`)}$`, "m"));
+      assert.match(
+        layer,
+        new RegExp(`^l.* ${rel(`${dir}/modules/mod_b.so`)} -> ${dir}/modules/mod_a.so$`, "m"),
+      );
+      // Every library ldd finds, the interpreter among them, is in the image at that path.
+      const ldd = await new Deno.Command("ldd", { args: [real, real], stdout: "piped" }).output();
+      const libraries = parseLdd(new TextDecoder().decode(ldd.stdout)).get(real)!.libraries;
+      assert.ok(libraries.some((l) => l.includes("ld-linux")), libraries.join(", "));
+      for (const lib of libraries) {
+        const target = await Deno.realPath(lib);
+        assert.match(layer, new RegExp(`^-.* ${rel(target)}$`, "m"));
+        if (target !== lib) assert.match(layer, new RegExp(`^l.* ${rel(lib)} -> ${target}$`, "m"));
+      }
+
+      // The cache key covers the modules' content: a changed module is a new build.
+      await Deno.writeTextFile(`${dir}/modules/mod_a.so`, "changed\n");
+      const again = await buildImageLayout({ image, cacheDir: `${dir}/cache` });
+      assert.notEqual(again.tarball, built.tarball);
+      assert.notEqual(again.layerDigest, built.layerDigest);
     } finally {
       await Deno.remove(dir, { recursive: true });
     }

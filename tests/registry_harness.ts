@@ -52,6 +52,11 @@ export interface RegistryOptions {
    * @default 5000
    */
   stopTimeoutMs?: number;
+  /**
+   * The address it listens on: another of this host's own, for clients in network namespaces
+   * the tests made (tests/kubeadm_cluster.ts's host bridge). @default "127.0.0.1"
+   */
+  address?: string;
 }
 
 /** A running registry started by {@link startRegistry}. */
@@ -81,7 +86,7 @@ const POLL_INTERVAL_MS = 50;
 // between, so a start that loses that race tries again with a new one.
 const PORT_ATTEMPTS = 3;
 
-/** Starts a registry on 127.0.0.1 with a free port and waits until it answers. */
+/** Starts a registry on 127.0.0.1 (or `address`) with a free port and waits until it answers. */
 export async function startRegistry(opts: RegistryOptions): Promise<RegistryHandle> {
   let lastError: unknown;
   for (let attempt = 0; attempt < PORT_ATTEMPTS; attempt++) {
@@ -111,7 +116,7 @@ async function startOnce(opts: RegistryOptions, port: number): Promise<RegistryH
         `or call ensureRegistryPackages()`,
     );
   }
-  const host = `127.0.0.1:${port}`;
+  const host = `${opts.address ?? "127.0.0.1"}:${port}`;
   const url = `http://${host}`;
   const logFile = `${dir}/registry.log`;
   const configFile = `${dir}/config.yml`;

@@ -37,7 +37,13 @@
  */
 
 import { aptInstall, aptInstallMissing } from "./apt.ts";
-import { CNI_BIN_DIR, SANDBOX_IMAGE, serverSections, toml } from "./containerd_harness.ts";
+import {
+  CNI_BIN_DIR,
+  confTemplate,
+  SANDBOX_IMAGE,
+  serverSections,
+  toml,
+} from "./containerd_harness.ts";
 import {
   type BinarySpec,
   ControlPlaneBuildError,
@@ -187,6 +193,10 @@ export interface Containerd2ConfigArgs {
    * the host's /etc/containerd/certs.d and /etc/docker/certs.d
    */
   registryConfigPath?: string;
+  /** CNI `conf_template` (tests/containerd_harness.ts cniConfTemplate). @default none */
+  cniConfTemplate?: string;
+  /** The pinned sandbox image. @default SANDBOX_IMAGE */
+  sandboxImage?: string;
 }
 
 /**
@@ -240,7 +250,7 @@ ${serverSections(dir, socket)}
   snapshotter = "overlayfs"
 
   [${images}.pinned_images]
-    sandbox = ${toml(SANDBOX_IMAGE)}
+    sandbox = ${toml(args.sandboxImage ?? SANDBOX_IMAGE)}
 ${registry}
 [${runtime}]
   # CAP_SYS_RESOURCE is missing here: a negative oom_score_adj fails and so would every sandbox.
@@ -255,7 +265,7 @@ ${handlers}
     bin_dirs = [${toml(CNI_BIN_DIR)}]
     conf_dir = ${toml(cniConfDir)}
     max_conf_num = 1
-
+${confTemplate(args.cniConfTemplate)}
 [plugins."io.containerd.grpc.v1.cri"]
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"

@@ -152,7 +152,7 @@ const FIELDS: Record<string, Class> = {
     "validated only: nothing in pkg/kubelet reads HairpinMode since dockershim was removed",
   ),
   maxPods: read("nodestatus/node_status.ts", "config.maxPods"),
-  podCIDR: refused("10.244.0.0/24"),
+  podCIDR: read("kubelet.ts", "config.podCIDR"),
   podPidsLimit: read("cm/container_manager.ts", "podPidsLimit"),
   resolvConf: read("kubelet_pod_lifecycle.ts", "config.resolvConf"),
   runOnce: noop(

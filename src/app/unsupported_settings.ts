@@ -3,11 +3,11 @@
  * The KubeletConfiguration settings upstream acts on and this kubelet cannot yet: each one set
  * stops the agent at start (and a SIGHUP reload), naming the field, its value and that it is not
  * supported yet, instead of being accepted and silently ignored. Upstream has no counterpart: its
- * packages that act on these fields (the pod CIDR's runtime config, the tracing and logging
- * options of component-base, ...) are what they configure. kubelet_config.ts runs
- * {@link unsupportedSettings} after upstream's validation, so a value upstream refuses gets
- * upstream's message first. The table test (config_fields_test.ts) holds every field to one of:
- * read by a module, an upstream no-op, or refused here (or by the module named there).
+ * packages that act on these fields (the tracing and logging options of component-base, ...)
+ * are what they configure. kubelet_config.ts runs {@link unsupportedSettings} after upstream's
+ * validation, so a value upstream refuses gets upstream's message first. The table test
+ * (config_fields_test.ts) holds every field to one of: read by a module, an upstream no-op, or
+ * refused here (or by the module named there).
  */
 
 import type { KubeletConfiguration } from "../apis/config_types.ts";
@@ -34,9 +34,6 @@ export function unsupportedSettings(cfg: KubeletConfiguration): ValidationIssue[
         `is refused with the none CPU manager policy, as upstream refuses it: None policy: ` +
         `received unsupported options=map[${cpuOptions.map(([k, v]) => `${k}:${v}`).join(" ")}]`,
     });
-  }
-  if ((cfg.podCIDR ?? "") !== "") {
-    add("podCIDR", cfg.podCIDR, "the pod CIDR is not sent to the runtime with UpdateRuntimeConfig");
   }
   if ((cfg.tlsCurvePreferences ?? []).length > 0) {
     add(

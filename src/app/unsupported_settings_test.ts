@@ -73,6 +73,12 @@ Deno.test("unsupportedSettings accepts the static CPU manager and the topology m
   assert.ok(!(result instanceof Error), String(result));
 });
 
+Deno.test("unsupportedSettings accepts podCIDR, which the kubelet gives the runtime", async () => {
+  const { result } = await loadText("podCIDR: 10.244.0.0/24\n");
+  assert.ok(!(result instanceof Error), String(result));
+  assert.equal(result.config.podCIDR, "10.244.0.0/24");
+});
+
 Deno.test("unsupportedSettings leaves upstream's own refusal first", async () => {
   const { result } = await loadText(
     "tlsCurvePreferences: [23]\nimageGCHighThresholdPercent: 150\n",

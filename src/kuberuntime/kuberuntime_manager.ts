@@ -6,7 +6,8 @@
  * crash-loop back-off. Talks to the CRI runtime service, the ImageManager (through
  * `kuberuntime_container.ts`), `kuberuntime_sandbox.ts` for sandbox configs, the RuntimeClass
  * manager for the sandbox's runtime handler and the event recorder; called by the pod workers
- * through the pod syncer. Corresponds to upstream `pkg/kubelet/kuberuntime/kuberuntime_manager.go`
+ * through the pod syncer, and by kubelet_network.ts to give the runtime the pod CIDR
+ * (UpdatePodCIDR). Corresponds to upstream `pkg/kubelet/kuberuntime/kuberuntime_manager.go`
  * (SyncPod, KillPod, killPodWithSyncResult, doBackOff, createPodSandbox of
  * kuberuntime_sandbox.go), with in-place resize in `_pod_resize.ts` (computePodResizeAction,
  * doPodResizeAction, IsPodResizeInProgress).
@@ -97,6 +98,7 @@ export type KubeRuntimeService = Pick<
   | "updateContainerResources"
   | "updatePodSandboxResources"
   | "containerStats"
+  | "updateRuntimeConfig"
 >;
 
 /**
@@ -724,6 +726,16 @@ export class KubeRuntimeManager {
         errors.length === 1 ? errors[0] : `[${errors.join(", ")}]`,
       );
     }
+  }
+
+  /**
+   * Gives the runtime the node's pod CIDR(s), comma-separated, with UpdateRuntimeConfig
+   * (upstream UpdatePodCIDR, a passthrough): containerd's CRI renders its `cni.conf_template`
+   * with it when no CNI network is loaded yet.
+   */
+  async updatePodCIDR(podCIDR: string, signal?: AbortSignal): Promise<void> {
+    this.#log.info("Updating runtime config through cri with podcidr", { CIDR: podCIDR });
+    await this.#runtime.updateRuntimeConfig({ networkConfig: { podCidr: podCIDR } }, signal);
   }
 
   /** Forgets crash-loop back-offs idle for 2×max (upstream's backOff.GC in housekeeping). */

@@ -424,6 +424,7 @@ async function harness(
     updateContainerResources: (...a) => runtime.updateContainerResources(...a),
     updatePodSandboxResources: (...a) => runtime.updatePodSandboxResources(...a),
     containerStats: (...a) => runtime.containerStats(...a),
+    updateRuntimeConfig: (...a) => runtime.updateRuntimeConfig(...a),
     stopContainer: (id, timeout, signal) => {
       stops.push([fake.service.containers.get(id)?.config.metadata?.name ?? id, timeout]);
       return runtime.stopContainer(id, timeout, signal);
@@ -514,6 +515,13 @@ function steps(r: PodSyncResult): string[] {
 
 const RUNNING = api.ContainerState.CONTAINER_RUNNING;
 const EXITED = api.ContainerState.CONTAINER_EXITED;
+
+Deno.test("KubeRuntimeManager.updatePodCIDR gives the runtime the pod CIDR with UpdateRuntimeConfig", async () => {
+  await using h = await harness();
+  await h.manager.updatePodCIDR("10.244.1.0/24,fd00:1::/64");
+  assert.equal(h.fake.callCount("UpdateRuntimeConfig"), 1);
+  assert.equal(h.fake.service.podCidr, "10.244.1.0/24,fd00:1::/64");
+});
 
 Deno.test("KubeRuntimeManager.syncPod creates the sandbox and the containers as upstream", async () => {
   await using h = await harness();

@@ -53,6 +53,9 @@ const KIND_NAMES: Record<ProbeKind, string> = {
   startup: "Startup",
 };
 
+/** How long before the kubelet's start a container counts as started by the previous one. */
+export const KUBELET_RESTART_GRACE_MS = 10_000;
+
 /** The result a worker reports for a new container before probing it (upstream initialValue). */
 const INITIAL: Record<ProbeKind, ProbeResult> = {
   liveness: "Success",
@@ -263,6 +266,14 @@ export class ProberManager {
     }
   }
 
+  /**
+   * Whether a container started at `startedAtMs` (since the epoch; 0 unknown) ran before this
+   * kubelet started, less a 10 s grace (upstream kubeletRestartGracePeriod).
+   */
+  startedBeforeKubelet(startedAtMs: number): boolean {
+    return startedAtMs > 0 && startedAtMs < this.#start - KUBELET_RESTART_GRACE_MS;
+  }
+
   /** Readiness by container id: true when the probe succeeded; undefined when none is cached. */
   ready(containerId: string): boolean | undefined {
     const r = this.#results.readiness.get(containerId);
@@ -365,7 +376,12 @@ export class ProberManager {
     if (w.containerId !== c.id) {
       if (w.containerId !== "") results.remove(w.containerId);
       w.containerId = c.id;
-      results.set(w.containerId, INITIAL[w.kind], w.podUID);
+      // ChangeContainerStatusOnKubeletRestart off (upstream's default): a container that ran
+      // before this kubelet started gets no initial Failure, so a kubelet restart does not make
+      // a Ready container NotReady until it is probed.
+      const ranBefore = c.state === api.ContainerState.CONTAINER_RUNNING &&
+        this.startedBeforeKubelet(Number(c.startedAt / 1_000_000n));
+      if (!ranBefore) results.set(w.containerId, INITIAL[w.kind], w.podUID);
       // A new container: resume probing.
       w.onHold = false;
     }

@@ -173,6 +173,27 @@ Deno.test("ProberManager applies successThreshold and failureThreshold to readin
   await t.stop();
 });
 
+Deno.test("ProberManager gives a container that ran before the kubelet started no initial Failure", async () => {
+  // Upstream's worker with ChangeContainerStatusOnKubeletRestart off: a kubelet restart leaves
+  // a Ready container's readiness alone until it is probed.
+  const t = setup();
+  t.ctx.script = () => ({ result: "Success", output: "" });
+  t.statuses.set("u1", status("u1", [running("old", "id1", t.t0 - 60_000)]));
+  t.statuses.set("u2", status("u2", [running("new", "id2", t.t0 - 5_000)]));
+  t.manager.addPod(pod("u1", [container("old", { readiness: { initialDelaySeconds: 120 } })]));
+  t.manager.addPod(pod("u2", [container("new", { readiness: { initialDelaySeconds: 120 } })]));
+  await t.settle();
+  // Neither has been probed (initial delay): only the one started within the 10 s grace
+  // before the kubelet's start gets the initial Failure.
+  assert.equal(t.calls.length, 0);
+  assert.equal(t.manager.ready("id1"), undefined);
+  assert.equal(t.manager.ready("id2"), false);
+  assert.ok(t.manager.startedBeforeKubelet(t.t0 - 10_001));
+  assert.ok(!t.manager.startedBeforeKubelet(t.t0 - 10_000));
+  assert.ok(!t.manager.startedBeforeKubelet(0));
+  await t.stop();
+});
+
 Deno.test("ProberManager holds a liveness failure until the container restarts", async () => {
   const t = setup();
   t.statuses.set("u1", status("u1", [running("c", "id1", t.t0)]));

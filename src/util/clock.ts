@@ -31,20 +31,35 @@ export function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined): Pr
   });
 }
 
+/**
+ * The longest delay one timer takes (2^31 - 1 ms, about 24.8 days): a longer one fires at once
+ * (the timers take a signed 32-bit delay), where Go's timers take any duration. A client
+ * certificate valid for a year is rotated about 9 months on.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** The wall clock. */
 export const realClock: Clock = {
   now: () => Date.now(),
   sleep(ms, signal) {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) return reject(signal.reason);
+      const end = Date.now() + ms;
+      let timer: ReturnType<typeof setTimeout>;
       const onAbort = () => {
         clearTimeout(timer);
         reject(signal?.reason);
       };
-      const timer = setTimeout(() => {
-        signal?.removeEventListener("abort", onAbort);
-        resolve();
-      }, ms);
+      // A sleep past one timer's range takes several, each up to the end.
+      const arm = (left: number) => {
+        timer = setTimeout(() => {
+          const rest = end - Date.now();
+          if (rest > 0 && left > MAX_TIMER_MS) return arm(rest);
+          signal?.removeEventListener("abort", onAbort);
+          resolve();
+        }, Math.min(Math.max(0, left), MAX_TIMER_MS));
+      };
+      arm(ms);
       signal?.addEventListener("abort", onAbort, { once: true });
     });
   },

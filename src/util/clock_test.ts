@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { abortable, FakeClock } from "./clock.ts";
+import { abortable, FakeClock, MAX_TIMER_MS, realClock } from "./clock.ts";
 
 Deno.test("FakeClock wakes sleeps only when stepped past them", async () => {
   const clock = new FakeClock(0);
@@ -48,4 +48,37 @@ Deno.test("FakeClock stepToNext jumps to the earliest pending sleep", async () =
   assert.deepEqual(woke, [100, 300]);
   clock.stepToNext();
   assert.equal(clock.now(), 300);
+});
+
+Deno.test("realClock sleeps past one timer's range in several timers, none longer than it", async () => {
+  const realSetTimeout = globalThis.setTimeout;
+  const realNow = Date.now;
+  let now = 1_000_000;
+  const armed: { fn: () => void; ms: number }[] = [];
+  // deno-lint-ignore no-explicit-any
+  (globalThis as any).setTimeout = (fn: () => void, ms: number) => {
+    armed.push({ fn, ms });
+    return armed.length;
+  };
+  Date.now = () => now;
+  try {
+    const year = 365 * 24 * 3600_000;
+    let done = false;
+    const slept = realClock.sleep(year).then(() => done = true);
+    assert.deepEqual(armed.map((a) => a.ms), [MAX_TIMER_MS]);
+    let fired = 0;
+    while (!done && fired < 100) {
+      const next = armed[fired++]!;
+      now += next.ms;
+      next.fn();
+      await Promise.resolve();
+    }
+    await slept;
+    assert.ok(armed.every((a) => a.ms <= MAX_TIMER_MS && a.ms >= 0));
+    assert.equal(armed.reduce((s, a) => s + a.ms, 0), year);
+    assert.equal(armed.length, Math.ceil(year / MAX_TIMER_MS));
+  } finally {
+    globalThis.setTimeout = realSetTimeout;
+    Date.now = realNow;
+  }
 });
