@@ -33,6 +33,7 @@ import {
   generateAPIPodStatus,
   type GenerateStatusOptions,
   podIsTerminalPhase,
+  type PodProbeResults,
   readPodCgroupForStatus,
 } from "./kubelet_pods.ts";
 import { readTerminationMessage } from "./kuberuntime/kuberuntime_manager.ts";
@@ -84,17 +85,12 @@ export interface PodRuntime {
 }
 
 /** What the syncer asks of the prober manager (upstream prober.Manager), all optional. */
-export interface PodProber {
+export interface PodProber extends PodProbeResults {
   addPod(pod: V1Pod): void;
   /** Stops the liveness and startup probes of a pod being terminated. */
   stopLivenessAndStartup(pod: V1Pod): void;
   removePod(pod: V1Pod): void;
   cleanupPods(desiredUIDs: ReadonlySet<string>): void;
-  /** Readiness/startup by container id, for the status (undefined: no result yet). */
-  ready(containerId: string): boolean | undefined;
-  started(containerId: string): boolean | undefined;
-  /** Whether a container started then (ms since the epoch) ran before this kubelet started. */
-  startedBeforeKubelet(startedAtMs: number): boolean;
 }
 
 /** What the syncer asks of the volume manager (upstream VolumeManager, trimmed). */

@@ -116,12 +116,7 @@ export interface GenerateStatusOptions {
    * Probe results: readiness and startup by container id, undefined when the probe has not run.
    * Absent: no probes at all (started = running, ready = running and the pod not terminal).
    */
-  probes?: {
-    ready(containerId: string): boolean | undefined;
-    started(containerId: string): boolean | undefined;
-    /** Whether a container started then (ms since the epoch) ran before this kubelet. */
-    startedBeforeKubelet(startedAtMs: number): boolean;
-  };
+  probes?: PodProbeResults;
   /** Stamps the lastTransitionTime of conditions that changed. */
   now: Date;
   /** The prefix of container IDs, `<runtimeName>://<id>`. @default "containerd" */
@@ -1085,6 +1080,16 @@ function withDefined<T extends object>(o: T): T {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
 }
 
+/** The prober's results as the status reads them (upstream's readiness and startup managers). */
+export interface PodProbeResults {
+  /** Readiness by container id; undefined when the probe has no result yet. */
+  ready(containerId: string): boolean | undefined;
+  /** Startup by container id; undefined when the probe has no result yet. */
+  started(containerId: string): boolean | undefined;
+  /** Whether a container started then (ms since the epoch) ran before this kubelet. */
+  startedBeforeKubelet(startedAtMs: number): boolean;
+}
+
 /** Upstream prober UpdatePodStatus: started and ready of every container. */
 function applyProbeResults(opts: GenerateStatusOptions, s: V1PodStatus): void {
   const { pod, probes, podIsTerminal } = opts;
@@ -1092,11 +1097,19 @@ function applyProbeResults(opts: GenerateStatusOptions, s: V1PodStatus): void {
   for (const c of pod.spec?.containers ?? []) specs.set(c.name, c);
   for (const c of pod.spec?.initContainers ?? []) specs.set(c.name, c);
 
+  // Upstream convertToAPIContainerStatuses (ChangeContainerStatusOnKubeletRestart off): a running
+  // container keeps the `started` its pod last reported, so a kubelet restart does not hold it
+  // back behind a startup probe it already passed.
+  const oldStarted = new Set(
+    [...(pod.status?.containerStatuses ?? []), ...(pod.status?.initContainerStatuses ?? [])]
+      .filter((c) => c.started === true).map((c) => c.name),
+  );
   const started = (cs: V1ContainerStatus, spec: V1Container | undefined): boolean => {
     if (!cs.state?.running) return false;
     if (probes === undefined) return true;
     const r = cs.containerID ? probes.started(runtimeContainerId(cs.containerID)) : undefined;
     if (r !== undefined) return r;
+    if (oldStarted.has(cs.name)) return true;
     // A startup probe that has not succeeded yet holds the container back.
     return spec?.startupProbe === undefined;
   };

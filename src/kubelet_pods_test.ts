@@ -775,6 +775,32 @@ Deno.test("generateAPIPodStatus keeps the readiness of containers that ran befor
   assert.deepEqual(readyOf(generate(wasReady, rt, { probes })), ["plain=true", "probed=false"]);
 });
 
+Deno.test("generateAPIPodStatus keeps a running container's started across a kubelet restart until its startup probe has a result", () => {
+  // Upstream copies the old status' Started onto a running container and isContainerStarted
+  // falls back to it when the startup probe has no result.
+  const spec = {
+    restartPolicy: "Always",
+    containers: [{ name: "slow", startupProbe: { exec: { command: ["true"] } } }],
+  };
+  const rt = runtime([cri("slow", { state: "running", created: 1 })]);
+  const results = new Map<string, boolean>();
+  const probes = {
+    ready: () => undefined,
+    started: (id: string) => results.get(id),
+    startedBeforeKubelet: () => true,
+  };
+  const startedOf = (p: ReturnType<typeof pod>) =>
+    generate(p, rt, { probes }).containerStatuses?.[0]?.started;
+  const before = pod(spec);
+  before.status = { containerStatuses: [{ name: "slow", started: true } as V1ContainerStatus] };
+  assert.equal(startedOf(before), true);
+  // Never started before: it waits for its startup probe.
+  assert.equal(startedOf(pod(spec)), false);
+  // The probe's own result wins once there is one.
+  results.set("slow-0", false);
+  assert.equal(startedOf(before), false);
+});
+
 Deno.test("generateAPIPodStatus sets observedGeneration and volume mount statuses", () => {
   const p = pod({
     containers: [{

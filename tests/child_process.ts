@@ -1,8 +1,8 @@
 /**
  * @module
  * Small pieces the process harnesses (containerd, registry, control plane) share: a free
- * loopback port, signalling a child that may already be gone, and the tail of a log file for
- * error messages.
+ * loopback port, signalling a child that may already be gone, the tail of a log file for
+ * error messages, running a program to completion, and whether a path exists.
  */
 
 import { lastLines } from "./apt.ts";
@@ -31,4 +31,53 @@ export async function logTail(file: string, n: number): Promise<string> {
   } catch (err) {
     return `(cannot read ${file}: ${(err as Error).message})`;
   }
+}
+
+/** Whether something (a dangling symlink too) is at `path`. */
+export async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** What {@link run} returns: the exit code and the decoded output. */
+export interface RunResult {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs a program (`args[0]`) to completion; never throws on its exit code. */
+export async function run(
+  args: readonly string[],
+  opts: { signal?: AbortSignal; env?: Record<string, string> } = {},
+): Promise<RunResult> {
+  const [program, ...rest] = args;
+  const out = await new Deno.Command(program!, {
+    args: rest,
+    env: opts.env,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: opts.signal,
+  }).output();
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+
+/** {@link run} that must succeed: its stdout, else an error quoting the command and its output. */
+export async function must(
+  args: readonly string[],
+  opts: { signal?: AbortSignal; env?: Record<string, string> } = {},
+): Promise<string> {
+  const r = await run(args, opts);
+  if (r.code !== 0) {
+    throw new Error(
+      `'${args.join(" ")}' exited ${r.code}: ${lastLines(`${r.stderr}${r.stdout}`.trim(), 10)}`,
+    );
+  }
+  return r.stdout;
 }

@@ -47,6 +47,7 @@ import {
 } from "./control_plane_build.ts";
 import { buildImage, buildImageLayout, ctrOrThrow, type ImageSpec, PAUSE } from "./images.ts";
 import { pushImage } from "./registry_harness.ts";
+import { exists } from "./child_process.ts";
 
 /** How one requested image ends up. */
 export type ImageStatus = "built" | "stand-in" | "missing";
@@ -791,15 +792,6 @@ function relative(path: string): string {
 function once<T>(f: () => Promise<T>): () => Promise<T> {
   let p: Promise<T> | undefined;
   return () => (p ??= f());
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.stat(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 function oneLine(text: string): string {

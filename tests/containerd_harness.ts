@@ -20,7 +20,7 @@
  */
 
 import { aptInstallMissing, type AptPackage, findProgram } from "./apt.ts";
-import { logTail, signalChild } from "./child_process.ts";
+import { exists, logTail, signalChild } from "./child_process.ts";
 export { findProgram, MissingPackagesError } from "./apt.ts";
 
 /** The pause image every pod sandbox runs; tests must import an image under this name. */
@@ -610,15 +610,6 @@ function field(obj: unknown, ...keys: string[]): unknown {
     cur = (cur as Record<string, unknown>)[key];
   }
   return cur;
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.lstat(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** Lazily unmounts whatever is still mounted under `dir` (sandbox /dev/shm, rootfs), deepest first. */

@@ -56,6 +56,7 @@ import {
   waitPodGone,
 } from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
+import { exists } from "./child_process.ts";
 
 const gate = await requireRoot("CSI volume e2e tests", ["containerd", "runc", "go", "mount"]);
 const NODE = "kts-csi-volumes";
@@ -429,10 +430,6 @@ async function mountsUnder(w: World): Promise<string[]> {
     m.startsWith(w.rootDir) &&
     (m.includes("/kubernetes.io~csi/") || m.includes("/kubernetes.io/csi/"))
   );
-}
-
-async function exists(path: string): Promise<boolean> {
-  return await Deno.lstat(path).then(() => true, () => false);
 }
 
 e2e("a claim's data outlives its pod: staged, published, unpublished, unstaged", async (w, api) => {

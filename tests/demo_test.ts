@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { REPO_ROOT } from "./agent_process.ts";
 import { requireRoot } from "./requirements.ts";
+import { exists } from "./child_process.ts";
 
 const gate = await requireRoot("the demo test", ["containerd", "ctr", "runc"]);
 
@@ -59,15 +60,6 @@ async function runPrinted(line: string): Promise<string> {
   const dec = new TextDecoder();
   assert.equal(out.code, 0, `'${line}' failed: ${dec.decode(out.stderr)}`);
   return dec.decode(out.stdout);
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.lstat(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 Deno.test({

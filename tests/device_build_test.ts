@@ -38,6 +38,7 @@ import {
 } from "./device_build.ts";
 import { blobPath, buildImageLayout, BUSYBOX_BINARY, ctrOrThrow } from "./images.ts";
 import { requireRoot } from "./requirements.ts";
+import { exists } from "./child_process.ts";
 
 Deno.test("DEVICE_COMPONENTS names upstream's sample plugin image and a local DRA driver image", () => {
   assert.deepEqual(
@@ -212,15 +213,6 @@ async function poll<T>(what: string, check: () => Promise<T | undefined>, ms: nu
     if (got !== undefined) return got;
     if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.lstat(path);
-    return true;
-  } catch {
-    return false;
   }
 }
 

@@ -42,6 +42,7 @@ import {
   waitPodGone,
 } from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
+import { exists } from "./child_process.ts";
 
 const gate = await requireRoot("DRA e2e tests", ["containerd", "runc", "go"]);
 const NODE = "kts-dra";
@@ -189,15 +190,6 @@ async function checkpointed(w: World): Promise<Map<string, string[]>> {
 }
 
 const cdiFile = (claimUid: string) => join(CDI_DIR, `${DRA_TEST_DRIVER_NAME}-${claimUid}-gpu.json`);
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.stat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 e2e(
   "the DRA test driver registers through the plugin watcher and publishes its devices",

@@ -27,7 +27,14 @@ import { startApiserverProxy } from "./apiserver_proxy.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
 import { type ControlPlane, startControlPlane } from "./control_plane.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
-import { e2eSuite, poll, startNodeAgent, SYNC_LOOP_STARTED, waitPod } from "./node_harness.ts";
+import {
+  e2eSuite,
+  listPods,
+  poll,
+  startNodeAgent,
+  SYNC_LOOP_STARTED,
+  waitPod,
+} from "./node_harness.ts";
 import { requireRoot } from "./requirements.ts";
 
 const gate = await requireRoot("fault suite", ["containerd", "ctr", "runc", "openssl", "go"]);
@@ -176,13 +183,6 @@ async function createPods(w: World, pods: Record<string, unknown>[]): Promise<vo
   }
 }
 
-async function listPods(api: KubeClient, labelSelector: string): Promise<V1Pod[]> {
-  const l = await api.request<V1PodList>("GET", `/api/v1/namespaces/${NS}/pods`, {
-    query: { labelSelector },
-  });
-  return l.items;
-}
-
 function main(p: V1Pod) {
   return p.status?.containerStatuses?.find((c) => c.name === "main");
 }
@@ -201,7 +201,7 @@ async function waitAllRunning(
   return await poll(
     `${count} pods ${labelSelector} Running and ready`,
     async () => {
-      const pods = await listPods(api, labelSelector);
+      const pods = await listPods(api, NS, labelSelector);
       const ok = pods.filter((p) => p.status?.phase === "Running" && main(p)?.ready === true);
       return pods.length === count && ok.length === count ? pods : undefined;
     },
@@ -435,7 +435,7 @@ e2e(
         await restartAgent(w);
         // Long enough for the restarted agent to sync every pod and write any status it would.
         await new Promise((r) => setTimeout(r, 12_000));
-        const pods = await listPods(api, `e2e=${STEADY}`);
+        const pods = await listPods(api, NS, `e2e=${STEADY}`);
         assert.equal(pods.length, COUNTS.pods);
         const off = pods.map((p) => departure(p, steady.get(p.metadata!.name!)!)).filter(Boolean);
         assert.deepEqual(off, [], `after kill ${i + 1}`);
@@ -500,7 +500,7 @@ e2e(
       assert.deepEqual(off, [], `after runtime restart ${i + 1}`);
       await assertNoLeaks(w, api, `after runtime restart ${i + 1}`);
     }
-    steady = baselineOf(await listPods(api, `e2e=${STEADY}`));
+    steady = baselineOf(await listPods(api, NS, `e2e=${STEADY}`));
     await record(
       w,
       `containerd SIGKILL+start x${COUNTS.runtimeRestarts}: NotReady each time, pods recovered ` +
@@ -585,7 +585,7 @@ e2e(
     const converged = await poll(
       "statuses converged",
       async () => {
-        const pods = await listPods(api, "e2e=faults-liveness");
+        const pods = await listPods(api, NS, "e2e=faults-liveness");
         const behind = liveness.filter((n, i) => {
           const p = pods.find((x) => x.metadata?.name === n);
           return !p || (main(p)?.restartCount ?? -1) < attemptsAtReturn[i]!;
@@ -595,7 +595,7 @@ e2e(
       STATUS_PERIOD_MS + 10_000,
       250,
     );
-    const pods = await listPods(api, `e2e=${STEADY}`);
+    const pods = await listPods(api, NS, `e2e=${STEADY}`);
     const off = pods.map((p) => departure(p, steady.get(p.metadata!.name!)!)).filter(Boolean);
     assert.deepEqual(off, [], "steady pods unchanged after the outage");
     // The apiserver's counters start at its start: every event write since it came back.
@@ -654,7 +654,7 @@ e2e(
   async (w, api) => {
     await poll(
       "liveness pods gone",
-      async () => (await listPods(api, "e2e=faults-liveness")).length === 0 ? true : undefined,
+      async () => (await listPods(api, NS, "e2e=faults-liveness")).length === 0 ? true : undefined,
       60_000,
       1_000,
     );
@@ -692,7 +692,7 @@ e2e(
         await poll(
           `${n} gone`,
           async () =>
-            (await listPods(api, `e2e=${STEADY}`)).some((p) => p.metadata?.name === n)
+            (await listPods(api, NS, `e2e=${STEADY}`)).some((p) => p.metadata?.name === n)
               ? undefined
               : true,
           60_000,

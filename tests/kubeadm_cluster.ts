@@ -43,12 +43,21 @@ import {
   type RuntimeKind,
   startContainerd,
 } from "./containerd_harness.ts";
-import type { V1Node, V1Pod, V1PodList } from "@kubernetes/client-node";
+import type { V1Node } from "@kubernetes/client-node";
 import type { KubeClient } from "../src/client/kube_client.ts";
-import { ensureTestCgroupRoot, poll, removeCgroupTree } from "./node_harness.ts";
+import {
+  ensureTestCgroupRoot,
+  killCgroupTree,
+  listPods,
+  nodeReady,
+  podReady,
+  poll,
+  removeCgroupTree,
+} from "./node_harness.ts";
 import { KUBERNETES_VERSION } from "./control_plane_build.ts";
 import { lastLines } from "./apt.ts";
-import { logTail, signalChild } from "./child_process.ts";
+import { exists, logTail, must, run, signalChild } from "./child_process.ts";
+import { KUBEADM_PAUSE_IMAGE } from "./kubeadm_images.ts";
 
 /** The host bridge every node is plugged into. */
 export const HOST_BRIDGE = "ktska0";
@@ -62,8 +71,8 @@ export const POD_SUBNET = "10.244.0.0/16";
 export const SERVICE_SUBNET = "10.96.0.0/12";
 /** The bootstrap token the cluster is made with and nodes join with. */
 export const BOOTSTRAP_TOKEN = "ktsabc.0123456789abcdef";
-/** The sandbox image kubeadm 1.36 expects the runtime to use (`PauseVersion`). */
-export const KUBEADM_PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2";
+/** Held while a cluster exists: one at a time on a machine (fixed bridge and names). */
+const LOCK_FILE = "/run/ktska.lock";
 
 /** Directories bind-mounted over the host's inside a node: host path → name under the node dir. */
 const NODE_PATHS: readonly (readonly [string, string])[] = [
@@ -165,33 +174,6 @@ export class KubeadmClusterError extends Error {
 }
 
 const dec = new TextDecoder();
-
-/** Runs a program to completion, returning code and output. */
-async function run(
-  args: readonly string[],
-  signal?: AbortSignal,
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  const [program, ...rest] = args;
-  const out = await new Deno.Command(program!, {
-    args: rest,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-    signal,
-  }).output();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
-
-/** Runs a program and throws with its output when it fails. */
-async function must(args: readonly string[], signal?: AbortSignal): Promise<string> {
-  const r = await run(args, signal);
-  if (r.code !== 0) {
-    throw new KubeadmClusterError(
-      `'${args.join(" ")}' failed with code ${r.code}: ${lastLines(r.stderr + r.stdout, 10)}`,
-    );
-  }
-  return r.stdout;
-}
 
 /** The value of `KUBELET_KUBEADM_ARGS` in a kubeadm-flags.env, split as systemd splits `$VAR`. */
 export function kubeadmFlags(envFile: string): string[] {
@@ -339,6 +321,14 @@ export async function startKubeadmCluster(opts: KubeadmClusterOptions): Promise<
   }
   const undo: (() => Promise<unknown>)[] = [];
   const nodes: NodeImpl[] = [];
+  // Another cluster (a test and a conformance run) would share the bridge and the namespaces'
+  // names: wait for it to end.
+  const lock = await Deno.open(LOCK_FILE, { create: true, write: true });
+  if (!(await lock.tryLock(true))) {
+    log(`kubeadm-cluster: waiting for another kubeadm cluster on this machine (${LOCK_FILE})`);
+    await lock.lock(true);
+  }
+  undo.push(() => Promise.resolve(lock.close()));
   const joinOutputs = new Map<string, string>();
   let initOutput = "";
   let stopped: Promise<void> | undefined;
@@ -498,18 +488,24 @@ async function makeNode(
   const namespaces = { net: netns, mount: mountNs, uts: utsNs };
   const prefix = nsenterPrefix(namespaces);
   const script = [`hostname ${name}`];
+  const made: string[] = [];
   for (const [target, sub] of NODE_PATHS) {
     await Deno.mkdir(`${dir}/${sub}`, { recursive: true });
+    if (!(await exists(target))) made.push(target);
     script.push(`mkdir -p ${target}`, `mount --bind ${dir}/${sub} ${target}`);
   }
   await must([...prefix, "sh", "-ec", script.join("\n")]);
   undo.push(async () => {
-    // Empty mount points made on the host for the node's paths (kept when they held anything).
-    for (const [target] of NODE_PATHS) await Deno.remove(target).catch(() => {});
+    // The mount points this node made on the host, if still empty.
+    for (const target of made) await Deno.remove(target).catch(() => {});
   });
 
   const cgroupRoot = await ensureTestCgroupRoot(`kubeadm-${name}`);
-  undo.push(() => removeCgroupTree(cgroupRoot));
+  undo.push(async () => {
+    // What containerd left (it may have gone first) goes before its cgroups.
+    await killCgroupTree(cgroupRoot);
+    await removeCgroupTree(cgroupRoot);
+  });
 
   const patchesDir = `${dir}/patches`;
   await Deno.mkdir(patchesDir, { recursive: true });
@@ -520,10 +516,19 @@ async function makeNode(
 
   const template = `${dir}/cni-template.json`;
   await Deno.writeTextFile(template, cniTemplate(name));
-  undo.push(() => Deno.remove(`/var/lib/cni/networks/ktska-${name}`, { recursive: true }));
+  // host-local's addresses of the node's network (none when no pod got one).
+  undo.push(() =>
+    Deno.remove(`/var/lib/cni/networks/ktska-${name}`, { recursive: true }).catch((e) => {
+      if (!(e instanceof Deno.errors.NotFound)) throw e;
+    })
+  );
+  // The socket where a kubelet's socket usually is (and deno.json's -P=kubelet reaches it).
+  const socketDir = `/run/containerd/ktska-${name}`;
+  undo.push(() => Deno.remove(socketDir, { recursive: true }).catch(() => {}));
   const containerd = await startContainerd({
     ...args.containerd?.(),
     dir: `${dir}/containerd`,
+    socket: `${socketDir}/containerd.sock`,
     namespaces,
     cniConfTemplate: template,
     sandboxImage: KUBEADM_PAUSE_IMAGE,
@@ -539,7 +544,7 @@ async function makeNode(
   let previousLogs = "";
   const kubeletKind = args.kubelet ?? "ours";
   const exec: KubeadmNode["exec"] = async (cmd, o = {}) => {
-    const r = await run([...prefix, ...cmd], o.signal);
+    const r = await run([...prefix, ...cmd], { signal: o.signal });
     if (r.code !== 0 && !o.allowFail) {
       throw new KubeadmClusterError(
         `'${cmd.join(" ")}' on ${name} failed with code ${r.code}: ${
@@ -567,8 +572,10 @@ async function makeNode(
       const argv = dropInArgs(flags);
       log(`kubeadm-cluster: starting the ${kubeletKind} kubelet on ${name}: ${argv.join(" ")}`);
       if (kubeletKind === "ours") {
-        // As the release runs it; the agent narrows its own permissions from its
-        // configuration. deno runs main.ts from the repository.
+        // As the release file runs it: every permission, narrowed by the agent to what its
+        // configuration and pods need (deno.json's static -P=kubelet set lacks the hostPath
+        // volumes kubeadm's pods mount, e.g. /etc/ssl/certs and /run/xtables.lock). deno runs
+        // main.ts from the repository.
         const agent = spawnAgent(argv, { prefix: nsenterPrefix(namespaces, REPO_ROOT) });
         kubelet = { agent, log: () => agent.stderr() };
       } else {
@@ -629,6 +636,7 @@ async function makeNode(
         })();
       const pumped = Promise.all([pump(child.stdout), pump(child.stderr)]);
       let started = false;
+      // The kubelet starts when kubeadm says it would start it; if that fails, kubeadm goes.
       const starter = (async () => {
         while (!started) {
           if (out.includes("[kubelet-start] Starting the kubelet")) {
@@ -638,11 +646,15 @@ async function makeNode(
           }
           await new Promise((r) => setTimeout(r, 100));
         }
-      })();
+      })().catch((e) => {
+        signalChild(child, "SIGTERM");
+        throw e;
+      });
+      starter.catch(() => {}); // awaited below, once kubeadm has exited
       const status = await child.status;
       started = true;
-      await starter;
       await pumped;
+      await starter;
       if (!status.success) {
         throw new KubeadmClusterError(
           `kubeadm ${verb} on ${name} failed with code ${status.code} (log ${logFile}):\n` +
@@ -670,23 +682,6 @@ export function hostPath(node: KubeadmNode, path: string): string {
   }
   return path;
 }
-
-/** Lists pods of a namespace, by label selector if given. */
-export async function listPods(api: KubeClient, ns: string, selector?: string): Promise<V1Pod[]> {
-  const list = await api.request<V1PodList>("GET", `/api/v1/namespaces/${ns}/pods`, {
-    query: selector ? { labelSelector: selector } : undefined,
-  });
-  return list.items;
-}
-
-/** Running with its Ready condition True. */
-export const podReady = (p: V1Pod): boolean =>
-  p.status?.phase === "Running" &&
-  (p.status.conditions ?? []).some((c) => c.type === "Ready" && c.status === "True");
-
-/** The node's Ready condition is True. */
-export const nodeReady = (n: V1Node): boolean =>
-  (n.status?.conditions ?? []).some((c) => c.type === "Ready" && c.status === "True");
 
 /**
  * Waits until every node is Ready with a pod CIDR, then routes the CIDRs between the nodes and

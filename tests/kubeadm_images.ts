@@ -64,6 +64,8 @@ import { findProgram, lastLines } from "./apt.ts";
 export const KUBEADM_REGISTRY = "registry.k8s.io";
 /** kubeadm 1.36's `PauseVersion` (cmd/kubeadm/app/constants). */
 export const KUBEADM_PAUSE_VERSION = "3.10.2";
+/** The sandbox image kubeadm expects the runtime to use. */
+export const KUBEADM_PAUSE_IMAGE = `${KUBEADM_REGISTRY}/pause:${KUBEADM_PAUSE_VERSION}`;
 /** kubeadm 1.36's `DefaultEtcdVersion`: the etcd release and the image revision. */
 export const KUBEADM_ETCD_TAG = `${ETCD_VERSION.slice(1)}-0`;
 
@@ -74,7 +76,7 @@ export const KUBEADM_IMAGE_NAMES: readonly string[] = [
   `${KUBEADM_REGISTRY}/kube-scheduler:${KUBERNETES_VERSION}`,
   `${KUBEADM_REGISTRY}/kube-proxy:${KUBERNETES_VERSION}`,
   `${KUBEADM_REGISTRY}/coredns/coredns:${COREDNS_VERSION}`,
-  `${KUBEADM_REGISTRY}/pause:${KUBEADM_PAUSE_VERSION}`,
+  KUBEADM_PAUSE_IMAGE,
   `${KUBEADM_REGISTRY}/etcd:${KUBEADM_ETCD_TAG}`,
 ];
 
@@ -158,7 +160,7 @@ export function kubeadmImageSpecs(
         "kubelet-ts.source": `github.com/coredns/coredns@${COREDNS_VERSION}`,
       },
     },
-    { ...PAUSE, name: `${KUBEADM_REGISTRY}/pause:${KUBEADM_PAUSE_VERSION}` },
+    { ...PAUSE, name: KUBEADM_PAUSE_IMAGE },
     {
       name: `${KUBEADM_REGISTRY}/etcd:${KUBEADM_ETCD_TAG}`,
       entrypoint: ["/go-runner"],

@@ -13,7 +13,7 @@
 
 import assert from "node:assert/strict";
 import { basename, dirname, join } from "node:path";
-import type { V1Pod } from "@kubernetes/client-node";
+import type { V1Node, V1Pod, V1PodList } from "@kubernetes/client-node";
 import { FakeClock } from "../src/util/clock.ts";
 import { detectCgroupLayout } from "../src/cm/cgroup_layout.ts";
 import { CgroupManager } from "../src/cm/cgroup_manager.ts";
@@ -78,6 +78,23 @@ export async function poll<T>(
 export function getPod(api: KubeClient, ns: string, name: string): Promise<V1Pod> {
   return api.get<V1Pod>(`/api/v1/namespaces/${ns}/pods/${name}`);
 }
+
+/** Lists pods of a namespace, by label selector if given. */
+export async function listPods(api: KubeClient, ns: string, selector?: string): Promise<V1Pod[]> {
+  const list = await api.request<V1PodList>("GET", `/api/v1/namespaces/${ns}/pods`, {
+    query: selector ? { labelSelector: selector } : undefined,
+  });
+  return list.items;
+}
+
+/** Running with its Ready condition True. */
+export const podReady = (p: V1Pod): boolean =>
+  p.status?.phase === "Running" &&
+  (p.status.conditions ?? []).some((c) => c.type === "Ready" && c.status === "True");
+
+/** The node's Ready condition is True. */
+export const nodeReady = (n: V1Node): boolean =>
+  (n.status?.conditions ?? []).some((c) => c.type === "Ready" && c.status === "True");
 
 /** Polls pod `ns/name` until `pred` accepts it (`what` names that in the timeout error). */
 export async function waitPod(
@@ -234,6 +251,28 @@ export async function podCgroupLimits(
 async function cgroupRoots(): Promise<string[]> {
   const layout = await detectCgroupLayout();
   return [...new Set([...layout.v1.values(), ...(layout.unified ? [layout.unified] : [])])];
+}
+
+/** SIGKILLs every process in cgroup `path` and below it, in every hierarchy. */
+export async function killCgroupTree(path: string, roots?: readonly string[]): Promise<void> {
+  const kill = async (dir: string): Promise<void> => {
+    try {
+      for (const pid of (await Deno.readTextFile(join(dir, "cgroup.procs"))).split("\n")) {
+        if (pid.trim() === "") continue;
+        try {
+          Deno.kill(Number(pid), "SIGKILL");
+        } catch {
+          // gone already
+        }
+      }
+      for await (const e of Deno.readDir(dir)) {
+        if (e.isDirectory) await kill(join(dir, e.name));
+      }
+    } catch {
+      // no such cgroup in this hierarchy
+    }
+  };
+  for (const root of roots ?? await cgroupRoots()) await kill(join(root, path));
 }
 
 /** rmdir of `dir` after everything below it, deepest first; busy or gone is left as it is. */

@@ -39,6 +39,7 @@ import {
 } from "./node_harness.ts";
 import { writeKubeconfig } from "./pki.ts";
 import { requireRoot } from "./requirements.ts";
+import { must as mustRun, run as runProgram } from "./child_process.ts";
 
 const gate = await requireRoot("the release file's offline e2e test", [
   "containerd",
@@ -53,32 +54,18 @@ const gate = await requireRoot("the release file's offline e2e test", [
 
 const NODE = "kts-release-offline";
 const NS = "default";
-const dec = new TextDecoder();
 
-/** Runs a program to completion; never throws on its exit code. */
-async function run(
-  cmd: string,
-  args: readonly string[],
-  env: Record<string, string> = {},
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  const out = await new Deno.Command(cmd, {
-    args: [...args],
+/** Runs a program to completion (two minutes at most); never throws on its exit code. */
+function run(cmd: string, args: readonly string[], env: Record<string, string> = {}) {
+  return runProgram([cmd, ...args], {
     env: { NO_COLOR: "1", ...env },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
     signal: AbortSignal.timeout(120_000),
-  }).output();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+  });
 }
 
 /** Runs a program that must succeed; returns its stdout. */
-async function must(cmd: string, args: readonly string[]): Promise<string> {
-  const r = await run(cmd, args);
-  if (r.code !== 0) {
-    throw new Error(`${cmd} ${args.join(" ")} exited ${r.code}: ${r.stderr.trim()}`);
-  }
-  return r.stdout;
+function must(cmd: string, args: readonly string[]): Promise<string> {
+  return mustRun([cmd, ...args], { signal: AbortSignal.timeout(120_000) });
 }
 
 /** A network namespace linked to this host by one veth pair, and nothing else. */

@@ -39,6 +39,13 @@ export interface ProberManagerOptions {
   concurrency?: number;
   /** Source of the first run's jitter, in [0, 1). @default Math.random */
   random?: () => number;
+  /**
+   * Whether the pod's status (the status manager's) says the container has started: upstream's
+   * worker gates on that `started`, which a kubelet restart carries over for a running container
+   * (ChangeContainerStatusOnKubeletRestart off), so a started container's startup probe does not
+   * run again and its other probes are not held back. @default startup probe results only
+   */
+  startedInStatus?: (podUID: string, containerName: string) => boolean;
 }
 
 /** A bad {@link ProberManagerOptions} field or a misuse of the manager. */
@@ -138,6 +145,7 @@ export class ProberManager {
   readonly #log: Logger;
   readonly #concurrency: number;
   readonly #random: () => number;
+  readonly #startedInStatus: (podUID: string, containerName: string) => boolean;
   readonly #start: number;
   readonly #workers = new Map<string, Worker>();
   readonly #results: Record<ProbeKind, ResultsManager>;
@@ -161,6 +169,7 @@ export class ProberManager {
     this.#log = opts.logger;
     this.#concurrency = concurrency;
     this.#random = opts.random ?? Math.random;
+    this.#startedInStatus = opts.startedInStatus ?? (() => false);
     this.#start = opts.clock.now();
     const results = (kind: ProbeKind) =>
       new ResultsManager((id, uid, r) => opts.onUpdate(kind, uid, id, r));
@@ -467,7 +476,8 @@ export class ProberManager {
   /** Upstream's container Started: the startup result is Success, or there is no startup probe. */
   #containerStarted(w: Worker, containerId: string): boolean {
     if (!this.#workers.has(keyOf(w.podUID, w.container.name, "startup"))) return true;
-    return this.#results.startup.get(containerId) === "Success";
+    return this.#results.startup.get(containerId) === "Success" ||
+      this.#startedInStatus(w.podUID, w.container.name);
   }
 
   #finish(w: Worker, inFlight: InFlight, result: ProbeResult | undefined): void {

@@ -27,7 +27,9 @@ interface Call {
   ips: readonly string[];
 }
 
-function setup(opts: { concurrency?: number } = {}) {
+function setup(
+  opts: { concurrency?: number; startedInStatus?: (uid: string, name: string) => boolean } = {},
+) {
   const clock = new FakeClock();
   const t0 = clock.now();
   const statuses = new Map<string, PodStatus>();
@@ -49,6 +51,7 @@ function setup(opts: { concurrency?: number } = {}) {
     onUpdate: (kind, uid, id, r) => updates.push([kind, uid, id, r]),
     random: () => 0,
     concurrency: opts.concurrency,
+    startedInStatus: opts.startedInStatus,
   });
   const ac = new AbortController();
   const done = manager.run(ac.signal);
@@ -191,6 +194,17 @@ Deno.test("ProberManager gives a container that ran before the kubelet started n
   assert.ok(t.manager.startedBeforeKubelet(t.t0 - 10_001));
   assert.ok(!t.manager.startedBeforeKubelet(t.t0 - 10_000));
   assert.ok(!t.manager.startedBeforeKubelet(0));
+  await t.stop();
+});
+
+Deno.test("ProberManager takes a container its pod's status says started as started: no startup probe, readiness runs", async () => {
+  // Upstream's worker gates on the API status' started, which a kubelet restart carries over.
+  const t = setup({ startedInStatus: (uid, name) => uid === "u1" && name === "c" });
+  t.statuses.set("u1", status("u1", [running("c", "id1", t.t0 - 60_000)]));
+  t.manager.addPod(pod("u1", [container("c", { startup: {}, readiness: {} })]));
+  await t.settle();
+  assert.deepEqual(t.calls.map((c) => c.kind), ["readiness"]);
+  assert.equal(t.manager.ready("id1"), true);
   await t.stop();
 });
 

@@ -44,7 +44,8 @@ export const realClock: Clock = {
   sleep(ms, signal) {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) return reject(signal.reason);
-      const end = Date.now() + ms;
+      // Monotonic, as Go's timers: a step of the wall clock neither stretches nor cuts it.
+      const end = performance.now() + ms;
       let timer: ReturnType<typeof setTimeout>;
       const onAbort = () => {
         clearTimeout(timer);
@@ -53,7 +54,7 @@ export const realClock: Clock = {
       // A sleep past one timer's range takes several, each up to the end.
       const arm = (left: number) => {
         timer = setTimeout(() => {
-          const rest = end - Date.now();
+          const rest = end - performance.now();
           if (rest > 0 && left > MAX_TIMER_MS) return arm(rest);
           signal?.removeEventListener("abort", onAbort);
           resolve();

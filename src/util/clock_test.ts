@@ -52,7 +52,7 @@ Deno.test("FakeClock stepToNext jumps to the earliest pending sleep", async () =
 
 Deno.test("realClock sleeps past one timer's range in several timers, none longer than it", async () => {
   const realSetTimeout = globalThis.setTimeout;
-  const realNow = Date.now;
+  const realNow = performance.now;
   let now = 1_000_000;
   const armed: { fn: () => void; ms: number }[] = [];
   // deno-lint-ignore no-explicit-any
@@ -60,7 +60,7 @@ Deno.test("realClock sleeps past one timer's range in several timers, none longe
     armed.push({ fn, ms });
     return armed.length;
   };
-  Date.now = () => now;
+  performance.now = () => now;
   try {
     const year = 365 * 24 * 3600_000;
     let done = false;
@@ -79,6 +79,34 @@ Deno.test("realClock sleeps past one timer's range in several timers, none longe
     assert.equal(armed.length, Math.ceil(year / MAX_TIMER_MS));
   } finally {
     globalThis.setTimeout = realSetTimeout;
-    Date.now = realNow;
+    performance.now = realNow;
+  }
+});
+
+Deno.test("realClock's long sleep rejects on abort after a timer was armed again, clearing that timer", async () => {
+  const realSetTimeout = globalThis.setTimeout;
+  const realClearTimeout = globalThis.clearTimeout;
+  const realNow = performance.now;
+  let now = 0;
+  const armed: (() => void)[] = [];
+  const cleared: number[] = [];
+  // deno-lint-ignore no-explicit-any
+  (globalThis as any).setTimeout = (fn: () => void) => armed.push(fn);
+  // deno-lint-ignore no-explicit-any
+  (globalThis as any).clearTimeout = (id: number) => cleared.push(id);
+  performance.now = () => now;
+  try {
+    const ac = new AbortController();
+    const slept = realClock.sleep(3 * MAX_TIMER_MS, ac.signal);
+    now += MAX_TIMER_MS;
+    armed[0]!();
+    assert.equal(armed.length, 2);
+    ac.abort(new Error("stop"));
+    await assert.rejects(slept, /stop/);
+    assert.deepEqual(cleared, [2]);
+  } finally {
+    globalThis.setTimeout = realSetTimeout;
+    globalThis.clearTimeout = realClearTimeout;
+    performance.now = realNow;
   }
 });
