@@ -373,10 +373,11 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     logger,
     // Probe results reach the pod's worker through the sync loop, as upstream's channels.
     onUpdate: (_kind, podUID) => loopRef.loop?.pushProbeUpdate(podUID),
-    startedInStatus: (uid, name) =>
-      statusManager.getPodStatus(uid)?.containerStatuses?.concat(
-        statusManager.getPodStatus(uid)?.initContainerStatuses ?? [],
-      ).some((c) => c.name === name && c.started === true) ?? false,
+    startedInStatus: (uid, name) => {
+      const status = statusManager.getPodStatus(uid);
+      return [...status?.containerStatuses ?? [], ...status?.initContainerStatuses ?? []]
+        .some((c) => c.name === name && c.started === true);
+    },
   });
   // Claims are read from the apiserver; what was prepared is kept in `<root-dir>/dra_manager_state`.
   draRef.dra = new DraManager({
