@@ -30,14 +30,14 @@ import { REPO_ROOT } from "./agent_process.ts";
 import { ensureConformanceImages, parseImageList } from "./conformance_images.ts";
 import { isSuiteNode, parseJUnit, renderResults } from "./conformance_report.ts";
 import { ensureRuntimePackages, type RuntimeKind, startContainerd } from "./containerd_harness.ts";
-import { type Child, spawnLogged, startControlPlane } from "./control_plane.ts";
+import { type Child, startControlPlane } from "./control_plane.ts";
 import {
   ensureConformanceBinaries,
   ensureControlPlaneBinaries,
   ensureUpstreamKubelet,
   KUBERNETES_VERSION,
 } from "./control_plane_build.ts";
-import { startControllerManager } from "./controller_manager.ts";
+import { startControllerManager, startScheduler } from "./controller_manager.ts";
 import { ensureImagePackages, importImages, PAUSE } from "./images.ts";
 import { ensureRegistryPackages, type RegistryHandle, startRegistry } from "./registry_harness.ts";
 import { HOST_IP, startKubeadmCluster, waitForAddons, waitForPodCIDRs } from "./kubeadm_cluster.ts";
@@ -336,15 +336,7 @@ async function startNodeTopology(env: TopologyEnv): Promise<Topology> {
   stops.push(() => cp.stop());
   const kcm = await startControllerManager({ cp, dir, binary: bins.kubeControllerManager });
   stops.push(() => kcm.stop());
-  const scheduler = await spawnLogged(bins.kubeScheduler, [
-    `--kubeconfig=${cp.adminKubeconfig}`,
-    `--authentication-kubeconfig=${cp.adminKubeconfig}`,
-    `--authorization-kubeconfig=${cp.adminKubeconfig}`,
-    "--bind-address=127.0.0.1",
-    "--secure-port=0",
-    "--leader-elect=false",
-    "--v=1",
-  ], { logFile: join(dir, "kube-scheduler.log"), dir, stopTimeoutMs: 10_000 });
+  const scheduler = await startScheduler({ cp, dir, binary: bins.kubeScheduler });
   stops.push(() => scheduler.stop());
   await assertRunning([["kube-controller-manager", kcm], ["kube-scheduler", scheduler]], dir);
 

@@ -15,7 +15,7 @@
 
 import { join } from "node:path";
 import { type Child, type ControlPlane, spawnLogged } from "./control_plane.ts";
-import { ensureKubeControllerManager } from "./control_plane_build.ts";
+import { ensureKubeControllerManager, ensureKubeScheduler } from "./control_plane_build.ts";
 
 /** The controllers conformance runs: every default one plus the bootstrap-token pair. */
 export const DEFAULT_CONTROLLERS = ["*", "bootstrapsigner", "tokencleaner"] as const;
@@ -108,4 +108,32 @@ export async function startControllerManager(
     stop,
     [Symbol.asyncDispose]: stop,
   };
+}
+
+/** Options of {@link startScheduler}. */
+export interface SchedulerOptions {
+  readonly cp: ControlPlane;
+  /** Where `kube-scheduler.log` goes. */
+  readonly dir: string;
+  /** The program. @default built (or found in the cache) by ensureKubeScheduler */
+  readonly binary?: string;
+  /** klog verbosity. @default 1 */
+  readonly verbosity?: number;
+}
+
+/**
+ * Starts kube-scheduler as the control plane's admin, without leader election and its secure
+ * port (nothing here scrapes it), logging to `<dir>/kube-scheduler.log`.
+ */
+export async function startScheduler(opts: SchedulerOptions): Promise<Child> {
+  const kubeconfig = opts.cp.adminKubeconfig;
+  return await spawnLogged(opts.binary ?? await ensureKubeScheduler(), [
+    `--kubeconfig=${kubeconfig}`,
+    `--authentication-kubeconfig=${kubeconfig}`,
+    `--authorization-kubeconfig=${kubeconfig}`,
+    "--bind-address=127.0.0.1",
+    "--secure-port=0",
+    "--leader-elect=false",
+    `--v=${opts.verbosity ?? 1}`,
+  ], { logFile: join(opts.dir, "kube-scheduler.log"), dir: opts.dir, stopTimeoutMs: 10_000 });
 }

@@ -22,12 +22,8 @@ import type { ResourceV1ResourceClaim } from "@kubernetes/client-node";
 import type { KubeClient } from "../src/client/kube_client.ts";
 import type { RunningAgent } from "./agent_process.ts";
 import { type ContainerdHandle, startContainerd } from "./containerd_harness.ts";
-import { type Child, type ControlPlane, spawnLogged, startControlPlane } from "./control_plane.ts";
-import {
-  binaryPath,
-  ensureConformanceBinaries,
-  KUBERNETES_VERSION,
-} from "./control_plane_build.ts";
+import { type Child, type ControlPlane, startControlPlane } from "./control_plane.ts";
+import { startScheduler } from "./controller_manager.ts";
 import { BUSYBOX, BUSYBOX_IMAGE, importImages, PAUSE } from "./images.ts";
 import { DRA_TEST_DRIVER_IMAGE, DRA_TEST_DRIVER_NAME, ensureDeviceImages } from "./device_build.ts";
 import {
@@ -61,16 +57,6 @@ interface World {
   readonly rootDir: string;
 }
 
-async function kubeScheduler(): Promise<string> {
-  const path = binaryPath("kube-scheduler", KUBERNETES_VERSION);
-  try {
-    await Deno.stat(path);
-    return path;
-  } catch {
-    return (await ensureConformanceBinaries()).kubeScheduler;
-  }
-}
-
 const suite = e2eSuite<World>({
   name: "dra",
   gate,
@@ -86,15 +72,7 @@ const suite = e2eSuite<World>({
       );
       await importImages({ containerdSocket: socket, images: [BUSYBOX, PAUSE] });
       await ensureDeviceImages({ components: ["dra-test-driver"], containerdSocket: socket });
-      const scheduler = await spawnLogged(await kubeScheduler(), [
-        `--kubeconfig=${cp.adminKubeconfig}`,
-        `--authentication-kubeconfig=${cp.adminKubeconfig}`,
-        `--authorization-kubeconfig=${cp.adminKubeconfig}`,
-        "--bind-address=127.0.0.1",
-        "--secure-port=0",
-        "--leader-elect=false",
-        "--v=2",
-      ], { logFile: join(dir, "kube-scheduler.log"), dir, stopTimeoutMs: 10_000 });
+      const scheduler = await startScheduler({ cp, dir, verbosity: 2 });
       stack.defer(() => scheduler.stop());
       const { agent, args } = await startNodeAgent({
         cp,

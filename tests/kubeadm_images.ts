@@ -59,6 +59,7 @@ import {
   PAUSE,
 } from "./images.ts";
 import { findProgram, lastLines } from "./apt.ts";
+import { run } from "./child_process.ts";
 
 /** The registry kubeadm names its images after (`imageRepository`'s default). */
 export const KUBEADM_REGISTRY = "registry.k8s.io";
@@ -219,23 +220,18 @@ export async function findHostIptables(): Promise<HostPrograms> {
 
 /** Runs `kubeadm config images list --kubernetes-version` {@link KUBERNETES_VERSION}. */
 export async function kubeadmImageList(kubeadm: string, signal?: AbortSignal): Promise<string[]> {
-  const out = await new Deno.Command(kubeadm, {
-    args: ["config", "images", "list", "--kubernetes-version", KUBERNETES_VERSION],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-    signal: signal
-      ? AbortSignal.any([signal, AbortSignal.timeout(30_000)])
-      : AbortSignal.timeout(30_000),
-  }).output();
-  const dec = new TextDecoder();
-  if (!out.success) {
+  const timeout = AbortSignal.timeout(30_000);
+  const out = await run(
+    [kubeadm, "config", "images", "list", "--kubernetes-version", KUBERNETES_VERSION],
+    { signal: signal ? AbortSignal.any([signal, timeout]) : timeout },
+  );
+  if (out.code !== 0) {
     throw new KubeadmImagesError(
       `'${kubeadm} config images list' failed with code ${out.code}: ` +
-        lastLines(dec.decode(out.stderr), 5),
+        lastLines(out.stderr, 5),
     );
   }
-  return dec.decode(out.stdout).split("\n").map((l) => l.trim()).filter(Boolean);
+  return out.stdout.split("\n").map((l) => l.trim()).filter(Boolean);
 }
 
 /** Options for {@link ensureKubeadmImageBinaries}. */
