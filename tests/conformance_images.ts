@@ -45,7 +45,16 @@ import {
   KUBERNETES_VERSION,
   stagingReplaces,
 } from "./control_plane_build.ts";
-import { buildImage, buildImageLayout, ctrOrThrow, type ImageSpec, PAUSE } from "./images.ts";
+import {
+  buildImage,
+  buildImageLayout,
+  ctrOrThrow,
+  type HostPrograms,
+  type ImageSpec,
+  PAUSE,
+} from "./images.ts";
+import { aptInstallMissing, type AptPackage } from "./apt.ts";
+import { BUSYBOX_VERSION, ensureBusybox } from "./busybox_build.ts";
 import { pushImage } from "./registry_harness.ts";
 import { exists } from "./child_process.ts";
 
@@ -89,7 +98,10 @@ export interface GoProgram {
   versionArgs?: readonly string[];
 }
 
-/** An image of Go programs from the module on the busybox userland of tests/images.ts. */
+/**
+ * An image of Go programs from the module (none for some stand-ins) and of this machine's
+ * programs on the busybox userland of tests/images.ts.
+ */
 export interface GoImageRecipe {
   kind: "go";
   /** Programs and where they go in the image (absolute path, permission bits). */
@@ -104,12 +116,22 @@ export interface GoImageRecipe {
   dirs?: readonly string[];
   /** Symbolic links: absolute path → target. */
   symlinks?: Readonly<Record<string, string>>;
+  /**
+   * Dynamically linked programs of this machine with their libraries (tests/images.ts's
+   * {@link HostPrograms}), from the Debian `packages` named, installed first when missing.
+   */
+  host?: { packages: readonly AptPackage[]; programs: HostPrograms };
   config: ImageRuntimeConfig;
 }
 
 /** An image tests/images.ts builds from an {@link ImageSpec} alone (its name is the request's). */
 export interface BusyboxRecipe {
   kind: "busybox";
+  /**
+   * The image's busybox is {@link BUSYBOX_VERSION} built from source (tests/busybox_build.ts)
+   * rather than Debian's busybox-static.
+   */
+  fromSource?: boolean;
   spec: Omit<ImageSpec, "name">;
 }
 
@@ -243,6 +265,29 @@ done
 exec wget -q -O "$out" "$url"
 `;
 
+/**
+ * Tools of agnhost's Dockerfile (alpine's bind-tools, netcat-openbsd, bash) as this machine's
+ * Debian bookworm has them, with their glibc libraries: `dig` (the DNS probers loop on
+ * `dig +noall +answer +search`), `nc` (the Services specs run `nc -v -t -w 2 <name> 80`, which
+ * busybox's nc refuses), glibc's `getent` (the /etc/hosts probers) and bash, which is `/bin/sh`
+ * too: Debian's busybox-static runs its own applets before PATH (nc among them), alpine's
+ * busybox does not. The glibc programs resolve names, which busybox-static cannot.
+ */
+const AGNHOST_TOOLS: NonNullable<GoImageRecipe["host"]> = {
+  packages: [
+    { pkg: "bind9-dnsutils", provides: ["/usr/bin/dig"] },
+    { pkg: "netcat-openbsd", provides: ["/usr/bin/nc.openbsd"] },
+    { pkg: "libc-bin", provides: ["/usr/bin/getent"] },
+    { pkg: "bash", provides: ["/usr/bin/bash"] },
+  ],
+  programs: {
+    programs: ["/usr/bin/dig", "/usr/bin/nc.openbsd", "/usr/bin/getent", "/usr/bin/bash"],
+  },
+};
+
+/** Hosts from /etc/hosts before DNS, as musl (alpine) and Debian's default nsswitch.conf do. */
+const NSSWITCH = "hosts: files dns\n";
+
 /** agnhost's image as its Dockerfile makes it, minus what alpine's packages bring. */
 const AGNHOST_IMAGE: GoImageRecipe = {
   kind: "go",
@@ -251,18 +296,28 @@ const AGNHOST_IMAGE: GoImageRecipe = {
     "test/images/agnhost/porter/localhost.crt": "/localhost.crt",
     "test/images/agnhost/porter/localhost.key": "/localhost.key",
   },
-  files: { "/etc/passwd": AGNHOST_PASSWD, "/etc/group": AGNHOST_GROUP },
+  files: {
+    "/etc/passwd": AGNHOST_PASSWD,
+    "/etc/group": AGNHOST_GROUP,
+    "/etc/nsswitch.conf": NSSWITCH,
+  },
   scripts: { "/usr/bin/curl": CURL_STAND_IN },
   dirs: ["/uploads"],
-  symlinks: { "/agnhost-2": "agnhost" },
+  symlinks: {
+    "/agnhost-2": "agnhost",
+    "/usr/bin/nc": "nc.openbsd",
+    "/bin/bash": "/usr/bin/bash",
+    "/bin/sh": "/usr/bin/bash",
+  },
+  host: AGNHOST_TOOLS,
   config: { Entrypoint: ["/agnhost"], Cmd: ["pause"] },
 };
 
 const AGNHOST_DIFFERS = "on Debian's busybox-static, not alpine 3.21: curl is a shell " +
-  "stand-in over busybox wget (one URL, GET); no dig, bash, " +
-  "iperf, ss or util-linux (busybox has wget, nc, nslookup, ip); no /coredns, no fake " +
-  "registry in /var/registry; no ExposedPorts in its config (deploy/oci_layout.ts cannot " +
-  "write them)";
+  "stand-in over busybox wget (one URL, GET); dig, nc (netcat-openbsd), getent and bash " +
+  "(also /bin/sh) are Debian bookworm's with glibc, not alpine's; no iperf, ss or " +
+  "util-linux (busybox has wget, nslookup, ip); no /coredns, no fake registry in " +
+  "/var/registry; no ExposedPorts in its config (deploy/oci_layout.ts cannot write them)";
 
 const NGINX_INDEX = `<!DOCTYPE html>
 <html>
@@ -348,10 +403,10 @@ const RECIPES: ReadonlyMap<string, Recipe> = new Map<string, Recipe>([
   }],
   [`${E2E_REGISTRY}/busybox`, () => ({
     status: "stand-in",
-    source: "Debian's busybox-static (tests/images.ts)",
-    reason: "Debian's busybox-static, not busybox 1.37 from Docker Hub: its sh drops environment " +
-      "variables whose names are not shell identifiers (e.g. data-1), which four env tests check",
-    recipe: { kind: "busybox", spec: { cmd: ["sh"] } },
+    source: `busybox ${BUSYBOX_VERSION} built from its release source (tests/busybox_build.ts)`,
+    reason: `busybox ${BUSYBOX_VERSION} with busybox's defconfig, statically linked with ` +
+      "glibc and without tc, not Docker Hub's busybox:1.37.0 image",
+    recipe: { kind: "busybox", fromSource: true, spec: { cmd: ["sh"] } },
   })],
   ["registry.k8s.io/pause", () => ({
     status: "stand-in",
@@ -450,13 +505,28 @@ const RECIPES: ReadonlyMap<string, Recipe> = new Map<string, Recipe>([
       "needs util-linux's ipcmk (alpine 3.22 with util-linux); busybox has no ipcmk",
     ),
   ],
-  [
-    `${E2E_REGISTRY}/glibc-dns-testing`,
-    missing(
-      "needs Debian bookworm with glibc and dnsutils (dig) and coredns 1.5.0; the DNS specs run " +
-        "dig in it",
-    ),
-  ],
+  [`${E2E_REGISTRY}/glibc-dns-testing`, () => ({
+    status: "stand-in",
+    source: "this machine's Debian bookworm dig (bind9-dnsutils), getent and dash (/bin/sh) " +
+      "with their glibc libraries, on Debian's busybox-static",
+    reason: "not debian:bookworm-slim: the userland besides dig, getent and sh is busybox " +
+      "(awk, hostname, seq); no /coredns (1.5.0 upstream), which no spec runs from it",
+    recipe: {
+      kind: "go",
+      programs: [],
+      files: { "/etc/nsswitch.conf": NSSWITCH },
+      symlinks: { "/bin/sh": "/usr/bin/dash" },
+      host: {
+        packages: [
+          { pkg: "bind9-dnsutils", provides: ["/usr/bin/dig"] },
+          { pkg: "libc-bin", provides: ["/usr/bin/getent"] },
+          { pkg: "dash", provides: ["/usr/bin/dash"] },
+        ],
+        programs: { programs: ["/usr/bin/dig", "/usr/bin/getent", "/usr/bin/dash"] },
+      },
+      config: { Cmd: ["sh"] },
+    },
+  })],
   [
     "registry.k8s.io/sig-storage/nfs-provisioner",
     missing(
@@ -583,7 +653,13 @@ export async function ensureConformanceImages(
     try {
       const started = performance.now();
       const tarball = plan.recipe.kind === "busybox"
-        ? await buildImage({ image: { ...plan.recipe.spec, name }, cacheDir: ctx.imagesDir })
+        ? await buildImage({
+          image: { ...plan.recipe.spec, name },
+          cacheDir: ctx.imagesDir,
+          busybox: plan.recipe.fromSource
+            ? await ensureBusybox({ signal: opts.signal, log })
+            : undefined,
+        })
         : await buildGoImage(name, plan.recipe, ctx);
       await ctrOrThrow(socket, NAMESPACE, ["images", "import", tarball], {
         what: `import ${name}`,
@@ -640,14 +716,14 @@ export async function ensureConformanceImages(
 
 /** Builds (or finds in the cache) the image of a {@link GoImageRecipe}; returns its tarball. */
 async function buildGoImage(name: string, recipe: GoImageRecipe, ctx: Context): Promise<string> {
-  const mod = await ctx.module();
+  if (recipe.host) await aptInstallMissing(recipe.host.packages);
   const added: TarEntry[] = [];
   for (const p of recipe.programs) {
     const data = await Deno.readFile(await ensureGoProgram(p.program, ctx));
     added.push({ path: relative(p.path), type: "file", mode: p.mode, data });
   }
   for (const [from, to] of Object.entries(recipe.moduleFiles ?? {})) {
-    const data = await Deno.readFile(`${mod.dir}/${from}`);
+    const data = await Deno.readFile(`${(await ctx.module()).dir}/${from}`);
     added.push({ path: relative(to), type: "file", mode: 0o644, data });
   }
   for (const [path, text] of Object.entries(recipe.scripts ?? {})) {
@@ -663,7 +739,7 @@ async function buildGoImage(name: string, recipe: GoImageRecipe, ctx: Context): 
 
   // The userland: what tests/images.ts puts into every image, with the recipe's text files.
   const base = await buildImageLayout({
-    image: { name, files: recipe.files },
+    image: { name, files: recipe.files, hostPrograms: recipe.host?.programs },
     cacheDir: ctx.imagesDir,
   });
   const key = sha256Hex(JSON.stringify([
@@ -693,7 +769,13 @@ async function buildGoImage(name: string, recipe: GoImageRecipe, ctx: Context): 
     }
     const bare = e.path.replace(/\/$/, "");
     if (paths.has(bare)) {
-      throw new ConformanceImageError(`Cannot build ${name}: '/${bare}' is already in the base`);
+      // A recipe's link may take the place of a busybox applet's (/bin/sh), nothing else.
+      const at = layer.findIndex((b) => b.path.replace(/\/$/, "") === bare);
+      const old = layer[at];
+      if (e.type !== "symlink" || old?.type !== "symlink" || old.linkname !== "busybox") {
+        throw new ConformanceImageError(`Cannot build ${name}: '/${bare}' is already in the base`);
+      }
+      layer.splice(at, 1);
     }
     layer.push(e);
     paths.add(bare);

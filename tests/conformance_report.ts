@@ -159,3 +159,91 @@ export function renderResults(setup: RunSetup, all: readonly SpecResult[]): stri
   ];
   return lines.join("\n");
 }
+
+/** A spec's result as a results file lists it. */
+export type RowState = "passed" | "failed";
+
+/**
+ * The spec rows of results files {@link renderResults} wrote, spec text → result. With several
+ * files (a run, then a rerun of some of its specs), a later file's row replaces an earlier one's.
+ */
+export function readResultRows(...markdowns: readonly string[]): Map<string, RowState> {
+  const rows = new Map<string, RowState>();
+  for (const markdown of markdowns) {
+    for (const line of markdown.split("\n")) {
+      // | result | seconds | spec | failure |, with `|` inside a cell escaped as `\|`.
+      const cells = line.split(/(?<!\\)\|/).map((c) => c.trim());
+      if (cells.length !== 6 || cells[0] !== "" || cells[5] !== "") continue;
+      const [, state, seconds, spec] = cells;
+      if ((state !== "passed" && state !== "failed") || !/^\d+(\.\d+)?$/.test(seconds!)) continue;
+      rows.set(spec!.replace(/\\\|/g, "|"), state);
+    }
+  }
+  return rows;
+}
+
+/** How one kubelet's run compares with the reference kubelet's on the same specs. */
+export interface RunComparison {
+  /** Passed with the reference, failed (or did not run) with the candidate. */
+  readonly regressions: readonly string[];
+  /** Failed with the reference, passed with the candidate. */
+  readonly improvements: readonly string[];
+  /** Failed with both. */
+  readonly bothFailed: readonly string[];
+  readonly bothPassed: number;
+  /** Ran with the candidate only (the reference run did not list them). */
+  readonly candidateOnly: readonly string[];
+}
+
+/** Compares a candidate run's rows with a reference run's (see {@link readResultRows}). */
+export function compareRuns(
+  candidate: ReadonlyMap<string, RowState>,
+  reference: ReadonlyMap<string, RowState>,
+): RunComparison {
+  const regressions: string[] = [];
+  const improvements: string[] = [];
+  const bothFailed: string[] = [];
+  let bothPassed = 0;
+  for (const [spec, ref] of reference) {
+    const got = candidate.get(spec);
+    if (ref === "passed") {
+      if (got === "passed") bothPassed++;
+      else regressions.push(spec);
+    } else if (got === "passed") improvements.push(spec);
+    else bothFailed.push(spec);
+  }
+  const candidateOnly = [...candidate.keys()].filter((s) => !reference.has(s));
+  const sorted = (xs: string[]) => xs.sort((a, b) => a.localeCompare(b));
+  return {
+    regressions: sorted(regressions),
+    improvements: sorted(improvements),
+    bothFailed: sorted(bothFailed),
+    bothPassed,
+    candidateOnly: sorted(candidateOnly),
+  };
+}
+
+/** The comparison as Markdown, `candidate` and `reference` naming the two kubelets. */
+export function renderComparison(
+  c: RunComparison,
+  labels: { candidate: string; reference: string },
+): string {
+  const list = (title: string, specs: readonly string[]) =>
+    specs.length === 0
+      ? []
+      : ["", `### ${title} (${specs.length})`, "", ...specs.map((s) => `- ${cell(s)}`)];
+  return [
+    `## ${labels.candidate} compared with ${labels.reference}`,
+    "",
+    `- passed with both: ${c.bothPassed}`,
+    `- passed with ${labels.reference}, not with ${labels.candidate}: **${c.regressions.length}**`,
+    `- passed with ${labels.candidate}, not with ${labels.reference}: ${c.improvements.length}`,
+    `- failed with both: ${c.bothFailed.length}`,
+    `- ran with ${labels.candidate} only: ${c.candidateOnly.length}`,
+    ...list(`Passed with ${labels.reference}, not with ${labels.candidate}`, c.regressions),
+    ...list(`Passed with ${labels.candidate}, not with ${labels.reference}`, c.improvements),
+    ...list("Failed with both", c.bothFailed),
+    ...list(`Ran with ${labels.candidate} only`, c.candidateOnly),
+    "",
+  ].join("\n");
+}

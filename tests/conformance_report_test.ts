@@ -1,5 +1,12 @@
 import assert from "node:assert/strict";
-import { firstLine, parseJUnit, renderResults } from "./conformance_report.ts";
+import {
+  compareRuns,
+  firstLine,
+  parseJUnit,
+  readResultRows,
+  renderComparison,
+  renderResults,
+} from "./conformance_report.ts";
 
 const REPORT = `<?xml version="1.0" encoding="UTF-8"?>
 <testsuites tests="4" disabled="0" errors="0" failures="1" time="42.5">
@@ -84,3 +91,54 @@ Deno.test("firstLine skips blank lines and shortens long ones", () => {
   assert.equal(firstLine("x".repeat(300)).length, 200);
   assert.equal(firstLine(""), "");
 });
+
+Deno.test("readResultRows reads the spec rows back, later files replacing earlier rows", () => {
+  const run = renderResults(SETUP_FOR_ROWS, [
+    { name: "[sig-a] one | with a bar", state: "passed", seconds: 1, message: "" },
+    { name: "[sig-a] two", state: "failed", seconds: 2, message: "x | y\nmore" },
+    { name: "[sig-a] three", state: "skipped", seconds: 0, message: "" },
+  ]);
+  const rerun = renderResults(SETUP_FOR_ROWS, [
+    { name: "[sig-a] two", state: "passed", seconds: 2, message: "" },
+  ]);
+  assert.deepEqual([...readResultRows(run)], [
+    ["[sig-a] two", "failed"],
+    ["[sig-a] one | with a bar", "passed"],
+  ]);
+  assert.deepEqual(readResultRows(run, rerun).get("[sig-a] two"), "passed");
+  assert.equal(readResultRows("| result | seconds | spec | failure |\n| x | 1 | a | |").size, 0);
+});
+
+Deno.test("compareRuns names what passed with the reference and not with the candidate", () => {
+  const ref = new Map(
+    [["a", "passed"], ["b", "passed"], ["c", "failed"], ["d", "failed"]] as const,
+  );
+  const got = new Map(
+    [["a", "passed"], ["b", "failed"], ["c", "passed"], ["e", "passed"]] as const,
+  );
+  const c = compareRuns(got, ref);
+  assert.deepEqual(c, {
+    regressions: ["b"],
+    improvements: ["c"],
+    bothFailed: ["d"],
+    bothPassed: 1,
+    candidateOnly: ["e"],
+  });
+  const text = renderComparison(c, { candidate: "ours", reference: "Go" });
+  assert.match(text, /^- passed with Go, not with ours: \*\*1\*\*$/m);
+  assert.match(text, /^### Passed with Go, not with ours \(1\)\n\n- b$/m);
+  // A spec the candidate did not run counts against it.
+  assert.deepEqual(compareRuns(new Map(), ref).regressions, ["a", "b"]);
+});
+
+const SETUP_FOR_ROWS = {
+  agent: "agent",
+  runtime: "containerd 1.6.20",
+  focus: "x",
+  skip: "y",
+  started: "2026-12-07T00:00:00Z",
+  wallSeconds: 1,
+  commit: "abc",
+  images: new Map<string, string>(),
+  command: "deno task conformance",
+};

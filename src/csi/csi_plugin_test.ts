@@ -116,7 +116,9 @@ Deno.test("nodeGetInfo reads a driver's NodeGetInfo over its socket", async () =
       accessibleTopology: { "topology.hostpath.csi/node": "node-a" },
     });
   } finally {
-    server.forceShutdown();
+    // Graceful: a forced shutdown's GOAWAY has tripped an assertion in Deno's nghttp2
+    // (find_stream_on_goaway_func) and aborted the whole test run.
+    await new Promise<void>((r) => server.tryShutdown(() => r()));
     await Deno.remove(dir, { recursive: true });
   }
 });
