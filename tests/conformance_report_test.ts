@@ -142,3 +142,21 @@ const SETUP_FOR_ROWS = {
   images: new Map<string, string>(),
   command: "deno task conformance",
 };
+
+Deno.test("on the kubeadm cluster every spec that passed with the Go kubelet passed with ours", async () => {
+  // The records docs/status.md cites: the whole [Conformance] suite, both kubelets, 2026-12-07.
+  const read = async (agent: string) =>
+    readResultRows(
+      await Deno.readTextFile(
+        new URL(
+          `./results/conformance-2026-12-07-kubeadm-containerd-1.6.20-${agent}.md`,
+          import.meta.url,
+        ),
+      ),
+    );
+  const upstream = await read("upstream");
+  const ours = await read("agent");
+  assert.equal(upstream.size, 417);
+  assert.equal(ours.size, 417);
+  assert.deepEqual(compareRuns(ours, upstream).regressions, []);
+});
