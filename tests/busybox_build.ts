@@ -10,9 +10,11 @@
  * checked against the SHA-256 Debian's Sources index gives; the build is busybox's `defconfig`,
  * statically linked as tests/images.ts needs, without the `tc` applet (it does not build with
  * newer kernel headers). Cached at `bin/busybox-<version>/busybox` under
- * {@link controlPlaneCacheDir}. Needs make, gcc and bzip2 (Debian's build-essential and bzip2).
+ * {@link controlPlaneCacheDir}. Needs deb.debian.org once, and make, gcc and bzip2 (installed with
+ * apt when missing).
  */
 
+import { aptInstallMissing } from "./apt.ts";
 import { must, run } from "./child_process.ts";
 import { binaryPath, controlPlaneCacheDir, formatDuration } from "./control_plane_build.ts";
 import { dirname } from "node:path";
@@ -30,10 +32,14 @@ export const BUSYBOX_SOURCE_SHA256 =
 /** busybox could not be fetched or built; the message says which step and why. */
 export class BusyboxBuildError extends Error {
   override name = "BusyboxBuildError";
-  constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-  }
 }
+
+/** What the build needs besides the network: make and gcc (build-essential's), and bzip2. */
+const BUILD_PACKAGES = [
+  { pkg: "make", provides: ["make"] },
+  { pkg: "gcc", provides: ["gcc"] },
+  { pkg: "bzip2", provides: ["bzip2"] },
+];
 
 /** Options for {@link ensureBusybox}. */
 export interface BusyboxBuildOptions {
@@ -71,19 +77,65 @@ export function adjustBusyboxConfig(config: string): string {
   return lines.join("\n");
 }
 
-/** Whether `path` is a busybox that says it is {@link BUSYBOX_VERSION}. */
+/** Whether `path` is a busybox that says it is {@link BUSYBOX_VERSION} (an abort throws). */
 async function isBuilt(path: string, signal?: AbortSignal): Promise<boolean> {
   try {
     const out = await run([path], { signal });
     return out.stdout.startsWith(`BusyBox v${BUSYBOX_VERSION} `);
-  } catch {
+  } catch (err) {
+    if (signal?.aborted) throw err;
     return false;
+  }
+}
+
+/** How long the source download may take before it is given up. */
+const DOWNLOAD_TIMEOUT_MS = 5 * 60_000;
+
+/** The release tarball, checked against {@link BUSYBOX_SOURCE_SHA256}. */
+async function download(signal?: AbortSignal): Promise<Uint8Array> {
+  const timeout = AbortSignal.timeout(DOWNLOAD_TIMEOUT_MS);
+  const both = signal ? AbortSignal.any([signal, timeout]) : timeout;
+  let tarball: Uint8Array;
+  try {
+    const response = await fetch(BUSYBOX_SOURCE_URL, { signal: both });
+    if (!response.ok) {
+      await response.body?.cancel();
+      throw new Error(`HTTP ${response.status}`);
+    }
+    tarball = new Uint8Array(await response.arrayBuffer());
+  } catch (err) {
+    if (signal?.aborted) throw err;
+    const why = timeout.aborted ? `no answer in ${DOWNLOAD_TIMEOUT_MS / 1000} s` : String(err);
+    throw new BusyboxBuildError(`Cannot fetch ${BUSYBOX_SOURCE_URL}: ${why}`, { cause: err });
+  }
+  const digest = sha256Hex(tarball);
+  if (digest !== BUSYBOX_SOURCE_SHA256) {
+    throw new BusyboxBuildError(
+      `${BUSYBOX_SOURCE_URL} has SHA-256 ${digest}; Debian's Sources index says ` +
+        BUSYBOX_SOURCE_SHA256,
+    );
+  }
+  return tarball;
+}
+
+/** One build step; a failure names the step and what it needs. */
+async function step(what: string, f: () => Promise<unknown>, signal?: AbortSignal) {
+  try {
+    await f();
+  } catch (err) {
+    if (err instanceof BusyboxBuildError || signal?.aborted) throw err;
+    throw new BusyboxBuildError(
+      `Cannot build busybox ${BUSYBOX_VERSION}: ${what} failed: ` +
+        (err instanceof Error ? err.message : String(err)),
+      { cause: err },
+    );
   }
 }
 
 /**
  * The path of a static busybox {@link BUSYBOX_VERSION}, built (about a minute on two CPUs)
- * unless the cache holds it. Concurrent callers wait for one build.
+ * unless the cache holds it; make, gcc and bzip2 are installed with apt when missing.
+ * Concurrent callers wait for one build.
  */
 export async function ensureBusybox(opts: BusyboxBuildOptions = {}): Promise<string> {
   const { signal } = opts;
@@ -94,56 +146,43 @@ export async function ensureBusybox(opts: BusyboxBuildOptions = {}): Promise<str
   const work = `${cacheDir}/src/busybox-${BUSYBOX_VERSION}`;
   await Deno.mkdir(work, { recursive: true });
   using lock = await Deno.open(`${work}/.lock`, { create: true, write: true });
+  signal?.throwIfAborted();
   await lock.lock(true);
+  signal?.throwIfAborted();
+  // Another process may have built it while this one waited for the lock.
   if (await isBuilt(target, signal)) return target;
 
+  await aptInstallMissing(BUILD_PACKAGES);
   const started = performance.now();
   log(`busybox: building ${BUSYBOX_VERSION} from ${BUSYBOX_SOURCE_URL}`);
-  const response = await fetch(BUSYBOX_SOURCE_URL, { signal: signal }).catch((err) => {
-    throw new BusyboxBuildError(`Cannot fetch ${BUSYBOX_SOURCE_URL}: ${err}`, { cause: err });
-  });
-  if (!response.ok) {
-    await response.body?.cancel();
-    throw new BusyboxBuildError(`Cannot fetch ${BUSYBOX_SOURCE_URL}: HTTP ${response.status}`);
-  }
-  const tarball = new Uint8Array(await response.arrayBuffer());
-  const digest = sha256Hex(tarball);
-  if (digest !== BUSYBOX_SOURCE_SHA256) {
-    throw new BusyboxBuildError(
-      `${BUSYBOX_SOURCE_URL} has SHA-256 ${digest}; Debian's Sources index says ` +
-        BUSYBOX_SOURCE_SHA256,
-    );
-  }
+  const tarball = await download(signal);
   const tree = `${work}/busybox-${BUSYBOX_VERSION}`;
+  const source = `${work}/source.tar.bz2`;
   await Deno.remove(tree, { recursive: true }).catch(() => {});
-  await Deno.writeFile(`${work}/source.tar.bz2`, tarball);
-  try {
-    await must(["tar", "-xjf", `${work}/source.tar.bz2`, "-C", work], { signal });
-    await must(["make", "-C", tree, "defconfig"], { signal });
-    const config = `${tree}/.config`;
-    await Deno.writeTextFile(config, adjustBusyboxConfig(await Deno.readTextFile(config)));
-    const jobs = String(navigator.hardwareConcurrency || 1);
-    await must(["make", "-C", tree, `-j${jobs}`, "busybox"], { signal });
-  } catch (err) {
-    if (err instanceof BusyboxBuildError || signal?.aborted) throw err;
-    throw new BusyboxBuildError(
-      `Cannot build busybox ${BUSYBOX_VERSION} in ${tree} (make, gcc and bzip2 are needed): ` +
-        (err instanceof Error ? err.message : String(err)),
-      { cause: err },
-    );
-  }
-  const temp = `${target}.tmp-${Deno.pid}`;
+  await Deno.writeFile(source, tarball);
+  await step("tar -xjf", () => must(["tar", "-xjf", source, "-C", work], { signal }), signal);
+  await step("make defconfig", () => must(["make", "-C", tree, "defconfig"], { signal }), signal);
+  const config = `${tree}/.config`;
+  await Deno.writeTextFile(config, adjustBusyboxConfig(await Deno.readTextFile(config)));
+  const jobs = `-j${navigator.hardwareConcurrency || 1}`;
+  await step("make busybox", () => must(["make", "-C", tree, jobs, "busybox"], { signal }), signal);
+
   await Deno.mkdir(dirname(target), { recursive: true });
-  await Deno.copyFile(`${tree}/busybox`, temp);
-  await Deno.chmod(temp, 0o755);
-  await Deno.rename(temp, target);
-  if (!(await isBuilt(target, signal))) {
-    throw new BusyboxBuildError(
-      `${target} was built but does not say 'BusyBox v${BUSYBOX_VERSION}'`,
-    );
+  const temp = `${target}.tmp-${Deno.pid}-${crypto.randomUUID().slice(0, 8)}`;
+  try {
+    await Deno.copyFile(`${tree}/busybox`, temp);
+    await Deno.chmod(temp, 0o755);
+    if (!(await isBuilt(temp, signal))) {
+      throw new BusyboxBuildError(
+        `${tree}/busybox was built but does not say 'BusyBox v${BUSYBOX_VERSION}'`,
+      );
+    }
+    await Deno.rename(temp, target);
+  } finally {
+    await Deno.remove(temp).catch(() => {});
   }
   await Deno.remove(tree, { recursive: true }).catch(() => {});
-  await Deno.remove(`${work}/source.tar.bz2`).catch(() => {});
+  await Deno.remove(source).catch(() => {});
   log(`busybox: built ${BUSYBOX_VERSION} in ${formatDuration(performance.now() - started)}`);
   return target;
 }

@@ -315,7 +315,7 @@ const AGNHOST_IMAGE: GoImageRecipe = {
 
 const AGNHOST_DIFFERS = "on Debian's busybox-static, not alpine 3.21: curl is a shell " +
   "stand-in over busybox wget (one URL, GET); dig, nc (netcat-openbsd), getent and bash " +
-  "(also /bin/sh) are Debian bookworm's with glibc, not alpine's; no iperf, ss or " +
+  "(also /bin/sh) are this machine's Debian's with glibc, not alpine's; no iperf, ss or " +
   "util-linux (busybox has wget, nslookup, ip); no /coredns, no fake registry in " +
   "/var/registry; no ExposedPorts in its config (deploy/oci_layout.ts cannot write them)";
 
@@ -507,7 +507,7 @@ const RECIPES: ReadonlyMap<string, Recipe> = new Map<string, Recipe>([
   ],
   [`${E2E_REGISTRY}/glibc-dns-testing`, () => ({
     status: "stand-in",
-    source: "this machine's Debian bookworm dig (bind9-dnsutils), getent and dash (/bin/sh) " +
+    source: "this machine's Debian dig (bind9-dnsutils), getent and dash (/bin/sh) " +
       "with their glibc libraries, on Debian's busybox-static",
     reason: "not debian:bookworm-slim: the userland besides dig, getent and sh is busybox " +
       "(awk, hostname, seq); no /coredns (1.5.0 upstream), which no spec runs from it",

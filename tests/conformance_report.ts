@@ -169,14 +169,20 @@ export type RowState = "passed" | "failed";
  */
 export function readResultRows(...markdowns: readonly string[]): Map<string, RowState> {
   const rows = new Map<string, RowState>();
-  for (const markdown of markdowns) {
+  for (const [i, markdown] of markdowns.entries()) {
+    const seen = new Set<string>();
     for (const line of markdown.split("\n")) {
       // | result | seconds | spec | failure |, with `|` inside a cell escaped as `\|`.
       const cells = line.split(/(?<!\\)\|/).map((c) => c.trim());
       if (cells.length !== 6 || cells[0] !== "" || cells[5] !== "") continue;
       const [, state, seconds, spec] = cells;
       if ((state !== "passed" && state !== "failed") || !/^\d+(\.\d+)?$/.test(seconds!)) continue;
-      rows.set(spec!.replace(/\\\|/g, "|"), state);
+      const name = spec!.replace(/\\\|/g, "|");
+      if (seen.has(name)) {
+        throw new Error(`results file ${i + 1} lists '${name}' twice: a row would hide another`);
+      }
+      seen.add(name);
+      rows.set(name, state);
     }
   }
   return rows;
@@ -190,6 +196,8 @@ export interface RunComparison {
   readonly improvements: readonly string[];
   /** Failed with both. */
   readonly bothFailed: readonly string[];
+  /** Failed with the reference, not run with the candidate. */
+  readonly referenceFailedOnly: readonly string[];
   readonly bothPassed: number;
   /** Ran with the candidate only (the reference run did not list them). */
   readonly candidateOnly: readonly string[];
@@ -203,6 +211,7 @@ export function compareRuns(
   const regressions: string[] = [];
   const improvements: string[] = [];
   const bothFailed: string[] = [];
+  const referenceFailedOnly: string[] = [];
   let bothPassed = 0;
   for (const [spec, ref] of reference) {
     const got = candidate.get(spec);
@@ -210,7 +219,8 @@ export function compareRuns(
       if (got === "passed") bothPassed++;
       else regressions.push(spec);
     } else if (got === "passed") improvements.push(spec);
-    else bothFailed.push(spec);
+    else if (got === "failed") bothFailed.push(spec);
+    else referenceFailedOnly.push(spec);
   }
   const candidateOnly = [...candidate.keys()].filter((s) => !reference.has(s));
   const sorted = (xs: string[]) => xs.sort((a, b) => a.localeCompare(b));
@@ -218,6 +228,7 @@ export function compareRuns(
     regressions: sorted(regressions),
     improvements: sorted(improvements),
     bothFailed: sorted(bothFailed),
+    referenceFailedOnly: sorted(referenceFailedOnly),
     bothPassed,
     candidateOnly: sorted(candidateOnly),
   };
@@ -239,10 +250,15 @@ export function renderComparison(
     `- passed with ${labels.reference}, not with ${labels.candidate}: **${c.regressions.length}**`,
     `- passed with ${labels.candidate}, not with ${labels.reference}: ${c.improvements.length}`,
     `- failed with both: ${c.bothFailed.length}`,
+    `- failed with ${labels.reference}, not run with ${labels.candidate}: ${c.referenceFailedOnly.length}`,
     `- ran with ${labels.candidate} only: ${c.candidateOnly.length}`,
     ...list(`Passed with ${labels.reference}, not with ${labels.candidate}`, c.regressions),
     ...list(`Passed with ${labels.candidate}, not with ${labels.reference}`, c.improvements),
     ...list("Failed with both", c.bothFailed),
+    ...list(
+      `Failed with ${labels.reference}, not run with ${labels.candidate}`,
+      c.referenceFailedOnly,
+    ),
     ...list(`Ran with ${labels.candidate} only`, c.candidateOnly),
     "",
   ].join("\n");
