@@ -105,13 +105,14 @@ export function validateKey(key: string): void {
 
 /**
  * Writes `text` to `path` in one step: a synced temporary file beside it, renamed over it. A
- * failure removes the temporary file and leaves `path` as it was.
+ * failure removes the temporary file, leaves `path` as it was and throws an error naming `path`
+ * (the cause is the system's error).
  */
 export async function writeFileAtomic(path: string, text: string): Promise<void> {
   const dir = join(path, "..");
-  await Deno.mkdir(dir, { recursive: true, mode: 0o755 });
   const tmp = join(dir, `.${crypto.randomUUID().slice(0, 13)}`);
   try {
+    await Deno.mkdir(dir, { recursive: true, mode: 0o755 });
     const file = await Deno.open(tmp, { write: true, createNew: true, mode: 0o600 });
     try {
       const bytes = new TextEncoder().encode(text);
@@ -124,6 +125,6 @@ export async function writeFileAtomic(path: string, text: string): Promise<void>
     await Deno.rename(tmp, path);
   } catch (e) {
     await Deno.remove(tmp).catch(() => {});
-    throw e;
+    throw new Error(`could not write checkpoint ${path}: ${(e as Error).message}`, { cause: e });
   }
 }

@@ -65,6 +65,25 @@ Deno.test("CheckpointManager passes the file to the codec and keeps the old file
   }
 });
 
+Deno.test("a failed checkpoint write names the file and leaves no temporary file", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const m = new CheckpointManager({ directory: dir });
+    // A directory in the checkpoint's place: the rename over it fails as a full disk would.
+    await Deno.mkdir(join(dir, "x", "y"), { recursive: true });
+    await assert.rejects(
+      () => m.createCheckpoint("x", codec, ["a"]),
+      (e) =>
+        e instanceof Error &&
+        e.message.startsWith(`could not write checkpoint ${join(dir, "x")}: `) &&
+        e.cause instanceof Error,
+    );
+    assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name), ["x"]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("validateKey accepts upstream's keys only", () => {
   for (const k of ["a", "cpu_manager_state", "a.b-c_9"]) validateKey(k);
   for (const k of ["", ".tmp", "a/b", "a_", "x".repeat(251)]) {
