@@ -22,6 +22,8 @@
  *   agents would share.
  * - `authentication.x509.clientCAFile`: the cluster CA, so the apiserver's kubelet client
  *   certificate is accepted (webhook authentication and authorization stay on, as upstream).
+ * - `maxPods`: the largest burst when the suite runs more than upstream's default of 110 pods
+ *   (250 in the full mode), as operators of denser nodes set it.
  * - `podLogsDir`: a directory of the run; `/var/log/containers` links stay where upstream puts
  *   them and are removed by name at the end.
  * - `protectKernelDefaults` stays false (upstream's default): both kubelets then set
@@ -72,6 +74,8 @@ export interface BenchAgent {
    * cache (spawned → sync loop; VmHWM then), before the start measured.
    */
   readonly firstStart?: { readonly ms: number; readonly peakMiB: number };
+  /** Its `podLogsDir`: `<namespace>_<pod>_<uid>/<container>/<n>.log` for each container. */
+  readonly podLogsDir: string;
   /** Its stderr so far (the upstream kubelet's: the last {@link STDERR_KEEP} bytes). */
   stderr(): string;
   /** SIGTERM, SIGKILL after 20 s; resolves to the exit code. Idempotent. */
@@ -90,6 +94,8 @@ export interface BenchAgentOptions {
   /** containerd's CRI endpoint. */
   readonly endpoint: string;
   readonly signal?: AbortSignal;
+  /** `maxPods` of both kubelets: the suite's largest burst when it is over 110. @default 110 */
+  readonly maxPods?: number;
   /** Our agent only: its label in the bench's tables. @default "agent" */
   readonly label?: string;
   /**
@@ -109,14 +115,23 @@ export function releaseExtractDir(dir: string): string {
   return join(dir, "extract");
 }
 
-/** The KubeletConfiguration lines both agents get besides the harness's own. */
-export function sharedConfigLines(dir: string): string[] {
+/** Where an agent with directory `dir` keeps its pods' logs (`podLogsDir`). */
+export function podLogsDir(dir: string): string {
+  return join(dir, "pod-logs");
+}
+
+/**
+ * The KubeletConfiguration lines both agents get besides the harness's own; `maxPods` only when
+ * it is not upstream's default of 110.
+ */
+export function sharedConfigLines(dir: string, maxPods = 110): string[] {
   return [
     "cgroupDriver: cgroupfs",
     "failSwapOn: false",
     "localStorageCapacityIsolation: false",
     "readOnlyPort: 0",
-    `podLogsDir: ${join(dir, "pod-logs")}`,
+    `podLogsDir: ${podLogsDir(dir)}`,
+    ...(maxPods === 110 ? [] : [`maxPods: ${maxPods}`]),
   ];
 }
 
@@ -143,7 +158,10 @@ export async function startOurAgent(opts: BenchAgentOptions): Promise<BenchAgent
       dir: opts.dir,
       nodeName: opts.nodeName,
       endpoint: opts.endpoint,
-      configLines: [...sharedConfigLines(opts.dir), ...(opts.configLines ?? [])],
+      configLines: [
+        ...sharedConfigLines(opts.dir, opts.maxPods),
+        ...(opts.configLines ?? []),
+      ],
       ...run,
     });
     const ms = performance.now() - spawned;
@@ -168,6 +186,7 @@ export async function startOurAgent(opts: BenchAgentOptions): Promise<BenchAgent
   return {
     label: opts.label ?? "agent",
     nodeName: opts.nodeName,
+    podLogsDir: podLogsDir(opts.dir),
     pid: agent.process.pid,
     startMs: ms,
     ...(firstStart ? { firstStart } : {}),
@@ -198,7 +217,7 @@ export async function startUpstreamKubelet(
       "authentication:",
       "  x509:",
       `    clientCAFile: ${opts.cp.pki.ca.cert}`,
-      ...sharedConfigLines(opts.dir),
+      ...sharedConfigLines(opts.dir, opts.maxPods),
     ],
   });
   saveKernelTunables(false);
@@ -268,6 +287,7 @@ export async function startUpstreamKubelet(
   return {
     label: "upstream",
     nodeName: opts.nodeName,
+    podLogsDir: podLogsDir(opts.dir),
     pid: child.pid,
     startMs,
     stderr: () => err,

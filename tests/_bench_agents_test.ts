@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { settledWithin } from "./_bench_agents.ts";
+import { settledWithin, sharedConfigLines } from "./_bench_agents.ts";
 
 Deno.test("settledWithin waits for a promise, but not past its limit, and says what did not end", async () => {
   const said: string[] = [];
@@ -17,4 +17,11 @@ Deno.test("settledWithin waits for a promise, but not past its limit, and says w
   } finally {
     console.error = error;
   }
+});
+
+Deno.test("sharedConfigLines sets maxPods only above upstream's default of 110", () => {
+  assert.ok(!sharedConfigLines("/d").some((l) => l.startsWith("maxPods")));
+  assert.ok(!sharedConfigLines("/d", 110).some((l) => l.startsWith("maxPods")));
+  assert.ok(sharedConfigLines("/d", 250).includes("maxPods: 250"));
+  assert.ok(sharedConfigLines("/d").includes("podLogsDir: /d/pod-logs"));
 });

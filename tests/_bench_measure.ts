@@ -231,7 +231,8 @@ export function table(header: readonly string[], rows: readonly (readonly string
 }
 
 /** Milliseconds, whole. */
-export const ms = (v: number) => Number.isFinite(v) ? `${v.toFixed(0)} ms` : "n/a";
+export const ms = (v: number) =>
+  Number.isFinite(v) ? `${(Math.round(v) || 0).toFixed(0)} ms` : "n/a";
 /** MiB with one decimal. */
 export const mib = (v: number) => Number.isFinite(v) ? `${v.toFixed(1)} MiB` : "n/a";
 /**

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { millicores, seconds } from "./_bench_measure.ts";
+import { millicores, ms, seconds } from "./_bench_measure.ts";
 
 Deno.test("millicores keeps a tenth: idle kubelets differ by less than one", () => {
   assert.equal(millicores(0.00543), "5.4 m");
@@ -8,4 +8,11 @@ Deno.test("millicores keeps a tenth: idle kubelets differ by less than one", () 
   assert.equal(millicores(NaN), "n/a");
   assert.equal(seconds(2.514), "2.51 s");
   assert.equal(seconds(undefined), "n/a");
+});
+
+Deno.test("ms rounds to whole milliseconds, never printing -0", () => {
+  assert.equal(ms(12.6), "13 ms");
+  assert.equal(ms(-0.3), "0 ms");
+  assert.equal(ms(-12.6), "-13 ms");
+  assert.equal(ms(Infinity), "n/a");
 });

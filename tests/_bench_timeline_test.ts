@@ -57,6 +57,7 @@ Deno.test("withOverrides replaces the counts it is given and names a bad flag va
     sequential: "0",
     "window-s": "30",
     "fake-pods": "",
+    "probe-period": "0",
   });
   assert.deepEqual(m, {
     name: "full",
@@ -64,13 +65,20 @@ Deno.test("withOverrides replaces the counts it is given and names a bad flag va
     bursts: [110],
     windowMs: 30_000,
     fakePods: [],
+    probePeriodS: 0,
   });
+  // The issue's cases: 50 pods one at a time, bursts up to 250, probed pods.
+  assert.deepEqual([FULL.sequential, FULL.bursts, FULL.probePeriodS], [50, [30, 110, 250], 10]);
   assert.deepEqual(withOverrides(FULL, {}), FULL);
   assert.throws(
     () => withOverrides(FULL, { bursts: "30,x" }),
     /--bursts must be an integer of at least 1: current value is 'x'/,
   );
   assert.throws(() => withOverrides(FULL, { "window-s": "0" }), /--window-s .* '0'/);
+  assert.throws(
+    () => withOverrides(FULL, { "probe-period": "-1" }),
+    /--probe-period must be an integer of at least 0: current value is '-1'/,
+  );
 });
 
 Deno.test("parseBenchArgs: the mode, the agents, --help, and errors that name the option", () => {
@@ -83,6 +91,8 @@ Deno.test("parseBenchArgs: the mode, the agents, --help, and errors that name th
   assert.deepEqual(parseBenchArgs([]).agents, ["agent", "upstream"]);
   assert.equal(parseBenchArgs(["--help"]).help, true);
   assert.match(USAGE, /--fake-pods A,B/);
+  assert.match(USAGE, /--probe-period S/);
+  assert.equal(parseBenchArgs(["--probe-period", "3"]).mode.probePeriodS, 3);
   assert.throws(() => parseBenchArgs(["--window", "5"]), /Unknown option '--window'/);
   assert.throws(() => parseBenchArgs(["--out"]), /--out/);
   assert.throws(

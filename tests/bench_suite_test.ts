@@ -86,7 +86,28 @@ Deno.test({
       stdout,
     );
     assert.match(stdout, /^- burst of 10, agent, CPU by process: .*\bcontainerd [\d.]+ s/m);
+    // The kubelets' own share above the floor, at p50 and p99.
+    assert.match(stdout, /^\| burst of 10, p99 +\| +\d+ ms \| +-?\d+ ms \| +-?\d+ ms \| /m);
+    // At steady state with the burst running: API writes, relists, the probes' lateness, both.
+    const num = "[\\d.]+";
+    for (const what of ["pod status writes/s", "event writes/s", "all API requests/s"]) {
+      assert.match(stdout, new RegExp(`^\\| 10 pods: ${what} +\\| +${num} \\| +${num} \\|$`, "m"));
+    }
+    assert.match(
+      stdout,
+      new RegExp(
+        `^\\| 10 pods: PLEG relists/s, mean relist +\\|( +${num}, ${num} ms \\|){2}$`,
+        "m",
+      ),
+    );
+    // Every pod probed in the 10 s window (a probe every 5 s), by both kubelets.
+    assert.match(
+      stdout,
+      /^\| 10 pods: probes, > 1 period late, pods unprobed +\|( +[1-9]\d*, \d+, 0 \|){2}$/m,
+    );
     assert.match(stdout, /^### Targets/m);
-    assert.match(stdout, /^- (met|NOT met): pod start p99 ≤ ½ upstream's, 5 sequential/m);
+    assert.match(stdout, /^- (met|NOT met): RSS ≤ upstream's at 0 pods/m);
+    assert.match(stdout, /^- (met|NOT met): steady CPU ≤ 0.8× upstream's at 10 pods/m);
+    assert.match(stdout, /^- (met|NOT met): no probe more than one period late at 10 pods/m);
   },
 });
