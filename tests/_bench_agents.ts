@@ -165,7 +165,17 @@ export async function startOurAgent(opts: BenchAgentOptions): Promise<BenchAgent
       ...run,
     });
     const ms = performance.now() - spawned;
-    await waitNodeReady(opts.cp, opts.nodeName, 120_000);
+    try {
+      await waitNodeReady(opts.cp, opts.nodeName, 120_000);
+    } catch (e) {
+      await stopChild(agent.process);
+      throw new Error(
+        `${(e as Error).message}\n${opts.label ?? "agent"} stderr (last 40 lines):\n${
+          agent.stderr().split("\n").slice(-40).join("\n")
+        }`,
+        { cause: e },
+      );
+    }
     return { agent, ms };
   };
   let firstStart: BenchAgent["firstStart"];
@@ -309,10 +319,12 @@ export async function waitNodeReady(cp: ControlPlane, name: string, ms: number):
       `node ${name} Ready`,
       async () => {
         const node = await client.get<V1Node>(`/api/v1/nodes/${name}`);
-        const ready = node.status?.conditions?.some((c) =>
-          c.type === "Ready" && c.status === "True"
+        const ready = node.status?.conditions?.find((c) => c.type === "Ready");
+        if (ready?.status === "True") return true;
+        // poll reports the last error: the condition's reason and message say why not.
+        throw new Error(
+          ready ? `Ready=${ready.status} ${ready.reason}: ${ready.message}` : "no Ready condition",
         );
-        return ready ? true : undefined;
       },
       ms,
       200,
