@@ -73,6 +73,8 @@ export interface SyncLoopOptions {
 const HOUSEKEEPING_WARNING_MS = 1_000;
 const BACKOFF_MIN_MS = 100;
 const BACKOFF_MAX_MS = 5_000;
+/** PLEG events kept per pod while syncs are skipped (the latest). */
+const HELD_PLEG_PER_POD = 16;
 
 type Wake =
   | { readonly kind: "config" }
@@ -94,6 +96,8 @@ export class SyncLoop {
   readonly #resourceUpdated = new Set<string>();
   #configWake = Promise.withResolvers<Wake>();
   #plegNext: Promise<Wake> | undefined;
+  /** PLEG events taken while syncs were skipped, by pod: {@link SyncLoop.#holdPleg}. */
+  readonly #heldPleg = new Map<string, PodLifecycleEvent[]>();
   /**
    * The timer of the next sync or housekeeping tick, kept across wakes until it fires or the
    * due time changes: a burst wakes the loop hundreds of times a second, each of which made a
@@ -165,6 +169,10 @@ export class SyncLoop {
       const errors = this.#opts.runtimeErrors();
       if (errors !== undefined) {
         logger.error(null, "Skipping pod synchronization", { err: errors });
+        // The PLEG's events wait here meanwhile, not in its queue: a full queue makes the PLEG
+        // unhealthy, which keeps the loop skipping, and nothing would drain it (upstream's
+        // evented PLEG can stay unhealthy so). They go to the handler once the runtime is back.
+        this.#holdPleg(this.#opts.pleg.takeQueued());
         await clock.sleep(backoff, signal).catch(() => {});
         backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
         continue;
@@ -176,9 +184,14 @@ export class SyncLoop {
       const wake = await this.#next(due, signal);
       if (wake === undefined) break;
       try {
-        if (wake.kind === "pleg") {
+        const held = this.#takeHeldPleg();
+        if (wake.kind === "pleg" || held.length > 0) {
           // The rest of the batch comes along: a pod it names twice is synced once.
-          this.#opts.handler.handlePlegEvents([wake.event, ...this.#opts.pleg.takeQueued()]);
+          this.#opts.handler.handlePlegEvents([
+            ...held,
+            ...(wake.kind === "pleg" ? [wake.event] : []),
+            ...this.#opts.pleg.takeQueued(),
+          ]);
         }
         const drained = this.#drainConfig();
         if (drained) await drained;
@@ -301,10 +314,30 @@ export class SyncLoop {
     }
   }
 
+  /**
+   * Keeps PLEG events taken while syncs are skipped, at most {@link HELD_PLEG_PER_POD} (the
+   * latest) per pod: the handler syncs each pod once per batch, so the count bounds memory only.
+   */
+  #holdPleg(events: readonly PodLifecycleEvent[]): void {
+    for (const e of events) {
+      const list = this.#heldPleg.get(e.id) ?? [];
+      list.push(e);
+      if (list.length > HELD_PLEG_PER_POD) list.shift();
+      this.#heldPleg.set(e.id, list);
+    }
+  }
+
+  #takeHeldPleg(): PodLifecycleEvent[] {
+    if (this.#heldPleg.size === 0) return [];
+    const out = [...this.#heldPleg.values()].flat();
+    this.#heldPleg.clear();
+    return out;
+  }
+
   /** Waits for a config update, a PLEG event or `due`; undefined once `signal` aborts. */
   async #next(due: number, signal: AbortSignal): Promise<Wake | undefined> {
     if (signal.aborted) return undefined;
-    if (this.#pending()) return { kind: "config" };
+    if (this.#pending() || this.#heldPleg.size > 0) return { kind: "config" };
     // The PLEG wait outlives the iteration: aborting it could lose an event in flight.
     this.#plegNext ??= this.#opts.pleg.next(signal).then(
       (event): Wake => ({ kind: "pleg", event }),

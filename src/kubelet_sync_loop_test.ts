@@ -253,6 +253,26 @@ Deno.test("SyncLoop backs off from 100 ms to 5 s while the runtime reports error
   await t.stop();
 });
 
+Deno.test("SyncLoop drains the PLEG's queue while the runtime reports errors and hands the events over after", async () => {
+  const t = setup({}, "PLEG is not healthy: EventedPLEG: pleg event channel capacity is full");
+  await settle();
+  // The loop has skipped from the start, so every event goes to the PLEG's queue.
+  for (let i = 0; i < 20; i++) t.pleg.send({ id: "u1", type: "ContainerStarted", data: `c${i}` });
+  t.pleg.send({ id: "u2", type: "ContainerDied", data: "d" });
+  t.clock.step(100);
+  await settle();
+  assert.deepEqual(t.pleg.takeQueued(), [], "the PLEG's queue is drained while syncs are skipped");
+  assert.equal(t.handler.calls.length, 0, "nothing is handled meanwhile");
+  t.setRuntimeErrors(undefined);
+  t.clock.step(200);
+  await settle();
+  const pleg = t.handler.calls.filter((c) => c.startsWith("pleg"));
+  // The latest 16 of u1's held events, and u2's: none of the pods is left out.
+  assert.ok(pleg.includes("pleg:u2:ContainerDied"), pleg.join("\n"));
+  assert.equal(pleg.filter((c) => c.startsWith("pleg:u1")).length, 16);
+  await t.stop();
+});
+
 Deno.test("SyncLoop admits pods while a housekeeping runs, starts no second one, and is unhealthy after 5 minutes of it", async () => {
   const t = setup();
   await settle();

@@ -82,6 +82,10 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
   #unsupported = false;
   #events = 0;
   #streamFailures = 0;
+  /** When the current stream opened (clock ms); events stamped before it are a backlog. */
+  #streamOpened = 0;
+  /** Backlog events skipped on the current stream. */
+  #backlog = 0;
   readonly #metrics: EventedPLEGOptions["metrics"];
 
   constructor(opts: EventedPLEGOptions) {
@@ -180,6 +184,14 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
    */
   process(event: api.ContainerEventResponse): void {
     this.#events++;
+    if (event.createdAt > 0n && eventTime(event, this.#clock) < this.#streamOpened) {
+      // A backlog the runtime queued before this stream opened (containerd keeps up to 1000
+      // events for the next subscriber), about containers long changed or gone: the relist that
+      // settles the stream reads their pods as they are now. Sent on, 1000 of them would fill
+      // the event queue before the sync loop reads it.
+      this.#backlog++;
+      return;
+    }
     const sandbox = event.podSandboxStatus;
     const meta = sandbox?.metadata;
     if (!sandbox || !meta || meta.uid === "") {
@@ -264,6 +276,8 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
       const stream = new AbortController();
       const streamSignal = AbortSignal.any([signal, stream.signal]);
       const opened = this.#clock.now();
+      this.#streamOpened = opened;
+      this.#backlog = 0;
       const settling = this.#settle(streamSignal);
       let err: unknown;
       try {
@@ -324,6 +338,14 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
     }
     await this.#generic.relist(signal);
     if (signal.aborted) return;
+    if (this.#backlog > 0) {
+      this.#log.info(
+        "Evented PLEG: skipped events the runtime sent from before the stream opened",
+        {
+          count: this.#backlog,
+        },
+      );
+    }
     this.#active = true;
     this.#generic.setRelistPeriod(EVENTED_RELIST_PERIOD_MS, EVENTED_RELIST_THRESHOLD_MS);
     this.#log.v(2).info("Evented PLEG: container events in use", {

@@ -364,3 +364,58 @@ Deno.test("EventedPLEG counts each stream opened and each that failed, and each 
   await running;
   assert.deepEqual(counts(), [2, 1, 2], "a stream closed by the kubelet itself is no error");
 });
+
+Deno.test("EventedPLEG skips the backlog a runtime sends from before the stream opened", async () => {
+  const clock = new FakeClock(10_000);
+  const cache = new PodCache();
+  const logs: string[] = [];
+  const logger = createLogger({ write: (l) => logs.push(l), verbosity: 0 });
+  const runtime = {
+    listPodSandbox: () => Promise.resolve([]),
+    listContainers: () => Promise.resolve([]),
+    podSandboxStatus: () => Promise.reject(new Error("unused")),
+    containerStatus: () => Promise.reject(new Error("unused")),
+  };
+  const generic = new GenericPLEG({ runtime, cache, clock, logger });
+  const T = api.ContainerEventType;
+  // containerd keeps up to 1000 events for the next subscriber: here 1500 from before 10 s.
+  const pleg = new EventedPLEG({
+    runtime: {
+      getContainerEvents: (signal) =>
+        (async function* () {
+          for (let i = 0; i < 1500; i++) {
+            yield event(T.CONTAINER_STARTED_EVENT, `old-${i}`, 8_000 + i);
+          }
+          yield event(T.CONTAINER_STARTED_EVENT, "new", 10_001);
+          await new Promise((r) => signal?.addEventListener("abort", r, { once: true }));
+        })(),
+    },
+    cache,
+    generic,
+    clock,
+    logger,
+  });
+  const ctl = new AbortController();
+  const running = pleg.run(ctl.signal);
+  try {
+    await until("every event", () => pleg.eventsReceived === 1501);
+    assert.equal(generic.pending, 1, "only the event from after the stream opened is sent");
+    assert.deepEqual(await generic.next(), { id: UID, type: "ContainerStarted", data: "new" });
+    assert.equal(pleg.healthy().ok, true);
+    await until("the settle wait", () => clock.waiters >= 3);
+    clock.step(STREAM_SETTLE_MS);
+    await until("events in use", () => pleg.inUse);
+    assert.ok(
+      logs.some((l) =>
+        l.includes(
+          '"Evented PLEG: skipped events the runtime sent from before the stream opened"',
+        ) &&
+        l.includes("count=1500")
+      ),
+      logs.join("\n"),
+    );
+  } finally {
+    ctl.abort();
+    await running;
+  }
+});
