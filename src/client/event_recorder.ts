@@ -4,11 +4,18 @@
  * posted to the involved object's namespace ("default" for cluster-scoped objects such as the
  * Node), with source `{component: "kubelet", host: <node name>}`. {@link
  * ApiserverEventRecorder.event} only queues (a bounded queue; overflow is counted and logged);
- * one writer, started with {@link ApiserverEventRecorder.run}, correlates each event (spam
+ * the writer, started with {@link ApiserverEventRecorder.run}, correlates each event (spam
  * filter, aggregation, repeat counting in `_events_cache.ts`), paces requests with a
  * {@link TokenBucket} at eventRecordQPS/eventBurst, creates new events, patches the count of
  * repeated ones and retries transport failures. Each event is also logged at V(3), as the
  * kubelet's broadcaster does.
+ *
+ * Upstream writes one event at a time, so the queue drains no faster than one request's round
+ * trip allows: on a node starting 250 pods at once, with the apiserver slowed by the same burst,
+ * that was about ten events a second against thirty recorded, and the queue overflowed. This
+ * writer has up to {@link ApiserverRecorderOptions.writers} requests in flight, still within
+ * eventRecordQPS; the events of one involved object are written one after another in the order
+ * they were recorded (correlation, repeat counting and the spam filter are per object).
  *
  * This agent's own addition: given {@link ApiserverRecorderOptions.yieldTo} (the CRI calls that
  * start pods), the writer holds each event while such calls are in flight, at most
@@ -71,7 +78,15 @@ export interface ApiserverRecorderOptions {
   readonly yieldTo?: Activity;
   /** The longest an event waits for {@link yieldTo}, from when it was recorded. @default 5000 */
   readonly maxYieldMs?: number;
+  /**
+   * Event writes in flight at once, each for a different involved object. @default
+   * {@link DEFAULT_EVENT_WRITERS}
+   */
+  readonly writers?: number;
 }
+
+/** Event writes in flight at once by default (this agent's own; upstream's writer has one). */
+export const DEFAULT_EVENT_WRITERS = 8;
 
 /** A queued event and when it was recorded (ms since the epoch, by the clock). */
 interface Queued {
@@ -88,6 +103,7 @@ export class EventRecorderError extends Error {
 export class ApiserverEventRecorder implements EventRecorder {
   readonly #o: ApiserverRecorderOptions;
   readonly #queueSize: number;
+  readonly #writers: number;
   readonly #queue: Queued[] = [];
   readonly #namer = new EventNamer();
   readonly #correlator: EventCorrelator;
@@ -102,6 +118,12 @@ export class ApiserverEventRecorder implements EventRecorder {
     if (!Number.isInteger(this.#queueSize) || this.#queueSize < 1) {
       throw new EventRecorderError(
         `Cannot create event recorder: 'queueSize' must be a positive integer: current value is '${this.#queueSize}'`,
+      );
+    }
+    this.#writers = opts.writers ?? DEFAULT_EVENT_WRITERS;
+    if (!Number.isInteger(this.#writers) || this.#writers < 1) {
+      throw new EventRecorderError(
+        `Cannot create event recorder: 'writers' must be a positive integer: current value is '${this.#writers}'`,
       );
     }
     this.#correlator = new EventCorrelator(opts.clock, this.#namer);
@@ -160,38 +182,64 @@ export class ApiserverEventRecorder implements EventRecorder {
     this.#wake?.();
   }
 
-  /** Writes queued events until `signal` aborts; events still queued then stay unsent. */
+  /**
+   * Writes queued events until `signal` aborts; events still queued then stay unsent, and the
+   * writes in flight end (aborted) before it returns.
+   */
   async run(signal: AbortSignal): Promise<void> {
     if (this.#running) {
       throw new EventRecorderError("Cannot run the event recorder: it is already running");
     }
     this.#running = true;
+    const inFlight = new Set<Promise<void>>();
+    // Involved objects with a write in flight: their next event waits for it.
+    const busy = new Set<string>();
+    const aborted = new Promise<void>((resolve) =>
+      signal.addEventListener("abort", () => resolve(), { once: true })
+    );
     try {
       while (!signal.aborted) {
-        const next = this.#queue[0];
-        if (next === undefined) {
+        if (this.#queue.length === 0) {
           await this.#idle(signal);
           continue;
         }
-        await this.#yield(next.at, signal);
+        await this.#yield(this.#queue[0]!.at, signal);
         if (signal.aborted) break;
-        this.#queue.shift();
-        try {
-          await this.#recordToSink(next.event, signal);
-        } catch (err) {
-          // One event gone wrong must not stop the writer.
-          if (!signal.aborted) {
-            quietly(() =>
-              this.#o.logger.error(err, "Unable to write event", { event: next.event })
-            );
-          }
+        // The oldest event whose object has no write in flight; none, or every writer busy:
+        // wait for a write to end (the queue waits, as upstream's single writer makes it).
+        const i = inFlight.size >= this.#writers
+          ? -1
+          : this.#queue.findIndex((q) => !busy.has(objectKey(q.event)));
+        if (i < 0) {
+          await Promise.race([...inFlight, aborted]);
+          continue;
         }
+        const [next] = this.#queue.splice(i, 1);
+        const key = objectKey(next!.event);
+        busy.add(key);
+        const write: Promise<void> = this.#write(next!.event, signal).then(() => {
+          busy.delete(key);
+          inFlight.delete(write);
+        });
+        inFlight.add(write);
       }
     } finally {
+      await Promise.all(inFlight);
       this.#running = false;
       const count = this.#queue.length;
       if (count > 0) {
         quietly(() => this.#o.logger.info("Event recorder stopped with events unsent", { count }));
+      }
+    }
+  }
+
+  /** Writes one event; a failure is logged, never thrown: one event must not stop the writer. */
+  async #write(event: WireEvent, signal: AbortSignal): Promise<void> {
+    try {
+      await this.#recordToSink(event, signal);
+    } catch (err) {
+      if (!signal.aborted) {
+        quietly(() => this.#o.logger.error(err, "Unable to write event", { event }));
       }
     }
   }
@@ -350,6 +398,12 @@ export class ApiserverEventRecorder implements EventRecorder {
     logger.error(err, "Unable to write event (may retry after sleeping)", { event });
     return false;
   }
+}
+
+/** The involved object an event is about, for ordering its writes. */
+function objectKey(e: WireEvent): string {
+  const o = e.involvedObject;
+  return o.uid ?? `${o.kind}/${o.namespace ?? ""}/${o.name}`;
 }
 
 /** Runs a log call; a logger that throws must not reach the caller of event(). */

@@ -23,7 +23,12 @@ interface Seen {
 /** A loopback apiserver for events; `fail` holds statuses to answer the next requests with. */
 function eventServer() {
   const events = new Map<string, WireEvent>();
-  const state = { seen: [] as Seen[], fail: [] as number[] };
+  const state = {
+    seen: [] as Seen[],
+    fail: [] as number[],
+    /** When set, each request waits until the function it is given is called. */
+    hold: undefined as ((release: () => void) => void) | undefined,
+  };
   let rv = 0;
   const status = (code: number, reason: string, message: string) =>
     Response.json({ kind: "Status", code, reason, message }, { status: code });
@@ -36,6 +41,11 @@ function eventServer() {
       contentType: req.headers.get("content-type"),
       body,
     });
+    if (state.hold) {
+      const released = Promise.withResolvers<void>();
+      state.hold(released.resolve);
+      await released.promise;
+    }
     const code = state.fail.shift();
     if (code === 409) return status(409, "AlreadyExists", "events exists");
     if (code !== undefined) return status(code, code === 422 ? "Invalid" : "Unavailable", "no");
@@ -248,17 +258,51 @@ Deno.test("ApiserverEventRecorder gives an event up after 12 tries and goes on",
   t.s.state.fail = Array(12).fill(503);
   t.start();
   try {
+    // Two events about one pod: the second waits for the first to be written or given up.
     t.recorder.event(pod, "Normal", "Started", "Started container app");
-    t.recorder.event(node, "Normal", "Starting", "Starting kubelet.");
+    t.recorder.event(pod, "Normal", "Killing", "Stopping container app");
     for (let i = 1; i < 12; i++) {
       await until(() => t.s.state.seen.length === i && t.clock.waiters === 1, `try ${i}`);
       t.clock.step(10_000);
     }
     await until(() => t.s.events.size === 1, "the next event is written");
     assert.equal(t.s.state.seen.length, 13);
-    assert.equal([...t.s.events.values()][0]?.reason, "Starting");
+    assert.equal([...t.s.events.values()][0]?.reason, "Killing");
     assert.equal(t.lines.filter((l) => l.includes("retry limit exceeded!")).length, 1);
   } finally {
+    await t.close();
+  }
+});
+
+Deno.test("ApiserverEventRecorder writes several objects' events at once, one object's in order", async () => {
+  const t = setup({ writers: 2 });
+  // Every request waits until released: the writes in flight show.
+  const held: (() => void)[] = [];
+  t.s.state.hold = (release) => held.push(release);
+  t.start();
+  try {
+    const a = { ...pod, name: "a", uid: "uid-a" };
+    const b = { ...pod, name: "b", uid: "uid-b" };
+    const c = { ...pod, name: "c", uid: "uid-c" };
+    t.recorder.event(a, "Normal", "Created", "a1");
+    t.recorder.event(a, "Normal", "Started", "a2");
+    t.recorder.event(b, "Normal", "Started", "b1");
+    t.recorder.event(c, "Normal", "Started", "c1");
+    // a1 and b1 go out together; a2 waits for a1 (same pod), c1 for a free writer.
+    await until(() => held.length === 2, "two writes in flight");
+    await new Promise((r) => setTimeout(r, 5));
+    assert.deepEqual(t.s.state.seen.map((r) => r.body.message), ["a1", "b1"]);
+    held.shift()!();
+    await until(() => held.length === 2, "a2 follows a1");
+    assert.deepEqual(t.s.state.seen.map((r) => r.body.message), ["a1", "b1", "a2"]);
+    held.shift()!();
+    await until(() => held.length === 2, "c1 gets b1's writer");
+    assert.deepEqual(t.s.state.seen.map((r) => r.body.message), ["a1", "b1", "a2", "c1"]);
+    while (held.length > 0) held.shift()!();
+    await until(() => t.s.events.size === 4, "all four are written");
+  } finally {
+    t.s.state.hold = undefined;
+    while (held.length > 0) held.shift()!();
     await t.close();
   }
 });
@@ -390,6 +434,34 @@ Deno.test("ApiserverEventRecorder stops on abort, even between retries", async (
   await t.running();
   assert.equal(t.lines.filter((l) => l.includes("broadcaster is shut down")).length, 1);
   await t.close();
+});
+
+Deno.test("ApiserverEventRecorder refuses a writer count that is not a positive integer", () => {
+  const clock = new FakeClock(START);
+  const client = new KubeClient({
+    config: { server: "http://127.0.0.1:1", insecureSkipTLSVerify: false, source: "test" },
+    clock,
+    qps: -1,
+    userAgent: "test",
+  });
+  const opts = {
+    client,
+    component: "kubelet",
+    host: "node-a",
+    qps: 0,
+    burst: 100,
+    clock,
+    logger: createLogger({ verbosity: 0, write: () => {} }),
+  };
+  for (const writers of [0, 1.5]) {
+    assert.throws(
+      () => new ApiserverEventRecorder({ ...opts, writers }),
+      new RegExp(
+        `Cannot create event recorder: 'writers' must be a positive integer: current value is '${writers}'`,
+      ),
+    );
+  }
+  client.close();
 });
 
 Deno.test("ApiserverEventRecorder event never throws and run refuses a second writer", async () => {
