@@ -8,6 +8,9 @@
  *   manager or scheduler runs, and the bench's pod watch is one long request);
  * - its PLEG's relists in the window and their mean duration, from its own
  *   `kubelet_pleg_relist_duration_seconds` (the same histogram in both kubelets);
+ * - the events the apiserver holds about the window's pods from this kubelet, by reason (each
+ *   event's `count`, so repeats count): a kubelet that drops events when its queue overflows
+ *   shows fewer per pod;
  * - how late its readiness probes run: each bench pod serves HTTP with busybox's httpd, which
  *   logs one line per request (`-v`), and the runtime stamps every log line with the time it
  *   read it, so the gaps between a pod's probe requests are the kubelet's probe schedule as the
@@ -147,6 +150,51 @@ export interface SteadyFigures {
   readonly relistError?: Error;
   /** With probed pods. */
   readonly probes?: ProbeLateness;
+  /** With pods: the events stored about them from this kubelet ({@link countEvents}). */
+  readonly events?: EventCounts;
+}
+
+/** Events about some pods from one kubelet, by reason. */
+export interface EventCounts {
+  readonly pods: number;
+  readonly byReason: ReadonlyMap<string, number>;
+}
+
+interface ListedEvent {
+  readonly reason?: string;
+  readonly count?: number;
+  readonly source?: { readonly host?: string };
+  readonly involvedObject?: { readonly kind?: string; readonly name?: string };
+}
+
+/** The events in `namespace` from node `host` about the pods `names`, by reason. */
+export async function countEvents(
+  client: KubeClient,
+  namespace: string,
+  host: string,
+  names: readonly string[],
+): Promise<EventCounts> {
+  const list = await client.get<{ items: ListedEvent[] }>(
+    `/api/v1/namespaces/${namespace}/events`,
+  );
+  return tallyEvents(list.items, host, names);
+}
+
+/** {@link countEvents} over listed events. */
+export function tallyEvents(
+  items: readonly ListedEvent[],
+  host: string,
+  names: readonly string[],
+): EventCounts {
+  const pods = new Set(names);
+  const byReason = new Map<string, number>();
+  for (const e of items) {
+    if (e.source?.host !== host || e.involvedObject?.kind !== "Pod") continue;
+    if (!pods.has(e.involvedObject.name ?? "")) continue;
+    const reason = e.reason ?? "";
+    byReason.set(reason, (byReason.get(reason) ?? 0) + (e.count ?? 1));
+  }
+  return { pods: names.length, byReason };
 }
 
 /** The window between two scrapes. */
@@ -154,6 +202,7 @@ export function steadyFigures(
   before: SteadyScrape,
   after: SteadyScrape,
   probes?: ProbeLateness,
+  events?: EventCounts,
 ): SteadyFigures {
   const seconds = (after.at - before.at) / 1000;
   const requests = before.requests instanceof Error
@@ -179,6 +228,7 @@ export function steadyFigures(
     relistMeanMs,
     ...(relistError ? { relistError } : {}),
     ...(probes ? { probes } : {}),
+    ...(events ? { events } : {}),
   };
 }
 
@@ -320,7 +370,24 @@ export function steadyTable(counts: readonly number[], kubelets: readonly Steady
       "probes, > 1 period late, pods unprobed",
       (s) => s?.probes ? `${s.probes.probes}, ${s.probes.late}, ${s.probes.unprobed}` : "n/a",
     ),
+    row("events stored per pod", (s) => {
+      if (!s?.events || s.events.pods === 0) return "n/a";
+      const total = [...s.events.byReason.values()].reduce((a, b) => a + b, 0);
+      return (total / s.events.pods).toFixed(2);
+    }),
   ];
   for (const g of groups) rows.push(...g);
-  return table(["window", ...kubelets.map((k) => k.label)], rows);
+  const reasons = counts.flatMap((n, i) =>
+    kubelets.flatMap((k) => {
+      const e = k.windows[i]?.events;
+      if (!e || e.pods === 0) return [];
+      const parts = [...e.byReason].sort((a, b) => b[1] - a[1])
+        .map(([r, c]) => `${r} ${(c / e.pods).toFixed(2)}`);
+      return [`- ${n} pods, ${k.label}, events per pod by reason: ${parts.join(", ") || "none"}`];
+    })
+  );
+  return [
+    table(["window", ...kubelets.map((k) => k.label)], rows),
+    ...(reasons.length ? ["", ...reasons] : []),
+  ].join("\n");
 }

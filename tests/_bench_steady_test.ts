@@ -9,6 +9,7 @@ import {
   requestTotals,
   steadyFigures,
   steadyTable,
+  tallyEvents,
 } from "./_bench_steady.ts";
 
 const API = (n: { status: number; events: number; lease: number; gets: number; proxy: number }) =>
@@ -121,6 +122,7 @@ Deno.test("steadyTable puts each kubelet's windows side by side", () => {
     { at: 0, requests: new Map(), relists: { sum: 0, count: 0 } },
     { at: 10_000, requests: new Map([["POST events/", 5]]), relists: { sum: 0.1, count: 10 } },
     { pods: 2, unprobed: 0, probes: 12, p50Ms: 3, p99Ms: 40, maxMs: 41, late: 0 },
+    { pods: 2, byReason: new Map([["Started", 2], ["Unhealthy", 3]]) },
   );
   const text = steadyTable([0, 250], [
     { label: "agent", windows: [undefined, s] },
@@ -133,4 +135,36 @@ Deno.test("steadyTable puts each kubelet's windows side by side", () => {
     /\| 250 pods: probe lateness p50 \/ p99 \/ max +\| +3 ms \/ 40 ms \/ 41 ms \|/,
   );
   assert.match(text, /\| 250 pods: probes, > 1 period late, pods unprobed +\| +12, 0, 0 \|/);
+  assert.match(text, /\| 250 pods: events stored per pod +\| +2\.50 \| +n\/a \|/);
+  assert.match(
+    text,
+    /^- 250 pods, agent, events per pod by reason: Unhealthy 1\.50, Started 1\.00$/m,
+  );
+});
+
+Deno.test("tallyEvents counts one kubelet's events about the given pods, repeats included", () => {
+  const ev = (host: string, name: string, reason: string, count?: number) => ({
+    reason,
+    count,
+    source: { host },
+    involvedObject: { kind: "Pod", name },
+  });
+  const t = tallyEvents(
+    [
+      ev("node-a", "p1", "Started"),
+      ev("node-a", "p1", "Unhealthy", 3),
+      ev("node-a", "p2", "Started", 1),
+      ev("node-b", "p1", "Started"),
+      ev("node-a", "other", "Started"),
+      {
+        reason: "Starting",
+        source: { host: "node-a" },
+        involvedObject: { kind: "Node", name: "p1" },
+      },
+    ],
+    "node-a",
+    ["p1", "p2"],
+  );
+  assert.equal(t.pods, 2);
+  assert.deepEqual([...t.byReason], [["Started", 2], ["Unhealthy", 3]]);
 });

@@ -104,6 +104,7 @@ import {
 import { PodWatch } from "./_bench_pod_watch.ts";
 import { overheadAt, type OverheadCase, overheadMet, overheadTable } from "./_bench_overhead.ts";
 import {
+  countEvents,
   probeLateness,
   readProbeTimes,
   scrapeSteady,
@@ -586,6 +587,7 @@ async function benchAgent(
           to,
         )
         : undefined;
+      const events = await countEvents(client, NS, agent.nodeName, names);
       const deleteMs = await deletePods(client, watch, names);
       bursts.push({
         size,
@@ -593,7 +595,7 @@ async function benchAgent(
         lastRunningMs: r.lastRunningMs,
         deleteMs,
         window,
-        steady: steadyFigures(before, after, probes),
+        steady: steadyFigures(before, after, probes, events),
         steps,
         cpu,
       });
@@ -909,7 +911,7 @@ export function report(r: SuiteResult): string {
   out.push(...r.agents.map((a) => `- ${a.label} error lines: ${a.errorLines}`), "");
 
   out.push(
-    `### At steady state, over the same windows: API requests (the apiserver's apiserver_request_total), PLEG relists (each kubelet's kubelet_pleg_relist_duration_seconds), readiness probe lateness (gaps between a pod's probe requests minus the ${r.mode.probePeriodS} s period, from the pods' httpd logs)`,
+    `### At steady state, over the same windows: API requests (the apiserver's apiserver_request_total), PLEG relists (each kubelet's kubelet_pleg_relist_duration_seconds), readiness probe lateness (gaps between a pod's probe requests minus the ${r.mode.probePeriodS} s period, from the pods' httpd logs), events the apiserver holds about the burst's pods at the window's end`,
     "",
     steadyTable(
       counts,

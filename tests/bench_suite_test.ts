@@ -105,6 +105,8 @@ Deno.test({
       stdout,
       /^\| 10 pods: probes, > 1 period late, pods unprobed +\|( +[1-9]\d*, \d+, 0 \|){2}$/m,
     );
+    // The events about the burst's pods the apiserver holds, from each kubelet: none lost.
+    assert.match(stdout, /^\| 10 pods: events stored per pod +\|( +[1-9][\d.]* \|){2}$/m);
     assert.match(stdout, /^### Targets/m);
     assert.match(stdout, /^- (met|NOT met): RSS ≤ upstream's at 0 pods/m);
     assert.match(stdout, /^- (met|NOT met): steady CPU ≤ 0.8× upstream's at 10 pods/m);
