@@ -626,7 +626,13 @@ async function benchAgent(
     // Whatever a failed run leaves behind is deleted before the kubelet stops.
     if (watch) await deletePods(client, watch, all).catch(() => {});
     const code = await agent.stop();
-    if (code !== 0) log(`bench: ${agent.label} exited ${code}`);
+    if (code !== 0) {
+      log(
+        `bench: ${agent.label} exited ${code}; its stderr's last 30 lines:\n${
+          agent.stderr().split("\n").slice(-30).join("\n")
+        }`,
+      );
+    }
     stop.abort();
     if (watch) await settledWithin(watch.finished, 10_000, `the pod watch of ${agent.label}`);
     client.close();
