@@ -28,6 +28,7 @@ import {
   nodeStatusHasChanged,
   type StatusInputs,
 } from "./nodestatus/node_status.ts";
+import { linkSignals } from "./util/linked_signal.ts";
 
 /** Upstream's nodeStatusUpdateRetry. */
 export const NODE_STATUS_UPDATE_RETRY = 5;
@@ -373,7 +374,8 @@ export class NodeStatusManager {
       if (this.#poked) continue;
       const period = fast ? 100 : o.config.nodeStatusUpdateFrequency * (1 + 0.04 * random());
       this.#wake = new AbortController();
-      await o.clock.sleep(period, AbortSignal.any([signal, this.#wake.signal])).catch(() => {});
+      using link = linkSignals(signal, this.#wake.signal);
+      await o.clock.sleep(period, link.signal).catch(() => {});
     }
   }
 }

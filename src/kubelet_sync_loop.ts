@@ -22,6 +22,7 @@ import { formatDuration } from "./util/duration.ts";
 import type { Logger } from "./klog/klog.ts";
 import type { PodLifecycleEvent, PodLifecycleEventGenerator } from "./pleg/generic.ts";
 import type { PodUpdate } from "./config/pod_config.ts";
+import { linkSignals } from "./util/linked_signal.ts";
 
 /** What the loop dispatches to (upstream SyncHandler, plus the PLEG and tick steps). */
 export interface SyncHandler {
@@ -94,8 +95,16 @@ export class SyncLoop {
   readonly #probed = new Set<string>();
   /** Pods whose devices' health changed, in order, each once. */
   readonly #resourceUpdated = new Set<string>();
-  #configWake = Promise.withResolvers<Wake>();
-  #plegNext: Promise<Wake> | undefined;
+  /**
+   * Ends the loop's current wait, if it waits. Each wait races only promises of its own (and the
+   * tick's, which fires within a period): a promise kept across waits, raced at each, would keep
+   * a reaction of every race until it settled (one a second or more while no PLEG event comes).
+   */
+  #wake: (() => void) | undefined;
+  /** The PLEG's next event, once it came, until the loop takes it. */
+  #plegEvent: PodLifecycleEvent | undefined;
+  /** Whether a wait for the PLEG's next event is under way (it outlives the loop's waits). */
+  #plegWaiting = false;
   /** PLEG events taken while syncs were skipped, by pod: {@link SyncLoop.#holdPleg}. */
   readonly #heldPleg = new Map<string, PodLifecycleEvent[]>();
   /**
@@ -122,7 +131,7 @@ export class SyncLoop {
   /** Queues a probe result change of a pod (upstream's prober channels); never blocks. */
   pushProbeUpdate(podUID: string): void {
     this.#probed.add(podUID);
-    this.#configWake.resolve({ kind: "config" });
+    this.#wake?.();
   }
 
   /**
@@ -131,13 +140,13 @@ export class SyncLoop {
    */
   pushResourceHealthUpdate(podUIDs: Iterable<string>): void {
     for (const uid of podUIDs) this.#resourceUpdated.add(uid);
-    if (this.#resourceUpdated.size > 0) this.#configWake.resolve({ kind: "config" });
+    if (this.#resourceUpdated.size > 0) this.#wake?.();
   }
 
   /** Queues a pod config update for the loop (upstream's config channel); never blocks. */
   push(update: PodUpdate): void {
     this.#updates.push(update);
-    this.#configWake.resolve({ kind: "config" });
+    this.#wake?.();
   }
 
   /** Iterations entered so far. */
@@ -338,25 +347,48 @@ export class SyncLoop {
   async #next(due: number, signal: AbortSignal): Promise<Wake | undefined> {
     if (signal.aborted) return undefined;
     if (this.#pending() || this.#heldPleg.size > 0) return { kind: "config" };
-    // The PLEG wait outlives the iteration: aborting it could lose an event in flight.
-    this.#plegNext ??= this.#opts.pleg.next(signal).then(
-      (event): Wake => ({ kind: "pleg", event }),
-    );
+    this.#watchPleg(signal);
+    let wake: Wake | undefined = this.#takePlegEvent();
+    if (wake) return wake;
+    const woken = new Promise<Wake>((resolve) => {
+      this.#wake = () => resolve({ kind: "config" });
+    });
+    const onAbort = () => this.#wake?.();
+    signal.addEventListener("abort", onAbort, { once: true });
     try {
-      const wake = await Promise.race([
-        this.#configWake.promise,
-        this.#plegNext,
-        this.#tickAt(due, signal),
-      ]);
-      if (wake.kind === "pleg") this.#plegNext = undefined;
-      if (wake.kind === "tick") this.#tick = undefined;
-      if (wake.kind === "config" || !this.#pending()) {
-        this.#configWake = Promise.withResolvers<Wake>();
-      }
-      return wake;
+      wake = await Promise.race([woken, this.#tickAt(due, signal)]);
     } catch {
       return undefined;
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+      this.#wake = undefined;
     }
+    if (signal.aborted) return undefined;
+    if (wake.kind === "tick") this.#tick = undefined;
+    return this.#takePlegEvent() ?? wake;
+  }
+
+  /**
+   * Waits for the PLEG's next event unless a wait is under way: the event is kept for the loop
+   * and wakes it. The wait is not aborted with the loop's: that could lose an event in flight.
+   */
+  #watchPleg(signal: AbortSignal): void {
+    if (this.#plegWaiting || this.#plegEvent) return;
+    this.#plegWaiting = true;
+    this.#opts.pleg.next(signal).then((event) => {
+      this.#plegWaiting = false;
+      this.#plegEvent = event;
+      this.#wake?.();
+    }, () => {
+      this.#plegWaiting = false;
+    });
+  }
+
+  #takePlegEvent(): Wake | undefined {
+    const event = this.#plegEvent;
+    if (!event) return undefined;
+    this.#plegEvent = undefined;
+    return { kind: "pleg", event };
   }
 
   /** Whether config updates, probe or resource updates wait. */
@@ -369,10 +401,11 @@ export class SyncLoop {
     if (this.#tick?.due === due) return this.#tick.wake;
     this.#tick?.stop.abort();
     const stop = new AbortController();
-    const wake = this.#opts.clock.sleep(
-      Math.max(0, due - this.#opts.clock.now()),
-      AbortSignal.any([signal, stop.signal]),
-    ).then((): Wake => ({ kind: "tick" }));
+    // Linked, not AbortSignal.any: one of those per tick stays reachable from the loop's signal.
+    const link = linkSignals(signal, stop.signal);
+    const wake = this.#opts.clock.sleep(Math.max(0, due - this.#opts.clock.now()), link.signal)
+      .finally(() => link[Symbol.dispose]())
+      .then((): Wake => ({ kind: "tick" }));
     wake.catch(() => {});
     this.#tick = { due, wake, stop };
     return wake;

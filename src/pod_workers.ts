@@ -133,6 +133,8 @@ const DEFAULT_GRACE_PERIOD_SECONDS = 30;
 interface PodSyncStatus {
   /** Aborted to cancel the sync in flight; replaced once aborted. */
   controller?: AbortController;
+  /** The controller's signal combined with the workers' root signal, made with it. */
+  signal?: AbortSignal;
   /** The running worker loop, if any: at most one per UID. */
   loop?: Promise<void>;
   /** An update is pending or being worked on. */
@@ -611,8 +613,11 @@ export class PodWorkers<S = never> {
       status.pending = undefined;
       if (!status.controller || status.controller.signal.aborted) {
         status.controller = new AbortController();
+        // One combined signal per controller, not per sync: each AbortSignal.any stays
+        // reachable from the root signal for the kubelet's life (src/util/linked_signal.ts).
+        status.signal = AbortSignal.any([this.#root, status.controller.signal]);
       }
-      const signal = AbortSignal.any([this.#root, status.controller.signal]);
+      const signal = status.signal!;
       if (status.startedAt === undefined) {
         status.startedAt = this.#clock.now();
         // Upstream records the count of a new pod's containers as the pod is let start.

@@ -31,6 +31,7 @@ import { type PodResizeConditions, REASON_INFEASIBLE } from "../status/resize_co
 import { CPU_POLICY_STATIC } from "../cpumanager/policy.ts";
 import { POLICY_STATIC as MEMORY_POLICY_STATIC } from "../memorymanager/policy.ts";
 import { copyRequirements, type PodResourceInfo, type ResourceState } from "./state_checkpoint.ts";
+import { linkSignals } from "../util/linked_signal.ts";
 
 /** The first retry of deferred resizes after start, and the period after that (upstream). */
 export const INITIAL_RETRY_DELAY_MS = 30_000;
@@ -249,7 +250,8 @@ export class AllocationManager {
       const reset = new AbortController();
       this.#wake = () => reset.abort();
       try {
-        await this.#o.clock.sleep(this.#nextRetryMs, AbortSignal.any([signal, reset.signal]));
+        using link = linkSignals(signal, reset.signal);
+        await this.#o.clock.sleep(this.#nextRetryMs, link.signal);
       } catch {
         continue;
       }

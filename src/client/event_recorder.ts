@@ -41,6 +41,7 @@ import {
   metaTime,
   type WireEvent,
 } from "./_events_cache.ts";
+import { linkSignals } from "../util/linked_signal.ts";
 
 /** Upstream maxTriesPerEvent. */
 export const MAX_TRIES_PER_EVENT = 12;
@@ -194,9 +195,6 @@ export class ApiserverEventRecorder implements EventRecorder {
     const inFlight = new Set<Promise<void>>();
     // Involved objects with a write in flight: their next event waits for it.
     const busy = new Set<string>();
-    const aborted = new Promise<void>((resolve) =>
-      signal.addEventListener("abort", () => resolve(), { once: true })
-    );
     try {
       while (!signal.aborted) {
         if (this.#queue.length === 0) {
@@ -211,7 +209,7 @@ export class ApiserverEventRecorder implements EventRecorder {
           ? -1
           : this.#queue.findIndex((q) => !busy.has(objectKey(q.event)));
         if (i < 0) {
-          await Promise.race([...inFlight, aborted]);
+          await this.#oneEnds(inFlight, signal);
           continue;
         }
         const [next] = this.#queue.splice(i, 1);
@@ -231,6 +229,21 @@ export class ApiserverEventRecorder implements EventRecorder {
         quietly(() => this.#o.logger.info("Event recorder stopped with events unsent", { count }));
       }
     }
+  }
+
+  /**
+   * Resolves once one of `writes` ends or `signal` aborts. No promise that outlives the wait is
+   * raced: each race would leave a reaction on it until it settled.
+   */
+  #oneEnds(writes: ReadonlySet<Promise<void>>, signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        signal.removeEventListener("abort", done);
+        resolve();
+      };
+      signal.addEventListener("abort", done, { once: true });
+      for (const w of writes) void w.then(done);
+    });
   }
 
   /** Writes one event; a failure is logged, never thrown: one event must not stop the writer. */
@@ -282,7 +295,8 @@ export class ApiserverEventRecorder implements EventRecorder {
     const left = at + (this.#o.maxYieldMs ?? MAX_YIELD_MS) - clock.now();
     if (left <= 0) return;
     const done = new AbortController();
-    const stop = AbortSignal.any([signal, done.signal]);
+    using link = linkSignals(signal, done.signal);
+    const stop = link.signal;
     await Promise.race([yieldTo.idle(stop), clock.sleep(left, stop).catch(() => {})]);
     done.abort();
   }

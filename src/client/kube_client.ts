@@ -17,6 +17,7 @@ import type { Clock } from "../util/clock.ts";
 import type { RestConfig } from "./kubeconfig.ts";
 import { TokenBucket } from "./rate_limiter.ts";
 import { InsecureTransport, type TransportRequest } from "./_insecure_transport.ts";
+import { linkSignals } from "../util/linked_signal.ts";
 
 /** An error the apiserver answered with (a metav1.Status), or a transport failure (code 0). */
 export class KubeApiError extends Error {
@@ -361,7 +362,10 @@ export class KubeClient {
   /** One request; resolves to the decoded JSON answer. */
   request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
     return this.#timed(method, async () => {
-      const res = await this.#fetch(method, path, opts, false);
+      // The caller's signal is often the kubelet's own, which lives on: the request combines
+      // a link to it that it drops when done (src/util/linked_signal.ts), not the signal itself.
+      using link = opts.signal ? linkSignals(opts.signal) : undefined;
+      const res = await this.#fetch(method, path, { ...opts, signal: link?.signal }, false);
       return JSON.parse(await this.#readText(res, method)) as T;
     });
   }
@@ -369,7 +373,8 @@ export class KubeClient {
   /** GET of a non-JSON path such as /healthz; resolves to the body text. */
   getText(path: string, signal?: AbortSignal): Promise<string> {
     return this.#timed("GET", async () => {
-      const res = await this.#fetch("GET", path, { signal }, false);
+      using link = signal ? linkSignals(signal) : undefined;
+      const res = await this.#fetch("GET", path, { signal: link?.signal }, false);
       return await this.#readText(res, "GET");
     });
   }

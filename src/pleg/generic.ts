@@ -23,6 +23,7 @@ import {
 import type { PodCache, PodStatus } from "../container/pod_cache.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
 import { Semaphore } from "../util/semaphore.ts";
+import { linkSignals } from "../util/linked_signal.ts";
 
 /** What happened to a pod (upstream `PodLifeCycleEventType`). */
 export type PodLifecycleEventType =
@@ -353,7 +354,8 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
       const wake = new AbortController();
       this.#wake = wake;
       try {
-        await this.#clock.sleep(this.#period, AbortSignal.any([signal, wake.signal]));
+        using link = linkSignals(signal, wake.signal);
+        await this.#clock.sleep(this.#period, link.signal);
       } catch {
         if (signal.aborted) return;
       } finally {

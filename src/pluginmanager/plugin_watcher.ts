@@ -31,6 +31,7 @@ import type { Logger } from "../klog/klog.ts";
 import { type Clock, realClock } from "../util/clock.ts";
 import { errorText } from "../util/errors.ts";
 import type { DesiredStateOfWorld } from "./cache.ts";
+import { linkSignals } from "../util/linked_signal.ts";
 
 /** The name of the registration directory under the root directory (upstream DefaultKubeletPluginsRegistrationDirName). */
 export const PLUGINS_REGISTRATION_DIR_NAME = "plugins_registry";
@@ -148,9 +149,11 @@ export class PluginWatcher {
     const ctl = new AbortController();
     return new Promise<void>((resolve) => {
       this.#wake = () => ctl.abort();
-      this.#clock.sleep(this.#rescanPeriodMs, AbortSignal.any([ctl.signal, signal]))
+      const link = linkSignals(ctl.signal, signal);
+      this.#clock.sleep(this.#rescanPeriodMs, link.signal)
         .catch(() => {})
         .finally(() => {
+          link[Symbol.dispose]();
           this.#wake = undefined;
           resolve();
         });

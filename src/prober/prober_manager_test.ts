@@ -11,6 +11,7 @@ import {
   probeTerminationGracePeriodSeconds,
 } from "./prober_manager.ts";
 import { goFloat } from "./_results.ts";
+import { loopHeapGrowth } from "../testing/loop_heap.ts";
 
 type Outcome = { result: "Success" | "Failure" | "Unknown"; output: string };
 type Script = (kind: ProbeKind, container: string, id: string, signal: AbortSignal) =>
@@ -567,4 +568,11 @@ Deno.test("goFloat prints sample values as Go's FormatFloat 'g'", () => {
     [0, 1, 0.6, 2.5, 123456, 1e6, 1234567, 0.0001, 0.00001, Infinity].map(goFloat),
     ["0", "1", "0.6", "2.5", "123456", "1e+06", "1.234567e+06", "0.0001", "1e-05", "+Inf"],
   );
+});
+
+Deno.test("ProberManager's loop keeps nothing per wake: the heap stays flat over 5,000 probe rounds", async () => {
+  // The loop once raced a promise that lived until
+  // the stop at each wake: 18.7 MB for 20,000 wakes (with 250 probed pods, tens a second).
+  const growth = await loopHeapGrowth("prober", 5_000);
+  assert.ok(growth < 2 * 2 ** 20, `the heap grew by ${growth} bytes over 5,000 wakes`);
 });

@@ -55,6 +55,7 @@ import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts
 import { type Json, jsonEqual, podStatusPatch, toJson } from "./_pod_status_patch.ts";
 import { deepCopy } from "../util/deep_copy.ts";
 import type { KubeletMetrics } from "../metrics/metrics.ts";
+import { linkSignals } from "../util/linked_signal.ts";
 
 /** Upstream syncPeriod: how often every status is reconciled. */
 const DEFAULT_SYNC_PERIOD_MS = 10_000;
@@ -202,7 +203,8 @@ export class StatusManager {
     const woken = new AbortController();
     this.#wake = () => woken.abort();
     try {
-      await this.#clock.sleep(ms, AbortSignal.any([signal, woken.signal]));
+      using link = linkSignals(signal, woken.signal);
+      await this.#clock.sleep(ms, link.signal);
     } catch {
       // Woken by a change, or stopped: the loop looks again.
     } finally {
