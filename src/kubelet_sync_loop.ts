@@ -328,7 +328,9 @@ export class SyncLoop {
    * latest) per pod: the handler syncs each pod once per batch, so the count bounds memory only.
    */
   #holdPleg(events: readonly PodLifecycleEvent[]): void {
-    for (const e of events) {
+    // The event the loop's own wait took came first.
+    const first = this.#takePlegEvent();
+    for (const e of first?.kind === "pleg" ? [first.event, ...events] : events) {
       const list = this.#heldPleg.get(e.id) ?? [];
       list.push(e);
       if (list.length > HELD_PLEG_PER_POD) list.shift();
@@ -346,7 +348,9 @@ export class SyncLoop {
   /** Waits for a config update, a PLEG event or `due`; undefined once `signal` aborts. */
   async #next(due: number, signal: AbortSignal): Promise<Wake | undefined> {
     if (signal.aborted) return undefined;
-    if (this.#pending() || this.#heldPleg.size > 0) return { kind: "config" };
+    if (this.#pending() || this.#heldPleg.size > 0) {
+      return this.#takePlegEvent() ?? { kind: "config" };
+    }
     this.#watchPleg(signal);
     let wake: Wake | undefined = this.#takePlegEvent();
     if (wake) return wake;

@@ -53,7 +53,7 @@ export function overheadTable(cases: readonly OverheadCase[]): string {
         ms(o.floorMs),
         ms(o.agentMs),
         ms(o.upstreamMs),
-        o.upstreamMs > 0 ? ratio(o.agentMs, o.upstreamMs) : "n/a",
+        o.upstreamMs <= 0 ? "n/a" : o.agentMs < 0 ? "< 0" : ratio(o.agentMs, o.upstreamMs),
       ];
     })
   );

@@ -23,7 +23,9 @@ Deno.test("overheadTable prints p50 and p99 rows with the ratio", () => {
   const text = overheadTable([
     { what: "burst of 250", floor: [1000], agent: [1100], upstream: [1400] },
     { what: "1 pod × 50", floor: [100], agent: [90], upstream: [100] },
+    { what: "burst of 110", floor: [1000], agent: [900], upstream: [1500] },
   ]);
+  assert.match(text, /\| burst of 110, p50 +\| +1000 ms \| +-100 ms \| +500 ms \| +< 0 \|/);
   assert.match(text, /\| burst of 250, p50 \| +1000 ms \| +100 ms \| +400 ms \| +0\.25× \|/);
   assert.match(text, /\| 1 pod × 50, p99 +\| +100 ms \| +-10 ms \| +0 ms \| +n\/a \|/);
 });

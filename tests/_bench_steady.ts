@@ -55,7 +55,10 @@ export interface RequestRates {
   readonly podStatus: number;
   /** Writes to events (core and events.k8s.io). */
   readonly events: number;
-  /** Writes to nodes, nodes/status and leases (node status and heartbeat). */
+  /**
+   * Writes to nodes, nodes/status and leases: the node status and heartbeat, and the apiserver's
+   * own identity lease (about 0.1/s; the metric has no namespace to tell them apart).
+   */
   readonly node: number;
   /** Every resource request but the bench's own scrapes through the node proxy. */
   readonly all: number;

@@ -232,16 +232,20 @@ export class ApiserverEventRecorder implements EventRecorder {
   }
 
   /**
-   * Resolves once one of `writes` ends or `signal` aborts. No promise that outlives the wait is
+   * Resolves once one of `writes` ends, an event is recorded or `signal` aborts. No promise that
+   * outlives the wait is
    * raced: each race would leave a reaction on it until it settled.
    */
   #oneEnds(writes: ReadonlySet<Promise<void>>, signal: AbortSignal): Promise<void> {
     return new Promise<void>((resolve) => {
       const done = () => {
         signal.removeEventListener("abort", done);
+        if (this.#wake === done) this.#wake = undefined;
         resolve();
       };
       signal.addEventListener("abort", done, { once: true });
+      // A new event may be about an object no write is busy with: it wakes the writer too.
+      this.#wake = done;
       for (const w of writes) void w.then(done);
     });
   }

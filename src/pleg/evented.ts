@@ -184,7 +184,10 @@ export class EventedPLEG implements PodLifecycleEventGenerator {
    */
   process(event: api.ContainerEventResponse): void {
     this.#events++;
-    if (event.createdAt > 0n && eventTime(event, this.#clock) < this.#streamOpened) {
+    // A second's margin: a runtime whose clock is behind the kubelet's must not lose events.
+    if (
+      event.createdAt > 0n && eventTime(event, this.#clock) < this.#streamOpened - STREAM_SETTLE_MS
+    ) {
       // A backlog the runtime queued before this stream opened (containerd keeps up to 1000
       // events for the next subscriber), about containers long changed or gone: the relist that
       // settles the stream reads their pods as they are now. Sent on, 1000 of them would fill
