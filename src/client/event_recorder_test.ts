@@ -123,6 +123,16 @@ function setup(opts: Partial<ApiserverRecorderOptions> = {}, verbosity = 0) {
   return { s, clock, lines, recorder, ctl, start, close, running: () => running };
 }
 
+/** A client of an apiserver nobody listens on: for recorders that never get to write. */
+function unreachableClient(clock: FakeClock): KubeClient {
+  return new KubeClient({
+    config: { server: "http://127.0.0.1:1", insecureSkipTLSVerify: false, source: "test" },
+    clock,
+    qps: -1,
+    userAgent: "test",
+  });
+}
+
 const pod: ObjectRef = { kind: "Pod", name: "web", namespace: "default", uid: "uid-web" };
 const container: ObjectRef = { ...pod, fieldPath: "spec.containers{app}" };
 const node: ObjectRef = { kind: "Node", name: "node-a", uid: "node-a" };
@@ -438,12 +448,7 @@ Deno.test("ApiserverEventRecorder stops on abort, even between retries", async (
 
 Deno.test("ApiserverEventRecorder refuses a writer count that is not a positive integer", () => {
   const clock = new FakeClock(START);
-  const client = new KubeClient({
-    config: { server: "http://127.0.0.1:1", insecureSkipTLSVerify: false, source: "test" },
-    clock,
-    qps: -1,
-    userAgent: "test",
-  });
+  const client = unreachableClient(clock);
   const opts = {
     client,
     component: "kubelet",
@@ -466,12 +471,7 @@ Deno.test("ApiserverEventRecorder refuses a writer count that is not a positive 
 
 Deno.test("ApiserverEventRecorder event never throws and run refuses a second writer", async () => {
   const clock = new FakeClock(START);
-  const client = new KubeClient({
-    config: { server: "http://127.0.0.1:1", insecureSkipTLSVerify: false, source: "test" },
-    clock,
-    qps: -1,
-    userAgent: "test",
-  });
+  const client = unreachableClient(clock);
   const lines: string[] = [];
   const recorder = new ApiserverEventRecorder({
     client,

@@ -226,6 +226,14 @@ Deno.test("EventedPLEG: a runtime without GetContainerEvents is said once and th
   await until("ContainerStarted by relist", () => has(h.events, "ContainerStarted", container));
 });
 
+/** A runtime with no pods for the relisting PLEG, for tests that drive events by hand. */
+const EMPTY_RUNTIME = {
+  listPodSandbox: () => Promise.resolve([]),
+  listContainers: () => Promise.resolve([]),
+  podSandboxStatus: () => Promise.reject(new Error("unused")),
+  containerStatus: () => Promise.reject(new Error("unused")),
+};
+
 function event(
   type: api.ContainerEventType,
   containerId: string,
@@ -257,13 +265,7 @@ Deno.test("EventedPLEG.process: older events do not overwrite the cache, a delet
   const cache = new PodCache();
   const logs: string[] = [];
   const logger = createLogger({ write: (l) => logs.push(l), verbosity: 4 });
-  const runtime = {
-    listPodSandbox: () => Promise.resolve([]),
-    listContainers: () => Promise.resolve([]),
-    podSandboxStatus: () => Promise.reject(new Error("unused")),
-    containerStatus: () => Promise.reject(new Error("unused")),
-  };
-  const generic = new GenericPLEG({ runtime, cache, clock, logger });
+  const generic = new GenericPLEG({ runtime: EMPTY_RUNTIME, cache, clock, logger });
   const pleg = new EventedPLEG({
     runtime: { getContainerEvents: () => (async function* () {})() },
     cache,
@@ -308,13 +310,7 @@ Deno.test("EventedPLEG counts each stream opened and each that failed, and each 
   const clock = new FakeClock(10_000);
   const cache = new PodCache();
   const logger = createLogger({ write: () => {} });
-  const runtime = {
-    listPodSandbox: () => Promise.resolve([]),
-    listContainers: () => Promise.resolve([]),
-    podSandboxStatus: () => Promise.reject(new Error("unused")),
-    containerStatus: () => Promise.reject(new Error("unused")),
-  };
-  const generic = new GenericPLEG({ runtime, cache, clock, logger });
+  const generic = new GenericPLEG({ runtime: EMPTY_RUNTIME, cache, clock, logger });
   const metrics = new KubeletMetrics({ process: false });
   const cut = Promise.withResolvers<void>();
   const T = api.ContainerEventType;
@@ -370,13 +366,7 @@ Deno.test("EventedPLEG skips the backlog a runtime sends from before the stream 
   const cache = new PodCache();
   const logs: string[] = [];
   const logger = createLogger({ write: (l) => logs.push(l), verbosity: 0 });
-  const runtime = {
-    listPodSandbox: () => Promise.resolve([]),
-    listContainers: () => Promise.resolve([]),
-    podSandboxStatus: () => Promise.reject(new Error("unused")),
-    containerStatus: () => Promise.reject(new Error("unused")),
-  };
-  const generic = new GenericPLEG({ runtime, cache, clock, logger });
+  const generic = new GenericPLEG({ runtime: EMPTY_RUNTIME, cache, clock, logger });
   const T = api.ContainerEventType;
   // containerd keeps up to 1000 events for the next subscriber: here 1500 from 5 s before the
   // stream opened (at 10 s; a second's margin is allowed for the runtime's clock).
