@@ -161,10 +161,11 @@ export async function statPath(
 
 /**
  * `/proc/<pid>/<file>` under `root` ("/" or the host view); in the sandbox the launcher reads
- * it, for the files in {@link PROC_FILES} only.
+ * it, for the files in {@link PROC_FILES} only. Read synchronously, as the launcher does: the
+ * kernel makes the text when read, with no disk to wait for.
  */
 export async function readProcFile(root: string, pid: number, file: string): Promise<string> {
-  if (!channel) return await Deno.readTextFile(posix.join(root, "proc", String(pid), file));
+  if (!channel) return Deno.readTextFileSync(posix.join(root, "proc", String(pid), file));
   return (await askLauncher({ op: "procFile", pid, file })).text!;
 }
 

@@ -33,6 +33,64 @@ export function readCgroupFile(dir: string, file: string): FileRead {
   }
 }
 
+/**
+ * A flat-keyed cgroup file (`key value` per line: memory.stat, cpu.stat, cpuacct.stat,
+ * memory.events, memory.oom_control), read by key: a key's line is found when asked and only
+ * its value parsed (a v1 memory.stat has some 70 lines, of which a sample takes about ten). A
+ * key whose value is not a non-negative integer reads as absent.
+ */
+export class FlatKeyed {
+  readonly #text: string;
+
+  constructor(text: string) {
+    this.#text = text;
+  }
+
+  /** The value of `key`, or undefined. */
+  get(key: string): bigint | undefined {
+    const t = this.#text;
+    let at = t.startsWith(`${key} `) ? 0 : t.indexOf(`\n${key} `);
+    if (at < 0) return undefined;
+    if (at > 0 || t[0] === "\n") at++;
+    const start = at + key.length + 1;
+    const end = t.indexOf("\n", start);
+    const value = t.slice(start, end < 0 ? t.length : end).trim();
+    return /^\d+$/.test(value) ? BigInt(value) : undefined;
+  }
+}
+
+/**
+ * The reads of one sample: each file is read, and each flat-keyed file parsed, once however
+ * many figures take from it (memory.stat feeds the working set and the memory breakdown, v2
+ * cpu.stat the usage and the user/system split, memory.events the failcnt and the OOM kills).
+ */
+export class SampleReads {
+  readonly #texts = new Map<string, FileRead>();
+  readonly #keyed = new Map<string, FlatKeyed | undefined>();
+
+  /** `dir/file`, as {@link readCgroupFile}; read at the first ask. */
+  file(dir: string, file: string): FileRead {
+    const key = `${dir}/${file}`;
+    let read = this.#texts.get(key);
+    if (read === undefined) {
+      read = readCgroupFile(dir, file);
+      this.#texts.set(key, read);
+    }
+    return read;
+  }
+
+  /** `dir/file` parsed as flat-keyed; undefined when it cannot be read. */
+  keyed(dir: string | undefined, file: string): FlatKeyed | undefined {
+    if (dir === undefined) return undefined;
+    const key = `${dir}/${file}`;
+    if (this.#keyed.has(key)) return this.#keyed.get(key);
+    const read = this.file(dir, file);
+    const parsed = read.ok ? new FlatKeyed(read.text) : undefined;
+    this.#keyed.set(key, parsed);
+    return parsed;
+  }
+}
+
 /** Node CPU time from the /proc/stat cpu line: user+nice+system+irq+softirq+steal jiffies. */
 export function readNodeCpuFromProc(
   root: string,

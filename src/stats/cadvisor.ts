@@ -10,7 +10,11 @@
  * loop wakes when the next sample is due, at most once a second, and samples everything due
  * then; containers it has not seen yet are sampled at the next wake (10 s at most). A
  * container's cgroup is found once, from its process (`/proc/<pid>/cgroup`, the pid from the
- * runtime's verbose status), and then costs a few small file reads per pass. Samples of
+ * runtime's verbose status), and then costs a few small file reads per pass, each file read
+ * once per sample; its creation time is read once and its spec (shares, quota, limits) again
+ * after a minute or at once when its memory limit moves (cAdvisor reads the spec when asked, at
+ * most every 5 s: a CPU-only resize shows in `container_spec_*` up to a minute later here). A
+ * listing of `/proc/<pid>/fd` the permission sandbox refuses is not tried again. Samples of
  * containers that are gone are dropped, so memory is bounded by what runs. Odd kernel data never
  * throws out of a pass: the value is omitted and the reason logged once per container. Reads
  * cgroups through `cgroup_stats.ts` (with `cgroup_detail.ts`), processes, open files and
@@ -29,8 +33,13 @@ import {
   parseProcCgroup,
 } from "../cm/cgroup_layout.ts";
 import { type CgroupSample, readCgroupSample, readNodeSample } from "./cgroup_stats.ts";
-import type { DetailPaths } from "./cgroup_detail.ts";
-import { type ProcessCounts, readProcessCounts } from "./process_counts.ts";
+import {
+  type CgroupDetail,
+  type DetailPaths,
+  isCgroup2Only,
+  readCgroupSpec,
+} from "./cgroup_detail.ts";
+import { type ProcAccess, type ProcessCounts, readProcessCounts } from "./process_counts.ts";
 import { type InterfaceStats, readNetworkStats, readNodeNetworkStats } from "./net_stats.ts";
 import { hostRoot } from "../privilege/host_root.ts";
 import { readProcFile } from "../privilege/launcher_calls.ts";
@@ -44,6 +53,13 @@ export const MAX_HOUSEKEEPING_INTERVAL_MS = 15_000;
 
 /** The loop wakes at most this often; samples due within it are taken together. */
 export const HOUSEKEEPING_TICK_MS = 1_000;
+
+/**
+ * A container's spec (CPU shares, period and quota; memory limit, reservation and swap limit)
+ * is read again after this long, or at once when its memory limit changed; its creation time
+ * is read once per cgroup.
+ */
+export const SPEC_REFRESH_MS = 60_000;
 
 /** A container or sandbox to sample, as the pod cache knows it. */
 export interface SampleTarget {
@@ -111,6 +127,9 @@ interface Tracked {
   due?: number;
   /** Reasons already logged for this target. */
   readonly logged: Set<string>;
+  /** The spec and creation time of the cgroup at `paths`, and when the spec was read. */
+  spec?: Pick<CgroupDetail, "spec" | "creationTimeMs">;
+  specAt?: number;
 }
 
 /** Samples node and container cgroups; see the module documentation. */
@@ -121,6 +140,8 @@ export class Cadvisor {
   #nodeDue = -Infinity;
   readonly #nodeLogged = new Set<string>();
   #pass: Promise<void> | undefined;
+  /** What /proc refused for good (the permission sandbox): not asked again. */
+  readonly #procAccess: ProcAccess = {};
 
   /** The base housekeeping interval. */
   readonly #interval: number;
@@ -204,9 +225,11 @@ export class Cadvisor {
       const nodeCgroup = readNodeSample(layout, { root });
       const nodeNet = await readNodeNetworkStats({ root });
       const rootCpu = layout.v1.get("cpu") ?? layout.unified;
-      const processes = rootCpu === undefined
-        ? undefined
-        : await readProcessCounts(rootCpu, { root: root ?? hostRoot(), rootPid: 1 });
+      const processes = rootCpu === undefined ? undefined : readProcessCounts(rootCpu, {
+        root: root ?? hostRoot(),
+        rootPid: 1,
+        access: this.#procAccess,
+      });
       this.#logMissing(this.#nodeLogged, "/", nodeCgroup.missing);
       this.#node = withRate(this.#node, {
         time: now,
@@ -245,18 +268,23 @@ export class Cadvisor {
       Object.assign(tracked, found);
     }
     const time = this.#o.clock.now();
-    const cgroup = readCgroupSample(tracked.paths!);
+    const paths = tracked.paths!;
+    const cgroup = readCgroupSample(paths, { spec: false });
+    this.#withSpec(tracked, cgroup, time);
     const network = target.kind === "sandbox" && tracked.pid !== undefined
       ? await readNetworkStats(tracked.pid, { root: this.#o.root ?? hostRoot() })
       : undefined;
-    const processes = tracked.paths!.cpu === undefined ? undefined : await readProcessCounts(
-      tracked.paths!.cpu,
-      { root: this.#o.root ?? hostRoot(), rootPid: tracked.pid },
+    const processes = paths.cpu === undefined ? undefined : readProcessCounts(
+      paths.cpu,
+      { root: this.#o.root ?? hostRoot(), rootPid: tracked.pid, access: this.#procAccess },
     );
     this.#logMissing(tracked.logged, target.id, cgroup.missing);
     // The cgroup went away (the container stopped, or was restarted under a new one): look
     // it up again next pass rather than read a dead path forever.
-    if (cgroup.cpu === undefined && cgroup.memory === undefined) tracked.paths = undefined;
+    if (cgroup.cpu === undefined && cgroup.memory === undefined) {
+      tracked.paths = undefined;
+      tracked.spec = tracked.specAt = undefined;
+    }
     const prev = tracked.last;
     tracked.last = withRate(prev, {
       time,
@@ -266,6 +294,35 @@ export class Cadvisor {
       processes,
     });
     this.#schedule(tracked, prev, tracked.last);
+  }
+
+  /**
+   * Completes a sample's details with the cgroup's spec and creation time: kept from an earlier
+   * sample of the same cgroup unless {@link SPEC_REFRESH_MS} passed or the memory limit moved.
+   */
+  #withSpec(tracked: Tracked, cgroup: CgroupSample, time: number): void {
+    if (cgroup.detail === undefined) return;
+    const limitMoved = tracked.last !== undefined &&
+      tracked.last.cgroup.memory?.limitBytes !== cgroup.memory?.limitBytes;
+    if (
+      tracked.spec === undefined || tracked.specAt === undefined || limitMoved ||
+      time - tracked.specAt >= SPEC_REFRESH_MS
+    ) {
+      const paths = tracked.paths!;
+      // The creation time is the cgroup's for good; a cgroup found again starts over.
+      const fresh = readCgroupSpec(paths, isCgroup2Only(paths), {
+        creationTime: tracked.spec === undefined,
+      });
+      tracked.spec = {
+        spec: fresh.spec,
+        creationTimeMs: tracked.spec === undefined
+          ? fresh.creationTimeMs
+          : tracked.spec.creationTimeMs,
+      };
+      tracked.specAt = time;
+    }
+    cgroup.detail.spec = tracked.spec.spec;
+    cgroup.detail.creationTimeMs = tracked.spec.creationTimeMs;
   }
 
   /**

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { buildCgroupFixture, type FixtureCgroup } from "../testing/cgroup_fixtures.ts";
-import { Cadvisor, type CadvisorOptions, type SampleTarget } from "./cadvisor.ts";
+import { Cadvisor, type CadvisorOptions, type SampleTarget, SPEC_REFRESH_MS } from "./cadvisor.ts";
 import { detectCgroupLayout } from "../cm/cgroup_layout.ts";
 import { FakeClock } from "../util/clock.ts";
 import { createLogger } from "../klog/klog.ts";
@@ -107,6 +107,38 @@ Deno.test("Cadvisor drops containers that stopped and tolerates a vanished cgrou
   await w.cadvisor.housekeep();
   assert.equal(w.cadvisor.trackedCount, 1);
   assert.equal(w.cadvisor.latest("b"), undefined);
+});
+
+Deno.test("Cadvisor keeps a container's spec for a minute unless its memory limit moves, and its creation time for good", async () => {
+  await using w = await world();
+  const shares = join(w.root, "sys/fs/cgroup/cpu", A, "cpu.shares");
+  const dir = join(w.root, "sys/fs/cgroup/cpu", A);
+  await w.cadvisor.housekeep();
+  const first = w.cadvisor.latest("a")!.cgroup.detail!;
+  assert.equal(first.spec.cpuShares, 1024);
+  assert.ok(first.creationTimeMs !== undefined);
+
+  // A resize of CPU alone shows within SPEC_REFRESH_MS; the creation time is not read again.
+  await Deno.writeTextFile(shares, "2048\n");
+  await Deno.utime(dir, 1_000, 1_000);
+  w.clock.step(10_000);
+  await w.cadvisor.housekeep();
+  assert.equal(w.cadvisor.latest("a")!.cgroup.detail!.spec.cpuShares, 1024, "kept");
+  w.clock.step(SPEC_REFRESH_MS);
+  await w.cadvisor.housekeep();
+  const later = w.cadvisor.latest("a")!.cgroup.detail!;
+  assert.equal(later.spec.cpuShares, 2048, "read again after a minute");
+  assert.equal(later.creationTimeMs, first.creationTimeMs);
+
+  // A memory limit that moved takes the whole spec again at once.
+  await w.rebuild([{ ...cgroup(A, 1_000_000_000n), limit: 2 ** 30 }, cgroup(B, 0n)]);
+  await Deno.writeTextFile(shares, "4096\n");
+  w.clock.step(10_000);
+  await w.cadvisor.housekeep();
+  const moved = w.cadvisor.latest("a")!.cgroup;
+  assert.equal(moved.memory?.limitBytes, 2 ** 30);
+  assert.equal(moved.detail!.spec.memoryLimit, 2 ** 30);
+  assert.equal(moved.detail!.spec.cpuShares, 4096);
 });
 
 Deno.test("Cadvisor logs a container whose pid the runtime cannot give once, and goes on", async () => {

@@ -14,7 +14,7 @@
  * creation time).
  */
 
-import { readCgroupFile } from "./_cgroup_read.ts";
+import { SampleReads } from "./_cgroup_read.ts";
 import { type PsiStats, readPsi } from "./psi_stats.ts";
 
 /** Directories of one cgroup, as `cgroup_stats.ts` reads them, plus the blkio controller's. */
@@ -105,44 +105,45 @@ const NS_PER_TICK = 10_000_000;
 /** v2's "max" as cAdvisor's readUInt64 returns it (math.MaxUint64). */
 const MAX_UINT64 = 18446744073709551615;
 
-/** `key value` lines into a map of numbers (values above 2^53 lose precision, as float64). */
-function flat(text: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const line of text.split("\n")) {
-    const [k, v, extra] = line.trim().split(/\s+/);
-    if (k && v && extra === undefined && /^\d+$/.test(v)) out.set(k, Number(v));
-  }
-  return out;
-}
-
-function readText(dir: string | undefined, file: string): string | undefined {
+function readText(reads: SampleReads, dir: string | undefined, file: string): string | undefined {
   if (dir === undefined) return undefined;
-  const r = readCgroupFile(dir, file);
+  const r = reads.file(dir, file);
   return r.ok ? r.text.trim() : undefined;
 }
 
 /** A single number; "max" is 2^64-1 (cAdvisor's readUInt64); anything else undefined. */
-function readNumber(dir: string | undefined, file: string): number | undefined {
-  const t = readText(dir, file);
+function readNumber(reads: SampleReads, dir: string | undefined, file: string): number | undefined {
+  const t = readText(reads, dir, file);
   if (t === "max") return MAX_UINT64;
   return t !== undefined && /^\d+$/.test(t) ? Number(t) : undefined;
 }
 
-function readFlat(dir: string | undefined, file: string): Map<string, number> | undefined {
-  const t = readText(dir, file);
-  return t === undefined ? undefined : flat(t);
+/** A flat-keyed file as numbers (values above 2^53 lose precision, as float64). */
+function readFlat(
+  reads: SampleReads,
+  dir: string | undefined,
+  file: string,
+): { get(key: string): number | undefined } | undefined {
+  const keyed = reads.keyed(dir, file);
+  if (keyed === undefined) return undefined;
+  return {
+    get: (key) => {
+      const v = keyed.get(key);
+      return v === undefined ? undefined : Number(v);
+    },
+  };
 }
 
-function readCpu(paths: DetailPaths, v2: boolean): CpuDetail {
+function readCpu(paths: DetailPaths, v2: boolean, reads: SampleReads): CpuDetail {
   const out: CpuDetail = {};
-  const stat = readFlat(paths.cpu, "cpu.stat");
+  const stat = readFlat(reads, paths.cpu, "cpu.stat");
   if (v2) {
     const user = stat?.get("user_usec");
     const system = stat?.get("system_usec");
     if (user !== undefined) out.userNanoSeconds = user * 1000;
     if (system !== undefined) out.systemNanoSeconds = system * 1000;
   } else {
-    const ticks = readFlat(paths.cpuacct, "cpuacct.stat");
+    const ticks = readFlat(reads, paths.cpuacct, "cpuacct.stat");
     const user = ticks?.get("user");
     const system = ticks?.get("system");
     if (user !== undefined) out.userNanoSeconds = user * NS_PER_TICK;
@@ -167,9 +168,9 @@ function readCpu(paths: DetailPaths, v2: boolean): CpuDetail {
   return out;
 }
 
-function readMemory(paths: DetailPaths, v2: boolean): MemoryDetail {
+function readMemory(paths: DetailPaths, v2: boolean, reads: SampleReads): MemoryDetail {
   const dir = paths.memory;
-  const stat = readFlat(dir, "memory.stat");
+  const stat = readFlat(reads, dir, "memory.stat");
   const out: MemoryDetail = {};
   const pick = (field: keyof MemoryDetail, key: string) => {
     const v = stat?.get(key);
@@ -180,11 +181,11 @@ function readMemory(paths: DetailPaths, v2: boolean): MemoryDetail {
     pick("mappedFileBytes", "file_mapped");
     pick("activeFileBytes", "active_file");
     pick("inactiveFileBytes", "inactive_file");
-    const swap = readNumber(dir, "memory.swap.current");
+    const swap = readNumber(reads, dir, "memory.swap.current");
     if (swap !== undefined) out.swapBytes = swap;
-    const peak = readNumber(dir, "memory.peak");
+    const peak = readNumber(reads, dir, "memory.peak");
     if (peak !== undefined) out.maxUsageBytes = peak;
-    const events = readFlat(dir, "memory.events");
+    const events = readFlat(reads, dir, "memory.events");
     const max = events?.get("max");
     if (max !== undefined) out.failcnt = max;
   } else {
@@ -194,20 +195,20 @@ function readMemory(paths: DetailPaths, v2: boolean): MemoryDetail {
     pick("swapBytes", "total_swap");
     pick("activeFileBytes", "total_active_file");
     pick("inactiveFileBytes", "total_inactive_file");
-    const failcnt = readNumber(dir, "memory.failcnt");
+    const failcnt = readNumber(reads, dir, "memory.failcnt");
     if (failcnt !== undefined) out.failcnt = failcnt;
-    const max = readNumber(dir, "memory.max_usage_in_bytes");
+    const max = readNumber(reads, dir, "memory.max_usage_in_bytes");
     if (max !== undefined) out.maxUsageBytes = max;
-    const kernel = readNumber(dir, "memory.kmem.usage_in_bytes");
+    const kernel = readNumber(reads, dir, "memory.kmem.usage_in_bytes");
     if (kernel !== undefined) out.kernelUsageBytes = kernel;
   }
   return out;
 }
 
-function readOomKills(paths: DetailPaths, v2: boolean): number | undefined {
+function readOomKills(paths: DetailPaths, v2: boolean, reads: SampleReads): number | undefined {
   const map = v2
-    ? readFlat(paths.memory, "memory.events")
-    : readFlat(paths.memory, "memory.oom_control");
+    ? readFlat(reads, paths.memory, "memory.events")
+    : readFlat(reads, paths.memory, "memory.oom_control");
   return map?.get("oom_kill");
 }
 
@@ -254,17 +255,17 @@ export function parseIoStat(text: string): BlkioDevice[] {
  * v1: the CFQ/BFQ recursive files when the scheduler writes them, else the throttle ones, as
  * opencontainers/cgroups' fs blkio does; v2: io.stat.
  */
-function readBlkio(paths: DetailPaths, v2: boolean): BlkioDevice[] | undefined {
+function readBlkio(paths: DetailPaths, v2: boolean, reads: SampleReads): BlkioDevice[] | undefined {
   if (v2) {
-    const t = readText(paths.unified, "io.stat");
+    const t = readText(reads, paths.unified, "io.stat");
     return t === undefined ? undefined : parseIoStat(t);
   }
   const dir = paths.blkio;
-  let bytes = readText(dir, "blkio.io_service_bytes_recursive");
-  let ops = readText(dir, "blkio.io_serviced_recursive");
+  let bytes = readText(reads, dir, "blkio.io_service_bytes_recursive");
+  let ops = readText(reads, dir, "blkio.io_serviced_recursive");
   if (!bytes || !/\d+:\d+/.test(bytes)) {
-    bytes = readText(dir, "blkio.throttle.io_service_bytes_recursive");
-    ops = readText(dir, "blkio.throttle.io_serviced_recursive");
+    bytes = readText(reads, dir, "blkio.throttle.io_service_bytes_recursive");
+    ops = readText(reads, dir, "blkio.throttle.io_serviced_recursive");
   }
   if (bytes === undefined || ops === undefined) return undefined;
   const b = parseBlkio(bytes);
@@ -289,34 +290,34 @@ export function cpuWeightToShares(weight: number): number | undefined {
   return 2 + Math.floor(((weight - 1) * 262142) / 9999);
 }
 
-function readSpec(paths: DetailPaths, v2: boolean): CgroupSpec {
+function readSpec(paths: DetailPaths, v2: boolean, reads: SampleReads): CgroupSpec {
   const spec: CgroupSpec = {};
   const set = (field: keyof CgroupSpec, v: number | undefined) => {
     if (v !== undefined) spec[field] = v;
   };
   if (v2) {
-    const weight = readNumber(paths.cpu, "cpu.weight");
+    const weight = readNumber(reads, paths.cpu, "cpu.weight");
     if (weight !== undefined && weight > 0) set("cpuShares", cpuWeightToShares(weight));
-    const max = readText(paths.cpu, "cpu.max")?.split(" ");
+    const max = readText(reads, paths.cpu, "cpu.max")?.split(" ");
     if (max?.length === 2) {
       set("cpuQuota", max[0] === "max" ? 0 : /^\d+$/.test(max[0]!) ? Number(max[0]) : undefined);
       set("cpuPeriod", /^\d+$/.test(max[1]!) ? Number(max[1]) : undefined);
     }
-    if (readText(paths.memory, "memory.max") !== undefined) {
-      set("memoryLimit", readNumber(paths.memory, "memory.max"));
-      set("memorySwapLimit", readNumber(paths.memory, "memory.swap.max") ?? 0);
-      set("memoryReservation", readNumber(paths.memory, "memory.min") ?? 0);
+    if (readText(reads, paths.memory, "memory.max") !== undefined) {
+      set("memoryLimit", readNumber(reads, paths.memory, "memory.max"));
+      set("memorySwapLimit", readNumber(reads, paths.memory, "memory.swap.max") ?? 0);
+      set("memoryReservation", readNumber(reads, paths.memory, "memory.min") ?? 0);
     }
   } else {
-    set("cpuShares", readNumber(paths.cpu, "cpu.shares"));
-    set("cpuPeriod", readNumber(paths.cpu, "cpu.cfs_period_us"));
-    const quota = readText(paths.cpu, "cpu.cfs_quota_us");
+    set("cpuShares", readNumber(reads, paths.cpu, "cpu.shares"));
+    set("cpuPeriod", readNumber(reads, paths.cpu, "cpu.cfs_period_us"));
+    const quota = readText(reads, paths.cpu, "cpu.cfs_quota_us");
     if (quota !== undefined) spec.cpuQuota = /^\d+$/.test(quota) ? Number(quota) : 0;
-    if (readText(paths.memory, "memory.limit_in_bytes") !== undefined) {
-      set("memoryLimit", readNumber(paths.memory, "memory.limit_in_bytes"));
+    if (readText(reads, paths.memory, "memory.limit_in_bytes") !== undefined) {
+      set("memoryLimit", readNumber(reads, paths.memory, "memory.limit_in_bytes"));
       // Without swap accounting the file is absent: cAdvisor reads 0.
-      set("memorySwapLimit", readNumber(paths.memory, "memory.memsw.limit_in_bytes") ?? 0);
-      set("memoryReservation", readNumber(paths.memory, "memory.soft_limit_in_bytes") ?? 0);
+      set("memorySwapLimit", readNumber(reads, paths.memory, "memory.memsw.limit_in_bytes") ?? 0);
+      set("memoryReservation", readNumber(reads, paths.memory, "memory.soft_limit_in_bytes") ?? 0);
     }
   }
   return spec;
@@ -353,6 +354,13 @@ export interface ReadCgroupDetailOptions {
   bootMs?: number;
   /** Read the spec and creation time too (they change rarely). @default true */
   spec?: boolean;
+  /** The sample's reads so far: a file the sample already read is not read again. */
+  reads?: SampleReads;
+}
+
+/** Every controller in one cgroup2 directory: a cgroup2-only host. */
+export function isCgroup2Only(paths: DetailPaths): boolean {
+  return paths.unified !== undefined && paths.cpu === paths.unified;
 }
 
 /** Reads one cgroup's details; `v2` for a cgroup2-only host (see the module documentation). */
@@ -361,12 +369,13 @@ export function readCgroupDetail(
   v2: boolean,
   opts: ReadCgroupDetailOptions = {},
 ): CgroupDetail {
+  const reads = opts.reads ?? new SampleReads();
   const detail: CgroupDetail = {
-    cpu: readCpu(paths, v2),
-    memory: readMemory(paths, v2),
-    oomKills: readOomKills(paths, v2),
-    blkio: readBlkio(paths, v2),
-    spec: opts.spec === false ? {} : readSpec(paths, v2),
+    cpu: readCpu(paths, v2, reads),
+    memory: readMemory(paths, v2, reads),
+    oomKills: readOomKills(paths, v2, reads),
+    blkio: readBlkio(paths, v2, reads),
+    spec: {},
   };
   if (v2 && paths.unified !== undefined) {
     detail.psi = {
@@ -375,6 +384,22 @@ export function readCgroupDetail(
       io: readPsi(paths.unified, "io.pressure"),
     };
   }
-  if (opts.spec !== false) detail.creationTimeMs = creationTime(paths, v2, opts.bootMs);
+  if (opts.spec !== false) {
+    Object.assign(detail, readCgroupSpec(paths, v2, { bootMs: opts.bootMs, reads }));
+  }
   return detail;
+}
+
+/**
+ * A cgroup's spec and creation time: the part of its details that changes only when its
+ * limits are updated (the spec) or never (the creation time), which a sampler may keep.
+ */
+export function readCgroupSpec(
+  paths: DetailPaths,
+  v2: boolean,
+  opts: { bootMs?: number; reads?: SampleReads; creationTime?: boolean } = {},
+): Pick<CgroupDetail, "spec" | "creationTimeMs"> {
+  const spec = readSpec(paths, v2, opts.reads ?? new SampleReads());
+  if (opts.creationTime === false) return { spec };
+  return { spec, creationTimeMs: creationTime(paths, v2, opts.bootMs) };
 }

@@ -14,8 +14,18 @@
  */
 
 import { type CgroupLayout, type CgroupPaths, cgroupPathsOf } from "../cm/cgroup_layout.ts";
-import { readCgroupFile, readNodeCpuFromProc, readNodeMemoryFromProc } from "./_cgroup_read.ts";
-import { type CgroupDetail, type DetailPaths, readCgroupDetail } from "./cgroup_detail.ts";
+import {
+  type FlatKeyed,
+  readNodeCpuFromProc,
+  readNodeMemoryFromProc,
+  SampleReads,
+} from "./_cgroup_read.ts";
+import {
+  type CgroupDetail,
+  type DetailPaths,
+  isCgroup2Only,
+  readCgroupDetail,
+} from "./cgroup_detail.ts";
 import { hostRoot } from "../privilege/host_root.ts";
 
 /** CPU accounting of a cgroup. */
@@ -58,6 +68,8 @@ export interface CgroupSample {
 export interface ReadCgroupSampleOptions {
   /** Read the details too (`cgroup_detail.ts`). @default true */
   detail?: boolean;
+  /** Read the details' spec and creation time too (see {@link ReadCgroupDetailOptions}). */
+  spec?: boolean;
   /** Boot time, ms, for the creation time's floor. */
   bootMs?: number;
 }
@@ -81,22 +93,6 @@ interface Part<T> {
   missing: string[];
 }
 
-/**
- * Parses a flat-keyed cgroup file (`key value` per line: memory.stat, cpu.stat). Lines that are
- * not a key and a non-negative integer are skipped.
- */
-export function parseFlatKeyed(text: string): Map<string, bigint> {
-  const out = new Map<string, bigint>();
-  for (const line of text.split("\n")) {
-    const space = line.indexOf(" ");
-    if (space <= 0) continue;
-    const value = line.slice(space + 1).trim();
-    if (!/^\d+$/.test(value)) continue;
-    out.set(line.slice(0, space), BigInt(value));
-  }
-  return out;
-}
-
 /** Parses a single-value cgroup file: a non-negative integer, "max", or undefined for anything
  * else. */
 export function parseMaxOrNumber(text: string): bigint | "max" | undefined {
@@ -116,15 +112,15 @@ function isUnified(paths: CgroupPaths, dir: string): boolean {
   return paths.unified !== undefined && dir === paths.unified;
 }
 
-function readCpu(paths: CgroupPaths): Part<CgroupCpu> {
+function readCpu(paths: CgroupPaths, reads: SampleReads): Part<CgroupCpu> {
   const v2 = paths.cpu !== undefined && isUnified(paths, paths.cpu);
   const dir = v2 ? paths.cpu : paths.cpuacct;
   if (dir === undefined) return { missing: ["cpu: no cgroup path (controller not mounted)"] };
   const file = v2 ? "cpu.stat" : "cpuacct.usage";
-  const read = readCgroupFile(dir, file);
+  const read = reads.file(dir, file);
   if (!read.ok) return { missing: [read.reason] };
   if (v2) {
-    const usec = parseFlatKeyed(read.text).get("usage_usec");
+    const usec = reads.keyed(dir, file)!.get("usage_usec");
     if (usec === undefined) return { missing: ["cpu.stat: no usage_usec"] };
     return { value: { usageCoreNanoSeconds: usec * 1000n }, missing: [] };
   }
@@ -142,7 +138,7 @@ function readCpu(paths: CgroupPaths): Part<CgroupCpu> {
  */
 function memoryFromStat(
   usage: bigint,
-  stat: ReadonlyMap<string, bigint>,
+  stat: FlatKeyed,
   v2: boolean,
   missing: string[],
 ): CgroupMemory {
@@ -166,15 +162,15 @@ function memoryFromStat(
   return memory;
 }
 
-function readMemory(paths: CgroupPaths): Part<CgroupMemory> {
+function readMemory(paths: CgroupPaths, reads: SampleReads): Part<CgroupMemory> {
   const dir = paths.memory;
   if (dir === undefined) return { missing: ["memory: no cgroup path (controller not mounted)"] };
   const v2 = isUnified(paths, dir);
   const usageFile = v2 ? "memory.current" : "memory.usage_in_bytes";
   const limitFile = v2 ? "memory.max" : "memory.limit_in_bytes";
-  const usageRead = readCgroupFile(dir, usageFile);
-  const statRead = readCgroupFile(dir, "memory.stat");
-  const limitRead = readCgroupFile(dir, limitFile);
+  const usageRead = reads.file(dir, usageFile);
+  const statRead = reads.file(dir, "memory.stat");
+  const limitRead = reads.file(dir, limitFile);
   if (!usageRead.ok || !statRead.ok || !limitRead.ok) {
     return { missing: [usageRead, statRead, limitRead].flatMap((r) => r.ok ? [] : [r.reason]) };
   }
@@ -184,7 +180,7 @@ function readMemory(paths: CgroupPaths): Part<CgroupMemory> {
     return { missing: [`${usageFile}: unexpected content ${shown(usageRead.text)}`] };
   }
   const missing: string[] = [];
-  const memory = memoryFromStat(usage, parseFlatKeyed(statRead.text), v2, missing);
+  const memory = memoryFromStat(usage, reads.keyed(dir, "memory.stat")!, v2, missing);
   const limit = parseMaxOrNumber(limitRead.text);
   if (limit === undefined) {
     missing.push(`${limitFile}: unexpected content ${shown(limitRead.text)}`);
@@ -194,14 +190,14 @@ function readMemory(paths: CgroupPaths): Part<CgroupMemory> {
   return { value: memory, missing };
 }
 
-function readPids(paths: CgroupPaths): Part<CgroupPids> {
+function readPids(paths: CgroupPaths, reads: SampleReads): Part<CgroupPids> {
   const dir = paths.pids;
   if (dir === undefined) return { missing: ["pids: no cgroup path (controller not mounted)"] };
-  const currentRead = readCgroupFile(dir, "pids.current");
-  const maxRead = readCgroupFile(dir, "pids.max");
+  const currentRead = reads.file(dir, "pids.current");
+  const maxRead = reads.file(dir, "pids.max");
   if (!currentRead.ok && currentRead.notFound && isUnified(paths, dir)) {
     // The pids controller is not enabled here: count the processes, as runc's fs2 does.
-    const procs = readCgroupFile(dir, "cgroup.procs");
+    const procs = reads.file(dir, "cgroup.procs");
     if (!procs.ok) return { missing: [procs.reason] };
     const current = procs.text.split("\n").filter((l) => l.trim() !== "").length;
     return { value: { current }, missing: [] };
@@ -246,16 +242,16 @@ export function readCgroupSample(
   paths: DetailPaths,
   opts: ReadCgroupSampleOptions = {},
 ): CgroupSample {
-  const sample = sampleOf(readCpu(paths), readMemory(paths), readPids(paths));
+  const reads = new SampleReads();
+  const sample = sampleOf(readCpu(paths, reads), readMemory(paths, reads), readPids(paths, reads));
   if (opts.detail !== false && (sample.cpu || sample.memory)) {
-    sample.detail = readCgroupDetail(paths, isV2(paths), { bootMs: opts.bootMs });
+    sample.detail = readCgroupDetail(paths, isCgroup2Only(paths), {
+      bootMs: opts.bootMs,
+      spec: opts.spec,
+      reads,
+    });
   }
   return sample;
-}
-
-/** Every controller in one cgroup2 directory: a cgroup2-only host. */
-function isV2(paths: DetailPaths): boolean {
-  return paths.unified !== undefined && paths.cpu === paths.unified;
 }
 
 /**
@@ -272,27 +268,28 @@ export function readNodeSample(
 ): CgroupSample {
   const root = opts.root ?? hostRoot();
   const paths: DetailPaths = { ...cgroupPathsOf(layout, "/"), blkio: layout.v1.get("blkio") };
+  const reads = new SampleReads();
   let sample: CgroupSample;
   if (layout.mode !== "v2" || paths.unified === undefined) {
-    sample = sampleOf(readCpu(paths), readMemory(paths));
+    sample = sampleOf(readCpu(paths, reads), readMemory(paths, reads));
   } else {
-    const fromCgroup = readCpu(paths);
+    const fromCgroup = readCpu(paths, reads);
     const cpu = fromCgroup.value
       ? fromCgroup
       : readNodeCpuFromProc(root, fromCgroup.missing.join("; "));
-    sample = sampleOf(cpu, readNodeMemoryV2(paths.unified, root));
+    sample = sampleOf(cpu, readNodeMemoryV2(paths.unified, root, reads));
   }
   if (opts.detail !== false) {
-    sample.detail = readCgroupDetail(paths, layout.mode === "v2", { bootMs: opts.bootMs });
+    sample.detail = readCgroupDetail(paths, layout.mode === "v2", { bootMs: opts.bootMs, reads });
   }
   return sample;
 }
 
 /** The cgroup2 root's memory from its memory.stat, else from /proc/meminfo. */
-function readNodeMemoryV2(dir: string, root: string): Part<CgroupMemory> {
-  const stat = readCgroupFile(dir, "memory.stat");
+function readNodeMemoryV2(dir: string, root: string, reads: SampleReads): Part<CgroupMemory> {
+  const stat = reads.file(dir, "memory.stat");
   if (!stat.ok) return readNodeMemoryFromProc(root, stat.reason);
-  const keys = parseFlatKeyed(stat.text);
+  const keys = reads.keyed(dir, "memory.stat")!;
   const anon = keys.get("anon");
   const file = keys.get("file");
   if (anon === undefined || file === undefined) {

@@ -8,12 +8,8 @@ import {
   detectCgroupLayout,
   parseProcCgroup,
 } from "../cm/cgroup_layout.ts";
-import {
-  parseFlatKeyed,
-  parseMaxOrNumber,
-  readCgroupSample,
-  readNodeSample,
-} from "./cgroup_stats.ts";
+import { parseMaxOrNumber, readCgroupSample, readNodeSample } from "./cgroup_stats.ts";
+import { FlatKeyed } from "./_cgroup_read.ts";
 import {
   buildCgroupFixture,
   FIXTURE_NODE,
@@ -70,11 +66,18 @@ async function withFixture(
   }
 }
 
-Deno.test("parseFlatKeyed reads key-value lines and skips garbage", () => {
-  const m = parseFlatKeyed(
-    "usage_usec 18446744073709551615\nnr_periods 0\n\nbad line here\nnovalue\nneg -1\nx 1.5\n",
+Deno.test("FlatKeyed reads key-value lines by key and skips garbage", () => {
+  const m = new FlatKeyed(
+    "usage_usec 18446744073709551615\nnr_periods 0\n\nbad line here\nnovalue\nneg -1\nx 1.5\n" +
+      "nr_throttled  7 \nthrottled_usec 12",
   );
-  assert.deepEqual([...m], [["usage_usec", 18446744073709551615n], ["nr_periods", 0n]]);
+  const keys = ["usage_usec", "nr_periods", "nr_throttled", "throttled_usec"];
+  assert.deepEqual(keys.map((k) => m.get(k)), [18446744073709551615n, 0n, 7n, 12n]);
+  for (const k of ["bad", "novalue", "neg", "x", "usage", "periods", "", "usec"]) {
+    assert.equal(m.get(k), undefined, k);
+  }
+  assert.equal(new FlatKeyed("\nuser 5\n").get("user"), 5n);
+  assert.equal(new FlatKeyed("").get("user"), undefined);
 });
 
 Deno.test("parseMaxOrNumber reads numbers and max, and rejects the rest", () => {
@@ -103,6 +106,34 @@ for (const mode of ["v1", "hybrid", "v2"] as const) {
         pids: { current: 7 },
         missing: [],
       });
+    });
+  });
+
+  Deno.test(`readCgroupSample ${mode} reads each file once, with its details, spec or not`, async () => {
+    await withFixture(mode, async ({ paths }) => {
+      const p = await paths(LIMITED.path);
+      const read = Deno.readTextFileSync;
+      const counts = new Map<string, number>();
+      Deno.readTextFileSync = (path: string | URL) => {
+        const name = String(path).split("/").at(-1)!;
+        counts.set(name, (counts.get(name) ?? 0) + 1);
+        return read(path);
+      };
+      try {
+        for (const spec of [true, false]) {
+          counts.clear();
+          const s = readCgroupSample(p, { spec });
+          assert.equal(s.detail?.memory.inactiveFileBytes, 100 * MiB);
+          assert.equal(s.detail?.spec.memoryLimit !== undefined, spec);
+          // memory.stat feeds the working set and the breakdown; the limit the sample and
+          // the spec; v2's cpu.stat the usage and user/system, memory.events failcnt and OOMs.
+          const twice = [...counts].filter(([, n]) => n > 1);
+          assert.deepEqual(twice, [], `read more than once: ${JSON.stringify(twice)}`);
+          assert.ok(counts.has("memory.stat"));
+        }
+      } finally {
+        Deno.readTextFileSync = read;
+      }
     });
   });
 

@@ -43,31 +43,44 @@ export function parseLimits(text: string): { name: string; soft: number }[] {
   return out;
 }
 
+/**
+ * What the permission sandbox refused: a Deno permission is not granted later, so a refused
+ * listing of `/proc/<pid>/fd` (or read of `/proc/<pid>/limits`) is not tried again for any
+ * process; the kernel's own refusals (another user's process) are per process and not kept.
+ */
+export interface ProcAccess {
+  fdRefused?: boolean;
+  limitsRefused?: boolean;
+}
+
 /** Options of {@link readProcessCounts}. */
 export interface ReadProcessCountsOptions {
   /** Root under which /proc is read. @default "/" */
   root?: string;
   /** The cgroup's first process, for ulimits (cAdvisor: only when the pid is known). */
   rootPid?: number;
+  /** Kept across calls by the caller: refusals of the sandbox, not asked again. */
+  access?: ProcAccess;
 }
 
 /**
  * Reads the process figures of the cgroup whose cpu directory is `cpuDir`; undefined when its
  * cgroup.procs cannot be read (the cgroup is gone).
  */
-export async function readProcessCounts(
+export function readProcessCounts(
   cpuDir: string,
   opts: ReadProcessCountsOptions = {},
-): Promise<ProcessCounts | undefined> {
+): ProcessCounts | undefined {
   const read = readCgroupFile(cpuDir, "cgroup.procs");
   if (!read.ok) return undefined;
   const pids = read.text.split("\n").filter((l) => /^\d+$/.test(l.trim()));
   const proc = join(opts.root ?? "/", "proc");
   const out: ProcessCounts = { processes: pids.length };
+  const access = opts.access ?? {};
   let fds = 0;
   let sockets = 0;
   let listed = pids.length === 0;
-  for (const pid of pids) {
+  for (const pid of access.fdRefused ? [] : pids) {
     const dir = join(proc, pid.trim(), "fd");
     let names: string[];
     try {
@@ -75,7 +88,11 @@ export async function readProcessCounts(
       // the cost of a promise per link on a host root with ~1500 descriptors.
       names = [];
       for (const e of Deno.readDirSync(dir)) names.push(e.name);
-    } catch {
+    } catch (e) {
+      if (e instanceof Deno.errors.NotCapable) {
+        access.fdRefused = true; // the sandbox's: every process's is refused
+        break;
+      }
       continue; // exited, or not ours to list
     }
     listed = true;
@@ -92,13 +109,12 @@ export async function readProcessCounts(
     out.fileDescriptors = fds;
     out.sockets = sockets;
   }
-  if (opts.rootPid !== undefined && opts.rootPid > 0) {
+  if (opts.rootPid !== undefined && opts.rootPid > 0 && !access.limitsRefused) {
     try {
-      out.ulimits = parseLimits(
-        await Deno.readTextFile(join(proc, String(opts.rootPid), "limits")),
-      );
-    } catch {
+      out.ulimits = parseLimits(Deno.readTextFileSync(join(proc, String(opts.rootPid), "limits")));
+    } catch (e) {
       // not readable here: left out
+      if (e instanceof Deno.errors.NotCapable) access.limitsRefused = true;
     }
   }
   return out;
