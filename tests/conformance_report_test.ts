@@ -6,6 +6,7 @@ import {
   readResultRows,
   renderComparison,
   renderResults,
+  type RowState,
 } from "./conformance_report.ts";
 import { main } from "./conformance_compare.ts";
 
@@ -147,20 +148,23 @@ const SETUP_FOR_ROWS = {
   command: "deno task conformance",
 };
 
+/** The rows of a kubeadm-topology record of 2026-12-07 (`agent` or `upstream`, then a suffix). */
+async function readKubeadmRecord(name: string): Promise<Map<string, RowState>> {
+  return readResultRows(
+    await Deno.readTextFile(
+      new URL(
+        `./results/conformance-2026-12-07-kubeadm-containerd-1.6.20-${name}.md`,
+        import.meta.url,
+      ),
+    ),
+  );
+}
+
 Deno.test("compareRuns of the kubeadm records finds nothing passing with Go only", async () => {
   // The records docs/status.md and README cite: the [Conformance] suite without [Serial] and
   // [Disruptive] on the two-node kubeadm cluster, both kubelets, 2026-12-07.
-  const read = async (agent: string) =>
-    readResultRows(
-      await Deno.readTextFile(
-        new URL(
-          `./results/conformance-2026-12-07-kubeadm-containerd-1.6.20-${agent}.md`,
-          import.meta.url,
-        ),
-      ),
-    );
-  const upstream = await read("upstream");
-  const ours = await read("agent");
+  const upstream = await readKubeadmRecord("upstream");
+  const ours = await readKubeadmRecord("agent");
   assert.equal(upstream.size, 417);
   assert.equal(ours.size, 417);
   const c = compareRuns(ours, upstream);
@@ -170,6 +174,23 @@ Deno.test("compareRuns of the kubeadm records finds nothing passing with Go only
     "Aggregator",
     "ImageVolume",
   ]);
+});
+
+Deno.test("the kubeadm records' [Serial] specs, [Disruptive] among them, pass with both kubelets", async () => {
+  // The rest of the [Conformance] suite on the same cluster: the specs the run above skipped.
+  const upstream = await readKubeadmRecord("upstream-serial");
+  const ours = await readKubeadmRecord("agent-serial");
+  for (const rows of [ours, upstream]) {
+    assert.equal(rows.size, 29);
+    assert.ok([...rows.keys()].every((s) => s.includes("[Serial]") && s.includes("[Conformance]")));
+    assert.equal([...rows.keys()].filter((s) => s.includes("[Disruptive]")).length, 2);
+  }
+  const c = compareRuns(ours, upstream);
+  assert.deepEqual(c.regressions, []);
+  assert.equal(c.bothPassed, 29);
+  // With the run above: every [Conformance] spec of v1.36 the harness lists, none twice.
+  const all = new Set([...(await readKubeadmRecord("agent")).keys(), ...ours.keys()]);
+  assert.equal(all.size, 417 + 29);
 });
 
 Deno.test("conformance-compare exits 0 without regressions, 1 with, 2 on bad usage", async () => {
