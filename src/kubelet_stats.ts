@@ -32,6 +32,7 @@ import {
   SYSTEM_CONTAINER_PODS,
 } from "./apis/stats_types.ts";
 import { getPodQOS } from "./qos/qos.ts";
+import type { V1Pod } from "@kubernetes/client-node";
 
 /** The sampler id of the kubepods cgroup (the "pods" system container). */
 const POD_CGROUPS_ID = "system:pods";
@@ -158,6 +159,22 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
   const targets = new Map<string, { pod: PodStatus; container?: api.ContainerStatus }>();
   /** Sandbox id to its image (the runtime's verbose status), for cAdvisor's image label. */
   const sandboxImages = new Map<string, string>();
+  // A pod's cgroup target is made once: its QoS class, hence its cgroup, is fixed for its life
+  // (the list is asked for at every housekeeping wake, once a second); dropped with the pod.
+  const podTargets = new Map<string, SampleTarget>();
+  const podTarget = (pod: V1Pod): SampleTarget => {
+    const uid = pod.metadata?.uid ?? "";
+    let target = podTargets.get(uid);
+    if (target === undefined) {
+      const qos = getPodQOS(pod);
+      const parts = qos === "Guaranteed"
+        ? ["kubepods", `pod${uid}`]
+        : ["kubepods", qos.toLowerCase(), `pod${uid}`];
+      target = { id: podCgroupId(uid), kind: "container", podUid: uid, cgroupPath: nameOf(parts) };
+      podTargets.set(uid, target);
+    }
+    return target;
+  };
   const cadvisor = new Cadvisor({
     layout,
     root: o.root,
@@ -177,19 +194,13 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
             cgroupPath: nameOf(["kubepods", qos]),
           });
         }
+        const seen = new Set<string>();
         for (const { pod } of o.pods()) {
-          const uid = pod.metadata?.uid ?? "";
-          const qos = getPodQOS(pod);
-          const parts = qos === "Guaranteed"
-            ? ["kubepods", `pod${uid}`]
-            : ["kubepods", qos.toLowerCase(), `pod${uid}`];
-          out.push({
-            id: podCgroupId(uid),
-            kind: "container",
-            podUid: uid,
-            cgroupPath: nameOf(parts),
-          });
+          const target = podTarget(pod);
+          seen.add(target.podUid);
+          out.push(target);
         }
+        for (const uid of podTargets.keys()) if (!seen.has(uid)) podTargets.delete(uid);
       }
       for (const pod of o.runtimePods()) {
         for (const s of pod.sandboxStatuses) {

@@ -76,7 +76,7 @@ async function world(podPath: string | undefined) {
     logger: createLogger({ write: () => {} }),
     root,
   });
-  return { stats, [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }) };
+  return { stats, pod, [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }) };
 }
 
 Deno.test("newKubeletStats reports a pod's own cgroup and the pods system container", async () => {
@@ -89,6 +89,19 @@ Deno.test("newKubeletStats reports a pod's own cgroup and the pods system contai
   assert.equal(pod.containers[0]?.cpu?.usageCoreNanoSeconds, 2_000_000_000);
   assert.deepEqual(s.node.systemContainers?.map((c) => c.name), ["pods"]);
   assert.equal(s.node.systemContainers?.[0]?.cpu?.usageCoreNanoSeconds, 9_000_000_000);
+});
+
+Deno.test("newKubeletStats works a pod's cgroup out once, not at every housekeeping wake", async () => {
+  await using w = await world(BURSTABLE_POD);
+  const spec = w.pod.spec;
+  let reads = 0;
+  Object.defineProperty(w.pod, "spec", { get: () => (reads++, spec) });
+  await w.stats.cadvisor.housekeep();
+  const once = reads;
+  assert.ok(once > 0, "the QoS class is read from the spec");
+  for (let i = 0; i < 3; i++) await w.stats.cadvisor.housekeep();
+  assert.equal(reads, once);
+  assert.equal(w.stats.provider.cpuAndMemory().pods[0]?.cpu?.usageCoreNanoSeconds, 5_000_000_000);
 });
 
 Deno.test("newKubeletStats adds up sandbox and containers while pods have no cgroup", async () => {

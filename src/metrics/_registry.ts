@@ -72,6 +72,9 @@ export interface MetricDeclaration {
 /** Called once per metric when a vector drops a label set for being full. */
 export type OverflowReporter = (metric: string, labels: Labels) => void;
 
+/** The labels of a metric without any. */
+const NO_LABELS: Labels = Object.freeze({});
+
 /** Shared by the three kinds: series by label values, and the checks on labels. */
 abstract class Metric<V> {
   readonly name: string;
@@ -94,18 +97,24 @@ abstract class Metric<V> {
 
   /** The series of `labels`, made on first use; undefined when the vector is full. */
   protected child(labels: Labels | undefined): { labels: Labels; value: V } | undefined {
-    const given = labels ?? {};
-    const names = Object.keys(given);
-    if (
-      names.length !== this.labelNames.length || this.labelNames.some((n) => !(n in given))
-    ) {
+    const given = labels ?? NO_LABELS;
+    // Checked and keyed without allocating but the key: observed at every sync and CRI call.
+    let key = "";
+    let givenCount = 0;
+    for (const _ in given) givenCount++;
+    let fits = givenCount === this.labelNames.length;
+    for (let i = 0; fits && i < this.labelNames.length; i++) {
+      const name = this.labelNames[i]!;
+      if (!(name in given)) fits = false;
+      else key = i === 0 ? given[name]! : `${key}\0${given[name]}`;
+    }
+    if (!fits) {
       throw new Error(
         `metric ${this.name} takes labels [${this.labelNames.join(", ")}]: got [${
-          names.join(", ")
+          Object.keys(given).join(", ")
         }]`,
       );
     }
-    const key = this.labelNames.map((n) => given[n]).join("\0");
     const known = this.series.get(key);
     if (known) return known;
     if (this.series.size >= MAX_SERIES) {

@@ -66,6 +66,10 @@ Deno.test("Metric refuses labels other than its label names and negative counter
   assert.throws(() => c.inc({ a: "1" }), /takes labels \[a, b\]: got \[a\]/);
   assert.throws(() => c.inc({ a: "1", c: "2" }), /takes labels/);
   assert.throws(() => c.inc({ a: "1", b: "2" }, -1), /cannot add -1/);
+  // Also once the series exists (the lookup that finds it checks the names too).
+  c.inc({ a: "1", b: "2" });
+  assert.throws(() => c.inc({ a: "1", b: "2", c: "3" }), /takes labels \[a, b\]: got \[a, b, c\]/);
+  assert.throws(() => c.inc({ a: "1", c: "2" }), /takes labels/);
   const g = new Gauge({ name: "g", help: "h" });
   assert.throws(() => g.set(1, { a: "1" }), /takes labels \[\]/);
   assert.throws(

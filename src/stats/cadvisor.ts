@@ -142,6 +142,8 @@ export class Cadvisor {
   #pass: Promise<void> | undefined;
   /** What /proc refused for good (the permission sandbox): not asked again. */
   readonly #procAccess: ProcAccess = {};
+  /** cgroup files this kernel does not make (v1 blkio without CFQ): not asked for again. */
+  readonly #absent = new Set<string>();
 
   /** The base housekeeping interval. */
   readonly #interval: number;
@@ -269,7 +271,7 @@ export class Cadvisor {
     }
     const time = this.#o.clock.now();
     const paths = tracked.paths!;
-    const cgroup = readCgroupSample(paths, { spec: false });
+    const cgroup = readCgroupSample(paths, { spec: false, absent: this.#absent });
     this.#withSpec(tracked, cgroup, time);
     const network = target.kind === "sandbox" && tracked.pid !== undefined
       ? await readNetworkStats(tracked.pid, { root: this.#o.root ?? hostRoot() })

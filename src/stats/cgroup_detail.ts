@@ -255,17 +255,29 @@ export function parseIoStat(text: string): BlkioDevice[] {
  * v1: the CFQ/BFQ recursive files when the scheduler writes them, else the throttle ones, as
  * opencontainers/cgroups' fs blkio does; v2: io.stat.
  */
-function readBlkio(paths: DetailPaths, v2: boolean, reads: SampleReads): BlkioDevice[] | undefined {
+function readBlkio(
+  paths: DetailPaths,
+  v2: boolean,
+  reads: SampleReads,
+  absent: Set<string> | undefined,
+): BlkioDevice[] | undefined {
   if (v2) {
     const t = readText(reads, paths.unified, "io.stat");
     return t === undefined ? undefined : parseIoStat(t);
   }
   const dir = paths.blkio;
-  let bytes = readText(reads, dir, "blkio.io_service_bytes_recursive");
-  let ops = readText(reads, dir, "blkio.io_serviced_recursive");
+  const cfq = !absent?.has(CFQ_BYTES);
+  let bytes = cfq ? readText(reads, dir, CFQ_BYTES) : undefined;
+  let ops = cfq ? readText(reads, dir, "blkio.io_serviced_recursive") : undefined;
   if (!bytes || !/\d+:\d+/.test(bytes)) {
     bytes = readText(reads, dir, "blkio.throttle.io_service_bytes_recursive");
     ops = readText(reads, dir, "blkio.throttle.io_serviced_recursive");
+    // Missing beside a throttle file that is there: the kernel has no CFQ or BFQ scheduler,
+    // for every cgroup; a failed read costs an error object, so it is not tried again.
+    if (cfq && absent && bytes !== undefined && dir !== undefined) {
+      const read = reads.file(dir, CFQ_BYTES);
+      if (!read.ok && read.notFound) absent.add(CFQ_BYTES);
+    }
   }
   if (bytes === undefined || ops === undefined) return undefined;
   const b = parseBlkio(bytes);
@@ -348,6 +360,9 @@ function creationTime(paths: DetailPaths, v2: boolean, bootMs: number | undefine
   return bootMs !== undefined && lowest < bootMs ? bootMs : lowest;
 }
 
+/** The CFQ scheduler's v1 blkio bytes file, which kernels without CFQ or BFQ do not make. */
+const CFQ_BYTES = "blkio.io_service_bytes_recursive";
+
 /** Options of {@link readCgroupDetail}. */
 export interface ReadCgroupDetailOptions {
   /** The host boots at this time, ms: creation times before it are raised to it. */
@@ -356,6 +371,11 @@ export interface ReadCgroupDetailOptions {
   spec?: boolean;
   /** The sample's reads so far: a file the sample already read is not read again. */
   reads?: SampleReads;
+  /**
+   * Names of files this kernel does not make for any cgroup, kept by the caller across
+   * samples: found once, then not asked for.
+   */
+  absent?: Set<string>;
 }
 
 /** Every controller in one cgroup2 directory: a cgroup2-only host. */
@@ -374,7 +394,7 @@ export function readCgroupDetail(
     cpu: readCpu(paths, v2, reads),
     memory: readMemory(paths, v2, reads),
     oomKills: readOomKills(paths, v2, reads),
-    blkio: readBlkio(paths, v2, reads),
+    blkio: readBlkio(paths, v2, reads, opts.absent),
     spec: {},
   };
   if (v2 && paths.unified !== undefined) {

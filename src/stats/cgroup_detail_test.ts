@@ -177,3 +177,38 @@ Deno.test("parseBlkio and parseIoStat skip totals and garbage", () => {
   assert.equal(cpuWeightToShares(100), 2 + Math.floor((99 * 262142) / 9999));
   assert.equal(cpuWeightToShares(0), undefined);
 });
+
+Deno.test("readCgroupDetail asks for the CFQ blkio files no more once the kernel lacks them", async () => {
+  await withDir(async (root) => {
+    const throttled = {
+      "blkio.throttle.io_service_bytes_recursive": "8:0 Read 4096\n8:0 Write 8192\nTotal 12288\n",
+      "blkio.throttle.io_serviced_recursive": "8:0 Read 1\n8:0 Write 2\nTotal 3\n",
+    };
+    // A kernel with CFQ writes the files even for a cgroup without I/O ("Total 0").
+    await write(`${root}/cfq/c`, { ...throttled, "blkio.io_service_bytes_recursive": "Total 0\n" });
+    await write(`${root}/none/c`, throttled);
+    const read = Deno.readTextFileSync;
+    const asked: string[] = [];
+    Deno.readTextFileSync = (path: string | URL) => {
+      asked.push(String(path));
+      return read(path);
+    };
+    try {
+      for (const kernel of ["cfq", "none"]) {
+        const absent = new Set<string>();
+        for (let i = 0; i < 3; i++) {
+          asked.length = 0;
+          const d = readCgroupDetail({ blkio: `${root}/${kernel}/c` }, false, { absent });
+          assert.deepEqual(d.blkio?.map((b) => [b.readBytes, b.writeBytes, b.reads]), [
+            [4096, 8192, 1],
+          ]);
+          const cfqAsked = asked.some((p) => p.endsWith("/blkio.io_service_bytes_recursive"));
+          assert.equal(cfqAsked, kernel === "cfq" || i === 0, `${kernel}, sample ${i}`);
+        }
+        assert.deepEqual([...absent], kernel === "cfq" ? [] : ["blkio.io_service_bytes_recursive"]);
+      }
+    } finally {
+      Deno.readTextFileSync = read;
+    }
+  });
+});

@@ -70,6 +70,8 @@ export interface ReadCgroupSampleOptions {
   detail?: boolean;
   /** Read the details' spec and creation time too (see {@link ReadCgroupDetailOptions}). */
   spec?: boolean;
+  /** Files this kernel does not make, kept across samples (see {@link ReadCgroupDetailOptions}). */
+  absent?: Set<string>;
   /** Boot time, ms, for the creation time's floor. */
   bootMs?: number;
 }
@@ -249,6 +251,7 @@ export function readCgroupSample(
       bootMs: opts.bootMs,
       spec: opts.spec,
       reads,
+      absent: opts.absent,
     });
   }
   return sample;
