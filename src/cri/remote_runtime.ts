@@ -9,6 +9,7 @@
 
 import * as api from "../../proto/runtime/v1/api.ts";
 import { type CriConnection, type CriMethod, criMethods } from "./connection.ts";
+import { isEmptyFilter, ReusingListCodec } from "./_list_reuse.ts";
 
 /** The CRI API version this kubelet speaks. */
 export const CRI_API_VERSION = "v1";
@@ -29,6 +30,29 @@ const S = criMethods(api.RuntimeServiceDefinition);
 export class RemoteRuntimeService {
   readonly #conn: CriConnection;
   readonly #timeout: number;
+  /**
+   * The unfiltered lists (the PLEG's relist each second, the garbage collectors'), decoded
+   * reusing the previous list's objects for the entries that did not change (`_list_reuse.ts`):
+   * the objects these lists return are shared between calls and must not be changed.
+   */
+  readonly #allSandboxes = {
+    ...S.listPodSandbox,
+    response: new ReusingListCodec({
+      response: api.ListPodSandboxResponse,
+      entry: api.PodSandbox,
+      field: 1,
+      wrap: (items) => ({ items }),
+    }),
+  };
+  readonly #allContainers = {
+    ...S.listContainers,
+    response: new ReusingListCodec({
+      response: api.ListContainersResponse,
+      entry: api.Container,
+      field: 1,
+      wrap: (containers) => ({ containers }),
+    }),
+  };
 
   constructor(opts: RemoteRuntimeOptions) {
     this.#conn = opts.connection;
@@ -88,7 +112,7 @@ export class RemoteRuntimeService {
     signal?: AbortSignal,
   ): Promise<api.PodSandbox[]> {
     return (await this.#unary(
-      S.listPodSandbox,
+      isEmptyFilter(filter) ? this.#allSandboxes : S.listPodSandbox,
       api.ListPodSandboxRequest.create({ filter }),
       signal,
     )).items;
@@ -144,7 +168,7 @@ export class RemoteRuntimeService {
     signal?: AbortSignal,
   ): Promise<api.Container[]> {
     return (await this.#unary(
-      S.listContainers,
+      isEmptyFilter(filter) ? this.#allContainers : S.listContainers,
       api.ListContainersRequest.create({ filter }),
       signal,
     )).containers;
