@@ -416,14 +416,20 @@ Deno.test("PodSyncer allocates devices before admitting a pod, gives them to its
     },
   };
   const devices: NonNullable<PodLifecycleOptions["devices"]> = {
+    // As the device manager: devices for a container that asked for them, none for the rest
+    // (the plain pod's container, which could otherwise be the one the lookup below finds).
     runContainerOptions: (p) =>
-      Promise.resolve({
-        envs: [{ name: "GPU", value: `gpu-of-${p.metadata!.name}` }],
-        mounts: [],
-        devices: [{ hostPath: "/dev/null", containerPath: "/dev/gpu0", permissions: "rw" }],
-        annotations: [],
-        cdiDevices: ["example.com/gpu=0"],
-      }),
+      Promise.resolve(
+        gpuLimit(p)
+          ? {
+            envs: [{ name: "GPU", value: `gpu-of-${p.metadata!.name}` }],
+            mounts: [],
+            devices: [{ hostPath: "/dev/null", containerPath: "/dev/gpu0", permissions: "rw" }],
+            annotations: [],
+            cdiDevices: ["example.com/gpu=0"],
+          }
+          : { envs: [], mounts: [], devices: [], annotations: [], cdiDevices: [] },
+      ),
     // The node has no example.com/gpu yet: admission sees what is allocated.
     sanitizeAllocatable: (a) => ({ ...a, "example.com/gpu": String(allocated.length) }),
     allocatedResourcesStatus: (p) =>

@@ -13,7 +13,7 @@
 
 import type { V1ResourceRequirements } from "@kubernetes/client-node";
 import { dirname, join } from "node:path";
-import { fnv1a32 } from "../kuberuntime/labels.ts";
+import { fnv1a32 } from "../util/fnv.ts";
 
 /** The checkpoint the allocation manager keeps (upstream allocatedPodsStateFile). */
 export const ALLOCATED_PODS_STATE_FILE = "allocated_pods_state";

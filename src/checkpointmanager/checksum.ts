@@ -11,7 +11,7 @@
  * and `github.com/davecgh/go-spew/spew/format.go`.
  */
 
-import { fnv1a32 } from "../kuberuntime/labels.ts";
+import { fnv1a32 } from "../util/fnv.ts";
 import { CorruptCheckpointError } from "./errors.ts";
 import type { GoValue } from "./go_value.ts";
 

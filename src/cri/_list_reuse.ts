@@ -7,11 +7,13 @@
  * dropped). {@link ReusingListCodec} splits a response into its entries without decoding them,
  * and an entry whose bytes equal one of the previous response's gets that response's object;
  * only new and changed entries are decoded. The objects are shared between calls: callers read
- * them and never change them (the lists' callers, the PLEG, the garbage collectors and the log
- * rotation, only read). Private to the CRI client (`remote_runtime.ts`).
+ * them and never change them (the lists' callers only read: the PLEG, the container and image
+ * garbage collectors, the log rotation, the resource managers' start). Private to the CRI client
+ * (`remote_runtime.ts`).
  */
 
 import type { Codec } from "./connection.ts";
+import { fnv1a32 } from "../util/fnv.ts";
 
 /** Wire type of a length-delimited field (protobuf). */
 const LENGTH_DELIMITED = 2;
@@ -20,13 +22,6 @@ const LENGTH_DELIMITED = 2;
 interface Kept<T> {
   readonly bytes: Uint8Array;
   readonly value: T;
-}
-
-/** FNV-1a, 32 bits, of `buf[start, end)`. */
-function hashOf(buf: Uint8Array, start: number, end: number): number {
-  let h = 0x811c9dc5;
-  for (let i = start; i < end; i++) h = Math.imul(h ^ buf[i]!, 0x01000193);
-  return h >>> 0;
 }
 
 function sameBytes(a: Uint8Array, buf: Uint8Array, start: number, end: number): boolean {
@@ -91,7 +86,7 @@ export class ReusingListCodec<R, T> implements Codec<R> {
     for (let i = 0; i < spans.length; i += 2) {
       const start = spans[i]!;
       const end = spans[i + 1]!;
-      const hash = hashOf(buf, start, end);
+      const hash = fnv1a32(buf.subarray(start, end));
       const old = this.#kept.get(hash);
       let entry: Kept<T>;
       if (old !== undefined && sameBytes(old.bytes, buf, start, end)) {

@@ -23,6 +23,7 @@ import type {
   V1Pod,
 } from "@kubernetes/client-node";
 import { goJsonString } from "../util/go_json.ts";
+import { fnv1a32 } from "../util/fnv.ts";
 
 /** Label with the pod's name, on sandboxes and containers. */
 export const KUBERNETES_POD_NAME_LABEL = "io.kubernetes.pod.name";
@@ -254,13 +255,6 @@ export function hashContainer(container: Pick<V1Container, "name" | "image">): n
   }}`;
   const bytes = new TextEncoder().encode(json);
   return fnv1a32(new TextEncoder().encode(`([]uint8)[${bytes.join(" ")}]`));
-}
-
-/** FNV-1a, 32 bits (Go's `hash/fnv.New32a`). */
-export function fnv1a32(bytes: Uint8Array): number {
-  let hash = 0x811c9dc5;
-  for (const b of bytes) hash = Math.imul(hash ^ b, 0x01000193);
-  return hash >>> 0;
 }
 
 function lookup(record: Readonly<Record<string, string>>, key: string): string | undefined {

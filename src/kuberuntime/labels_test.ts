@@ -12,7 +12,6 @@ import {
   CONTAINER_PORTS_LABEL,
   CONTAINER_PRE_STOP_HANDLER_LABEL,
   CONTAINER_RESTART_COUNT_LABEL,
-  fnv1a32,
   getContainerInfoFromAnnotations,
   getContainerInfoFromLabels,
   getPodSandboxInfoFromAnnotations,
@@ -366,11 +365,4 @@ Deno.test("hashContainer changes with name or image and with nothing else", () =
   assert.notEqual(hashContainer({ ...CONTAINER, image: "nginx:1.28" }), base);
   assert.notEqual(hashContainer({ ...CONTAINER, name: "web2" }), base);
   assert.equal(hashContainer({ name: "x" }), hashContainer({ name: "x", image: "" }));
-});
-
-Deno.test("fnv1a32 matches the FNV-1a reference vectors", () => {
-  const enc = new TextEncoder();
-  assert.equal(fnv1a32(enc.encode("")), 0x811c9dc5);
-  assert.equal(fnv1a32(enc.encode("a")), 0xe40c292c);
-  assert.equal(fnv1a32(enc.encode("foobar")), 0xbf9cf968);
 });

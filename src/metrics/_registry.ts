@@ -106,7 +106,7 @@ abstract class Metric<V> {
     for (let i = 0; fits && i < this.labelNames.length; i++) {
       const name = this.labelNames[i]!;
       if (!(name in given)) fits = false;
-      else key = i === 0 ? given[name]! : `${key}\0${given[name]}`;
+      else key = i === 0 ? String(given[name]) : `${key}\0${given[name]}`;
     }
     if (!fits) {
       throw new Error(

@@ -1,8 +1,10 @@
 /**
  * @module
- * Private helpers of `cgroup_stats.ts`: reading one cgroup or /proc file without throwing (a
- * failure becomes a reason naming the file), and the node's /proc fallbacks for a cgroup2 root
- * that lacks memory.stat or cpu.stat (/proc/meminfo, the /proc/stat cpu line).
+ * Private helpers of `cgroup_stats.ts` and `cgroup_detail.ts`: reading one cgroup or /proc file
+ * without throwing (a failure becomes a reason naming the file), a sample's reads that read each
+ * file once ({@link SampleReads}), flat-keyed files read by key ({@link FlatKeyed}), and the
+ * node's /proc fallbacks for a cgroup2 root that lacks memory.stat or cpu.stat (/proc/meminfo,
+ * the /proc/stat cpu line).
  *
  * The reads are synchronous. These files are made by the kernel from its counters when read:
  * a read never waits for a disk and takes microseconds, while Deno's async read adds a hop

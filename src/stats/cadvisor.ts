@@ -13,8 +13,9 @@
  * runtime's verbose status), and then costs a few small file reads per pass, each file read
  * once per sample; its creation time is read once and its spec (shares, quota, limits) again
  * after a minute or at once when its memory limit moves (cAdvisor reads the spec when asked, at
- * most every 5 s: a CPU-only resize shows in `container_spec_*` up to a minute later here). A
- * listing of `/proc/<pid>/fd` the permission sandbox refuses is not tried again. Samples of
+ * most every 5 s: a CPU-only resize shows in `container_spec_*` up to a minute later here).
+ * Other processes' `/proc/<pid>/fd` and `limits` are not asked for where they cannot be read
+ * (the sandbox's host view has none; a refusal of the permission sandbox is kept). Samples of
  * containers that are gone are dropped, so memory is bounded by what runs. Odd kernel data never
  * throws out of a pass: the value is omitted and the reason logged once per container. Reads
  * cgroups through `cgroup_stats.ts` (with `cgroup_detail.ts`), processes, open files and
@@ -33,6 +34,7 @@ import {
   parseProcCgroup,
 } from "../cm/cgroup_layout.ts";
 import { type CgroupSample, readCgroupSample, readNodeSample } from "./cgroup_stats.ts";
+import { SampleReads } from "./_cgroup_read.ts";
 import {
   type CgroupDetail,
   type DetailPaths,
@@ -224,13 +226,13 @@ export class Cadvisor {
 
     if (all || this.#nodeDue <= now) {
       this.#nodeDue = now + this.#interval;
-      const nodeCgroup = readNodeSample(layout, { root });
+      const nodeCgroup = readNodeSample(layout, { root, absent: this.#absent });
       const nodeNet = await readNodeNetworkStats({ root });
       const rootCpu = layout.v1.get("cpu") ?? layout.unified;
       const processes = rootCpu === undefined ? undefined : readProcessCounts(rootCpu, {
         root: root ?? hostRoot(),
         rootPid: 1,
-        access: this.#procAccess,
+        access: this.#access(),
       });
       this.#logMissing(this.#nodeLogged, "/", nodeCgroup.missing);
       this.#node = withRate(this.#node, {
@@ -271,14 +273,22 @@ export class Cadvisor {
     }
     const time = this.#o.clock.now();
     const paths = tracked.paths!;
-    const cgroup = readCgroupSample(paths, { spec: false, absent: this.#absent });
-    this.#withSpec(tracked, cgroup, time);
+    const reads = new SampleReads();
+    const cgroup = readCgroupSample(paths, { spec: false, absent: this.#absent, reads });
+    // CPU time that went back is a new cgroup at the same path (a pod's cgroup made again):
+    // its spec and creation time are read afresh.
+    const before = tracked.last?.cgroup.cpu?.usageCoreNanoSeconds;
+    const now = cgroup.cpu?.usageCoreNanoSeconds;
+    if (before !== undefined && now !== undefined && now < before) {
+      tracked.spec = tracked.specAt = undefined;
+    }
+    this.#withSpec(tracked, cgroup, time, reads);
     const network = target.kind === "sandbox" && tracked.pid !== undefined
       ? await readNetworkStats(tracked.pid, { root: this.#o.root ?? hostRoot() })
       : undefined;
     const processes = paths.cpu === undefined ? undefined : readProcessCounts(
       paths.cpu,
-      { root: this.#o.root ?? hostRoot(), rootPid: tracked.pid, access: this.#procAccess },
+      { root: this.#o.root ?? hostRoot(), rootPid: tracked.pid, access: this.#access() },
     );
     this.#logMissing(tracked.logged, target.id, cgroup.missing);
     // The cgroup went away (the container stopped, or was restarted under a new one): look
@@ -299,10 +309,22 @@ export class Cadvisor {
   }
 
   /**
+   * What /proc gives: under the host view the sandboxed agent reads /proc through
+   * (host_view.ts: named files only, the root set when the agent starts), no other process's
+   * fd/ or limits is there, and none is asked for.
+   */
+  #access(): ProcAccess {
+    if (this.#o.root === undefined && hostRoot() !== "/") {
+      this.#procAccess.fdRefused = this.#procAccess.limitsRefused = true;
+    }
+    return this.#procAccess;
+  }
+
+  /**
    * Completes a sample's details with the cgroup's spec and creation time: kept from an earlier
    * sample of the same cgroup unless {@link SPEC_REFRESH_MS} passed or the memory limit moved.
    */
-  #withSpec(tracked: Tracked, cgroup: CgroupSample, time: number): void {
+  #withSpec(tracked: Tracked, cgroup: CgroupSample, time: number, reads: SampleReads): void {
     if (cgroup.detail === undefined) return;
     const limitMoved = tracked.last !== undefined &&
       tracked.last.cgroup.memory?.limitBytes !== cgroup.memory?.limitBytes;
@@ -311,16 +333,14 @@ export class Cadvisor {
       time - tracked.specAt >= SPEC_REFRESH_MS
     ) {
       const paths = tracked.paths!;
-      // The creation time is the cgroup's for good; a cgroup found again starts over.
+      // The creation time is the cgroup's for good (read until known); a cgroup found again
+      // starts over.
+      const known = tracked.spec?.creationTimeMs;
       const fresh = readCgroupSpec(paths, isCgroup2Only(paths), {
-        creationTime: tracked.spec === undefined,
+        creationTime: known === undefined,
+        reads,
       });
-      tracked.spec = {
-        spec: fresh.spec,
-        creationTimeMs: tracked.spec === undefined
-          ? fresh.creationTimeMs
-          : tracked.spec.creationTimeMs,
-      };
+      tracked.spec = { spec: fresh.spec, creationTimeMs: known ?? fresh.creationTimeMs };
       tracked.specAt = time;
     }
     cgroup.detail.spec = tracked.spec.spec;

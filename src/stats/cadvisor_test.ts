@@ -5,6 +5,7 @@ import { Cadvisor, type CadvisorOptions, type SampleTarget, SPEC_REFRESH_MS } fr
 import { detectCgroupLayout } from "../cm/cgroup_layout.ts";
 import { FakeClock } from "../util/clock.ts";
 import { createLogger } from "../klog/klog.ts";
+import { setHostRoot } from "../privilege/host_root.ts";
 
 const A = "/k8s.io/aaaa";
 const B = "/k8s.io/bbbb";
@@ -130,15 +131,67 @@ Deno.test("Cadvisor keeps a container's spec for a minute unless its memory limi
   assert.equal(later.spec.cpuShares, 2048, "read again after a minute");
   assert.equal(later.creationTimeMs, first.creationTimeMs);
 
-  // A memory limit that moved takes the whole spec again at once.
+  // A memory limit that moved takes the whole spec again at once, the limit read once.
   await w.rebuild([{ ...cgroup(A, 1_000_000_000n), limit: 2 ** 30 }, cgroup(B, 0n)]);
   await Deno.writeTextFile(shares, "4096\n");
   w.clock.step(10_000);
-  await w.cadvisor.housekeep();
+  const limitReads = await countReads("memory.limit_in_bytes", () => w.cadvisor.housekeep());
   const moved = w.cadvisor.latest("a")!.cgroup;
   assert.equal(moved.memory?.limitBytes, 2 ** 30);
   assert.equal(moved.detail!.spec.memoryLimit, 2 ** 30);
   assert.equal(moved.detail!.spec.cpuShares, 4096);
+  assert.equal(moved.detail!.creationTimeMs, first.creationTimeMs, "the same cgroup");
+  // The node's root, a and b: the spec read after the sample reads none of its files again.
+  assert.equal(limitReads, 3);
+
+  // CPU time that went back: the cgroup was made again at the path; its creation time too.
+  await w.rebuild([cgroup(A, 1_000n), cgroup(B, 0n)]);
+  await Deno.utime(dir, 5_000, 5_000);
+  w.clock.step(10_000);
+  await w.cadvisor.housekeep();
+  assert.equal(w.cadvisor.latest("a")!.cgroup.detail!.creationTimeMs, 5_000_000);
+});
+
+/** How many times `fn` reads files named `name`. */
+async function countReads(name: string, fn: () => Promise<void>): Promise<number> {
+  const read = Deno.readTextFileSync;
+  let n = 0;
+  Deno.readTextFileSync = (path: string | URL) => {
+    if (String(path).endsWith(`/${name}`)) n++;
+    return read(path);
+  };
+  try {
+    await fn();
+  } finally {
+    Deno.readTextFileSync = read;
+  }
+  return n;
+}
+
+Deno.test("Cadvisor under the sandbox's host view lists no process's descriptors", async () => {
+  // hostRoot() is the view's directory there, which has named /proc files only.
+  await using w = await world("hybrid", { root: undefined });
+  const list = Deno.readDirSync;
+  const listed: string[] = [];
+  Deno.readDirSync = (path: string | URL) => {
+    listed.push(String(path));
+    return list(path);
+  };
+  // The container's cgroup holds a process whose descriptors a real /proc would list.
+  await Deno.writeTextFile(join(w.root, "sys/fs/cgroup/cpu", A, "cgroup.procs"), "4242\n");
+  setHostRoot(w.root);
+  try {
+    await w.cadvisor.housekeep();
+    w.clock.step(10_000);
+    await w.cadvisor.housekeep();
+  } finally {
+    setHostRoot("/");
+    Deno.readDirSync = list;
+  }
+  assert.ok(w.cadvisor.latest("a")?.cgroup.cpu, "sampled through the view");
+  assert.equal(w.cadvisor.latest("a")?.processes?.processes, 1);
+  assert.equal(w.cadvisor.latest("a")?.processes?.fileDescriptors, undefined);
+  assert.deepEqual(listed.filter((p) => p.endsWith("/fd")), []);
 });
 
 Deno.test("Cadvisor logs a container whose pid the runtime cannot give once, and goes on", async () => {

@@ -72,6 +72,8 @@ export interface ReadCgroupSampleOptions {
   spec?: boolean;
   /** Files this kernel does not make, kept across samples (see {@link ReadCgroupDetailOptions}). */
   absent?: Set<string>;
+  /** The reads of this sample, for a spec read after it to share (a new one by default). */
+  reads?: SampleReads;
   /** Boot time, ms, for the creation time's floor. */
   bootMs?: number;
 }
@@ -84,6 +86,8 @@ export interface ReadNodeSampleOptions {
   detail?: boolean;
   /** Boot time, ms, for the creation time's floor. */
   bootMs?: number;
+  /** Files this kernel does not make, kept across samples (see {@link ReadCgroupDetailOptions}). */
+  absent?: Set<string>;
 }
 
 /** Above this a memory limit means unlimited (the kernel rounds max int64 down to a page). */
@@ -244,7 +248,7 @@ export function readCgroupSample(
   paths: DetailPaths,
   opts: ReadCgroupSampleOptions = {},
 ): CgroupSample {
-  const reads = new SampleReads();
+  const reads = opts.reads ?? new SampleReads();
   const sample = sampleOf(readCpu(paths, reads), readMemory(paths, reads), readPids(paths, reads));
   if (opts.detail !== false && (sample.cpu || sample.memory)) {
     sample.detail = readCgroupDetail(paths, isCgroup2Only(paths), {
@@ -283,7 +287,11 @@ export function readNodeSample(
     sample = sampleOf(cpu, readNodeMemoryV2(paths.unified, root, reads));
   }
   if (opts.detail !== false) {
-    sample.detail = readCgroupDetail(paths, layout.mode === "v2", { bootMs: opts.bootMs, reads });
+    sample.detail = readCgroupDetail(paths, layout.mode === "v2", {
+      bootMs: opts.bootMs,
+      reads,
+      absent: opts.absent,
+    });
   }
   return sample;
 }
