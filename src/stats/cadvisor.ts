@@ -130,8 +130,7 @@ interface Tracked {
   /** Reasons already logged for this target. */
   readonly logged: Set<string>;
   /** The spec and creation time of the cgroup at `paths`, and when the spec was read. */
-  spec?: Pick<CgroupDetail, "spec" | "creationTimeMs">;
-  specAt?: number;
+  spec?: Pick<CgroupDetail, "spec" | "creationTimeMs"> & { readonly readAt: number };
 }
 
 /** Samples node and container cgroups; see the module documentation. */
@@ -279,9 +278,7 @@ export class Cadvisor {
     // its spec and creation time are read afresh.
     const before = tracked.last?.cgroup.cpu?.usageCoreNanoSeconds;
     const now = cgroup.cpu?.usageCoreNanoSeconds;
-    if (before !== undefined && now !== undefined && now < before) {
-      tracked.spec = tracked.specAt = undefined;
-    }
+    if (before !== undefined && now !== undefined && now < before) tracked.spec = undefined;
     this.#withSpec(tracked, cgroup, time, reads);
     const network = target.kind === "sandbox" && tracked.pid !== undefined
       ? await readNetworkStats(tracked.pid, { root: this.#o.root ?? hostRoot() })
@@ -295,7 +292,7 @@ export class Cadvisor {
     // it up again next pass rather than read a dead path forever.
     if (cgroup.cpu === undefined && cgroup.memory === undefined) {
       tracked.paths = undefined;
-      tracked.spec = tracked.specAt = undefined;
+      tracked.spec = undefined;
     }
     const prev = tracked.last;
     tracked.last = withRate(prev, {
@@ -329,8 +326,7 @@ export class Cadvisor {
     const limitMoved = tracked.last !== undefined &&
       tracked.last.cgroup.memory?.limitBytes !== cgroup.memory?.limitBytes;
     if (
-      tracked.spec === undefined || tracked.specAt === undefined || limitMoved ||
-      time - tracked.specAt >= SPEC_REFRESH_MS
+      tracked.spec === undefined || limitMoved || time - tracked.spec.readAt >= SPEC_REFRESH_MS
     ) {
       const paths = tracked.paths!;
       // The creation time is the cgroup's for good (read until known); a cgroup found again
@@ -340,8 +336,11 @@ export class Cadvisor {
         creationTime: known === undefined,
         reads,
       });
-      tracked.spec = { spec: fresh.spec, creationTimeMs: known ?? fresh.creationTimeMs };
-      tracked.specAt = time;
+      tracked.spec = {
+        spec: fresh.spec,
+        creationTimeMs: known ?? fresh.creationTimeMs,
+        readAt: time,
+      };
     }
     cgroup.detail.spec = tracked.spec.spec;
     cgroup.detail.creationTimeMs = tracked.spec.creationTimeMs;
