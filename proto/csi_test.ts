@@ -13,7 +13,6 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import {
   IdentityDefinition,
@@ -31,7 +30,7 @@ import {
   RegistrationStatus,
 } from "./pluginregistration/v1/api.ts";
 import { CriConnection, criMethods, GrpcCode, isCriCode } from "../src/cri/connection.ts";
-import { grpcService } from "../src/testing/grpc_service.ts";
+import { GrpcServer } from "../src/cri/grpc_server.ts";
 
 /** Go's bytes for each message below. */
 const GO = {
@@ -227,29 +226,26 @@ Deno.test("the generated service definitions give upstream's method paths", () =
 });
 
 /** A unary handler answering `reply(request)`, recording each request in `seen`. */
-function answer<Req, Res>(
-  reply: (req: Req) => Res,
-  seen: Req[] = [],
-): grpc.handleUnaryCall<Req, Res> {
-  return (call, cb) => {
-    seen.push(call.request);
-    cb(null, reply(call.request));
+function answer<Req, Res>(reply: (req: Req) => Res, seen: Req[] = []): (req: Req) => Res {
+  return (req) => {
+    seen.push(req);
+    return reply(req);
   };
 }
 
 Deno.test("CriConnection calls a plugin's Registration, Identity and Node services", async () => {
   const dir = await Deno.makeTempDir({ prefix: "csi-conn-" });
   const socket = join(dir, "csi.sock");
-  const server = new grpc.Server();
+  const server = await GrpcServer.listen({ path: socket, closeGracePeriodMs: 0 });
   try {
     const notified: RegistrationStatus[] = [];
     const staged: NodeStageVolumeRequest[] = [];
     const info = fromHex(GO.pluginInfo);
-    server.addService(grpcService(RegistrationDefinition), {
+    server.register(RegistrationDefinition, {
       getInfo: answer(() => PluginInfo.decode(info)),
       notifyRegistrationStatus: answer(() => ({}), notified),
     });
-    server.addService(grpcService(IdentityDefinition), {
+    server.register(IdentityDefinition, {
       getPluginInfo: answer(() => ({
         name: "ebs.csi.aws.com",
         vendorVersion: "v1.9.0",
@@ -258,17 +254,9 @@ Deno.test("CriConnection calls a plugin's Registration, Identity and Node servic
       probe: answer(() => ({ ready: false })),
     });
     // Node: only NodeStageVolume; the other methods are left unimplemented.
-    server.addService(grpcService(NodeDefinition), {
+    server.register(NodeDefinition, {
       nodeStageVolume: answer(() => ({}), staged),
     });
-    await new Promise<void>((resolve, reject) =>
-      server.bindAsync(
-        `unix://${socket}`,
-        grpc.ServerCredentials.createInsecure(),
-        (e) => e ? reject(e) : resolve(),
-      )
-    );
-
     // A plugin's endpoint in its PluginInfo is a plain path, which the connection accepts.
     const conn = new CriConnection({ endpoint: socket });
     const registration = criMethods(RegistrationDefinition);
@@ -300,7 +288,7 @@ Deno.test("CriConnection calls a plugin's Registration, Identity and Node servic
       conn.close();
     }
   } finally {
-    server.forceShutdown();
+    await server.close();
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -120,6 +120,12 @@ export interface ContainerdOptions {
   cniConfTemplate?: string;
   /** The CRI sandbox image (1.6 `sandbox_image`, 2.x pinned `sandbox`). @default SANDBOX_IMAGE */
   sandboxImage?: string;
+  /**
+   * `host:port` where containerd 1.6 also serves gRPC over cleartext TCP (`[grpc] tcp_address`,
+   * the CRI services on it): a grpc-go server for the TCP gRPC client's tests. Refused with
+   * containerd 2.x.
+   */
+  grpcTcpAddress?: string;
 }
 
 /** Paths of namespace files (e.g. `/run/netns/<name>`) that nsenter enters; each optional. */
@@ -264,7 +270,11 @@ export async function startContainerd(opts: ContainerdOptions): Promise<Containe
     registryConfigPath,
     cniConfTemplate: opts.cniConfTemplate,
     sandboxImage: opts.sandboxImage ?? SANDBOX_IMAGE,
+    grpcTcpAddress: opts.grpcTcpAddress,
   };
+  if (built && opts.grpcTcpAddress !== undefined) {
+    throw new Error("startContainerd: grpcTcpAddress is supported with containerd 1.6 only");
+  }
   await Deno.writeTextFile(
     configFile,
     built
@@ -708,12 +718,15 @@ async function processes(): Promise<{ pid: number; ppid: number; argv: string[] 
 }
 
 /**
- * The sections every config version shares: the gRPC and ttrpc sockets, the log level, and the
- * `opt` plugin's directory inside the instance.
+ * The sections every config version shares: the gRPC and ttrpc sockets (and gRPC's TCP address
+ * when there is one), the log level, and the `opt` plugin's directory inside the instance.
  */
-export function serverSections(dir: string, socket: string): string {
+export function serverSections(dir: string, socket: string, tcpAddress?: string): string {
   return `[grpc]
-  address = ${toml(socket)}
+  address = ${toml(socket)}${
+    tcpAddress === undefined ? "" : `
+  tcp_address = ${toml(tcpAddress)}`
+  }
 
 [ttrpc]
   address = ${toml(`${socket}.ttrpc`)}
@@ -791,6 +804,8 @@ function containerdConfig(
     /** The CNI `conf_template`, when there is one. */
     cniConfTemplate?: string;
     sandboxImage: string;
+    /** `[grpc] tcp_address`, with the CRI services served there too. */
+    grpcTcpAddress?: string;
   },
 ): string {
   const { dir, root, socket, cniConfDir } = args;
@@ -822,9 +837,12 @@ disabled_plugins = [
   "io.containerd.internal.v1.tracing",
 ]
 
-${serverSections(dir, socket)}
+${serverSections(dir, socket, args.grpcTcpAddress)}
 [${cri}]
-  sandbox_image = ${toml(args.sandboxImage)}
+  sandbox_image = ${toml(args.sandboxImage)}${
+    args.grpcTcpAddress === undefined ? "" : `
+  disable_tcp_service = false`
+  }
   # CAP_SYS_RESOURCE is missing here: a negative oom_score_adj fails and so would every sandbox.
   restrict_oom_score_adj = true
   enable_selinux = false

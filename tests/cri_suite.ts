@@ -7,9 +7,8 @@
  */
 
 import assert from "node:assert/strict";
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../proto/runtime/v1/api.ts";
-import { CriError } from "../src/cri/connection.ts";
+import { CriError, GrpcCode } from "../src/cri/connection.ts";
 import type { ImageManagerService } from "../src/cri/remote_image.ts";
 import type { RuntimeService } from "../src/cri/remote_runtime.ts";
 
@@ -128,7 +127,7 @@ export function registerCriSuite(
     }
     await assert.rejects(t.runtime.podSandboxStatus(id), (e: unknown) => {
       assert.ok(e instanceof CriError);
-      assert.equal(e.code, grpc.status.NOT_FOUND);
+      assert.equal(e.code, GrpcCode.NOT_FOUND);
       assert.equal(e.rpc, "RuntimeService/PodSandboxStatus");
       return true;
     });
@@ -174,7 +173,7 @@ export function registerCriSuite(
       await t.runtime.removeContainer(id);
       await assert.rejects(
         t.runtime.containerStatus(id),
-        (e: unknown) => e instanceof CriError && e.code === grpc.status.NOT_FOUND,
+        (e: unknown) => e instanceof CriError && e.code === GrpcCode.NOT_FOUND,
       );
       await t.runtime.removeContainer(id); // removing what is gone succeeds, as containerd does
     } finally {
@@ -202,7 +201,7 @@ export function registerCriSuite(
   test("a call on an unknown container fails NotFound with the RPC name", async (t) => {
     await assert.rejects(t.runtime.containerStatus("0".repeat(64)), (e: unknown) => {
       assert.ok(e instanceof CriError);
-      assert.equal(e.code, grpc.status.NOT_FOUND);
+      assert.equal(e.code, GrpcCode.NOT_FOUND);
       assert.match(
         e.message,
         /^RuntimeService\/ContainerStatus: rpc error: code = NotFound desc = /,
@@ -216,7 +215,7 @@ export function registerCriSuite(
     ctl.abort(new Error("stop"));
     await assert.rejects(
       t.runtime.version(undefined, ctl.signal),
-      (e: unknown) => e instanceof CriError && e.code === grpc.status.CANCELLED,
+      (e: unknown) => e instanceof CriError && e.code === GrpcCode.CANCELLED,
     );
   });
 }

@@ -3,9 +3,9 @@
  * The test suite's own CSI driver, a stand-in for kubernetes-csi/csi-driver-host-path's
  * `hostpathplugin` (its pkg/hostpath): the Go module proxy this suite builds from refuses
  * csi-driver-host-path (and node-driver-registrar, whose stand-in is tests/csi_registrar.ts) at
- * every version (see tests/csi_build.ts), so it cannot be built here. It is a grpc-js server on
- * a unix socket speaking the generated CSI v1 definitions (proto/csi/v1/csi.ts) through
- * src/testing/grpc_service.ts.
+ * every version (see tests/csi_build.ts), so it cannot be built here. It is a gRPC server
+ * (src/cri/grpc_server.ts) on a unix socket speaking the generated CSI v1 definitions
+ * (proto/csi/v1/csi.ts).
  *
  * {@link startHostPathDriver} serves Identity, Controller and Node with hostpath's semantics:
  * a volume is the directory `<dir>/volumes/<id>` (raw block: a sparse file of its capacity
@@ -25,9 +25,15 @@
 
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
-import { grpcService, serveGrpc } from "../src/testing/grpc_service.ts";
-import type { CriMethod, CriMethods, ServiceDefinition } from "../src/cri/connection.ts";
+import type { ServiceDefinition } from "../src/cri/connection.ts";
+import {
+  GrpcCode,
+  GrpcServer,
+  GrpcStatusError,
+  type ServiceHandlers,
+  type UnaryHandler,
+} from "../src/cri/grpc_server.ts";
+import { errorText } from "../src/util/errors.ts";
 import {
   ControllerDefinition,
   ControllerServiceCapability_RPC_Type,
@@ -98,7 +104,7 @@ export interface HostPathDriver extends AsyncDisposable {
   /** The condition NodeGetVolumeStats reports for volume `id` from now on. */
   setVolumeCondition(id: string, condition: VolumeCondition): void;
   /** Makes the next `times` calls of `method` (e.g. "NodeStageVolume") fail with `code`. */
-  failNext(method: string, code: grpc.status, message: string, times?: number): void;
+  failNext(method: string, code: GrpcCode, message: string, times?: number): void;
   /** Stops serving and removes the socket; volumes and mounts stay. Idempotent. */
   stop(): Promise<void>;
   /** Serves again on the same socket (a driver restart). */
@@ -111,14 +117,6 @@ const CSI_METHODS = new Set(
     Object.values(d.methods).map((m) => m.name)
   ),
 );
-
-/** A CSI call failing with a gRPC status. */
-class CsiError extends Error {
-  override name = "CsiError";
-  constructor(readonly code: grpc.status, message: string) {
-    super(message);
-  }
-}
 
 /** What the driver knows of one volume (hostpath's state.Volume). */
 interface VolumeState {
@@ -134,40 +132,38 @@ interface VolumeState {
   condition?: VolumeCondition;
 }
 
-type Handlers<D extends ServiceDefinition> = {
-  readonly [K in keyof CriMethods<D>]?: CriMethods<D>[K] extends CriMethod<infer Req, infer Res>
-    ? (request: Req) => Promise<Res> | Res
-    : never;
-};
+/** Handlers of some of a service's methods. */
+type Handlers<D extends ServiceDefinition> = Partial<ServiceHandlers<D>>;
 
 /**
- * The grpc-js implementation of every method of `definition`: each call goes through `around`
- * (which records it and may fail it), then to its handler; one without a handler is
- * UNIMPLEMENTED.
+ * Handlers for every method of `definition`: each call goes through `around` (which records it
+ * and may fail it), then to its handler; one without a handler is UNIMPLEMENTED, and a failure
+ * other than a gRPC status is INTERNAL.
  */
 function implementation<D extends ServiceDefinition>(
   definition: D,
   handlers: Handlers<D>,
   around: (method: string, request: unknown, run: () => Promise<unknown>) => Promise<unknown>,
-): grpc.UntypedServiceImplementation {
-  const out: grpc.UntypedServiceImplementation = {};
+): Handlers<D> {
+  const out: Record<string, UnaryHandler<unknown, unknown>> = {};
   for (const [key, m] of Object.entries(definition.methods)) {
-    const handler = (handlers as Record<string, ((r: unknown) => unknown) | undefined>)[key];
-    out[key] = (call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) => {
-      around(m.name, call.request, async () => {
-        if (!handler) throw new CsiError(grpc.status.UNIMPLEMENTED, `${m.name} is not implemented`);
-        return await handler(call.request);
-      }).then(
-        (res) => cb(null, res),
-        (e) => {
-          const code = e instanceof CsiError ? e.code : grpc.status.INTERNAL;
-          const details = e instanceof Error ? e.message : String(e);
-          cb(Object.assign(new Error(details), { code, details }));
-        },
-      );
+    const handler = (handlers as Record<string, UnaryHandler<unknown, unknown> | undefined>)[key];
+    out[key] = async (request, ctx) => {
+      try {
+        return await around(m.name, request, async () => {
+          if (!handler) {
+            throw new GrpcStatusError(GrpcCode.UNIMPLEMENTED, `${m.name} is not implemented`);
+          }
+          return await handler(request, ctx);
+        });
+      } catch (e) {
+        throw e instanceof GrpcStatusError
+          ? e
+          : new GrpcStatusError(GrpcCode.INTERNAL, errorText(e));
+      }
     };
   }
-  return out;
+  return out as Handlers<D>;
 }
 
 /** Runs a program; throws INTERNAL with its stderr when it fails. */
@@ -175,8 +171,8 @@ async function run(program: string, args: string[]): Promise<string> {
   const out = await new Deno.Command(program, { args, stdout: "piped", stderr: "piped" }).output();
   const dec = new TextDecoder();
   if (!out.success) {
-    throw new CsiError(
-      grpc.status.INTERNAL,
+    throw new GrpcStatusError(
+      GrpcCode.INTERNAL,
       `${program} ${args.join(" ")} exited ${out.code}: ${dec.decode(out.stderr).trim()}`,
     );
   }
@@ -207,17 +203,17 @@ async function loopDeviceOf(file: string): Promise<string | undefined> {
 
 function required(method: string, field: string, value: string): void {
   if (value === "") {
-    throw new CsiError(grpc.status.INVALID_ARGUMENT, `${method}: ${field} is missing`);
+    throw new GrpcStatusError(GrpcCode.INVALID_ARGUMENT, `${method}: ${field} is missing`);
   }
 }
 
 function capabilityRequired(method: string, cap: VolumeCapability | undefined): VolumeCapability {
   if (!cap) {
-    throw new CsiError(grpc.status.INVALID_ARGUMENT, `${method}: volume_capability is missing`);
+    throw new GrpcStatusError(GrpcCode.INVALID_ARGUMENT, `${method}: volume_capability is missing`);
   }
   if (cap.block && cap.mount) {
-    throw new CsiError(
-      grpc.status.INVALID_ARGUMENT,
+    throw new GrpcStatusError(
+      GrpcCode.INVALID_ARGUMENT,
       `${method}: volume_capability has both block and mount access types`,
     );
   }
@@ -228,8 +224,8 @@ function capabilityRequired(method: string, cap: VolumeCapability | undefined): 
 function accessTypeMatches(method: string, vol: VolumeState, cap: VolumeCapability): void {
   const wantsBlock = cap.block !== undefined;
   if (wantsBlock !== vol.block) {
-    throw new CsiError(
-      grpc.status.INVALID_ARGUMENT,
+    throw new GrpcStatusError(
+      GrpcCode.INVALID_ARGUMENT,
       `${method}: volume "${vol.id}" is a ${vol.block ? "block" : "mount"} volume, ` +
         `volume_capability asks for ${wantsBlock ? "block" : "mount"} access`,
     );
@@ -252,7 +248,7 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
     if (!(e instanceof Deno.errors.NotFound)) throw e;
   }
   const calls: DriverCall[] = [];
-  const failures = new Map<string, { code: grpc.status; message: string; times: number }>();
+  const failures = new Map<string, { code: GrpcCode; message: string; times: number }>();
   // One operation at a time: mounts and the state file are not safe to interleave.
   let queue: Promise<unknown> = Promise.resolve();
   const serialized = <T>(fn: () => Promise<T>): Promise<T> => {
@@ -265,7 +261,9 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
   const save = () => Deno.writeTextFile(stateFile, JSON.stringify([...volumes.values()], null, 1));
   const known = (method: string, id: string): VolumeState => {
     const vol = volumes.get(id);
-    if (!vol) throw new CsiError(grpc.status.NOT_FOUND, `${method}: volume_id "${id}" not found`);
+    if (!vol) {
+      throw new GrpcStatusError(GrpcCode.NOT_FOUND, `${method}: volume_id "${id}" not found`);
+    }
     return vol;
   };
 
@@ -278,8 +276,8 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
     ephemeral: boolean,
   ): Promise<VolumeState> => {
     if (id === "" || id === "." || id === ".." || id.includes("/")) {
-      throw new CsiError(
-        grpc.status.INVALID_ARGUMENT,
+      throw new GrpcStatusError(
+        GrpcCode.INVALID_ARGUMENT,
         `volume_id "${id}" cannot name a directory under ${volumesDir}`,
       );
     }
@@ -328,8 +326,8 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
     const req = Number(range?.requiredBytes ?? 0n);
     const limit = Number(range?.limitBytes ?? 0n);
     if (req < 0 || limit < 0 || (limit > 0 && req > limit)) {
-      throw new CsiError(
-        grpc.status.OUT_OF_RANGE,
+      throw new GrpcStatusError(
+        GrpcCode.OUT_OF_RANGE,
         `${method}: capacity_range required_bytes ${req} and limit_bytes ${limit} cannot be met`,
       );
     }
@@ -368,13 +366,16 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
         const m = "CreateVolume";
         required(m, "name", req.name);
         if (req.volumeCapabilities.length === 0) {
-          throw new CsiError(grpc.status.INVALID_ARGUMENT, `${m}: volume_capabilities is missing`);
+          throw new GrpcStatusError(
+            GrpcCode.INVALID_ARGUMENT,
+            `${m}: volume_capabilities is missing`,
+          );
         }
         for (const cap of req.volumeCapabilities) capabilityRequired(m, cap);
         const block = req.volumeCapabilities.some((c) => c.block !== undefined);
         if (block && req.volumeCapabilities.some((c) => c.mount !== undefined)) {
-          throw new CsiError(
-            grpc.status.INVALID_ARGUMENT,
+          throw new GrpcStatusError(
+            GrpcCode.INVALID_ARGUMENT,
             `${m}: volume_capabilities of "${req.name}" ask for both block and mount access`,
           );
         }
@@ -386,8 +387,8 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
             same.block !== block || same.capacityBytes < wanted ||
             (limit > 0 && same.capacityBytes > limit)
           ) {
-            throw new CsiError(
-              grpc.status.ALREADY_EXISTS,
+            throw new GrpcStatusError(
+              GrpcCode.ALREADY_EXISTS,
               `${m}: volume "${req.name}" exists as ${same.id} with ` +
                 `${same.block ? "block" : "mount"} access and ${same.capacityBytes} bytes`,
             );
@@ -405,8 +406,8 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
         const vol = volumes.get(req.volumeId);
         if (!vol) return {};
         if (vol.staged.length > 0 || vol.published.length > 0) {
-          throw new CsiError(
-            grpc.status.FAILED_PRECONDITION,
+          throw new GrpcStatusError(
+            GrpcCode.FAILED_PRECONDITION,
             `${m}: volume "${vol.id}" is still in use (staged at [${vol.staged}], ` +
               `published at [${vol.published}])`,
           );
@@ -419,7 +420,7 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
         const m = "ControllerExpandVolume";
         required(m, "volume_id", req.volumeId);
         if (!req.capacityRange) {
-          throw new CsiError(grpc.status.INVALID_ARGUMENT, `${m}: capacity_range is missing`);
+          throw new GrpcStatusError(GrpcCode.INVALID_ARGUMENT, `${m}: capacity_range is missing`);
         }
         const vol = known(m, req.volumeId);
         const wanted = capacityWithin(m, req.capacityRange);
@@ -439,7 +440,10 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
       const m = "ValidateVolumeCapabilities";
       required(m, "volume_id", req.volumeId);
       if (req.volumeCapabilities.length === 0) {
-        throw new CsiError(grpc.status.INVALID_ARGUMENT, `${m}: volume_capabilities is missing`);
+        throw new GrpcStatusError(
+          GrpcCode.INVALID_ARGUMENT,
+          `${m}: volume_capabilities is missing`,
+        );
       }
       const vol = known(m, req.volumeId);
       const wrong = req.volumeCapabilities.find((c) => (c.block !== undefined) !== vol.block);
@@ -481,8 +485,8 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
         required(m, "staging_target_path", req.stagingTargetPath);
         const cap = capabilityRequired(m, req.volumeCapability);
         if (!stageUnstage) {
-          throw new CsiError(
-            grpc.status.UNIMPLEMENTED,
+          throw new GrpcStatusError(
+            GrpcCode.UNIMPLEMENTED,
             `${m}: the driver does not have STAGE_UNSTAGE_VOLUME`,
           );
         }
@@ -492,8 +496,8 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
         // Raw block is staged by record only; a mount volume is bind-mounted there.
         if (!vol.block) {
           if (!(await exists(path))) {
-            throw new CsiError(
-              grpc.status.FAILED_PRECONDITION,
+            throw new GrpcStatusError(
+              GrpcCode.FAILED_PRECONDITION,
               `${m}: staging_target_path "${path}" does not exist (the CO creates it)`,
             );
           }
@@ -527,8 +531,8 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
         let vol = volumes.get(req.volumeId);
         if (ephemeral) {
           if (cap.block) {
-            throw new CsiError(
-              grpc.status.INVALID_ARGUMENT,
+            throw new GrpcStatusError(
+              GrpcCode.INVALID_ARGUMENT,
               `${m}: inline ephemeral volume "${req.volumeId}" cannot have block access`,
             );
           }
@@ -539,14 +543,14 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
         let source = volumePath(vol.id);
         if (stageUnstage && !vol.ephemeral) {
           if (req.stagingTargetPath === "") {
-            throw new CsiError(
-              grpc.status.FAILED_PRECONDITION,
+            throw new GrpcStatusError(
+              GrpcCode.FAILED_PRECONDITION,
               `${m}: staging_target_path is missing and the driver stages volumes`,
             );
           }
           if (!vol.staged.includes(req.stagingTargetPath)) {
-            throw new CsiError(
-              grpc.status.FAILED_PRECONDITION,
+            throw new GrpcStatusError(
+              GrpcCode.FAILED_PRECONDITION,
               `${m}: volume "${vol.id}" is not staged at staging_target_path ` +
                 `"${req.stagingTargetPath}" (staged at [${vol.staged}])`,
             );
@@ -603,8 +607,8 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
       required(m, "volume_path", req.volumePath);
       const vol = known(m, req.volumeId);
       if (!(await exists(req.volumePath))) {
-        throw new CsiError(
-          grpc.status.NOT_FOUND,
+        throw new GrpcStatusError(
+          GrpcCode.NOT_FOUND,
           `${m}: volume_path "${req.volumePath}" of volume "${vol.id}" does not exist`,
         );
       }
@@ -653,32 +657,25 @@ export async function startHostPathDriver(opts: HostPathDriverOptions): Promise<
     const fail = failures.get(method);
     if (fail) {
       if (--fail.times <= 0) failures.delete(method);
-      throw new CsiError(fail.code, fail.message);
+      throw new GrpcStatusError(fail.code, fail.message);
     }
     return await call();
   };
 
-  let server: grpc.Server | undefined;
+  let server: GrpcServer | undefined;
   const start = async () => {
     if (server) return;
-    server = await serveGrpc(opts.socket, (s) => {
-      s.addService(
-        grpcService(IdentityDefinition),
-        implementation(IdentityDefinition, identity, around),
-      );
-      s.addService(
-        grpcService(ControllerDefinition),
-        implementation(ControllerDefinition, controller, around),
-      );
-      s.addService(grpcService(NodeDefinition), implementation(NodeDefinition, node, around));
-    });
+    // A driver that stops drops its calls, as a killed process does.
+    const s = await GrpcServer.listen({ path: opts.socket, closeGracePeriodMs: 0 });
+    s.register(IdentityDefinition, implementation(IdentityDefinition, identity, around));
+    s.register(ControllerDefinition, implementation(ControllerDefinition, controller, around));
+    s.register(NodeDefinition, implementation(NodeDefinition, node, around));
+    server = s;
   };
   const stop = async () => {
     const s = server;
     server = undefined;
-    if (!s) return;
-    s.forceShutdown();
-    await Deno.remove(opts.socket).catch(() => {});
+    await s?.close();
   };
   const onAbort = () => void stop();
   opts.signal?.addEventListener("abort", onAbort, { once: true });

@@ -9,8 +9,7 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
-import { CriConnection, CriError, criMethods } from "../src/cri/connection.ts";
+import { CriConnection, CriError, criMethods, GrpcCode } from "../src/cri/connection.ts";
 import {
   ControllerDefinition,
   ControllerServiceCapability_RPC_Type,
@@ -196,7 +195,7 @@ Deno.test("HostPathDriver CreateVolume is idempotent by name; DeleteVolume remov
       ...req,
       capacityRange: { requiredBytes: 8192n, limitBytes: 0n },
     }));
-    assert.equal(bigger.code, grpc.status.ALREADY_EXISTS);
+    assert.equal(bigger.code, GrpcCode.ALREADY_EXISTS);
     assert.match(bigger.details, /"pvc-1" exists/);
     await conn.unary(controller.deleteVolume, { volumeId: first.volume.volumeId, secrets: {} });
     await assert.rejects(Deno.stat(path), Deno.errors.NotFound);
@@ -210,16 +209,16 @@ Deno.test("HostPathDriver fails with the spec's codes, naming the field and valu
     const unknown = await failure(
       conn.unary(node.nodeStageVolume, stageReq("nope", join(dir, "staging"))),
     );
-    assert.equal(unknown.code, grpc.status.NOT_FOUND);
+    assert.equal(unknown.code, GrpcCode.NOT_FOUND);
     assert.equal(unknown.details, 'NodeStageVolume: volume_id "nope" not found');
     const missing = await failure(conn.unary(node.nodePublishVolume, publishReq("v1", "")));
-    assert.equal(missing.code, grpc.status.INVALID_ARGUMENT);
+    assert.equal(missing.code, GrpcCode.INVALID_ARGUMENT);
     assert.equal(missing.details, "NodePublishVolume: target_path is missing");
     const noCap = await failure(conn.unary(node.nodeStageVolume, {
       ...stageReq("v1", join(dir, "staging")),
       volumeCapability: undefined,
     }));
-    assert.equal(noCap.code, grpc.status.INVALID_ARGUMENT);
+    assert.equal(noCap.code, GrpcCode.INVALID_ARGUMENT);
     assert.match(noCap.details, /volume_capability is missing/);
 
     await driver.createVolume("v1");
@@ -229,17 +228,17 @@ Deno.test("HostPathDriver fails with the spec's codes, naming the field and valu
         publishReq("v1", join(dir, "target"), { stagingTargetPath: join(dir, "staging") }),
       ),
     );
-    assert.equal(unstaged.code, grpc.status.FAILED_PRECONDITION);
+    assert.equal(unstaged.code, GrpcCode.FAILED_PRECONDITION);
     assert.match(unstaged.details, /volume "v1" is not staged at staging_target_path ".*staging"/);
     const noStaging = await failure(
       conn.unary(node.nodePublishVolume, publishReq("v1", join(dir, "target"))),
     );
-    assert.equal(noStaging.code, grpc.status.FAILED_PRECONDITION);
+    assert.equal(noStaging.code, GrpcCode.FAILED_PRECONDITION);
     assert.match(noStaging.details, /staging_target_path is missing/);
     const asBlock = await failure(
       conn.unary(node.nodeStageVolume, stageReq("v1", join(dir, "staging"), BLOCK)),
     );
-    assert.equal(asBlock.code, grpc.status.INVALID_ARGUMENT);
+    assert.equal(asBlock.code, GrpcCode.INVALID_ARGUMENT);
     assert.match(
       asBlock.details,
       /volume "v1" is a mount volume, volume_capability asks for block/,
@@ -249,17 +248,17 @@ Deno.test("HostPathDriver fails with the spec's codes, naming the field and valu
       volumePath: join(dir, "absent"),
       stagingTargetPath: "",
     }));
-    assert.equal(stats.code, grpc.status.NOT_FOUND);
+    assert.equal(stats.code, GrpcCode.NOT_FOUND);
     assert.match(stats.details, /volume_path ".*absent" of volume "v1" does not exist/);
   });
 });
 
 Deno.test("HostPathDriver failNext fails the next calls of a method, then serves again", async () => {
   await withDriver(async ({ driver, conn }) => {
-    driver.failNext("NodeGetInfo", grpc.status.UNAVAILABLE, "driver busy", 2);
+    driver.failNext("NodeGetInfo", GrpcCode.UNAVAILABLE, "driver busy", 2);
     for (let i = 0; i < 2; i++) {
       assert.deepEqual(await failure(conn.unary(node.nodeGetInfo, {})), {
-        code: grpc.status.UNAVAILABLE,
+        code: GrpcCode.UNAVAILABLE,
         details: "driver busy",
       });
     }
@@ -270,7 +269,7 @@ Deno.test("HostPathDriver failNext fails the next calls of a method, then serves
       "NodeGetInfo",
     ]);
     assert.throws(
-      () => driver.failNext("NodeGetInf", grpc.status.INTERNAL, "x"),
+      () => driver.failNext("NodeGetInf", GrpcCode.INTERNAL, "x"),
       /'NodeGetInf' is not a CSI method/,
     );
   });
@@ -283,7 +282,7 @@ Deno.test("HostPathDriver restarted (or started again on its directory) keeps it
     const stats = { volumeId: "kept", volumePath: path, stagingTargetPath: "" };
     await driver.stop();
     const down = await failure(conn.unary(node.nodeGetVolumeStats, stats));
-    assert.equal(down.code, grpc.status.UNAVAILABLE);
+    assert.equal(down.code, GrpcCode.UNAVAILABLE);
     await driver.start();
     const res = await conn.unary(node.nodeGetVolumeStats, stats);
     const bytes = res.usage.find((u) => u.unit === VolumeUsage_Unit.BYTES);
@@ -346,7 +345,7 @@ Deno.test({
         const staged = await failure(
           conn.unary(controller.deleteVolume, { volumeId: "vol-1", secrets: {} }),
         );
-        assert.equal(staged.code, grpc.status.FAILED_PRECONDITION);
+        assert.equal(staged.code, GrpcCode.FAILED_PRECONDITION);
 
         for (const t of [target, roTarget]) {
           await conn.unary(node.nodeUnpublishVolume, { volumeId: "vol-1", targetPath: t });

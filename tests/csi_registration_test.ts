@@ -6,7 +6,7 @@
  * while the CSINode lists the driver with its topology key and volume limit; the registrar is
  * told it is registered. Removing the registrar's socket takes it all away again.
  *
- * The registrar and the driver are the suite's own gRPC servers (grpc-js),
+ * The registrar and the driver are the suite's own gRPC servers (src/cri/grpc_server.ts),
  * tests/csi_registrar.ts and tests/csi_hostpath_driver.ts, speaking upstream's
  * pluginregistration v1 and CSI v1: the Go module proxy this suite builds from serves neither
  * node-driver-registrar nor any CSI node driver (csi-driver-host-path and livenessprobe are

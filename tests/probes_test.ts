@@ -198,9 +198,10 @@ e2e(
     let serving = true;
     // grpc.health.v1.Health/Check: the answer carries a status (1 = SERVING, 2 = NOT_SERVING)
     // in field 1.
-    using _server = await serveRawUnary({
-      address: `0.0.0.0:${port}`,
-      path: "/grpc.health.v1.Health/Check",
+    await using _server = await serveRawUnary({
+      hostname: "0.0.0.0",
+      port,
+      method: "/grpc.health.v1.Health/Check",
       reply: () => new Uint8Array([0x08, serving ? 1 : 2]),
     });
     // On the host network, the pod IP is the node's: the probe reaches this server.

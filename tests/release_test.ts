@@ -6,10 +6,10 @@
  * start reuses the extracted tree; a changed file (one that would change `--version`'s answer)
  * and a partial tree (half a runtime, a missing module) are found and extracted again; the tree
  * carries the npm packages the agent loads and not `@kubernetes/client-node`. As root, with
- * `unshare`, the first start and a lazily loaded module that needs grpc-js run in a network
- * namespace with no interface but loopback (skipped loudly without them, a failure when CI=true);
- * tests/release_offline_test.ts runs a whole node from the file that way. Only the host's
- * platform (linux-amd64) is built.
+ * `unshare`, the first start and a module the agent imports only when used (the pprof routes,
+ * with node:inspector) run in a network namespace with no interface but loopback (skipped loudly
+ * without them, a failure when CI=true); tests/release_offline_test.ts runs a whole node from the
+ * file that way. Only the host's platform (linux-amd64) is built.
  */
 
 import assert from "node:assert/strict";
@@ -161,15 +161,16 @@ Deno.test("the release file runs the agent offline, reuses and repairs its extra
 
     await t.step("the tree carries the npm packages the agent loads, not client-node", () => {
       const modules = join(dir, "app/node_modules");
-      for (const p of ["yaml", "@grpc/grpc-js", "@bufbuild/protobuf"]) {
+      for (const p of ["yaml", "@bufbuild/protobuf"]) {
         assert.ok(existsSync(join(modules, p, "package.json")), p);
       }
       assert.equal(existsSync(join(modules, "@kubernetes")), false);
+      assert.equal(existsSync(join(modules, "@grpc")), false);
       assert.equal(existsSync(join(modules, "@types")), false);
     });
 
     await t.step({
-      name: "with no network at all it starts, and loads grpc-js from its tree",
+      name: "with no network at all it starts, and loads a module imported when used from its tree",
       ignore: offline.ignore,
       fn: async () => {
         offline.check();
@@ -188,7 +189,7 @@ Deno.test("the release file runs the agent offline, reuses and repairs its extra
           "--allow-all",
           "--config",
           join(tree, "app/deno.json"),
-          join(tree, "app/src/prober/_probe_grpc.ts"),
+          join(tree, "app/src/server/pprof.ts"),
         ], { DENO_DIR: join(tree, "cache"), DENO_NO_UPDATE_CHECK: "1" });
         assert.equal(probe.code, 0, probe.stderr);
       },

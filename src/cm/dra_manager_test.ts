@@ -1,14 +1,11 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import type * as grpc from "@grpc/grpc-js";
 import type { ResourceV1ResourceClaim, V1Pod, V1PodResourceClaim } from "@kubernetes/client-node";
 import type { KubeClient } from "../client/kube_client.ts";
 import {
   type Claim,
   DRAPluginDefinition,
-  type NodePrepareResourcesRequest,
   type NodePrepareResourcesResponse,
-  type NodeUnprepareResourcesRequest,
   type NodeUnprepareResourcesResponse,
 } from "../../proto/dra/v1/api.ts";
 import {
@@ -18,7 +15,7 @@ import {
   type NodeWatchResourcesResponse,
 } from "../../proto/dra_health/v1alpha1/api.ts";
 import { FakeKubeGetter } from "../testing/fake_kube_getter.ts";
-import { grpcService, serveGrpc } from "../testing/grpc_service.ts";
+import { GrpcServer } from "../cri/grpc_server.ts";
 import { FakeClock } from "../util/clock.ts";
 import { createLogger } from "../klog/klog.ts";
 import { MetricsRegistry } from "../metrics/metrics.ts";
@@ -41,62 +38,56 @@ class FakeDriver {
   readonly unprepared: Claim[][] = [];
   /** Per claim name: an error to answer instead of devices. */
   readonly failures = new Map<string, string>();
-  /** The kubelet's open NodeWatchResources streams. */
-  readonly healthStreams = new Set<
-    grpc.ServerWritableStream<unknown, NodeWatchResourcesResponse>
-  >();
-  server?: grpc.Server;
+  /** The kubelet's open NodeWatchResources streams: a sender each. */
+  readonly healthStreams = new Set<(res: NodeWatchResourcesResponse) => void>();
+  server?: GrpcServer;
 
   /** Sends every open health stream this report of the driver's devices. */
   sendHealth(devices: DeviceHealth[]): void {
-    for (const s of this.healthStreams) s.write({ devices });
+    for (const send of this.healthStreams) send({ devices });
   }
 
   async serve(socket: string, fullName: string = DRAPluginDefinition.fullName): Promise<void> {
-    this.server = await serveGrpc(
-      socket,
-      (srv) => {
-        srv.addService(grpcService({ ...DRAPluginDefinition, fullName }), {
-          nodePrepareResources: (
-            call: grpc.ServerUnaryCall<NodePrepareResourcesRequest, unknown>,
-            cb: grpc.sendUnaryData<NodePrepareResourcesResponse>,
-          ) => {
-            this.prepared.push(call.request.claims);
-            const claims: NodePrepareResourcesResponse["claims"] = {};
-            for (const c of call.request.claims) {
-              claims[c.uid] = {
-                error: this.failures.get(c.name) ?? "",
-                devices: ["gpu", "nic"].map((req) => ({
-                  requestNames: [req],
-                  poolName: "node-a",
-                  deviceName: `device-${req}`,
-                  cdiDeviceIds: [`${DRIVER}/test=claim-${c.uid}-${req}`],
-                })),
-              };
-            }
-            cb(null, { claims });
-          },
-          nodeUnprepareResources: (
-            call: grpc.ServerUnaryCall<NodeUnprepareResourcesRequest, unknown>,
-            cb: grpc.sendUnaryData<NodeUnprepareResourcesResponse>,
-          ) => {
-            this.unprepared.push(call.request.claims);
-            const claims: NodeUnprepareResourcesResponse["claims"] = {};
-            for (const c of call.request.claims) claims[c.uid] = { error: "" };
-            cb(null, { claims });
-          },
-        });
-        srv.addService(grpcService(DRAResourceHealthDefinition), {
-          nodeWatchResources: (
-            call: grpc.ServerWritableStream<unknown, NodeWatchResourcesResponse>,
-          ) => {
-            this.healthStreams.add(call);
-            call.on("cancelled", () => this.healthStreams.delete(call));
-            call.on("close", () => this.healthStreams.delete(call));
-          },
-        });
+    // Stopped as a driver that exits: calls in flight are not waited for.
+    const server = await GrpcServer.listen({ path: socket, closeGracePeriodMs: 0 });
+    server.register({ ...DRAPluginDefinition, fullName }, {
+      nodePrepareResources: (request) => {
+        this.prepared.push(request.claims);
+        const claims: NodePrepareResourcesResponse["claims"] = {};
+        for (const c of request.claims) {
+          claims[c.uid] = {
+            error: this.failures.get(c.name) ?? "",
+            devices: ["gpu", "nic"].map((req) => ({
+              requestNames: [req],
+              poolName: "node-a",
+              deviceName: `device-${req}`,
+              cdiDeviceIds: [`${DRIVER}/test=claim-${c.uid}-${req}`],
+            })),
+          };
+        }
+        return { claims };
       },
-    );
+      nodeUnprepareResources: (request) => {
+        this.unprepared.push(request.claims);
+        const claims: NodeUnprepareResourcesResponse["claims"] = {};
+        for (const c of request.claims) claims[c.uid] = { error: "" };
+        return { claims };
+      },
+    });
+    server.register(DRAResourceHealthDefinition, {
+      nodeWatchResources: (_request, { signal }) =>
+        new ReadableStream({
+          start: (c) => {
+            const send = (res: NodeWatchResourcesResponse) => c.enqueue(res);
+            this.healthStreams.add(send);
+            signal.addEventListener("abort", () => {
+              this.healthStreams.delete(send);
+              c.close();
+            }, { once: true });
+          },
+        }),
+    });
+    this.server = server;
   }
 }
 
@@ -177,8 +168,12 @@ async function world(opts: Partial<DraManagerOptions> = {}): Promise<World> {
   });
   const registry = new MetricsRegistry();
   const metrics = new DraMetrics(registry);
-  const make = () =>
-    new DraManager({
+  // Every manager made, a restart's predecessor too: each one's health stream ends at disposal,
+  // before the directory goes (an old one can write dra_health_state once the driver closes: the
+  // removal failed "Directory not empty" now and then under parallel load).
+  const made: DraManager[] = [];
+  const make = () => {
+    const dra = new DraManager({
       clock: new FakeClock(),
       logger: createLogger({ write: () => {} }),
       metrics,
@@ -187,6 +182,9 @@ async function world(opts: Partial<DraManagerOptions> = {}): Promise<World> {
       stateDirectory: dir,
       ...opts,
     });
+    made.push(dra);
+    return dra;
+  };
   const w: World = {
     dir,
     socket,
@@ -198,8 +196,8 @@ async function world(opts: Partial<DraManagerOptions> = {}): Promise<World> {
     restart: () => w.dra = make(),
     register: (dra = w.dra) => dra.plugins.registerPlugin(DRIVER, socket, ["v1.DRAPlugin"], 10_000),
     async [Symbol.asyncDispose]() {
-      await w.dra.plugins.stop();
-      driver.server?.forceShutdown();
+      for (const dra of made) await dra.plugins.stop();
+      await driver.server?.close();
       await Deno.remove(dir, { recursive: true });
     },
   };
@@ -393,7 +391,7 @@ Deno.test("DraManager calls a v1beta1 plugin under its own service", async () =>
     assert.equal(beta.prepared.length, 1);
     assert.equal(w.driver.prepared.length, 0);
   } finally {
-    beta.server?.forceShutdown();
+    await beta.server?.close();
   }
 });
 

@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { CgroupManager } from "./cgroup_manager.ts";
 import { FakeClock } from "../util/clock.ts";
 import { KubeletMetrics } from "../metrics/metrics.ts";
-import { CriError } from "../cri/connection.ts";
+import { CriError, GrpcCode } from "../cri/connection.ts";
 import type { EventRecorder } from "../client/record.ts";
 import { FakeRuntimeService } from "../testing/fake_runtime_service.ts";
 import {
@@ -51,7 +50,7 @@ Deno.test("checkCgroupDriver keeps the configured driver when RuntimeConfig is u
     runtimeConfig: () => {
       calls++;
       return Promise.reject(
-        new CriError("RuntimeService/RuntimeConfig", grpc.status.UNIMPLEMENTED, "unknown method"),
+        new CriError("RuntimeService/RuntimeConfig", GrpcCode.UNIMPLEMENTED, "unknown method"),
       );
     },
   };
@@ -339,7 +338,7 @@ Deno.test("checkCgroupDriver sets kubelet_cri_losing_support only for a runtime 
   const old = {
     runtimeConfig: () =>
       Promise.reject(
-        new CriError("RuntimeService/RuntimeConfig", grpc.status.UNIMPLEMENTED, "unknown method"),
+        new CriError("RuntimeService/RuntimeConfig", GrpcCode.UNIMPLEMENTED, "unknown method"),
       ),
   };
   const m = new KubeletMetrics({ process: false });

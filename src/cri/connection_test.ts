@@ -160,10 +160,11 @@ Deno.test("CriConnection carries the runtime's code and percent-encoded message"
     });
   }));
 
-Deno.test("the running kubelet loads neither grpc-js nor node:http2 for its CRI client", async () => {
+Deno.test("the running kubelet loads neither grpc-js nor node:http2, gRPC probes included", async () => {
   // What the kubelet's worker loads to run (app/kubelet_command.ts imports the last two when it
-  // starts the kubelet) stays for as long as the kubelet runs; grpc-js comes only with the first
-  // gRPC probe (a dynamic import).
+  // starts the kubelet) stays for as long as the kubelet runs. node:http2 can abort the process
+  // (denoland/deno#36788): the CRI client, the plugin servers and the gRPC probe use our own
+  // HTTP/2.
   const loaded = new Set<string>();
   for (
     const entry of [
@@ -179,6 +180,8 @@ Deno.test("the running kubelet loads neither grpc-js nor node:http2 for its CRI 
       "/cri/connection.ts",
       "/cri/remote_runtime.ts",
       "/prober/prober.ts",
+      "/prober/_probe_grpc.ts",
+      "/cri/h2c_unary.ts",
       "/src/kubelet.ts",
     ]
   ) {
@@ -191,9 +194,9 @@ Deno.test("CriConnection fails a reply it cannot unmarshal as Internal, as grpc-
   const dir = await Deno.makeTempDir({ prefix: "cri-conn-" });
   // A runtime that answers Version with a truncated message: field 1, length 5, no bytes.
   const socket = join(dir, "cri.sock");
-  using _server = await serveRawUnary({
-    address: `unix://${socket}`,
-    path: "/runtime.v1.RuntimeService/Version",
+  await using _server = await serveRawUnary({
+    socket,
+    method: "/runtime.v1.RuntimeService/Version",
     reply: () => Uint8Array.of(0x0a, 5),
   });
   const conn = new CriConnection({ endpoint: `unix://${socket}` });

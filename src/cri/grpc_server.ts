@@ -93,22 +93,32 @@ const DEADLINE = () => new GrpcStatusError(GrpcCode.DEADLINE_EXCEEDED, "context 
 const STOPPED = () =>
   new GrpcStatusError(GrpcCode.UNAVAILABLE, "grpc: the server has been stopped");
 
-/** A gRPC server listening on a unix socket. */
+/** A gRPC server listening on a unix socket (or, for tests of TCP clients, a TCP port). */
 export class GrpcServer {
+  /** Where it listens: the socket's path, or "host:port" for {@link GrpcServer.serveTcp}. */
   readonly path: string;
   readonly #listener: Deno.Listener;
+  /** The socket file to remove at close; none for TCP. */
+  readonly #socketFile?: string;
   readonly #routes = new Map<string, Route>();
   readonly #services = new Set<string>();
   readonly #connections = new Set<H2Connection>();
   readonly #calls = new Set<ServerCall>();
   readonly #opts: GrpcServerOptions;
   #closing?: Promise<void>;
+  /** The accept loop; it ends once the listener is closed. */
+  readonly #accepting: Promise<void>;
 
   private constructor(opts: GrpcServerOptions, listener: Deno.Listener) {
-    this.path = opts.path;
     this.#opts = opts;
+    if (listener.addr.transport === "tcp") {
+      this.path = `${listener.addr.hostname}:${listener.addr.port}`;
+    } else {
+      this.path = opts.path;
+      this.#socketFile = opts.path;
+    }
     this.#listener = listener;
-    void this.#accept();
+    this.#accepting = this.#accept();
   }
 
   /** Listens on `opts.path`, replacing a stale socket file. */
@@ -118,6 +128,23 @@ export class GrpcServer {
       if (!(e instanceof Deno.errors.NotFound)) throw e;
     });
     return new GrpcServer(opts, Deno.listen({ transport: "unix", path: opts.path }));
+  }
+
+  /**
+   * Listens on a TCP port of `hostname` (port 0 picks a free one; {@link port} gives it): the
+   * kubelet serves no gRPC over TCP, but tests serve pods' health services this way.
+   */
+  static serveTcp(
+    listen: Deno.TcpListenOptions,
+    opts: Omit<GrpcServerOptions, "path"> = {},
+  ): GrpcServer {
+    return new GrpcServer({ ...opts, path: "" }, Deno.listen({ ...listen, transport: "tcp" }));
+  }
+
+  /** The TCP port of {@link GrpcServer.serveTcp}; undefined on a unix socket. */
+  get port(): number | undefined {
+    const addr = this.#listener.addr;
+    return addr.transport === "tcp" ? addr.port : undefined;
   }
 
   /**
@@ -173,6 +200,9 @@ export class GrpcServer {
     } catch {
       // Already closed.
     }
+    // Deno unlinks a unix socket when its listener is dropped, which a pending accept delays
+    // past close(): that unlink must not remove a socket made at the same path after us.
+    await this.#accepting;
     for (const c of this.#connections) c.goAway();
     for (const call of this.#calls) if (call.streaming) call.stop();
     const clock = this.#opts.clock ?? realClock;
@@ -186,7 +216,7 @@ export class GrpcServer {
     for (const call of this.#calls) call.stop();
     for (const c of this.#connections) c.close();
     await Promise.all([...this.#connections].map((c) => c.closed));
-    await Deno.remove(this.path).catch(() => {});
+    if (this.#socketFile !== undefined) await Deno.remove(this.#socketFile).catch(() => {});
   }
 
   async #accept(): Promise<void> {

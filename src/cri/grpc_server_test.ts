@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { CriConnection, type CriMethod, criMethods, GrpcCode, isCriCode } from "./connection.ts";
 import { GrpcServer, type GrpcServerOptions, GrpcStatusError } from "./grpc_server.ts";
@@ -18,7 +17,6 @@ import {
 } from "./_h2_frames.ts";
 import { encodeHeaderBlock, HpackDecoder } from "./_hpack.ts";
 import { encodeGrpcMessage, grpcFrame } from "./_grpc_wire.ts";
-import { grpcService } from "../testing/grpc_service.ts";
 import { captureLogger } from "../testing/cm_fixtures.ts";
 import { FakeClock } from "../util/clock.ts";
 
@@ -274,58 +272,49 @@ Deno.test("GrpcServer close ends streams, lets unary calls finish, and removes t
   }
 });
 
-/** grpc-js's client of the runtime service, as tests call it. */
-// deno-lint-ignore no-explicit-any
-type GenericClient = grpc.Client & Record<string, any>;
+Deno.test("GrpcServer's close leaves alone a socket a new server made at the same path", async () => {
+  // A plugin or the kubelet restarting its server: Deno unlinks a unix socket when its listener
+  // is dropped, which the old server's pending accept delayed past close() (seen in 1 of 3 to 10
+  // restarts).
+  const dir = await Deno.makeTempDir({ prefix: "grpc-server-" });
+  const path = join(dir, "plugin.sock");
+  try {
+    for (let i = 0; i < 30; i++) {
+      const old = await GrpcServer.listen({ path, closeGracePeriodMs: 0 });
+      await old.close();
+      const next = await GrpcServer.listen({ path, closeGracePeriodMs: 0 });
+      await new Promise((r) => setTimeout(r, 5));
+      const there = await Deno.lstat(path).then(() => true, () => false);
+      await next.close();
+      assert.ok(there, `restart ${i}: the new server's socket is gone`);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
 
-Deno.test("GrpcServer serves grpc-js: unary, status, streams, deadline and 1 MiB replies", () =>
-  withServer((s) =>
-    s.register(api.RuntimeServiceDefinition, {
-      version: async (req, ctx) => {
-        if (req.version === "wait") await aborted(ctx.signal);
-        if (req.version === "fail") throw new GrpcStatusError(GrpcCode.NOT_FOUND, "no such 100%");
-        return echo(req);
-      },
-      async *getContainerEvents() {
-        for (let i = 0; i < 3; i++) {
-          yield api.ContainerEventResponse.create({ containerId: "x".repeat(400_000) + i });
-        }
-      },
-    }), async (_conn, _server, path) => {
-    const Client = grpc.makeGenericClientConstructor(grpcService(api.RuntimeServiceDefinition), "");
-    const client = new Client(`unix://${path}`, grpc.credentials.createInsecure()) as GenericClient;
-    const unary = (req: api.VersionRequest, options: grpc.CallOptions = {}) =>
-      new Promise<{ err: grpc.ServiceError | null; res?: api.VersionResponse }>((resolve) =>
-        client.version(
-          req,
-          options,
-          (err: grpc.ServiceError | null, res?: api.VersionResponse) => resolve({ err, res }),
-        )
-      );
+Deno.test("GrpcServer.serveTcp serves on a TCP port and removes no file at close", async () => {
+  const server = GrpcServer.serveTcp({ hostname: "127.0.0.1", port: 0 }, { closeGracePeriodMs: 0 });
+  server.register(api.RuntimeServiceDefinition, { version: echo });
+  try {
+    assert.equal(server.path, `127.0.0.1:${server.port}`);
+    const client = Deno.createHttpClient({ http1: false, http2: true });
     try {
-      const big = await unary({ version: "b".repeat(1024 * 1024) });
-      assert.equal(big.err, null);
-      assert.equal(big.res?.runtimeVersion.length, 1024 * 1024);
-      const failed = await unary({ version: "fail" });
-      assert.equal(failed.err?.code, grpc.status.NOT_FOUND);
-      assert.equal(failed.err?.details, "no such 100%");
-      const late = await unary({ version: "wait" }, { deadline: Date.now() + 50 });
-      assert.equal(late.err?.code, grpc.status.DEADLINE_EXCEEDED);
-      const stream = client.getContainerEvents({}) as grpc.ClientReadableStream<
-        api.ContainerEventResponse
-      >;
-      const ids: string[] = [];
-      const status = await new Promise<grpc.StatusObject>((resolve) => {
-        stream.on("data", (e: api.ContainerEventResponse) => ids.push(e.containerId.slice(-1)));
-        stream.on("status", resolve);
-        stream.on("error", () => {});
+      const res = await fetch(`http://127.0.0.1:${server.port}${RUNTIME.version.path}`, {
+        method: "POST",
+        client,
+        headers: { "content-type": "application/grpc", te: "trailers" },
+        body: grpcFrame(api.VersionRequest.encode({ version: "tcp" }).finish()),
       });
-      assert.equal(status.code, grpc.status.OK);
-      assert.deepEqual(ids, ["0", "1", "2"]);
+      const body = new Uint8Array(await res.arrayBuffer());
+      assert.equal(api.VersionResponse.decode(body.subarray(5)).runtimeVersion, "tcp");
     } finally {
       client.close();
     }
-  }));
+  } finally {
+    await server.close();
+  }
+});
 
 /** crictl as tests/setup.ts builds it (tests/control_plane_build.ts's cache). */
 const CRICTL = `${Deno.env.get("HOME")}/.cache/kubelet-ts/bin/crictl-v1.36.0/crictl`;

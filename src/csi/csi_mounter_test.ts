@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import type * as grpc from "@grpc/grpc-js";
 import type { V1PersistentVolume, V1Pod } from "@kubernetes/client-node";
 import { createLogger } from "../klog/klog.ts";
-import { grpcService, serveGrpc } from "../testing/grpc_service.ts";
+import { GrpcServer, GrpcStatusError } from "../cri/grpc_server.ts";
 import { FakeKubeGetter } from "../testing/fake_kube_getter.ts";
 import {
   NodeDefinition,
@@ -32,43 +31,35 @@ async function fakeDriver(
 ) {
   const calls: { method: string; request: Record<string, unknown> }[] = [];
   let failPublish = opts.failPublish;
-  const ok = (method: string, reply: unknown = {}) =>
-  (
-    call: grpc.ServerUnaryCall<Record<string, unknown>, unknown>,
-    cb: grpc.sendUnaryData<unknown>,
-  ) => {
-    calls.push({ method, request: call.request });
+  const ok = <Res>(method: string, reply: Res) => (request: object): Res => {
+    calls.push({ method, request: request as Record<string, unknown> });
     if (method === "NodePublishVolume" && failPublish !== undefined) {
       const code = failPublish;
       failPublish = undefined;
-      cb({ code, details: "publish failed" } as grpc.ServiceError);
-      return;
+      throw new GrpcStatusError(code, "publish failed");
     }
-    cb(null, reply);
+    return reply;
   };
-  const server = await serveGrpc(socket, (srv) =>
-    srv.addService(grpcService(NodeDefinition), {
-      nodeGetCapabilities: ok("NodeGetCapabilities", {
-        capabilities: [...(opts.stage ? [1] : []), ...(opts.caps ?? [])].map((type) => ({
-          rpc: { type },
-        })),
-      }),
-      nodeGetVolumeStats: ok("NodeGetVolumeStats", {
-        usage: [
-          { unit: 1, total: 1000n, available: 600n, used: 400n },
-          { unit: 2, total: 50n, available: 45n, used: 5n },
-        ],
-        volumeCondition: { abnormal: true, message: "failing" },
-      }),
-      nodeStageVolume: ok("NodeStageVolume"),
-      nodeUnstageVolume: ok("NodeUnstageVolume"),
-      nodePublishVolume: ok("NodePublishVolume"),
-      nodeUnpublishVolume: ok("NodeUnpublishVolume"),
-    }));
-  return {
-    calls,
-    [Symbol.asyncDispose]: () => new Promise<void>((r) => server.tryShutdown(() => r())),
-  };
+  const server = await GrpcServer.listen({ path: socket });
+  server.register(NodeDefinition, {
+    nodeGetCapabilities: ok("NodeGetCapabilities", {
+      capabilities: [...(opts.stage ? [1] : []), ...(opts.caps ?? [])].map((type) => ({
+        rpc: { type },
+      })),
+    }),
+    nodeGetVolumeStats: ok("NodeGetVolumeStats", {
+      usage: [
+        { unit: 1, total: 1000n, available: 600n, used: 400n },
+        { unit: 2, total: 50n, available: 45n, used: 5n },
+      ],
+      volumeCondition: { abnormal: true, message: "failing" },
+    }),
+    nodeStageVolume: ok("NodeStageVolume", {}),
+    nodeUnstageVolume: ok("NodeUnstageVolume", {}),
+    nodePublishVolume: ok("NodePublishVolume", {}),
+    nodeUnpublishVolume: ok("NodeUnpublishVolume", {}),
+  });
+  return { calls, [Symbol.asyncDispose]: () => server.close() };
 }
 
 const pod: V1Pod = {

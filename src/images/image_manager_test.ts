@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import type { V1Container, V1ImageVolumeSource, V1Pod, V1Secret } from "@kubernetes/client-node";
 import { FakeClock } from "../util/clock.ts";
-import { CriConnection } from "../cri/connection.ts";
+import { CriConnection, GrpcCode } from "../cri/connection.ts";
 import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "../testing/fake_remote_runtime.ts";
 import {
@@ -179,7 +178,7 @@ Deno.test("ImageManager rejects an unparsable image as InvalidImageName", async 
 
 Deno.test("ImageManager backs off 10s after a failed pull, then doubles", async () => {
   await using h = await harness();
-  h.fake.service.images.failPull("nginx:1", grpc.status.NOT_FOUND);
+  h.fake.service.images.failPull("nginx:1", GrpcCode.NOT_FOUND);
   const m = h.manager();
   const c: V1Container = { name: "c", image: "nginx:1" };
   const pulls = () => h.fake.service.images.pulls.length;

@@ -1,11 +1,10 @@
 import { InternalContainerLifecycle } from "../cm/internal_container_lifecycle.ts";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
-import { CriConnection } from "../cri/connection.ts";
+import { CriConnection, GrpcCode } from "../cri/connection.ts";
 import type { ObjectRef } from "../client/record.ts";
 import { DnsConfigurer } from "../network/dns.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "../testing/fake_remote_runtime.ts";
@@ -701,7 +700,7 @@ Deno.test("startContainer reports image, create and start failures with their re
   });
   assert.deepEqual(h.events.at(-1)?.message, "Error: ErrImageNeverPull");
 
-  h.fake.injectError("CreateContainer", grpc.status.UNKNOWN, "no space left on device");
+  h.fake.injectError("CreateContainer", GrpcCode.UNKNOWN, "no space left on device");
   assert.deepEqual(await start(main), {
     reason: "CreateContainerError",
     message: "no space left on device",
@@ -1224,7 +1223,7 @@ Deno.test("startContainer pulls the image volumes it mounts and passes them to t
 
 Deno.test("startContainer fails with the image volume's pull error before the container's image", async () => {
   await using h = await harness();
-  h.fake.service.images.failPull(DATA_IMAGE, grpc.status.NOT_FOUND, "no such image");
+  h.fake.service.images.failPull(DATA_IMAGE, GrpcCode.NOT_FOUND, "no such image");
   const { deps, counts } = imageVolumeDeps(h, new Map([["data", IMAGE_VOLUME]]));
   const container: V1Container = {
     name: "main",
@@ -1284,13 +1283,13 @@ Deno.test("startContainer reports a runtime that cannot mount images with the ru
   const old =
     'failed to generate container "0123" spec: failed to generate spec: failed to mkdir ' +
     '"": mkdir : no such file or directory';
-  h.fake.injectError("CreateContainer", grpc.status.UNKNOWN, old);
+  h.fake.injectError("CreateContainer", GrpcCode.UNKNOWN, old);
   assert.deepEqual(await start(), { reason: "CreateContainerError", message: old });
   assert.equal(h.events.at(-1)?.message, `Error: ${old}`);
   assert.deepEqual(counts, { requested: 1, succeeded: 1, failed: 0 });
   // A runtime that knows image volumes but cannot mount this one says ImageVolumeMountFailed.
   const failed = "ImageVolumeMountFailed: failed to mount image: snapshot not found";
-  h.fake.injectError("CreateContainer", grpc.status.UNKNOWN, failed);
+  h.fake.injectError("CreateContainer", GrpcCode.UNKNOWN, failed);
   assert.deepEqual(await start(), { reason: "CreateContainerError", message: failed });
   assert.deepEqual(counts, { requested: 2, succeeded: 1, failed: 1 });
 });

@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
-import { CriConnection } from "../cri/connection.ts";
+import { CriConnection, GrpcCode } from "../cri/connection.ts";
 import {
   EVENTED_RELIST_PERIOD_MS,
   EventedPLEG,
@@ -180,7 +179,7 @@ Deno.test("EventedPLEG: when the stream is cut, relisting every second takes ove
   await until("ContainerStarted", () => has(h.events, "ContainerStarted", container));
 
   // The stream breaks and cannot be opened again for a while.
-  h.fake.injectError("GetContainerEvents", grpc.status.UNAVAILABLE, "connection refused", 100);
+  h.fake.injectError("GetContainerEvents", GrpcCode.UNAVAILABLE, "connection refused", 100);
   assert.equal(h.fake.cutEventStreams(), 1);
   await until("the fall-back", () => !h.pleg.inUse && h.generic.relistPeriodMs === 1_000);
   assert.ok(h.logs.some((l) => l.includes("Failed to get container events")));
@@ -209,7 +208,7 @@ Deno.test("EventedPLEG: when the stream is cut, relisting every second takes ove
 
 Deno.test("EventedPLEG: a runtime without GetContainerEvents is said once and the PLEG keeps relisting", async () => {
   await using h = await harness();
-  h.fake.injectError("GetContainerEvents", grpc.status.UNIMPLEMENTED, "unknown method", 100);
+  h.fake.injectError("GetContainerEvents", GrpcCode.UNIMPLEMENTED, "unknown method", 100);
   await until("the fall-back", () => h.pleg.unsupported);
   for (let i = 0; i < 5; i++) {
     h.clock.step(30_000);

@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
-import { CriConnection } from "../cri/connection.ts";
+import { CriConnection, GrpcCode } from "../cri/connection.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "../testing/fake_remote_runtime.ts";
 import { createLogger } from "../klog/klog.ts";
 import { GenericPLEG, type GenericPLEGOptions, type PodLifecycleEvent } from "./generic.ts";
@@ -156,7 +155,7 @@ Deno.test("GenericPLEG relist emits ContainerDied then ContainerRemoved", async 
 Deno.test("GenericPLEG relist retries a pod whose status could not be read", async () => {
   await using h = await harness();
   const { ids } = await runPod(h);
-  h.fake.injectError("ContainerStatus", grpc.status.UNAVAILABLE, "runtime busy");
+  h.fake.injectError("ContainerStatus", GrpcCode.UNAVAILABLE, "runtime busy");
   await h.pleg.relist();
   assert.equal(h.pleg.pending, 0, "no events before the cache holds the status");
   assert.match(String(h.cache.get(UID).error), /runtime busy/);
@@ -179,7 +178,7 @@ Deno.test("GenericPLEG healthy turns false after the relist threshold", async ()
     message: "pleg was last seen active 3m0.001s ago; threshold is 3m0s",
   });
   // A failed relist does not count as activity.
-  h.fake.injectError("ListPodSandbox", grpc.status.UNAVAILABLE, "down");
+  h.fake.injectError("ListPodSandbox", GrpcCode.UNAVAILABLE, "down");
   await h.pleg.relist();
   assert.equal(h.pleg.healthy().ok, false);
   assert.ok(h.logs.some((l) => l.includes("GenericPLEG: Unable to retrieve pods")));

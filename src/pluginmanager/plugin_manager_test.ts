@@ -1,5 +1,5 @@
 /**
- * Tests of the plugin manager with real sockets: each fake plugin is a grpc-js server of the
+ * Tests of the plugin manager with real sockets: each fake plugin is a gRPC server of the
  * Registration service (as a CSI node registrar serves it) on a unix socket in a temporary
  * registration directory, and the handler records what it is asked. The reconciler and the
  * backoff run on a fake clock; file system events and gRPC calls happen in real time, so the
@@ -8,7 +8,6 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import type * as grpc from "@grpc/grpc-js";
 import {
   type PluginInfo as PluginInfoMessage,
   RegistrationDefinition,
@@ -21,7 +20,7 @@ import { parseExposition } from "../metrics/prometheus.ts";
 import { FakeClock } from "../util/clock.ts";
 import { CSI_PLUGIN, type PluginHandler } from "./plugin_handler.ts";
 import { PluginManager } from "./plugin_manager.ts";
-import { grpcService, serveGrpc } from "../testing/grpc_service.ts";
+import { GrpcServer } from "../cri/grpc_server.ts";
 
 async function until(what: string, cond: () => boolean): Promise<void> {
   const end = Date.now() + 5_000;
@@ -47,28 +46,18 @@ async function tickUntil(clock: FakeClock, what: string, cond: () => boolean): P
 /** A plugin's registrar on `socket`, announcing `info`, recording the statuses it is sent. */
 async function startPlugin(socket: string, info: Partial<PluginInfoMessage>) {
   const notified: RegistrationStatus[] = [];
-  const server = await serveGrpc(
-    socket,
-    (srv) =>
-      srv.addService(grpcService(RegistrationDefinition), {
-        getInfo: (_call: unknown, cb: grpc.sendUnaryData<PluginInfoMessage>) =>
-          cb(null, { type: CSI_PLUGIN, name: "", endpoint: "", supportedVersions: [], ...info }),
-        notifyRegistrationStatus: (
-          call: grpc.ServerUnaryCall<RegistrationStatus, unknown>,
-          cb: grpc.sendUnaryData<unknown>,
-        ) => {
-          notified.push(call.request);
-          cb(null, {});
-        },
-      }),
-  );
+  const server = await GrpcServer.listen({ path: socket, closeGracePeriodMs: 0 });
+  server.register(RegistrationDefinition, {
+    getInfo: () => ({ type: CSI_PLUGIN, name: "", endpoint: "", supportedVersions: [], ...info }),
+    notifyRegistrationStatus: (request) => {
+      notified.push(request);
+      return {};
+    },
+  });
   return {
     notified,
-    /** Stops serving and removes the socket, as a driver that exits. */
-    async stop() {
-      server.forceShutdown();
-      await Deno.remove(socket).catch(() => {});
-    },
+    /** Stops serving and removes the socket, as a driver that exits (calls are not waited for). */
+    stop: () => server.close(),
   };
 }
 

@@ -1,15 +1,15 @@
 /**
  * @module
  * The grpc probe: one `grpc.health.v1.Health/Check` call (plaintext, `kube-probe/<major>.<minor>`
- * user agent) with a hand-written client, as the two messages are a string and an enum. Private
- * helper of `prober.ts`. Corresponds to upstream `pkg/probe/grpc/grpc.go`.
+ * user agent) over {@link h2cUnary}, with the two messages (a string and an enum) coded by hand.
+ * Private helper of `prober.ts`. Corresponds to upstream `pkg/probe/grpc/grpc.go`.
  */
 
-import { Buffer } from "node:buffer";
-import * as grpc from "@grpc/grpc-js";
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
+import { GRPC_CODE_NAMES, GrpcCode } from "../cri/connection.ts";
+import { h2cUnary } from "../cri/h2c_unary.ts";
+import { errorText } from "../util/errors.ts";
 import { joinHostPort } from "./probe_http.ts";
-import { GRPC_CODE_NAMES } from "../cri/connection.ts";
 
 /** The health service's method path. */
 export const HEALTH_CHECK_METHOD = "/grpc.health.v1.Health/Check";
@@ -84,66 +84,46 @@ function goDuration(ms: number): string {
 }
 
 /**
+ * The grpc-go release upstream v1.36 vendors: grpc-go adds "grpc-go/<version>" to the user
+ * agent the kubelet gives, and a pod's server sees that pair.
+ */
+const GRPC_GO_VERSION = "1.79.3";
+
+/**
  * upstream grpcProber.Probe: connects within the deadline, calls Health/Check, and succeeds
  * ("service healthy") only on SERVING; every other answer or error is a Failure with upstream's
  * text. Rethrows when `signal` aborts.
  */
 export async function doGrpcProbe(opts: GrpcProbeOptions): Promise<GrpcProbeOutcome> {
   const addr = joinHostPort(opts.host, opts.port);
-  const service = opts.service ?? "";
   const timeout = goDuration(opts.timeoutMs);
-  const deadline = Date.now() + opts.timeoutMs;
-  const client = new grpc.Client(addr, grpc.credentials.createInsecure(), {
-    "grpc.primary_user_agent": opts.userAgent ?? "kube-probe/1.36",
-    // One attempt per probe: the next period is the retry.
-    "grpc.enable_retries": 0,
+  const out = await h2cUnary({
+    hostname: opts.host,
+    port: opts.port,
+    path: HEALTH_CHECK_METHOD,
+    message: encodeHealthCheckRequest(opts.service ?? ""),
+    userAgent: `${opts.userAgent ?? "kube-probe/1.36"} grpc-go/${GRPC_GO_VERSION}`,
+    timeoutMs: opts.timeoutMs,
+    signal: opts.signal,
   });
-  let call: grpc.ClientUnaryCall | undefined;
-  let rejectAbort: (e: unknown) => void = () => {};
-  const aborted = new Promise<never>((_, reject) => {
-    rejectAbort = reject;
-  });
-  aborted.catch(() => {});
-  const onAbort = () => {
-    call?.cancel();
-    rejectAbort(opts.signal?.reason);
-  };
-  opts.signal?.throwIfAborted();
-  opts.signal?.addEventListener("abort", onAbort, { once: true });
-  try {
-    const connected = new Promise<Error | undefined>((resolve) =>
-      client.waitForReady(deadline, (e) => resolve(e ?? undefined))
-    );
-    const connectError = await Promise.race([connected, aborted]);
-    if (connectError) {
+  switch (out.kind) {
+    case "unconnected":
       return {
         result: "Failure",
         output: `timeout: failed to connect service ${
           JSON.stringify(addr)
-        } within ${timeout}: context deadline exceeded`,
+        } within ${timeout}: ${out.error}`,
       };
-    }
-    const answer = new Promise<{ error?: grpc.ServiceError; status?: number }>((resolve) => {
-      call = client.makeUnaryRequest<string, number>(
-        HEALTH_CHECK_METHOD,
-        (s) => Buffer.from(encodeHealthCheckRequest(s)),
-        (b) => decodeHealthCheckResponse(b),
-        service,
-        new grpc.Metadata(),
-        { deadline },
-        (error, status) => resolve({ error: error ?? undefined, status }),
-      );
-    });
-    const { error, status = 0 } = await Promise.race([answer, aborted]);
-    if (error) {
-      if (error.code === grpc.status.UNIMPLEMENTED) {
+    case "status": {
+      const { code, details } = out.status;
+      if (code === GrpcCode.UNIMPLEMENTED) {
         return {
           result: "Failure",
           output:
-            `error: this server does not implement the grpc health protocol (grpc.health.v1.Health): ${error.details}`,
+            `error: this server does not implement the grpc health protocol (grpc.health.v1.Health): ${details}`,
         };
       }
-      if (error.code === grpc.status.DEADLINE_EXCEEDED) {
+      if (code === GrpcCode.DEADLINE_EXCEEDED) {
         return {
           result: "Failure",
           output: `timeout: health rpc did not complete within ${timeout}`,
@@ -152,21 +132,30 @@ export async function doGrpcProbe(opts: GrpcProbeOptions): Promise<GrpcProbeOutc
       return {
         result: "Failure",
         output: `error: health rpc probe failed: rpc error: code = ${
-          GRPC_CODE_NAMES[error.code] ?? `Code(${error.code})`
-        } desc = ${error.details}`,
+          GRPC_CODE_NAMES[code] ?? `Code(${code})`
+        } desc = ${details}`,
       };
     }
-    if (status !== 1) {
-      return {
-        result: "Failure",
-        output: `service unhealthy (responded with ${
-          JSON.stringify(SERVING_STATUS_NAMES[status] ?? String(status))
-        })`,
-      };
-    }
-    return { result: "Success", output: "service healthy" };
-  } finally {
-    opts.signal?.removeEventListener("abort", onAbort);
-    client.close();
   }
+  let status: number;
+  try {
+    status = decodeHealthCheckResponse(out.message);
+  } catch (e) {
+    return {
+      result: "Failure",
+      output:
+        `error: health rpc probe failed: rpc error: code = Internal desc = grpc: failed to unmarshal the received message: ${
+          errorText(e)
+        }`,
+    };
+  }
+  if (status !== 1) {
+    return {
+      result: "Failure",
+      output: `service unhealthy (responded with ${
+        JSON.stringify(SERVING_STATUS_NAMES[status] ?? String(status))
+      })`,
+    };
+  }
+  return { result: "Success", output: "service healthy" };
 }

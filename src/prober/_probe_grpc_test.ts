@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
-import { Buffer } from "node:buffer";
-import * as grpc from "@grpc/grpc-js";
+import { GrpcCode, GrpcServer, GrpcStatusError } from "../cri/grpc_server.ts";
 import {
   decodeHealthCheckRequest,
   decodeHealthCheckResponse,
@@ -9,50 +8,49 @@ import {
   encodeHealthCheckResponse,
 } from "./_probe_grpc.ts";
 
-/** A grpc-js server whose Health/Check answers with `answer(service)`. */
-async function healthServer(
-  answer: (service: string) => number | grpc.ServiceError | "hang",
+/** The health service, its messages coded by hand as the probe codes them. */
+const HEALTH = {
+  fullName: "grpc.health.v1.Health",
+  methods: {
+    check: {
+      name: "Check",
+      requestType: {
+        encode: (service: string) => ({ finish: () => encodeHealthCheckRequest(service) }),
+        decode: decodeHealthCheckRequest,
+      },
+      responseType: {
+        encode: (status: number) => ({ finish: () => encodeHealthCheckResponse(status) }),
+        decode: decodeHealthCheckResponse,
+      },
+      responseStream: false,
+    },
+  },
+} as const;
+
+/** A server on a TCP port whose Health/Check answers with `answer(service)`. */
+function healthServer(
+  answer: (service: string) => number | GrpcStatusError | "hang",
   opts: { implement?: boolean } = {},
 ) {
-  const server = new grpc.Server();
+  const server = GrpcServer.serveTcp({ hostname: "127.0.0.1", port: 0 }, {
+    closeGracePeriodMs: 0,
+  });
   const seen: Array<{ service: string; userAgent: string }> = [];
   if (opts.implement ?? true) {
-    server.addService({
-      Check: {
-        path: "/grpc.health.v1.Health/Check",
-        requestStream: false,
-        responseStream: false,
-        requestSerialize: (r: { service: string }) =>
-          Buffer.from(encodeHealthCheckRequest(r.service)),
-        // An object, as grpc-js takes a falsy request for a missing one.
-        requestDeserialize: (b: Buffer) => ({ service: decodeHealthCheckRequest(b) }),
-        responseSerialize: (n: number) => Buffer.from(encodeHealthCheckResponse(n)),
-        responseDeserialize: (b: Buffer) => decodeHealthCheckResponse(b),
-      },
-    }, {
-      Check: (
-        call: grpc.ServerUnaryCall<{ service: string }, number>,
-        cb: grpc.sendUnaryData<number>,
-      ) => {
-        seen.push({
-          service: call.request.service,
-          userAgent: String(call.metadata.get("user-agent")[0] ?? ""),
-        });
-        const a = answer(call.request.service);
-        if (a === "hang") return;
-        if (typeof a === "number") cb(null, a);
-        else cb(a);
+    server.register(HEALTH, {
+      check: async (service, ctx) => {
+        seen.push({ service, userAgent: ctx.metadata.get("user-agent") ?? "" });
+        const a = answer(service);
+        if (a instanceof GrpcStatusError) throw a;
+        if (a === "hang") {
+          await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+          throw ctx.signal.reason;
+        }
+        return a;
       },
     });
   }
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(
-      "127.0.0.1:0",
-      grpc.ServerCredentials.createInsecure(),
-      (e, p) => e ? reject(e) : resolve(p),
-    )
-  );
-  return { port, seen, [Symbol.dispose]: () => server.forceShutdown() };
+  return { port: server.port!, seen, [Symbol.asyncDispose]: () => server.close() };
 }
 
 Deno.test("encodeHealthCheckRequest and decodeHealthCheckResponse round-trip", () => {
@@ -63,7 +61,7 @@ Deno.test("encodeHealthCheckRequest and decodeHealthCheckResponse round-trip", (
 });
 
 Deno.test("doGrpcProbe succeeds on SERVING and sends the service and user agent", async () => {
-  using s = await healthServer((svc) => svc === "db" ? 2 : 1);
+  await using s = healthServer((svc) => svc === "db" ? 2 : 1);
   assert.deepEqual(await doGrpcProbe({ host: "127.0.0.1", port: s.port, timeoutMs: 1000 }), {
     result: "Success",
     output: "service healthy",
@@ -73,11 +71,12 @@ Deno.test("doGrpcProbe succeeds on SERVING and sends the service and user agent"
     { result: "Failure", output: 'service unhealthy (responded with "NOT_SERVING")' },
   );
   assert.equal(s.seen[1]?.service, "db");
-  assert.match(s.seen[0]?.userAgent ?? "", /^kube-probe\/1\.36/);
+  // grpc-go adds its own name and version to the kubelet's user agent.
+  assert.equal(s.seen[0]?.userAgent, "kube-probe/1.36 grpc-go/1.79.3");
 });
 
 Deno.test("doGrpcProbe words unimplemented and failed RPCs as upstream", async () => {
-  using none = await healthServer(() => 1, { implement: false });
+  await using none = healthServer(() => 1, { implement: false });
   const unimplemented = await doGrpcProbe({
     host: "127.0.0.1",
     port: none.port,
@@ -88,12 +87,7 @@ Deno.test("doGrpcProbe words unimplemented and failed RPCs as upstream", async (
     unimplemented.output,
     /^error: this server does not implement the grpc health protocol \(grpc\.health\.v1\.Health\): /,
   );
-  using broken = await healthServer(() =>
-    Object.assign(new Error("down"), {
-      code: grpc.status.UNAVAILABLE,
-      details: "down",
-    }) as grpc.ServiceError
-  );
+  await using broken = healthServer(() => new GrpcStatusError(GrpcCode.UNAVAILABLE, "down"));
   assert.deepEqual(
     await doGrpcProbe({ host: "127.0.0.1", port: broken.port, timeoutMs: 1000 }),
     {
@@ -104,7 +98,7 @@ Deno.test("doGrpcProbe words unimplemented and failed RPCs as upstream", async (
 });
 
 Deno.test("doGrpcProbe never blocks beyond its timeout", async () => {
-  using hung = await healthServer(() => "hang");
+  await using hung = healthServer(() => "hang");
   let t0 = performance.now();
   assert.deepEqual(await doGrpcProbe({ host: "127.0.0.1", port: hung.port, timeoutMs: 300 }), {
     result: "Failure",

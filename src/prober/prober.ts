@@ -22,6 +22,7 @@ import {
   resolveContainerPort,
 } from "./probe_http.ts";
 import { doTcpProbe } from "./_probe_tcp.ts";
+import { doGrpcProbe } from "./_probe_grpc.ts";
 import { containerRef } from "../container/ref.ts";
 
 /** Which probe of the container to run. */
@@ -189,8 +190,6 @@ export class Prober {
           port: spec.grpc.port,
           timeout: timeoutMs,
         });
-        // grpc-js loads with the first gRPC probe: most nodes never run one.
-        const { doGrpcProbe } = await import("./_probe_grpc.ts");
         return await doGrpcProbe({
           host: podIP,
           port: spec.grpc.port,

@@ -2,11 +2,10 @@ import assert from "node:assert/strict";
 import { request } from "node:https";
 import type { IncomingHttpHeaders } from "node:http";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import type { V1Pod, V1PodStatus } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
-import { CriConnection } from "../cri/connection.ts";
+import { CriConnection, GrpcCode } from "../cri/connection.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "../testing/fake_remote_runtime.ts";
 import { createLogger } from "../klog/klog.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
@@ -415,7 +414,7 @@ Deno.test("logRoutes /containerLogs answers only GET", async () => {
 Deno.test("logRoutes /containerLogs reports a failed ContainerStatus after the 200", async () => {
   await using h = await harness();
   const id = await h.container("main", 0, cri(1, "x"));
-  h.fake.injectError("ContainerStatus", grpc.status.UNAVAILABLE, "down");
+  h.fake.injectError("ContainerStatus", GrpcCode.UNAVAILABLE, "down");
   const r = await call(h.port, "/containerLogs/default/web/main");
   assert.equal(r.status, 200);
   assert.equal(r.body, `unable to retrieve container logs for containerd://${id}`);

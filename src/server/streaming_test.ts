@@ -5,11 +5,10 @@ import { createServer as createTcpServer, type Server as TcpServer, type Socket 
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { connect as tlsConnect } from "node:tls";
-import * as grpc from "@grpc/grpc-js";
 import type { V1Pod } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
-import { CriConnection } from "../cri/connection.ts";
+import { CriConnection, GrpcCode } from "../cri/connection.ts";
 import { type FakeRemoteRuntime, startFakeRuntime } from "../testing/fake_remote_runtime.ts";
 import { createLogger } from "../klog/klog.ts";
 import { RemoteRuntimeService } from "../cri/remote_runtime.ts";
@@ -751,7 +750,7 @@ Deno.test("streamingRoutes refuses a streaming URL that is not on loopback", asy
 
 Deno.test("streamingRoutes maps CRI errors as streaming.WriteError: NotFound 404, ResourceExhausted 429, else 500", async () => {
   await using h = await harness();
-  h.fake.injectError("Exec", grpc.status.NOT_FOUND, "token cache miss");
+  h.fake.injectError("Exec", GrpcCode.NOT_FOUND, "token cache miss");
   const notFound = await h.upgrade("POST", EXEC, SPDY);
   assert.equal(notFound.status, 404);
   assert.equal(
@@ -760,7 +759,7 @@ Deno.test("streamingRoutes maps CRI errors as streaming.WriteError: NotFound 404
   );
   h.fake.injectError(
     "Attach",
-    grpc.status.RESOURCE_EXHAUSTED,
+    GrpcCode.RESOURCE_EXHAUSTED,
     "maximum number of in-flight requests exceeded [Retry-After:7]",
   );
   const busy = await h.upgrade("POST", "/attach/default/web/main?output=1", SPDY);

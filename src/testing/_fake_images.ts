@@ -8,8 +8,8 @@
  */
 
 import { createHash } from "node:crypto";
-import type * as grpc from "@grpc/grpc-js";
 import * as api from "../../proto/runtime/v1/api.ts";
+import type { GrpcCode } from "../cri/connection.ts";
 import { FakeRuntimeError, invalid, unknown } from "./_fake_errors.ts";
 
 /** Where containerd keeps image layers and containers' writable layers. */
@@ -40,7 +40,7 @@ export interface Credentials {
 }
 
 interface ScriptedFailure {
-  readonly code: grpc.status;
+  readonly code: GrpcCode;
   readonly details: string;
   remaining: number;
 }
@@ -134,7 +134,7 @@ export class FakeImageService {
   }
 
   /** Makes the next `times` pulls of `image` fail with `code` (by default NotFound's wording). */
-  failPull(image: string, code: grpc.status, details?: string, times = Infinity): void {
+  failPull(image: string, code: GrpcCode, details?: string, times = Infinity): void {
     const name = normalizeImageRef(image);
     details ??= `failed to pull and unpack image "${name}": failed to resolve reference ` +
       `"${name}": ${name}: not found`;

@@ -1,13 +1,12 @@
 /**
  * @module
  * A device plugin for unit tests: serves the DevicePlugin service (v1beta1) on a unix socket
- * through grpc-js, sends its device list on ListAndWatch and again at each {@link
+ * ({@link GrpcServer}), sends its device list on ListAndWatch and again at each {@link
  * FakeDevicePlugin.setDevices}, answers Allocate with an env, a mount, a device node and a CDI
  * device per device ID, and records every call. Test support only; the end-to-end tests run
  * upstream's sample device plugin.
  */
 
-import type * as grpc from "@grpc/grpc-js";
 import {
   type AllocateRequest,
   type ContainerAllocateResponse,
@@ -18,7 +17,7 @@ import {
   type PreferredAllocationRequest,
   type PreStartContainerRequest,
 } from "../../proto/deviceplugin/v1beta1/api.ts";
-import { grpcService, serveGrpc } from "./grpc_service.ts";
+import { GrpcCode, GrpcServer, GrpcStatusError } from "../cri/grpc_server.ts";
 
 /** Options of {@link FakeDevicePlugin.start}. */
 export interface FakeDevicePluginOptions {
@@ -61,8 +60,9 @@ export function fakeAllocation(ids: readonly string[]): ContainerAllocateRespons
 export class FakeDevicePlugin {
   readonly calls: PluginCall[] = [];
   #devices: Device[];
-  readonly #streams = new Set<grpc.ServerWritableStream<unknown, ListAndWatchResponse>>();
-  #server: grpc.Server | undefined;
+  /** One sender per open ListAndWatch. */
+  readonly #streams = new Set<(devices: Device[]) => void>();
+  #server: GrpcServer | undefined;
   readonly #o: FakeDevicePluginOptions;
 
   private constructor(o: FakeDevicePluginOptions) {
@@ -73,66 +73,43 @@ export class FakeDevicePlugin {
   static async start(o: FakeDevicePluginOptions): Promise<FakeDevicePlugin> {
     const p = new FakeDevicePlugin(o);
     const record = (call: PluginCall) => p.calls.push(call);
-    p.#server = await serveGrpc(
-      o.socket,
-      (srv) =>
-        srv.addService(grpcService(DevicePluginDefinition), {
-          getDevicePluginOptions: (_c: unknown, cb: grpc.sendUnaryData<DevicePluginOptions>) => {
-            record({ method: "GetDevicePluginOptions", request: {} });
-            cb(null, {
-              preStartRequired: false,
-              getPreferredAllocationAvailable: false,
-              ...o.options,
-            });
-          },
-          listAndWatch: (call: grpc.ServerWritableStream<unknown, ListAndWatchResponse>) => {
-            record({ method: "ListAndWatch", request: {} });
-            p.#streams.add(call);
-            call.on("cancelled", () => p.#streams.delete(call));
-            call.write({ devices: p.#devices });
-          },
-          allocate: (
-            call: grpc.ServerUnaryCall<AllocateRequest, unknown>,
-            cb: grpc.sendUnaryData<unknown>,
-          ) => {
-            record({ method: "Allocate", request: call.request });
-            if (o.failAllocate) {
-              cb({ code: 2, details: o.failAllocate } as grpc.ServiceError);
-              return;
-            }
-            cb(null, {
-              containerResponses: call.request.containerRequests.map((r) =>
-                fakeAllocation(r.devicesIds)
-              ),
-            });
-          },
-          preStartContainer: (
-            call: grpc.ServerUnaryCall<PreStartContainerRequest, unknown>,
-            cb: grpc.sendUnaryData<unknown>,
-          ) => {
-            record({ method: "PreStartContainer", request: call.request });
-            cb(null, {});
-          },
-          getPreferredAllocation: (
-            call: grpc.ServerUnaryCall<PreferredAllocationRequest, unknown>,
-            cb: grpc.sendUnaryData<unknown>,
-          ) => {
-            record({ method: "GetPreferredAllocation", request: call.request });
-            const ids = o.preferred?.(call.request) ??
-              call.request.containerRequests[0]!.availableDeviceIDs.slice(
-                -call.request.containerRequests[0]!.allocationSize,
-              );
-            cb(null, { containerResponses: [{ deviceIDs: ids }] });
-          },
-        }),
-    );
+    const server = await GrpcServer.listen({ path: o.socket });
+    server.register(DevicePluginDefinition, {
+      getDevicePluginOptions: () => {
+        record({ method: "GetDevicePluginOptions", request: {} });
+        return { preStartRequired: false, getPreferredAllocationAvailable: false, ...o.options };
+      },
+      listAndWatch: (_request, ctx) => {
+        record({ method: "ListAndWatch", request: {} });
+        return p.#watch(ctx.signal);
+      },
+      allocate: (request) => {
+        record({ method: "Allocate", request });
+        if (o.failAllocate) throw new GrpcStatusError(GrpcCode.UNKNOWN, o.failAllocate);
+        return {
+          containerResponses: request.containerRequests.map((r) => fakeAllocation(r.devicesIds)),
+        };
+      },
+      preStartContainer: (request) => {
+        record({ method: "PreStartContainer", request });
+        return {};
+      },
+      getPreferredAllocation: (request) => {
+        record({ method: "GetPreferredAllocation", request });
+        const first = request.containerRequests[0]!;
+        const ids = o.preferred?.(request) ??
+          first.availableDeviceIDs.slice(-first.allocationSize);
+        return { containerResponses: [{ deviceIDs: ids }] };
+      },
+    });
+    p.#server = server;
     return p;
   }
 
   /** Sends a new device list to every open ListAndWatch. */
   setDevices(devices: Device[]): void {
     this.#devices = devices;
-    for (const s of this.#streams) s.write({ devices });
+    for (const send of this.#streams) send(devices);
   }
 
   /** How many calls of `method` were made. */
@@ -140,13 +117,25 @@ export class FakeDevicePlugin {
     return this.calls.filter((c) => c.method === method).length;
   }
 
-  /** Stops serving: open streams end, as when the plugin exits. */
+  /** Stops serving, as when the plugin exits: open streams end Unavailable, the socket goes. */
   async stop(): Promise<void> {
-    for (const s of this.#streams) s.end();
-    this.#streams.clear();
     const server = this.#server;
     this.#server = undefined;
-    if (server) await new Promise<void>((r) => server.tryShutdown(() => r()));
-    server?.forceShutdown();
+    await server?.close();
+  }
+
+  /** One ListAndWatch: the device list now, then each one {@link setDevices} sends. */
+  #watch(signal: AbortSignal): ReadableStream<ListAndWatchResponse> {
+    return new ReadableStream({
+      start: (c) => {
+        const send = (devices: Device[]) => c.enqueue({ devices });
+        send(this.#devices);
+        this.#streams.add(send);
+        signal.addEventListener("abort", () => {
+          this.#streams.delete(send);
+          c.close();
+        }, { once: true });
+      },
+    });
   }
 }

@@ -1,26 +1,27 @@
 /**
  * @module
  * FakeRemoteRuntime: serves a {@link FakeRuntimeService} as the CRI RuntimeService and
- * ImageService on a unix socket, so tests and benchmarks reach it through the real client
- * (`cri/connection.ts`). Adds what a socket makes testable: per-RPC call counters, injected
- * errors, injected latency, and a restart that drops every connection while keeping the state,
- * as a containerd restart does. Corresponds to upstream `pkg/kubelet/cri/remote/fake/`.
+ * ImageService on a unix socket with the kubelet's own gRPC server (`cri/grpc_server.ts`), so
+ * tests and benchmarks reach it through the real client (`cri/connection.ts`). Adds what a
+ * socket makes testable: per-RPC call counters, injected errors, injected latency, and a restart
+ * that drops every connection while keeping the state, as a containerd restart does.
+ * Corresponds to upstream `pkg/kubelet/cri/remote/fake/`.
  */
 
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../../proto/runtime/v1/api.ts";
+import { GrpcCode, MAX_MESSAGE_SIZE } from "../cri/connection.ts";
 import {
-  type CriMethod,
-  type CriMethods,
-  MAX_MESSAGE_SIZE,
-  type ServiceDefinition,
-} from "../cri/connection.ts";
+  GrpcServer,
+  GrpcStatusError,
+  type ServerStreamHandler,
+  type ServiceHandlers,
+  type UnaryHandler,
+} from "../cri/grpc_server.ts";
 import {
   FakeRuntimeError,
   FakeRuntimeService,
   type FakeRuntimeServiceOptions,
 } from "./fake_runtime_service.ts";
-import { grpcService } from "./grpc_service.ts";
 
 /** Options of {@link startFakeRuntime}. */
 export interface FakeRuntimeOptions extends FakeRuntimeServiceOptions {
@@ -29,7 +30,7 @@ export interface FakeRuntimeOptions extends FakeRuntimeServiceOptions {
 }
 
 interface InjectedError {
-  readonly code: grpc.status;
+  readonly code: GrpcCode;
   readonly details: string;
   remaining: number;
 }
@@ -42,14 +43,6 @@ const RPC_NAMES: ReadonlySet<string> = new Set(
   ].map((m) => m.name),
 );
 
-/** grpc-js handlers for every method of a generated service definition. */
-type Handlers<D extends ServiceDefinition> = {
-  [K in keyof D["methods"]]: CriMethods<D>[K] extends CriMethod<infer Req, infer Res>
-    ? D["methods"][K]["responseStream"] extends true ? grpc.handleServerStreamingCall<Req, Res>
-    : grpc.handleUnaryCall<Req, Res>
-    : never;
-};
-
 function checkRpc(rpc: string, what: string): void {
   if (!RPC_NAMES.has(rpc)) {
     throw new Error(
@@ -58,12 +51,15 @@ function checkRpc(rpc: string, what: string): void {
   }
 }
 
-function toStatus(e: unknown): Partial<grpc.StatusObject> {
-  if (e instanceof FakeRuntimeError) return { code: e.code, details: e.message };
-  return { code: grpc.status.UNKNOWN, details: e instanceof Error ? e.message : String(e) };
+/**
+ * A fake's failure as the status the client gets: a {@link FakeRuntimeError} its code and
+ * message; anything else unchanged, which the server answers Unknown with its message.
+ */
+function toStatus(e: unknown): unknown {
+  return e instanceof FakeRuntimeError ? new GrpcStatusError(e.code, e.message) : e;
 }
 
-const stopped = () => new FakeRuntimeError(grpc.status.UNAVAILABLE, "the fake runtime stopped");
+const stopped = () => new FakeRuntimeError(GrpcCode.UNAVAILABLE, "the fake runtime stopped");
 
 /** Starts a fake runtime serving on `opts.socket`. */
 export async function startFakeRuntime(opts: FakeRuntimeOptions): Promise<FakeRemoteRuntime> {
@@ -83,13 +79,13 @@ export class FakeRemoteRuntime implements AsyncDisposable {
   readonly #errors = new Map<string, InjectedError[]>();
   readonly #latency = new Map<string, number>();
   readonly #rewrites = new Map<string, (reply: unknown) => unknown>();
-  /** Fails pending latency sleeps and open event streams when the server goes down. */
-  readonly #onShutdown = new Set<() => void>();
   /** Ends each open GetContainerEvents stream with the error given. */
   readonly #eventStreams = new Set<(e: FakeRuntimeError) => void>();
-  readonly #runtimeImpl: Handlers<typeof api.RuntimeServiceDefinition>;
-  readonly #imageImpl: Handlers<typeof api.ImageServiceDefinition>;
-  #server: grpc.Server | undefined;
+  readonly #runtimeImpl: ServiceHandlers<typeof api.RuntimeServiceDefinition>;
+  readonly #imageImpl: ServiceHandlers<typeof api.ImageServiceDefinition>;
+  #server: GrpcServer | undefined;
+  /** Aborted when the server goes down: pending latency sleeps fail Unavailable. */
+  #down = new AbortController();
   #stopped = false;
   #lifecycle: Promise<void> = Promise.resolve();
 
@@ -103,7 +99,7 @@ export class FakeRemoteRuntime implements AsyncDisposable {
     const u = <Req, Res>(rpc: string, fn: (req: Req) => Res | Promise<Res>) => this.#unary(rpc, fn);
     const l = <Req, Res>(rpc: string, fn: (req: Req) => Res) => this.#list(rpc, fn);
     const no = (rpc: string) => () => {
-      throw new FakeRuntimeError(grpc.status.UNIMPLEMENTED, `method ${rpc} not implemented`);
+      throw new FakeRuntimeError(GrpcCode.UNIMPLEMENTED, `method ${rpc} not implemented`);
     };
     this.#runtimeImpl = {
       version: u("Version", (r) => s.version(r)),
@@ -141,7 +137,7 @@ export class FakeRemoteRuntime implements AsyncDisposable {
       updateRuntimeConfig: u("UpdateRuntimeConfig", (r) => s.updateRuntimeConfig(r)),
       status: u("Status", (r) => s.status(r)),
       checkpointContainer: u("CheckpointContainer", no("CheckpointContainer")),
-      getContainerEvents: (call) => this.#events(call),
+      getContainerEvents: (_req, ctx) => this.#events(ctx.signal),
       listMetricDescriptors: u("ListMetricDescriptors", no("ListMetricDescriptors")),
       listPodSandboxMetrics: u("ListPodSandboxMetrics", no("ListPodSandboxMetrics")),
       streamPodSandboxMetrics: l("StreamPodSandboxMetrics", no("StreamPodSandboxMetrics")),
@@ -172,7 +168,7 @@ export class FakeRemoteRuntime implements AsyncDisposable {
   }
 
   /** Makes the next `times` calls of `rpc` fail with `code`, after any errors already queued. */
-  injectError(rpc: string, code: grpc.status, details?: string, times = 1): void {
+  injectError(rpc: string, code: GrpcCode, details?: string, times = 1): void {
     checkRpc(rpc, "inject an error");
     const queue = this.#errors.get(rpc) ?? [];
     queue.push({ code, details: details ?? `injected ${rpc} error`, remaining: times });
@@ -183,10 +179,7 @@ export class FakeRemoteRuntime implements AsyncDisposable {
    * Ends every open GetContainerEvents stream with `code`, as a runtime restart or a broken
    * connection does; returns how many there were. New streams can be opened afterwards.
    */
-  cutEventStreams(
-    code: grpc.status = grpc.status.UNAVAILABLE,
-    details = "event stream cut",
-  ): number {
+  cutEventStreams(code: GrpcCode = GrpcCode.UNAVAILABLE, details = "event stream cut"): number {
     const n = this.#eventStreams.size;
     for (const end of [...this.#eventStreams]) end(new FakeRuntimeError(code, details));
     return n;
@@ -244,10 +237,7 @@ export class FakeRemoteRuntime implements AsyncDisposable {
   /** Shuts the server down and removes the socket; idempotent. */
   stop(): Promise<void> {
     this.#stopped = true;
-    return this.#serial(async () => {
-      await this.#shutdown();
-      await Deno.remove(this.socket).catch(() => {});
-    });
+    return this.#serial(() => this.#shutdown());
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -262,103 +252,91 @@ export class FakeRemoteRuntime implements AsyncDisposable {
 
   async #bind(): Promise<void> {
     if (this.#server) return;
-    await Deno.remove(this.socket).catch((e) => {
-      if (!(e instanceof Deno.errors.NotFound)) throw e;
-    });
-    const server = new grpc.Server({
-      "grpc.max_receive_message_length": MAX_MESSAGE_SIZE,
-      "grpc.max_send_message_length": MAX_MESSAGE_SIZE,
-    });
-    server.addService(grpcService(api.RuntimeServiceDefinition), this.#runtimeImpl);
-    server.addService(grpcService(api.ImageServiceDefinition), this.#imageImpl);
+    let server: GrpcServer;
     try {
-      await new Promise<void>((resolve, reject) =>
-        server.bindAsync(
-          this.endpoint,
-          grpc.ServerCredentials.createInsecure(),
-          (err) => (err ? reject(err) : resolve()),
-        )
-      );
+      server = await GrpcServer.listen({
+        path: this.socket,
+        maxReceiveMessageBytes: MAX_MESSAGE_SIZE,
+      });
     } catch (e) {
-      server.forceShutdown();
       throw new Error(`Cannot serve the fake runtime on '${this.socket}': ${e}`, { cause: e });
     }
+    server.register(api.RuntimeServiceDefinition, this.#runtimeImpl);
+    server.register(api.ImageServiceDefinition, this.#imageImpl);
+    this.#down = new AbortController();
     this.#server = server;
   }
 
   /**
-   * As a runtime going down looks to clients: calls in flight and event streams fail
-   * Unavailable, then connections close (forcibly after 1 s, for handlers still running).
+   * As a runtime going down looks to clients: latency sleeps and event streams fail Unavailable
+   * at once, other calls in flight get 1 s to finish, then connections close and the socket is
+   * removed.
    */
   async #shutdown(): Promise<void> {
     const server = this.#server;
     if (!server) return;
     this.#server = undefined;
-    for (const cancel of [...this.#onShutdown]) cancel();
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        server.forceShutdown();
-        resolve();
-      }, 1000);
-      server.tryShutdown(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
+    this.#down.abort();
+    await server.close();
   }
 
-  #unary<Req, Res>(
-    rpc: string,
-    fn: (req: Req) => Res | Promise<Res>,
-  ): grpc.handleUnaryCall<Req, Res> {
+  #unary<Req, Res>(rpc: string, fn: (req: Req) => Res | Promise<Res>): UnaryHandler<Req, Res> {
     checkRpc(rpc, "serve");
-    return (call, callback) => {
-      this.#enter(rpc).then(() => fn(call.request)).then(
-        (res) => callback(null, this.#rewrite(rpc, res)),
-        (e) => callback(toStatus(e)),
-      );
+    return async (req) => {
+      try {
+        await this.#enter(rpc);
+        return this.#rewrite(rpc, await fn(req));
+      } catch (e) {
+        throw toStatus(e);
+      }
     };
   }
 
   /** A CRIListStreaming RPC: the whole list in one message. */
-  #list<Req, Res>(rpc: string, fn: (req: Req) => Res): grpc.handleServerStreamingCall<Req, Res> {
-    checkRpc(rpc, "serve");
-    return (call) => {
-      this.#enter(rpc).then(() => fn(call.request)).then(
-        (res) => {
-          call.write(this.#rewrite(rpc, res));
-          call.end();
-        },
-        (e) => call.emit("error", toStatus(e)),
-      );
+  #list<Req, Res>(rpc: string, fn: (req: Req) => Res): ServerStreamHandler<Req, Res> {
+    const unary = this.#unary(rpc, fn);
+    return async function* (req, ctx) {
+      yield await unary(req, ctx);
     };
   }
 
-  /** GetContainerEvents: every event from now until the client cancels or the server stops. */
-  #events(
-    call: grpc.ServerWritableStream<api.GetEventsRequest, api.ContainerEventResponse>,
-  ): void {
-    this.#enter("GetContainerEvents").then(() => {
-      if (call.cancelled) return;
+  /**
+   * GetContainerEvents: every event from now until the client cancels or the server stops
+   * (`signal`), or {@link cutEventStreams} ends the stream with an error.
+   */
+  async *#events(signal: AbortSignal): AsyncGenerator<api.ContainerEventResponse> {
+    try {
+      await this.#enter("GetContainerEvents");
+      if (signal.aborted) return;
+      let events!: ReadableStreamDefaultController<api.ContainerEventResponse>;
       // A slow reader buffers in memory: a fake never drops an event.
-      const unsubscribe = this.service.subscribe((e) => {
-        if (!call.cancelled) call.write(e);
+      const stream = new ReadableStream<api.ContainerEventResponse>({
+        start: (c) => void (events = c),
       });
-      const close = () => {
+      const unsubscribe = this.service.subscribe((e) => events.enqueue(e));
+      const detach = () => {
         unsubscribe();
-        this.#onShutdown.delete(shutdown);
-        this.#eventStreams.delete(end);
+        this.#eventStreams.delete(cut);
+        signal.removeEventListener("abort", cancel);
       };
-      const end = (e: FakeRuntimeError) => {
-        close();
-        call.emit("error", toStatus(e));
+      const cut = (e: FakeRuntimeError) => {
+        detach();
+        events.error(e);
       };
-      const shutdown = () => end(stopped());
-      this.#onShutdown.add(shutdown);
-      this.#eventStreams.add(end);
-      call.on("cancelled", close);
-      call.on("close", close);
-    }, (e) => call.emit("error", toStatus(e)));
+      const cancel = () => {
+        detach();
+        events.close();
+      };
+      this.#eventStreams.add(cut);
+      signal.addEventListener("abort", cancel, { once: true });
+      try {
+        yield* stream;
+      } finally {
+        detach();
+      }
+    } catch (e) {
+      throw toStatus(e);
+    }
   }
 
   #rewrite<Res>(rpc: string, res: Res): Res {
@@ -381,17 +359,18 @@ export class FakeRemoteRuntime implements AsyncDisposable {
 
   /** Sleeps `ms`, or rejects as Unavailable when the server shuts down first. */
   #sleep(ms: number): Promise<void> {
+    const down = this.#down.signal;
+    if (down.aborted) return Promise.reject(stopped());
     return new Promise((resolve, reject) => {
       const cancel = () => {
         clearTimeout(timer);
-        this.#onShutdown.delete(cancel);
         reject(stopped());
       };
       const timer = setTimeout(() => {
-        this.#onShutdown.delete(cancel);
+        down.removeEventListener("abort", cancel);
         resolve();
       }, ms);
-      this.#onShutdown.add(cancel);
+      down.addEventListener("abort", cancel, { once: true });
     });
   }
 }

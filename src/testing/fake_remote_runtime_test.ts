@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import * as grpc from "@grpc/grpc-js";
 import * as api from "../../proto/runtime/v1/api.ts";
-import { CriConnection, CriError } from "../cri/connection.ts";
+import { CriConnection, CriError, GrpcCode } from "../cri/connection.ts";
 import {
   type FakeRemoteRuntime,
   type FakeRuntimeOptions,
@@ -81,7 +80,7 @@ async function runPod(h: Harness, name: string, containers: string[] = ["main"])
 }
 
 /** Asserts that `p` fails with a CriError of `code` from `rpc`. */
-async function rejectsWith(p: Promise<unknown>, code: grpc.status, rpc: string, desc?: RegExp) {
+async function rejectsWith(p: Promise<unknown>, code: GrpcCode, rpc: string, desc?: RegExp) {
   await assert.rejects(p, (e: unknown) => {
     assert.ok(e instanceof CriError, `expected a CriError, got ${e}`);
     assert.equal(e.code, code, e.message);
@@ -157,7 +156,7 @@ Deno.test("FakeRuntimeService runs a sandbox and a container through their lifec
   await h.runtime.removeContainer(id); // tolerated, as containerd
   await rejectsWith(
     h.runtime.containerStatus(id),
-    grpc.status.NOT_FOUND,
+    GrpcCode.NOT_FOUND,
     "RuntimeService/ContainerStatus",
   );
   await h.runtime.stopPodSandbox(pod);
@@ -170,7 +169,7 @@ Deno.test("FakeRuntimeService runs a sandbox and a container through their lifec
   await h.runtime.removePodSandbox(pod);
   await rejectsWith(
     h.runtime.podSandboxStatus(pod),
-    grpc.status.NOT_FOUND,
+    GrpcCode.NOT_FOUND,
     "RuntimeService/PodSandboxStatus",
     /^an error occurred when try to find sandbox: not found$/,
   );
@@ -187,7 +186,7 @@ Deno.test("FakeRuntimeService gives pods distinct IPs and host-network pods none
   assert.equal(await ip(host), "");
   await rejectsWith(
     h.runtime.runPodSandbox(podConfig("a"), ""),
-    grpc.status.UNKNOWN,
+    GrpcCode.UNKNOWN,
     "RuntimeService/RunPodSandbox",
     /failed to reserve sandbox name "a_default_uid-a_0"/,
   );
@@ -233,48 +232,48 @@ Deno.test("FakeRuntimeService fails with containerd's codes", async () => {
   const rt = "RuntimeService/";
   await rejectsWith(
     h.runtime.createContainer(pod, ctrConfig("x", {}, "nginx:absent"), config),
-    grpc.status.NOT_FOUND,
+    GrpcCode.NOT_FOUND,
     `${rt}CreateContainer`,
     /failed to resolve image "nginx:absent": not found/,
   );
   await rejectsWith(
     h.runtime.startContainer(main),
-    grpc.status.FAILED_PRECONDITION,
+    GrpcCode.FAILED_PRECONDITION,
     `${rt}StartContainer`,
     /container is in CONTAINER_RUNNING state/,
   );
   await rejectsWith(
     h.runtime.startContainer(""),
-    grpc.status.INVALID_ARGUMENT,
+    GrpcCode.INVALID_ARGUMENT,
     `${rt}StartContainer`,
   );
   await rejectsWith(
     h.runtime.stopContainer("0".repeat(64), 1),
-    grpc.status.NOT_FOUND,
+    GrpcCode.NOT_FOUND,
     `${rt}StopContainer`,
   );
   await rejectsWith(
     h.runtime.createContainer(pod, ctrConfig("main"), config),
-    grpc.status.UNKNOWN,
+    GrpcCode.UNKNOWN,
     `${rt}CreateContainer`,
     /failed to reserve container name "main_p_default_uid-p_0"/,
   );
   await h.runtime.stopPodSandbox(pod);
   await rejectsWith(
     h.runtime.createContainer(pod, ctrConfig("late"), config),
-    grpc.status.FAILED_PRECONDITION,
+    GrpcCode.FAILED_PRECONDITION,
     `${rt}CreateContainer`,
     /is not running/,
   );
   await rejectsWith(
     h.runtime.runPodSandbox(podConfig("q"), "kata"),
-    grpc.status.UNKNOWN,
+    GrpcCode.UNKNOWN,
     `${rt}RunPodSandbox`,
     /no runtime for "kata" is configured/,
   );
   await rejectsWith(
     h.runtime.execSync(main, ["true"], 1),
-    grpc.status.FAILED_PRECONDITION,
+    GrpcCode.FAILED_PRECONDITION,
     `${rt}ExecSync`,
   );
 });
@@ -318,7 +317,7 @@ Deno.test("FakeRuntimeService simulates exits synchronously: exitContainer, onCr
   const broken = await h.runtime.createContainer(pod, ctrConfig("broken"), config);
   await rejectsWith(
     h.runtime.startContainer(broken),
-    grpc.status.UNKNOWN,
+    GrpcCode.UNKNOWN,
     "RuntimeService/StartContainer",
     /executable file not found/,
   );
@@ -372,10 +371,10 @@ Deno.test("FakeRuntimeService pulls images, records auth and fails scripted pull
   assert.deepEqual([pull?.image, pull?.auth?.username], ["nginx", "u"]);
   assert.equal(pull?.sandboxConfig?.metadata?.name, "p");
 
-  h.fake.service.images.failPull("private.example/app:1", grpc.status.NOT_FOUND, undefined, 1);
+  h.fake.service.images.failPull("private.example/app:1", GrpcCode.NOT_FOUND, undefined, 1);
   await rejectsWith(
     h.image.pullImage(spec("private.example/app:1"), undefined, undefined),
-    grpc.status.NOT_FOUND,
+    GrpcCode.NOT_FOUND,
     "ImageService/PullImage",
     /failed to pull and unpack image "private\.example\/app:1"/,
   );
@@ -398,7 +397,7 @@ Deno.test("FakeRuntimeService requires the sandbox image only when configured", 
   await using h = await harness({ sandboxImage: pause });
   await rejectsWith(
     h.runtime.runPodSandbox(podConfig("p"), ""),
-    grpc.status.NOT_FOUND,
+    GrpcCode.NOT_FOUND,
     "RuntimeService/RunPodSandbox",
   );
   await h.image.pullImage(api.ImageSpec.create({ image: pause }), undefined, undefined);
@@ -477,18 +476,18 @@ Deno.test("FakeRuntimeService returns streaming URLs and answers Unimplemented f
   );
   await rejectsWith(
     h.runtime.checkpointContainer(api.CheckpointContainerRequest.create({ containerId: id })),
-    grpc.status.UNIMPLEMENTED,
+    GrpcCode.UNIMPLEMENTED,
     "RuntimeService/CheckpointContainer",
   );
 });
 
 Deno.test("FakeRemoteRuntime.injectError fails the next calls with the code and RPC name", async () => {
   await using h = await harness();
-  h.fake.injectError("RunPodSandbox", grpc.status.RESOURCE_EXHAUSTED, "no room", 2);
+  h.fake.injectError("RunPodSandbox", GrpcCode.RESOURCE_EXHAUSTED, "no room", 2);
   for (let i = 0; i < 2; i++) {
     await rejectsWith(
       h.runtime.runPodSandbox(podConfig("p"), ""),
-      grpc.status.RESOURCE_EXHAUSTED,
+      GrpcCode.RESOURCE_EXHAUSTED,
       "RuntimeService/RunPodSandbox",
       /^no room$/,
     );
@@ -497,13 +496,13 @@ Deno.test("FakeRemoteRuntime.injectError fails the next calls with the code and 
   assert.equal(h.fake.callCount("RunPodSandbox"), 3);
   assert.equal(h.fake.service.sandboxes.size, 1);
 
-  h.fake.injectError("PullImage", grpc.status.UNAVAILABLE);
+  h.fake.injectError("PullImage", GrpcCode.UNAVAILABLE);
   await assert.rejects(
     h.image.pullImage(api.ImageSpec.create({ image: "x" }), undefined, undefined),
     /^CriError: ImageService\/PullImage: rpc error: code = Unavailable desc = injected PullImage error$/,
   );
   assert.throws(
-    () => h.fake.injectError("RunPod", grpc.status.INTERNAL),
+    () => h.fake.injectError("RunPod", GrpcCode.INTERNAL),
     /'RunPod' is not a CRI RPC/,
   );
 });
@@ -520,7 +519,7 @@ Deno.test("FakeRemoteRuntime.setLatency delays calls, and stop cancels them", as
   h.fake.setLatency("ListPodSandbox", 60_000);
   const failed = rejectsWith(
     h.runtime.listPodSandbox(),
-    grpc.status.UNAVAILABLE,
+    GrpcCode.UNAVAILABLE,
     "RuntimeService/ListPodSandbox",
   );
   await poll("the call to arrive", () => h.fake.callCount("ListPodSandbox") === 1);
@@ -534,13 +533,13 @@ Deno.test("FakeRemoteRuntime.restart drops calls, keeps state, and the same clie
   h.fake.setLatency("Version", 60_000);
   const dropped = rejectsWith(
     h.runtime.version(),
-    grpc.status.UNAVAILABLE,
+    GrpcCode.UNAVAILABLE,
     "RuntimeService/Version",
   );
   const events = (async () => {
     for await (const _ of h.runtime.getContainerEvents()) { /* none come */ }
   })();
-  const ended = rejectsWith(events, grpc.status.UNAVAILABLE, "RuntimeService/GetContainerEvents");
+  const ended = rejectsWith(events, GrpcCode.UNAVAILABLE, "RuntimeService/GetContainerEvents");
   await poll("the call to arrive", () => h.fake.callCount("Version") === 1);
   await poll("the stream to attach", () => h.fake.service.subscribers === 1);
   await h.fake.restart();
@@ -562,6 +561,6 @@ Deno.test("FakeRemoteRuntime.stop is idempotent and later calls fail Unavailable
   await h.fake.stop();
   await h.fake.stop();
   assert.ok(!h.fake.serving);
-  await rejectsWith(h.runtime.version(), grpc.status.UNAVAILABLE, "RuntimeService/Version");
+  await rejectsWith(h.runtime.version(), GrpcCode.UNAVAILABLE, "RuntimeService/Version");
   await assert.rejects(h.fake.restart(), /stopped for good/);
 });

@@ -1,47 +1,40 @@
 /**
  * @module
- * Test helper: a grpc-js server with one unary method that takes and answers message bytes as
+ * Test helper: a gRPC server with one unary method that takes and answers message bytes as
  * they are, for replies no generated codec writes (a truncated message, a hand-encoded health
  * status). Used by the CRI connection's tests and the gRPC probe end-to-end test.
  */
 
-import { Buffer } from "node:buffer";
-import * as grpc from "@grpc/grpc-js";
+import { GrpcServer } from "../cri/grpc_server.ts";
 
-/** Options of {@link serveRawUnary}. */
-export interface RawUnaryOptions {
-  /** Where grpc-js binds: `unix:///path` or `host:port`. */
-  readonly address: string;
-  /** The method's path, e.g. "/grpc.health.v1.Health/Check". */
-  readonly path: string;
-  /** The reply's bytes, asked anew for each call. */
-  readonly reply: () => Uint8Array;
-}
+/** Options of {@link serveRawUnary}: a unix socket `path` or a TCP `port` on `hostname`. */
+export type RawUnaryOptions =
+  & {
+    /** The method's path, e.g. "/grpc.health.v1.Health/Check". */
+    readonly method: string;
+    /** The reply's bytes, asked anew for each call. */
+    readonly reply: () => Uint8Array;
+  }
+  & (
+    | { readonly socket: string }
+    | { readonly hostname: string; readonly port: number }
+  );
+
+const bytes = {
+  encode: (b: Uint8Array) => ({ finish: () => b }),
+  decode: (b: Uint8Array) => b,
+};
 
 /** Serves one raw unary method until disposed. */
-export async function serveRawUnary(opts: RawUnaryOptions): Promise<Disposable> {
-  const server = new grpc.Server();
-  const bytes = (b: Uint8Array) => Buffer.from(b);
-  const raw = (b: Buffer) => new Uint8Array(b);
-  server.addService({
-    method: {
-      path: opts.path,
-      requestStream: false,
-      responseStream: false,
-      requestSerialize: bytes,
-      requestDeserialize: raw,
-      responseSerialize: bytes,
-      responseDeserialize: raw,
-    },
-  }, {
-    method: (_call: unknown, cb: (e: null, r: Uint8Array) => void) => cb(null, opts.reply()),
-  });
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(
-      opts.address,
-      grpc.ServerCredentials.createInsecure(),
-      (e) => e ? reject(e) : resolve(),
-    )
-  );
-  return { [Symbol.dispose]: () => server.forceShutdown() };
+export async function serveRawUnary(opts: RawUnaryOptions): Promise<AsyncDisposable> {
+  const [, service = "", name = ""] = /^\/([^/]+)\/([^/]+)$/.exec(opts.method) ?? [];
+  if (service === "") throw new Error(`method '${opts.method}' is not /<service>/<method>`);
+  const server = "socket" in opts
+    ? await GrpcServer.listen({ path: opts.socket, closeGracePeriodMs: 0 })
+    : GrpcServer.serveTcp({ hostname: opts.hostname, port: opts.port }, { closeGracePeriodMs: 0 });
+  server.register({
+    fullName: service,
+    methods: { raw: { name, requestType: bytes, responseType: bytes, responseStream: false } },
+  }, { raw: () => opts.reply() });
+  return { [Symbol.asyncDispose]: () => server.close() };
 }
