@@ -4,7 +4,8 @@
  * to any registry or to Deno's download host, in `dist/<platform>/` with a `SHA256SUMS` beside
  * it. Both kinds run the same tree, the agent's runtime graph (release_graph.ts: its modules
  * as they are in the repository and a flat `node_modules` of the npm packages it loads;
- * `@kubernetes/client-node`, types only, is not among them), with the agent's run flags
+ * `@kubernetes/client-node`, types only, is not among them; and the kubelet Worker's bundle,
+ * release_bundle.ts), with the agent's run flags
  * ({@link AGENT_RUN_FLAGS}):
  *
  * - `self-extracting` (self_extracting.ts): a shell stub followed by an archive of that tree and
@@ -35,7 +36,8 @@ import {
   loadDenoRuntime,
   runtimePin,
 } from "./deno_runtime.ts";
-import { ReleaseGraphError, runtimeGraph, stageRuntimeTree } from "./release_graph.ts";
+import { ReleaseGraphError, runtimeGraph, stageRuntimeTree, treeFiles } from "./release_graph.ts";
+import { bundleAgentWorker } from "./release_bundle.ts";
 import { selfExtracting, SelfExtractingError } from "./self_extracting.ts";
 import { sha256Hex } from "./oci_layout.ts";
 
@@ -120,7 +122,9 @@ export async function buildRelease(opts: ReleaseOptions): Promise<ReleaseFile[]>
   try {
     const graph = await runtimeGraph(REPO_ROOT);
     const app = join(staging, "app");
-    const staged = await stageRuntimeTree(graph, REPO_ROOT, app);
+    await stageRuntimeTree(graph, REPO_ROOT, app);
+    await bundleAgentWorker(REPO_ROOT, app);
+    const staged = await treeFiles(app);
     log(
       `release: the agent's tree: ${graph.files.length} modules, npm ${
         graph.packages.join(", ")

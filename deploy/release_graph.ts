@@ -9,12 +9,11 @@
  * a `deno.json` that maps the same bare names and resolves npm packages from that directory
  * (`nodeModulesDir: "manual"`) and writes no lockfile.
  *
- * The agent then runs from this tree exactly as `deno task start` runs it from the repository:
- * the same modules at the same relative paths, so Worker URLs, the sandbox's read grant of the
- * code directory (src/privilege/permission_set.ts) and klog's call sites are unchanged.
- * One bundle (`deno bundle`) would be smaller (3.1 MB with code splitting, against about 9 MB
- * here, about 1.5 MB of the compressed release) but rewrites all three: its chunks sit
- * elsewhere than the modules they hold.
+ * The agent then runs from this tree as `deno task start` runs it from the repository: the same
+ * modules at the same relative paths, so Worker URLs and the sandbox's read grant of the code
+ * directory (src/privilege/permission_set.ts) are unchanged; the kubelet's Worker alone runs
+ * from a bundle of its graph beside its module (release_bundle.ts: about 9 MiB less resident
+ * memory), whose module table keeps klog's call sites.
  *
  * Runs `deno info --json` and `deno install --cached-only`; reads the repository.
  */
@@ -266,6 +265,11 @@ export async function stageRuntimeTree(
   }
   const typesOnly = await pruneTypes(modules);
   await checkInstalled(modules, graph.allPackages.filter((id) => !typesOnly.has(packageName(id))));
+  return await treeFiles(dir);
+}
+
+/** Every regular file under `dir`, sorted by path; throws for a link. */
+export async function treeFiles(dir: string): Promise<StagedFile[]> {
   const files: StagedFile[] = [];
   await walk(dir, "", files);
   return files.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));

@@ -340,6 +340,17 @@ Deno.test({
               "the node's address is the namespace's",
             );
             assert.match(n.status?.nodeInfo?.kubeletVersion ?? "", /kubelet-ts/);
+            // The kubelet's Worker runs from its bundle (deploy/release_bundle.ts), and its
+            // lines still name their own modules.
+            assert.match(
+              agent.stderr(),
+              /"Running the kubelet in its permission set" .* module="file:\/\/[^"]*\/app\/src\/privilege\/agent_worker\.js"/,
+            );
+            assert.match(
+              agent.stderr(),
+              / kubelet_node_status\.ts:\d+\] "Successfully registered node"/,
+            );
+            assert.doesNotMatch(agent.stderr(), / (agent_worker\.js|\?\?\?):\d+\] /);
             await api.create(`/api/v1/namespaces/${NS}/pods`, offlinePod("offline"));
             await waitPod(api, NS, "offline", "Running", (p) =>
               p.status?.phase === "Running" &&

@@ -166,6 +166,14 @@ Deno.test("the release file runs the agent offline, reuses and repairs its extra
       }
       assert.equal(existsSync(join(modules, "@kubernetes")), false);
       assert.equal(existsSync(join(modules, "@grpc")), false);
+      // The kubelet's Worker runs from one bundle, with the table of its modules for klog.
+      const bundle = join(dir, "app/src/privilege/agent_worker.js");
+      assert.ok(existsSync(bundle));
+      const starts = JSON.parse(Deno.readTextFileSync(`${bundle}.modules.json`)) as [
+        number,
+        string,
+      ][];
+      assert.ok(starts.some(([, p]) => p === "src/kubelet.ts"));
       assert.equal(existsSync(join(modules, "@types")), false);
     });
 

@@ -19,7 +19,9 @@
  * buffered: each line goes out in one synchronous write, so nothing is lost at exit.
  */
 
+import { fileURLToPath } from "node:url";
 import { goFloatF, goQuote, jsonPairs, KObj, type Pairs, textPairs, zapString } from "./encode.ts";
+import { loadModuleStarts, moduleAt, type ModuleStarts } from "./_bundle_sites.ts";
 
 // KObj lives with the encoders, which print it specially; it is part of this module's API.
 export { KObj };
@@ -283,10 +285,26 @@ function caller(entry: Entry): { path: string; line: number } {
   }
 }
 
+/**
+ * When this module is bundled (the release's Worker, deploy/release_bundle.ts), where each
+ * bundled module starts; undefined until a frame of the bundle is seen, null when none is found.
+ */
+let bundleStarts: ModuleStarts | null | undefined;
+/** This module's path as the bundle's table names it. */
+const SELF = "src/klog/klog.ts";
+
 /** A stack frame's file and line; undefined for none, or for a frame of this module. */
 function callSite(frame: string | undefined): { path: string; line: number } | undefined {
   const m = frame === undefined ? null : FRAME.exec(frame);
-  if (m === null || m[1] === import.meta.url) return undefined;
+  if (m === null) return undefined;
+  if (m[1] === import.meta.url) {
+    // A module of this file: this one, or another module of the same bundle.
+    if (!import.meta.url.endsWith(".js")) return undefined;
+    bundleStarts ??= loadModuleStarts(import.meta.url) ?? null;
+    const site = bundleStarts && moduleAt(bundleStarts, Number(m[2]));
+    if (!site) return { path: fileURLToPath(import.meta.url), line: Number(m[2]) };
+    return site.path === SELF ? undefined : site;
+  }
   let path = (m[1] ?? "").replace(/^file:\/\//, "");
   if (path.includes("%")) {
     try {
