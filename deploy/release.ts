@@ -5,7 +5,8 @@
  * it. Both kinds run the same tree, the agent's runtime graph (release_graph.ts: its modules
  * as they are in the repository and a flat `node_modules` of the npm packages it loads;
  * `@kubernetes/client-node`, types only, is not among them; and the kubelet Worker's bundle,
- * release_bundle.ts), with the agent's run flags
+ * release_bundle.ts, which only the self-extracting kind runs: `deno compile` embeds the
+ * modules), with the agent's run flags
  * ({@link AGENT_RUN_FLAGS}):
  *
  * - `self-extracting` (self_extracting.ts): a shell stub followed by an archive of that tree and

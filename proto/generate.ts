@@ -39,7 +39,7 @@ const PINNED_DEPENDENCIES: Readonly<Record<string, string>> = {
  * - `outputServices=generic-definitions`: `RuntimeServiceDefinition`, `IdentityDefinition`,
  *   `NodeDefinition`, `RegistrationDefinition`...: plain objects naming each method and its
  *   message codecs, with no gRPC library imported: the kubelet's client (src/cri/connection.ts)
- *   speaks gRPC over fetch, and the fake runtime serves them through grpc-js in tests.
+ *   speaks gRPC over fetch, and its own server (src/cri/grpc_server.ts) serves them.
  * - `importSuffix=.ts`, `esModuleInterop=true`: imports Deno resolves.
  * - `forceLong=bigint`: CRI timestamps are int64 nanoseconds, past Number.MAX_SAFE_INTEGER; CSI
  *   sizes are int64 bytes (a `google.protobuf.Int64Value` is `bigint | undefined` too).

@@ -34,6 +34,7 @@ Deno.test({
       const reply = await h2cUnary({
         hostname: "127.0.0.1",
         port,
+        authority: `127.0.0.1:${port}`,
         path: "/runtime.v1.RuntimeService/Version",
         message: api.VersionRequest.encode({ version: "v1" }).finish(),
         userAgent: "kube-probe/1.36 grpc-go/1.79.3",
@@ -50,6 +51,7 @@ Deno.test({
       const health = await h2cUnary({
         hostname: "127.0.0.1",
         port,
+        authority: `127.0.0.1:${port}`,
         path: "/grpc.health.v1.Health/Check",
         message: new Uint8Array(0),
         userAgent: "kube-probe/1.36 grpc-go/1.79.3",

@@ -7,6 +7,8 @@
  * `encoding/asn1` as `crypto/x509.CreateCertificate` uses it.
  */
 
+import { concatBytes } from "../util/bytes.ts";
+
 /** A malformed value handed to a DER writer. */
 export class Asn1Error extends Error {
   override name = "Asn1Error";
@@ -29,17 +31,6 @@ export const TAG = {
   set: 0x31,
 } as const;
 
-/** Joins byte arrays. */
-export function concat(parts: readonly Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
-}
-
 /** The DER length octets: short form below 128, else long form with the fewest bytes. */
 export function encodeLength(n: number): Uint8Array {
   if (!Number.isSafeInteger(n) || n < 0) throw new Asn1Error(`invalid DER length ${n}`);
@@ -51,18 +42,18 @@ export function encodeLength(n: number): Uint8Array {
 
 /** A tag-length-value with a one-byte tag. */
 export function tlv(tag: number, content: Uint8Array): Uint8Array {
-  return concat([Uint8Array.of(tag), encodeLength(content.length), content]);
+  return concatBytes([Uint8Array.of(tag), encodeLength(content.length), content]);
 }
 
 /** SEQUENCE of already-encoded elements. */
 export function sequence(...items: Uint8Array[]): Uint8Array {
-  return tlv(TAG.sequence, concat(items));
+  return tlv(TAG.sequence, concatBytes(items));
 }
 
 /** SET OF already-encoded elements, sorted by their encodings as DER requires. */
 export function set(...items: Uint8Array[]): Uint8Array {
   const sorted = [...items].sort(compareBytes);
-  return tlv(TAG.set, concat(sorted));
+  return tlv(TAG.set, concatBytes(sorted));
 }
 
 function compareBytes(a: Uint8Array, b: Uint8Array): number {
@@ -185,7 +176,7 @@ export function bitString(bytes: Uint8Array, unusedBits = 0): Uint8Array {
   if (unusedBits < 0 || unusedBits > 7 || (bytes.length === 0 && unusedBits !== 0)) {
     throw new Asn1Error(`invalid unused bit count ${unusedBits}`);
   }
-  return tlv(TAG.bitString, concat([Uint8Array.of(unusedBits), bytes]));
+  return tlv(TAG.bitString, concatBytes([Uint8Array.of(unusedBits), bytes]));
 }
 
 /**

@@ -20,7 +20,6 @@ import {
 } from "node:crypto";
 import {
   bitString,
-  concat,
   contextTag,
   directoryString,
   ia5String,
@@ -33,6 +32,7 @@ import {
   sequence,
   set,
 } from "./asn1.ts";
+import { concatBytes } from "../util/bytes.ts";
 import { ipBytes } from "../server/tls.ts";
 
 /** A request that cannot be built or read. */
@@ -124,7 +124,7 @@ export function makeCSRDer(key: KeyObject, template: CertificateTemplate): Uint8
     integer(0),
     subjectName(template),
     spki,
-    contextTag(0, concat(attributes), true),
+    contextTag(0, concatBytes(attributes), true),
   );
   const alg = signatureAlgorithm(key);
   const signature = new Uint8Array(sign(alg.digest, info, key));

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { concat } from "../certificate/asn1.ts";
+import { concatBytes } from "../util/bytes.ts";
 import { testCA, testServerCert } from "../testing/cert_fixtures.ts";
 import { FakeClock } from "../util/clock.ts";
 import { BODY_PIECE_BYTES, KubeClient, requestBody } from "./kube_client.ts";
@@ -24,7 +24,7 @@ Deno.test("requestBody cuts a longer body into pieces the h2 crate copies", asyn
   const pieces = await bytesOf(requestBody(text));
   assert.equal(pieces.length, 4);
   for (const p of pieces) assert.ok(p.length <= BODY_PIECE_BYTES && p.length < 1024, `${p.length}`);
-  assert.equal(new TextDecoder().decode(concat(pieces)), text);
+  assert.equal(new TextDecoder().decode(concatBytes(pieces)), text);
 });
 
 /** One HTTP/2 frame as the fake server read it. */
@@ -76,7 +76,7 @@ function fakeH2Server(cert: { certPem: string; keyPem: string }) {
     for (;;) {
       const n = await conn.read(chunk);
       if (n === null) return;
-      buf = concat([buf, chunk.subarray(0, n)]);
+      buf = concatBytes([buf, chunk.subarray(0, n)]);
       if (prefaceLeft > 0) {
         const skip = Math.min(prefaceLeft, buf.length);
         buf = buf.subarray(skip);
@@ -146,7 +146,7 @@ Deno.test("KubeClient sends a long body over HTTP/2 in DATA frames under 1024 by
     assert.equal(bodies.length, 2);
     const [long, short] = bodies as [Frame[], Frame[]];
     for (const f of long) assert.ok(f.payload.length < 1024, `DATA frame of ${f.payload.length}`);
-    const text = (fs: Frame[]) => new TextDecoder().decode(concat(fs.map((f) => f.payload)));
+    const text = (fs: Frame[]) => new TextDecoder().decode(concatBytes(fs.map((f) => f.payload)));
     assert.deepEqual(JSON.parse(text(long)), status);
     assert.equal(long.filter((f) => f.payload.length > 0).length, 6);
     assert.deepEqual(JSON.parse(text(short)), small);

@@ -93,9 +93,9 @@ const DEADLINE = () => new GrpcStatusError(GrpcCode.DEADLINE_EXCEEDED, "context 
 const STOPPED = () =>
   new GrpcStatusError(GrpcCode.UNAVAILABLE, "grpc: the server has been stopped");
 
-/** A gRPC server listening on a unix socket (or, for tests of TCP clients, a TCP port). */
+/** A gRPC server listening on a unix socket (or on a listener given, {@link GrpcServer.serve}). */
 export class GrpcServer {
-  /** Where it listens: the socket's path, or "host:port" for {@link GrpcServer.serveTcp}. */
+  /** Where it listens: the socket's path, or "host:port" on TCP. */
   readonly path: string;
   readonly #listener: Deno.Listener;
   /** The socket file to remove at close; none for TCP. */
@@ -109,14 +109,11 @@ export class GrpcServer {
   /** The accept loop; it ends once the listener is closed. */
   readonly #accepting: Promise<void>;
 
-  private constructor(opts: GrpcServerOptions, listener: Deno.Listener) {
+  private constructor(opts: GrpcServerOptions, listener: Deno.Listener, socketFile?: string) {
     this.#opts = opts;
-    if (listener.addr.transport === "tcp") {
-      this.path = `${listener.addr.hostname}:${listener.addr.port}`;
-    } else {
-      this.path = opts.path;
-      this.#socketFile = opts.path;
-    }
+    const addr = listener.addr;
+    this.path = addr.transport === "tcp" ? `${addr.hostname}:${addr.port}` : opts.path;
+    this.#socketFile = socketFile;
     this.#listener = listener;
     this.#accepting = this.#accept();
   }
@@ -127,21 +124,21 @@ export class GrpcServer {
     await Deno.remove(opts.path).catch((e) => {
       if (!(e instanceof Deno.errors.NotFound)) throw e;
     });
-    return new GrpcServer(opts, Deno.listen({ transport: "unix", path: opts.path }));
+    const listener = Deno.listen({ transport: "unix", path: opts.path });
+    return new GrpcServer(opts, listener, opts.path);
   }
 
   /**
-   * Listens on a TCP port of `hostname` (port 0 picks a free one; {@link port} gives it): the
-   * kubelet serves no gRPC over TCP, but tests serve pods' health services this way.
+   * Serves on a listener the caller made, a TCP one too (tests serve pods' health services
+   * so); a unix socket's file is left to the caller.
    */
-  static serveTcp(
-    listen: Deno.TcpListenOptions,
-    opts: Omit<GrpcServerOptions, "path"> = {},
-  ): GrpcServer {
-    return new GrpcServer({ ...opts, path: "" }, Deno.listen({ ...listen, transport: "tcp" }));
+  static serve(listener: Deno.Listener, opts: Omit<GrpcServerOptions, "path"> = {}): GrpcServer {
+    const addr = listener.addr;
+    const path = addr.transport === "unix" ? addr.path : "";
+    return new GrpcServer({ ...opts, path }, listener);
   }
 
-  /** The TCP port of {@link GrpcServer.serveTcp}; undefined on a unix socket. */
+  /** The TCP port it listens on; undefined on a unix socket. */
   get port(): number | undefined {
     const addr = this.#listener.addr;
     return addr.transport === "tcp" ? addr.port : undefined;

@@ -293,8 +293,10 @@ Deno.test("GrpcServer's close leaves alone a socket a new server made at the sam
   }
 });
 
-Deno.test("GrpcServer.serveTcp serves on a TCP port and removes no file at close", async () => {
-  const server = GrpcServer.serveTcp({ hostname: "127.0.0.1", port: 0 }, { closeGracePeriodMs: 0 });
+Deno.test("GrpcServer.serve serves on a TCP listener given and removes no file at close", async () => {
+  const server = GrpcServer.serve(Deno.listen({ hostname: "127.0.0.1", port: 0 }), {
+    closeGracePeriodMs: 0,
+  });
   server.register(api.RuntimeServiceDefinition, { version: echo });
   try {
     assert.equal(server.path, `127.0.0.1:${server.port}`);

@@ -10,6 +10,8 @@
  * the process on some GOAWAYs (denoland/deno#36788).
  */
 
+import { concatBytes } from "../util/bytes.ts";
+import { type Clock, realClock } from "../util/clock.ts";
 import { errorText } from "../util/errors.ts";
 import {
   DEFAULT_WINDOW,
@@ -48,6 +50,8 @@ const STREAM = 1;
 export interface H2cUnaryOptions {
   readonly hostname: string;
   readonly port: number;
+  /** The `:authority` header: `host:port`, an IPv6 host in brackets. */
+  readonly authority: string;
   /** The method's path, e.g. "/grpc.health.v1.Health/Check". */
   readonly path: string;
   /** The request message, encoded. */
@@ -59,12 +63,13 @@ export interface H2cUnaryOptions {
   readonly signal?: AbortSignal;
   /** The backoff's random draw in [0, 1). @default Math.random */
   readonly random?: () => number;
+  /** The backoff's waits. @default the wall clock */
+  readonly clock?: Clock;
 }
 
 /**
- * How the call went: `unconnected` when no connection became ready before the deadline (the
- * last dial error in `error`, "context deadline exceeded" when it was the deadline), else the
- * reply message or the call's status.
+ * How the call went: `unconnected` when no connection became ready before the deadline (`error`
+ * is then grpc-go's "context deadline exceeded"), else the reply message or the call's status.
  */
 export type H2cUnaryResult =
   | { readonly kind: "unconnected"; readonly error: string }
@@ -103,21 +108,19 @@ async function dial(opts: H2cUnaryOptions, signal: AbortSignal): Promise<H2cConn
     if (conn !== undefined) return conn;
     const wait = delay * (1 + BACKOFF.jitter * (random() * 2 - 1));
     delay = Math.min(delay * BACKOFF.factor, BACKOFF.maxMs);
-    await abortableSleep(wait, signal);
+    await (opts.clock ?? realClock).sleep(wait, signal).catch(() => {});
   }
   return undefined;
 }
 
-function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(t);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const t = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
+/** Runs `fn` when `signal` aborts, at once if it has; the returned function stops that. */
+function onAbort(signal: AbortSignal, fn: () => void): () => void {
+  if (signal.aborted) {
+    fn();
+    return () => {};
+  }
+  signal.addEventListener("abort", fn, { once: true });
+  return () => signal.removeEventListener("abort", fn);
 }
 
 /** Sends the request on stream 1 and reads its reply; deadline and abort become statuses. */
@@ -132,20 +135,16 @@ async function call(
     [":method", "POST"],
     [":scheme", "http"],
     [":path", opts.path],
-    [
-      ":authority",
-      `${opts.hostname.includes(":") ? `[${opts.hostname}]` : opts.hostname}:${opts.port}`,
-    ],
+    [":authority", opts.authority],
     ["content-type", "application/grpc"],
     ["user-agent", opts.userAgent],
     ["te", "trailers"],
     ["grpc-timeout", grpcTimeout(remaining)],
   ]);
-  const onAbort = () => conn.close();
-  signal.addEventListener("abort", onAbort, { once: true });
+  const stop = onAbort(signal, () => conn.close());
   try {
-    await conn.write(encodeFrame(FrameType.HEADERS, Flag.END_HEADERS, STREAM, block));
-    const status = await conn.exchange(grpcFrame(opts.message));
+    const headers = encodeFrame(FrameType.HEADERS, Flag.END_HEADERS, STREAM, block);
+    const status = await conn.exchange(headers, grpcFrame(opts.message));
     if (status instanceof Uint8Array) return { kind: "reply", message: status };
     return { kind: "status", status };
   } catch (e) {
@@ -156,15 +155,17 @@ async function call(
         status: new GrpcStatusError(GrpcCode.DEADLINE_EXCEEDED, "context deadline exceeded"),
       };
     }
+    // A malformed reply (its message, its header block) is the call's status, as grpc-go's.
+    if (e instanceof GrpcStatusError) return { kind: "status", status: e };
     return {
       kind: "status",
       status: new GrpcStatusError(
         GrpcCode.UNAVAILABLE,
-        `error reading from server: ${errorText(e)}`,
+        `connection error: desc = "error reading from server: ${errorText(e)}"`,
       ),
     };
   } finally {
-    signal.removeEventListener("abort", onAbort);
+    stop();
   }
 }
 
@@ -180,8 +181,18 @@ function resetCode(code: number): number {
       return GrpcCode.CANCELLED;
     case ErrorCode.INADEQUATE_SECURITY:
       return GrpcCode.PERMISSION_DENIED;
-    default:
+    case ErrorCode.NO_ERROR:
+    case ErrorCode.PROTOCOL_ERROR:
+    case ErrorCode.INTERNAL_ERROR:
+    case ErrorCode.SETTINGS_TIMEOUT:
+    case ErrorCode.STREAM_CLOSED:
+    case ErrorCode.FRAME_SIZE_ERROR:
+    case ErrorCode.COMPRESSION_ERROR:
+    case ErrorCode.CONNECT_ERROR:
+    case ErrorCode.HTTP_1_1_REQUIRED:
       return GrpcCode.INTERNAL;
+    default:
+      return GrpcCode.UNKNOWN;
   }
 }
 
@@ -222,8 +233,7 @@ class H2cConn {
       return undefined;
     }
     const conn = new H2cConn(tcp);
-    const onAbort = () => conn.close();
-    signal.addEventListener("abort", onAbort, { once: true });
+    const stop = onAbort(signal, () => conn.close());
     try {
       const settings = settingsPayload([[Setting.ENABLE_PUSH, 0]]);
       const hello = new Uint8Array(PREFACE.length + 9 + settings.length);
@@ -241,9 +251,9 @@ class H2cConn {
         break;
       }
     } catch {
-      // The server ended the connection or spoke something else: not ready.
+      // The server ended the connection or spoke something else (or the dial was aborted).
     } finally {
-      signal.removeEventListener("abort", onAbort);
+      stop();
     }
     conn.close();
     return undefined;
@@ -264,11 +274,12 @@ class H2cConn {
   }
 
   /**
-   * Sends `body` (as the peer's windows allow) ending stream 1, and reads the stream's reply:
-   * the one message, or the status that ended it. Throws when the connection ends early.
+   * Sends the `headers` frame and `body` (as the peer's windows allow, with the headers in one
+   * write) ending stream 1, and reads the stream's reply: the one message, or the status that
+   * ended it. Throws when the connection ends early.
    */
-  async exchange(body: Uint8Array): Promise<Uint8Array | GrpcStatusError> {
-    let unsent = await this.#sendData(body);
+  async exchange(headers: Uint8Array, body: Uint8Array): Promise<Uint8Array | GrpcStatusError> {
+    let unsent = await this.#sendData(body, headers);
     let headersSeen = false;
     const data: Uint8Array[] = [];
     let dataBytes = 0;
@@ -287,24 +298,27 @@ class H2cConn {
         // Trailers, or a trailers-only reply: the status ends the call.
         if (!headers.has("grpc-status")) return noTrailers();
         return headerStatus(200, headers) ??
-          unaryMessage(concat(data), MAX_RECEIVE_MESSAGE_BYTES);
+          unaryMessage(concatBytes(data), MAX_RECEIVE_MESSAGE_BYTES);
       }
       switch (f.type) {
         case FrameType.DATA:
           if (f.streamId !== STREAM) break;
-          dataBytes += f.payload.length;
-          if (dataBytes > MAX_RECEIVE_MESSAGE_BYTES + FRAME_PREFIX_BYTES) {
-            return new GrpcStatusError(
-              GrpcCode.RESOURCE_EXHAUSTED,
-              `grpc: received message larger than max (${
-                dataBytes - FRAME_PREFIX_BYTES
-              } vs. ${MAX_RECEIVE_MESSAGE_BYTES})`,
-            );
-          }
           data.push(unpadded(f));
+          dataBytes += data.at(-1)!.length;
+          if (dataBytes >= FRAME_PREFIX_BYTES) {
+            // The length the message's prefix declares, as grpc-go checks it.
+            const prefix = concatBytes(data).subarray(0, FRAME_PREFIX_BYTES);
+            const length = new DataView(prefix.buffer, prefix.byteOffset, 5).getUint32(1);
+            if (length > MAX_RECEIVE_MESSAGE_BYTES) {
+              return new GrpcStatusError(
+                GrpcCode.RESOURCE_EXHAUSTED,
+                `grpc: received message larger than max (${length} vs. ${MAX_RECEIVE_MESSAGE_BYTES})`,
+              );
+            }
+          }
           if (f.payload.length > 0) {
             const credit = words(f.payload.length);
-            await this.write(concat([
+            await this.write(concatBytes([
               encodeFrame(FrameType.WINDOW_UPDATE, 0, 0, credit),
               encodeFrame(FrameType.WINDOW_UPDATE, 0, STREAM, credit),
             ]));
@@ -313,7 +327,9 @@ class H2cConn {
           break;
         case FrameType.RST_STREAM: {
           if (f.streamId !== STREAM) break;
-          const code = f.payload.length === 4 ? word(f.payload) : ErrorCode.PROTOCOL_ERROR;
+          const code = f.payload.length === 4
+            ? new DataView(f.payload.buffer, f.payload.byteOffset, 4).getUint32(0)
+            : ErrorCode.PROTOCOL_ERROR;
           return new GrpcStatusError(
             resetCode(code),
             `stream terminated by RST_STREAM with error code: ${errorCodeName(code)}`,
@@ -336,9 +352,10 @@ class H2cConn {
           break;
         case FrameType.GOAWAY:
           if (f.payload.length >= 8 && word(f.payload) >= STREAM) break;
+          // grpc-go retries such a stream once on a new connection; a probe is not retried.
           return new GrpcStatusError(
             GrpcCode.UNAVAILABLE,
-            "the connection is draining due to a GOAWAY from the server",
+            "the stream is rejected because server is draining the connection",
           );
         case FrameType.CONTINUATION:
           throw new Error("CONTINUATION without a header block");
@@ -361,25 +378,35 @@ class H2cConn {
     }
     const headers = new Headers();
     let httpStatus = 0;
-    for (const [name, value] of this.#hpack.decode(concat(parts)).fields) {
+    for (const [name, value] of this.#hpack.decode(concatBytes(parts)).fields) {
       if (name === ":status") httpStatus = Number(value);
       else if (!name.startsWith(":")) headers.append(name, value);
     }
     return { headers, httpStatus };
   }
 
-  /** Sends what the windows allow of `rest`, the last frame ending the stream. */
-  async #sendData(rest: Uint8Array | undefined): Promise<Uint8Array | undefined> {
-    if (rest === undefined) return undefined;
-    const n = Math.min(rest.length, this.#connWindow, this.#streamWindow, 16_384);
-    if (n <= 0 && rest.length > 0) return rest;
-    const last = n === rest.length;
-    this.#connWindow -= n;
-    this.#streamWindow -= n;
-    await this.write(
-      encodeFrame(FrameType.DATA, last ? Flag.END_STREAM : 0, STREAM, rest.subarray(0, n)),
-    );
-    return last ? undefined : this.#sendData(rest.subarray(n));
+  /**
+   * Sends what the windows allow of `rest`, the last frame ending the stream, after `first`
+   * (the HEADERS frame) in the same write.
+   */
+  async #sendData(
+    rest: Uint8Array | undefined,
+    first?: Uint8Array,
+  ): Promise<Uint8Array | undefined> {
+    const frames = first ? [first] : [];
+    while (rest !== undefined) {
+      const n = Math.min(rest.length, this.#connWindow, this.#streamWindow, 16_384);
+      if (n <= 0 && rest.length > 0) break;
+      const last = n === rest.length;
+      this.#connWindow -= n;
+      this.#streamWindow -= n;
+      frames.push(
+        encodeFrame(FrameType.DATA, last ? Flag.END_STREAM : 0, STREAM, rest.subarray(0, n)),
+      );
+      rest = last ? undefined : rest.subarray(n);
+    }
+    if (frames.length > 0) await this.write(concatBytes(frames));
+    return rest;
   }
 
   /** Takes the peer's SETTINGS (its initial stream window) and acknowledges them. */
@@ -408,7 +435,7 @@ class H2cConn {
   }
 }
 
-/** A 31-bit value at the start of a payload (window increments, stream ids, error codes). */
+/** A 31-bit value at the start of a payload (a window increment, a stream id). */
 function word(payload: Uint8Array): number {
   return new DataView(payload.buffer, payload.byteOffset, 4).getUint32(0) & 0x7fffffff;
 }
@@ -419,15 +446,4 @@ function noTrailers(): GrpcStatusError {
     GrpcCode.INTERNAL,
     "server closed the stream without sending trailers",
   );
-}
-
-function concat(parts: readonly Uint8Array[]): Uint8Array {
-  if (parts.length === 1) return parts[0]!;
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
 }

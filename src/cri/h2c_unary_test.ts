@@ -30,6 +30,7 @@ interface Peer {
 function scripted(script: (peer: Peer, n: number) => Promise<void>) {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const errors: unknown[] = [];
+  let closed = false;
   const done = (async () => {
     let n = 0;
     for await (const conn of listener) {
@@ -74,8 +75,12 @@ function scripted(script: (peer: Peer, n: number) => Promise<void>) {
   return {
     port: listener.addr.port,
     errors,
+    /** Stops accepting and waits for the scripts to end; idempotent. */
     async [Symbol.asyncDispose]() {
-      listener.close();
+      if (!closed) {
+        closed = true;
+        listener.close();
+      }
       await done;
     },
   };
@@ -100,6 +105,7 @@ function call(port: number, more: Partial<H2cUnaryOptions> = {}) {
   return h2cUnary({
     hostname: "127.0.0.1",
     port,
+    authority: `127.0.0.1:${port}`,
     path: "/test.Svc/Do",
     message: Uint8Array.of(1, 2, 3, 4, 5),
     userAgent: "kube-probe/1.36 grpc-go/1.79.3",
@@ -155,7 +161,8 @@ Deno.test("h2cUnary sends the call after the server's SETTINGS and reads a reply
     ]]);
   });
   assert.deepEqual(await call(server.port), { kind: "reply", message: Uint8Array.of(9, 8, 7) });
-  await new Promise((r) => setTimeout(r, 50));
+  // The script's own checks, once it has run to its end.
+  await server[Symbol.asyncDispose]();
   assert.deepEqual(server.errors, []);
 });
 
@@ -180,7 +187,7 @@ Deno.test("h2cUnary words the server's refusals as grpc-go does", async (t) => {
       "goaway",
       [encodeFrame(FrameType.GOAWAY, 0, 0, words(0, ErrorCode.NO_ERROR))],
       GrpcCode.UNAVAILABLE,
-      "the connection is draining due to a GOAWAY from the server",
+      "the stream is rejected because server is draining the connection",
     ],
     [
       "no trailers",
@@ -197,7 +204,34 @@ Deno.test("h2cUnary words the server's refusals as grpc-go does", async (t) => {
       GrpcCode.UNIMPLEMENTED,
       "unexpected HTTP status code received from server: 404",
     ],
-    ["closed", [], GrpcCode.UNAVAILABLE, "error reading from server: EOF"],
+    [
+      "reset with an unknown code",
+      [encodeFrame(FrameType.RST_STREAM, 0, 1, words(0x42))],
+      GrpcCode.UNKNOWN,
+      "stream terminated by RST_STREAM with error code: 0x42",
+    ],
+    [
+      "OK without a message",
+      [headers([...OK_HEADERS, ["grpc-status", "0"]], Flag.END_HEADERS | Flag.END_STREAM)],
+      GrpcCode.INTERNAL,
+      "server closed the stream without a response",
+    ],
+    [
+      "a message over 4 MiB",
+      [
+        headers(OK_HEADERS, Flag.END_HEADERS),
+        // Only the prefix comes: its declared length is enough to refuse the message.
+        encodeFrame(FrameType.DATA, 0, 1, Uint8Array.of(0, 0, 0x40, 0, 1)),
+      ],
+      GrpcCode.RESOURCE_EXHAUSTED,
+      "grpc: received message larger than max (4194305 vs. 4194304)",
+    ],
+    [
+      "closed",
+      [],
+      GrpcCode.UNAVAILABLE,
+      'connection error: desc = "error reading from server: EOF"',
+    ],
   ];
   for (const [name, frames, code, details] of cases) {
     await t.step(name, async () => {
@@ -207,6 +241,8 @@ Deno.test("h2cUnary words the server's refusals as grpc-go does", async (t) => {
         await peer.send(...frames);
       });
       const out = await call(server.port);
+      await server[Symbol.asyncDispose]();
+      assert.deepEqual(server.errors, []);
       assert.equal(out.kind, "status");
       if (out.kind !== "status") return;
       assert.deepEqual([out.status.code, out.status.details], [code, details]);
@@ -237,10 +273,14 @@ Deno.test("h2cUnary dials again with grpc-go's backoff until a server is ready",
 Deno.test("h2cUnary ends at its deadline: unconnected, or the call's DeadlineExceeded", async () => {
   // Accepted but never a SETTINGS frame: no connection is ready.
   await using silent = scripted(untilClosed);
-  assert.deepEqual(await call(silent.port, { timeoutMs: 200 }), {
+  const t0 = performance.now();
+  assert.deepEqual(await call(silent.port, { timeoutMs: 200, random: () => 0 }), {
     kind: "unconnected",
     error: "context deadline exceeded",
   });
+  // At the deadline, not after the backoff's 0.8 s wait that the deadline cut short.
+  const took = performance.now() - t0;
+  assert.ok(took < 700, `took ${took} ms`);
   await using hung = scripted(async (peer) => {
     await peer.send(settings());
     await untilClosed(peer);

@@ -300,7 +300,7 @@ function callSite(frame: string | undefined): { path: string; line: number } | u
   if (m[1] === import.meta.url) {
     // A module of this file: this one, or another module of the same bundle.
     if (!import.meta.url.endsWith(".js")) return undefined;
-    bundleStarts ??= loadModuleStarts(import.meta.url) ?? null;
+    if (bundleStarts === undefined) bundleStarts = loadModuleStarts(import.meta.url) ?? null;
     const site = bundleStarts && moduleAt(bundleStarts, Number(m[2]));
     if (!site) return { path: fileURLToPath(import.meta.url), line: Number(m[2]) };
     return site.path === SELF ? undefined : site;

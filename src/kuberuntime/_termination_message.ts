@@ -9,6 +9,7 @@
  * `kuberuntime/logs/logs.go`.
  */
 
+import { concatBytes } from "../util/bytes.ts";
 import * as api from "../../proto/runtime/v1/api.ts";
 import { getContainerInfoFromAnnotations } from "./labels.ts";
 import { errorText } from "../util/errors.ts";
@@ -132,19 +133,9 @@ async function tailLines(path: string, n: number): Promise<Uint8Array> {
     blocks.unshift(block);
     left = from;
   }
-  let data = concat(blocks);
+  let data = concatBytes(blocks);
   for (; count > n; count--) data = data.subarray(data.indexOf(NL) + 1);
   return data;
-}
-
-function concat(parts: readonly Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((s, p) => s + p.length, 0));
-  let off = 0;
-  for (const p of parts) {
-    out.set(p, off);
-    off += p.length;
-  }
-  return out;
 }
 
 const SPACE = 0x20;

@@ -27,14 +27,17 @@ import { type HostCall, type HostCallHandlers, serveHostCall } from "./launcher_
 import type { LaunchPlanAnswer } from "./plan_worker.ts";
 
 /**
- * The kubelet Worker's module: in a release tree, the bundle of its graph beside it
- * (deploy/release_bundle.ts, about 9 MiB less resident memory than 340 modules); else the
- * module itself.
+ * The kubelet Worker's module: in a release tree, the bundle of its graph beside it and its
+ * module table (deploy/release_bundle.ts, about 9 MiB less resident memory than 340 modules);
+ * else the module itself. (The self-extracting release has both; `deno compile` embeds
+ * neither, so a compiled agent runs the modules.)
  */
 export function agentWorkerModule(): URL {
   const bundle = new URL("./agent_worker.js", import.meta.url);
   try {
+    // With its module table, or klog's headers would name the bundle.
     Deno.statSync(bundle);
+    Deno.statSync(new URL("./agent_worker.js.modules.json", import.meta.url));
     return bundle;
   } catch (e) {
     if (!(e instanceof Deno.errors.NotFound)) throw e;

@@ -100,6 +100,7 @@ export async function doGrpcProbe(opts: GrpcProbeOptions): Promise<GrpcProbeOutc
   const out = await h2cUnary({
     hostname: opts.host,
     port: opts.port,
+    authority: addr,
     path: HEALTH_CHECK_METHOD,
     message: encodeHealthCheckRequest(opts.service ?? ""),
     userAgent: `${opts.userAgent ?? "kube-probe/1.36"} grpc-go/${GRPC_GO_VERSION}`,

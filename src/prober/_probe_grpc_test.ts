@@ -32,7 +32,7 @@ function healthServer(
   answer: (service: string) => number | GrpcStatusError | "hang",
   opts: { implement?: boolean } = {},
 ) {
-  const server = GrpcServer.serveTcp({ hostname: "127.0.0.1", port: 0 }, {
+  const server = GrpcServer.serve(Deno.listen({ hostname: "127.0.0.1", port: 0 }), {
     closeGracePeriodMs: 0,
   });
   const seen: Array<{ service: string; userAgent: string }> = [];

@@ -31,7 +31,9 @@ export async function serveRawUnary(opts: RawUnaryOptions): Promise<AsyncDisposa
   if (service === "") throw new Error(`method '${opts.method}' is not /<service>/<method>`);
   const server = "socket" in opts
     ? await GrpcServer.listen({ path: opts.socket, closeGracePeriodMs: 0 })
-    : GrpcServer.serveTcp({ hostname: opts.hostname, port: opts.port }, { closeGracePeriodMs: 0 });
+    : GrpcServer.serve(Deno.listen({ hostname: opts.hostname, port: opts.port }), {
+      closeGracePeriodMs: 0,
+    });
   server.register({
     fullName: service,
     methods: { raw: { name, requestType: bytes, responseType: bytes, responseStream: false } },
