@@ -13,6 +13,7 @@
  * images with BuildKit instead.
  */
 
+import { concatBytes } from "../src/util/bytes.ts";
 import { createHash } from "node:crypto";
 import { gzipSync } from "node:zlib";
 
@@ -235,13 +236,7 @@ export function tar(entries: readonly TarEntry[]): Uint8Array {
     if (pad > 0) chunks.push(new Uint8Array(pad));
   }
   chunks.push(new Uint8Array(1024)); // two zero blocks end the archive
-  const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
-  }
-  return out;
+  return concatBytes(chunks);
 }
 
 function tarHeader(e: TarEntry, size: number): Uint8Array {
