@@ -301,12 +301,14 @@ class H2cConn {
           unaryMessage(concatBytes(data), MAX_RECEIVE_MESSAGE_BYTES);
       }
       switch (f.type) {
-        case FrameType.DATA:
+        case FrameType.DATA: {
           if (f.streamId !== STREAM) break;
           data.push(unpadded(f));
+          const before = dataBytes;
           dataBytes += data.at(-1)!.length;
-          if (dataBytes >= FRAME_PREFIX_BYTES) {
-            // The length the message's prefix declares, as grpc-go checks it.
+          if (before < FRAME_PREFIX_BYTES && dataBytes >= FRAME_PREFIX_BYTES) {
+            // The length the message's prefix declares, as grpc-go checks it: once, when the
+            // prefix is whole.
             const prefix = concatBytes(data).subarray(0, FRAME_PREFIX_BYTES);
             const length = new DataView(prefix.buffer, prefix.byteOffset, 5).getUint32(1);
             if (length > MAX_RECEIVE_MESSAGE_BYTES) {
@@ -325,6 +327,7 @@ class H2cConn {
           }
           if (f.flags & Flag.END_STREAM) return noTrailers();
           break;
+        }
         case FrameType.RST_STREAM: {
           if (f.streamId !== STREAM) break;
           const code = f.payload.length === 4
