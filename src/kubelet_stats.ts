@@ -9,7 +9,12 @@
 
 import { join } from "node:path";
 import * as api from "../proto/runtime/v1/api.ts";
-import { Cadvisor, type Sample, type SampleTarget } from "./stats/cadvisor.ts";
+import {
+  Cadvisor,
+  type CadvisorOptions,
+  type Sample,
+  type SampleTarget,
+} from "./stats/cadvisor.ts";
 import {
   cgroupfsName,
   type CgroupLayout,
@@ -103,6 +108,8 @@ export interface KubeletStatsOptions {
   readonly cgroupDriver?: string;
   /** Config cgroupRoot: where the kubepods hierarchy lives. @default "/" */
   readonly cgroupRoot?: string;
+  /** What container samples wait for while it is busy (Cadvisor's yieldTo). @default none */
+  readonly yieldTo?: CadvisorOptions["yieldTo"];
 }
 
 /** The built statistics graph. */
@@ -181,6 +188,7 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     clock: o.clock,
     logger: o.logger,
     intervalMs: o.housekeepingIntervalMs,
+    yieldTo: o.yieldTo,
     targets: () => {
       targets.clear();
       const out: SampleTarget[] = [...system];

@@ -43,8 +43,22 @@ export function overheadMet(o: Overhead, factor: number): boolean {
   return o.agentMs <= factor * Math.max(o.upstreamMs, 0);
 }
 
-/** Rows per case and percentile: the floor, each kubelet's overhead, ours / upstream's. */
-export function overheadTable(cases: readonly OverheadCase[]): string {
+/**
+ * Which of our kubelets the overhead and the targets are worked out for: the checkout's `agent`,
+ * else the release file's `agent-release` (a run of the release alone), else none.
+ */
+export function comparedAgent<T extends { readonly label: string }>(
+  agents: readonly T[],
+): T | undefined {
+  return agents.find((a) => a.label === "agent") ??
+    agents.find((a) => a.label === "agent-release");
+}
+
+/**
+ * Rows per case and percentile: the floor, each kubelet's overhead, ours / upstream's; `label`
+ * names ours in the header.
+ */
+export function overheadTable(cases: readonly OverheadCase[], label = "agent"): string {
   const rows = cases.flatMap((c) =>
     [50, 99].map((p) => {
       const o = overheadAt(c, p);
@@ -58,7 +72,13 @@ export function overheadTable(cases: readonly OverheadCase[]): string {
     })
   );
   return table(
-    ["case", "CRI floor", "agent − floor", "upstream − floor", "agent / upstream overhead"],
+    [
+      "case",
+      "CRI floor",
+      `${label} − floor`,
+      "upstream − floor",
+      `${label} / upstream overhead`,
+    ],
     rows,
   );
 }

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { overheadAt, overheadMet, overheadTable } from "./_bench_overhead.ts";
+import { comparedAgent, overheadAt, overheadMet, overheadTable } from "./_bench_overhead.ts";
 
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
 
@@ -28,4 +28,20 @@ Deno.test("overheadTable prints p50 and p99 rows with the ratio", () => {
   assert.match(text, /\| burst of 110, p50 +\| +1000 ms \| +-100 ms \| +500 ms \| +< 0 \|/);
   assert.match(text, /\| burst of 250, p50 \| +1000 ms \| +100 ms \| +400 ms \| +0\.25× \|/);
   assert.match(text, /\| 1 pod × 50, p99 +\| +100 ms \| +-10 ms \| +0 ms \| +n\/a \|/);
+});
+
+Deno.test("comparedAgent takes the checkout's agent, else the release file's, never upstream", () => {
+  const of = (...labels: string[]) => comparedAgent(labels.map((label) => ({ label })))?.label;
+  assert.equal(of("agent", "agent-release", "upstream"), "agent");
+  assert.equal(of("agent-release", "agent", "upstream"), "agent");
+  assert.equal(of("agent-release", "upstream"), "agent-release");
+  assert.equal(of("agent-relist", "upstream"), undefined);
+  assert.equal(of("upstream"), undefined);
+});
+
+Deno.test("overheadTable names our kubelet in its header", () => {
+  const cases = [{ what: "burst of 250", floor: [1000], agent: [1100], upstream: [1400] }];
+  assert.match(overheadTable(cases), /\| agent − floor \|.*\| agent \/ upstream overhead \|/);
+  const text = overheadTable(cases, "agent-release");
+  assert.match(text, /\| agent-release − floor \|.*\| agent-release \/ upstream overhead \|/);
 });

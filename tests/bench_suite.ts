@@ -102,7 +102,13 @@ import {
   type WindowFigures,
 } from "./_bench_measure.ts";
 import { PodWatch } from "./_bench_pod_watch.ts";
-import { overheadAt, type OverheadCase, overheadMet, overheadTable } from "./_bench_overhead.ts";
+import {
+  comparedAgent,
+  overheadAt,
+  type OverheadCase,
+  overheadMet,
+  overheadTable,
+} from "./_bench_overhead.ts";
 import {
   countEvents,
   probeLateness,
@@ -715,6 +721,8 @@ const pct = (v: readonly number[]) =>
 export function report(r: SuiteResult): string {
   const out: string[] = [];
   const agent = r.agents.find((a) => a.label === "agent");
+  // Ratios, overhead and targets: the checkout's agent, or the release file's run alone.
+  const ours = comparedAgent(r.agents);
   const upstream = r.agents.find((a) => a.label === "upstream");
   out.push(
     `Mode: ${r.mode.name} (${r.mode.sequential} sequential pods, bursts of ${
@@ -780,11 +788,11 @@ export function report(r: SuiteResult): string {
   }
   out.push(table(["case", "n", "p50", "p90", "p99", "max"], rows), "");
 
-  if (agent && upstream) {
+  if (ours && upstream) {
     out.push(
       "### The kubelet's own share: latency minus the CRI floor's (all at once) at the same percentile",
       "",
-      overheadTable(overheadCases(r, agent, upstream)),
+      overheadTable(overheadCases(r, ours, upstream), ours.label),
       "",
     );
   }
@@ -880,10 +888,10 @@ export function report(r: SuiteResult): string {
   const windowRow = (label: string, pick: (a: AgentResult) => WindowFigures | undefined) => [
     label,
     ...r.agents.flatMap((a) => [mib(pick(a)?.rssMiB ?? NaN), millicores(pick(a)?.cores ?? NaN)]),
-    ...(agent && upstream
+    ...(ours && upstream
       ? [
-        ratio(pick(agent)?.rssMiB ?? NaN, pick(upstream)?.rssMiB ?? NaN),
-        ratio(pick(agent)?.cores ?? NaN, pick(upstream)?.cores ?? NaN),
+        ratio(pick(ours)?.rssMiB ?? NaN, pick(upstream)?.rssMiB ?? NaN),
+        ratio(pick(ours)?.cores ?? NaN, pick(upstream)?.cores ?? NaN),
       ]
       : []),
   ];
@@ -894,7 +902,7 @@ export function report(r: SuiteResult): string {
   resRows.push([
     "peak (VmHWM, whole run)",
     ...r.agents.flatMap((a) => [mib(a.peakMiB), ""]),
-    ...(agent && upstream ? [ratio(agent.peakMiB, upstream.peakMiB), ""] : []),
+    ...(ours && upstream ? [ratio(ours.peakMiB, upstream.peakMiB), ""] : []),
   ]);
   resRows.push([
     "per-pod slope",
@@ -904,13 +912,13 @@ export function report(r: SuiteResult): string {
       const cpu = slope(pts.map(([n, w]) => [n, w?.cores ?? NaN]));
       return [`${(mem * 1024).toFixed(0)} KiB/pod`, `${(cpu * 1000).toFixed(2)} m/pod`];
     }),
-    ...(agent && upstream ? ["", ""] : []),
+    ...(ours && upstream ? ["", ""] : []),
   ]);
   out.push(
     table([
       "pods running",
       ...r.agents.flatMap((a) => [`${a.label} RSS`, `${a.label} CPU`]),
-      ...(agent && upstream ? ["RSS agent/upstream", "CPU agent/upstream"] : []),
+      ...(ours && upstream ? [`RSS ${ours.label}/upstream`, `CPU ${ours.label}/upstream`] : []),
     ], resRows),
     "",
   );
@@ -1055,7 +1063,9 @@ export function report(r: SuiteResult): string {
     );
   }
 
-  if (agent && upstream) out.push("### Targets", "", ...targets(r, agent, upstream), "");
+  if (ours && upstream) {
+    out.push("### Targets", "", `For ${ours.label}:`, "", ...targets(r, ours, upstream), "");
+  }
   return out.join("\n");
 }
 

@@ -14,6 +14,12 @@
  * once per sample; its creation time is read once and its spec (shares, quota, limits) again
  * after a minute or at once when its memory limit moves (cAdvisor reads the spec when asked, at
  * most every 5 s: a CPU-only resize shows in `container_spec_*` up to a minute later here).
+ * This agent's own addition: given {@link CadvisorOptions.yieldTo} (the CRI calls that start
+ * pods), a container's sample that falls due while such calls are in flight waits until none
+ * is, at most {@link MAX_SAMPLE_YIELD_MS} past its due time; the node's sample never waits. A
+ * node starting many pods has every CPU busy, and the file reads of hundreds of samples would
+ * otherwise come out of the pods' start time; the longest gap between two samples of a
+ * container stays within the 30 s cAdvisor's jitter allows (15 s interval, +100 %).
  * Other processes' `/proc/<pid>/fd` and `limits` are not asked for where they cannot be read
  * (the sandbox's host view has none; a refusal of the permission sandbox is kept). Samples of
  * containers that are gone are dropped, so memory is bounded by what runs. Odd kernel data never
@@ -46,6 +52,7 @@ import { type InterfaceStats, readNetworkStats, readNodeNetworkStats } from "./n
 import { hostRoot } from "../privilege/host_root.ts";
 import { readProcFile } from "../privilege/launcher_calls.ts";
 import { errorText } from "../util/errors.ts";
+import type { Activity } from "../util/in_flight.ts";
 
 /** cAdvisor's housekeeping interval as the kubelet sets it (`--housekeeping-interval`). */
 export const HOUSEKEEPING_INTERVAL_MS = 10_000;
@@ -55,6 +62,12 @@ export const MAX_HOUSEKEEPING_INTERVAL_MS = 15_000;
 
 /** The loop wakes at most this often; samples due within it are taken together. */
 export const HOUSEKEEPING_TICK_MS = 1_000;
+
+/**
+ * The longest a due container sample waits for {@link CadvisorOptions.yieldTo}: with a 10 s
+ * interval and its jitter (up to 20 s), at most 30 s between two samples.
+ */
+export const MAX_SAMPLE_YIELD_MS = 10_000;
 
 /**
  * A container's spec (CPU shares, period and quota; memory limit, reservation and swap limit)
@@ -116,6 +129,13 @@ export interface CadvisorOptions {
   readonly random?: () => number;
   /** Targets sampled at once. @default 16 */
   readonly concurrency?: number;
+  /**
+   * Operations container samples wait for (the CRI calls that start pods), each at most
+   * `maxYieldMs` past its due time; see the module documentation. @default none: no waiting
+   */
+  readonly yieldTo?: Activity;
+  /** @default {@link MAX_SAMPLE_YIELD_MS} */
+  readonly maxYieldMs?: number;
 }
 
 interface Tracked {
@@ -218,9 +238,17 @@ export class Cadvisor {
     const everything = this.#o.targets();
     const live = new Set(everything.map((t) => t.id));
     for (const id of this.#tracked.keys()) if (!live.has(id)) this.#tracked.delete(id);
+    // While pods start, a due sample waits, up to maxYieldMs past its due time.
+    const late = this.#o.yieldTo?.busy ? this.#o.maxYieldMs ?? MAX_SAMPLE_YIELD_MS : 0;
     const targets = all ? everything : everything.filter((t) => {
-      const due = this.#tracked.get(t.id)?.due;
-      return due === undefined || due <= now;
+      let tracked = this.#tracked.get(t.id);
+      if (tracked === undefined) {
+        // First seen now: due now (its first sample may wait as any other).
+        tracked = { logged: new Set(), due: now };
+        this.#tracked.set(t.id, tracked);
+      }
+      const due = tracked.due ?? now;
+      return due + late <= now;
     });
 
     if (all || this.#nodeDue <= now) {

@@ -312,3 +312,43 @@ Deno.test("Cadvisor.run asks again for a container's pid after the base interval
     await done;
   }
 });
+
+Deno.test("Cadvisor.run holds container samples while pods start, up to 10 s past due; the node's never", async () => {
+  const starting = { busy: true, idle: () => Promise.resolve() };
+  await using w = await world("hybrid", { random: () => 0, yieldTo: starting });
+  const ctrl = new AbortController();
+  const done = w.cadvisor.run(ctrl.signal);
+  const t0 = w.clock.now();
+  const at = async (s: number) => {
+    while (w.clock.now() < t0 + s * 1000) {
+      w.clock.step(1000);
+      await settle();
+    }
+  };
+  const sampledAt = (id: string) => {
+    const t = w.cadvisor.latest(id)?.time;
+    return t === undefined ? undefined : (t - t0) / 1000;
+  };
+  try {
+    await settle();
+    assert.equal(sampledAt("a"), undefined, "a new container waits while pods start");
+    assert.equal((w.cadvisor.node()!.time - t0) / 1000, 0, "the node does not");
+    await at(9);
+    assert.equal(sampledAt("a"), undefined);
+    await at(10);
+    assert.equal(sampledAt("a"), 10, "at most 10 s past its due time");
+    assert.equal(sampledAt("b"), 10);
+    // Due again at 20; still busy: held until 30 at the latest.
+    await at(24);
+    assert.equal(sampledAt("a"), 10);
+    assert.equal((w.cadvisor.node()!.time - t0) / 1000, 20);
+    // The starts end: what waited is sampled at the next wake.
+    starting.busy = false;
+    await at(25);
+    assert.equal(sampledAt("a"), 25);
+    assert.equal(sampledAt("b"), 25);
+  } finally {
+    ctrl.abort();
+    await done;
+  }
+});
