@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { bundleModule, moduleStarts } from "./release_bundle.ts";
+import { asciiSource, bundleModule, moduleStarts } from "./release_bundle.ts";
 
 const REPO = fileURLToPath(new URL("..", import.meta.url));
+const isAscii = (text: string) => [...text].every((ch) => ch.charCodeAt(0) < 0x80);
 
 Deno.test("moduleStarts reads esbuild's module comments", () => {
   const bundle = [
@@ -26,6 +27,30 @@ Deno.test("moduleStarts reads esbuild's module comments", () => {
   ]);
 });
 
+Deno.test("asciiSource escapes what is not ASCII, and the code means the same", async () => {
+  const code = [
+    "/** source → pod UID → pod; O(N²) */",
+    'export const units = /^(µs|μs)$/u.test("μs") && /^[µ×]$/.test("×");',
+    'export const text = "a → b × 😀";',
+    "export const template = `µ${1 + 1}→`;",
+    "export const ß = 2;",
+  ].join("\n");
+  const ascii = asciiSource(code);
+  assert.ok(isAscii(ascii));
+  assert.equal(ascii.split("\n").length, 5, "no line added or removed");
+  assert.ok(ascii.includes("\\u2192") && ascii.includes("\\ud83d\\ude00"));
+  const load = (src: string) =>
+    import(
+      `data:text/javascript;base64,${btoa(String.fromCharCode(...new TextEncoder().encode(src)))}`
+    );
+  const [was, now] = await Promise.all([load(code), load(ascii)]);
+  assert.deepEqual({ ...now }, { ...was });
+  assert.equal(now.units, true);
+  assert.equal(now.text, "a → b × 😀");
+  assert.equal(now.template, "µ2→");
+  assert.equal(now["ß"], 2);
+});
+
 Deno.test("a bundled module's log lines name their own module, and -vmodule matches it", async () => {
   const dir = await Deno.makeTempDir({ prefix: "release-bundle-" });
   try {
@@ -34,6 +59,11 @@ Deno.test("a bundled module's log lines name their own module, and -vmodule matc
     await Deno.writeTextFile(
       entry,
       `import { createLogger } from ${JSON.stringify(klog)};
+class Units {
+  /** µs and μs → microseconds (esbuild keeps this comment). */
+  static micro = /^(µs|μs)$/;
+}
+if (!Units.micro.test("μs")) throw new Error("the escaped pattern lost μs");
 const log = createLogger({ vmodule: [{ filePattern: "site_entry", verbosity: 4 }] });
 log.info("first");
 log.v(4).info("verbose");
@@ -52,8 +82,12 @@ log.v(5).info("never");
       assert.equal(r.code, 0, new TextDecoder().decode(r.stderr));
       return new TextDecoder().decode(r.stderr).trim().split("\n");
     };
+    // One byte a character for V8: nothing outside ASCII is left.
+    const source = await Deno.readTextFile(out);
+    assert.ok(isAscii(source), "the bundle is ASCII only");
+    assert.ok(source.includes("\\u00b5s|\\u03bcs"), "the pattern is escaped, not dropped");
     // The line within the module's code as the bundle holds it (esbuild reformats it).
-    const text = (await Deno.readTextFile(out)).split("\n");
+    const text = source.split("\n");
     const start = text.findIndex((l) => /^\/\/ \S*site_entry\.ts$/.test(l));
     const at = (code: string) => text.indexOf(code) - start;
     assert.ok(start >= 0 && at('log.info("first");') > 0);

@@ -102,6 +102,7 @@ import {
   type WindowFigures,
 } from "./_bench_measure.ts";
 import { PodWatch } from "./_bench_pod_watch.ts";
+import { dropPageCache, dropText, type PageCacheDrop } from "./_bench_kernel.ts";
 import {
   comparedAgent,
   overheadAt,
@@ -710,6 +711,8 @@ interface SuiteResult {
   /** With `agent-release`: the release file and the tree it extracted. */
   readonly release?: ReleaseFigures;
   readonly buildNote: string;
+  /** The page cache dropped before each phase, with the memory cgroups before and after. */
+  readonly pageCache?: readonly { readonly phase: string; readonly drop: PageCacheDrop }[];
   readonly server: string;
   readonly runtime: string;
 }
@@ -744,7 +747,13 @@ export function report(r: SuiteResult): string {
               : "Go kubelet"
           } reporting ${a.kubeletVersion}`
         ).join(", ")
-      }, run one after the other in that order. ${r.buildNote}`,
+      }, run one after the other in that order. ${r.buildNote}${
+        r.pageCache?.length
+          ? ` The page cache was dropped before each phase (${
+            r.pageCache.map((p) => `${p.phase}: ${dropText(p.drop)}`).join("; ")
+          }).`
+          : ""
+      }`,
     "",
     "### Pod start latency (client: create request sent → watch shows every container running)",
     "",
@@ -1213,6 +1222,14 @@ export async function runSuite(
     const version = await runtime.version();
 
     return await dumpLogsOnFailure(cp, async () => {
+      // Each phase from a dropped page cache: dying memory cgroups slow the kernel down.
+      const pageCache: { phase: string; drop: PageCacheDrop }[] = [];
+      const settle = async (phase: string) => {
+        const drop = await dropPageCache();
+        pageCache.push({ phase, drop });
+        log(`bench: page cache dropped before ${phase}: ${dropText(drop)}`);
+      };
+      await settle("the CRI floor");
       log("bench: CRI floor");
       const floor = await measureFloor(
         runtime,
@@ -1229,6 +1246,7 @@ export async function runSuite(
       const agentNames: string[] = [];
       for (const label of agents) {
         await clearRuntime(runtime);
+        await settle(label);
         const agentName = `${PREFIX}-${label}`;
         agentNames.push(agentName);
         const opts: BenchAgentOptions = {
@@ -1275,6 +1293,7 @@ export async function runSuite(
         density,
         release,
         buildNote,
+        pageCache,
         server,
         runtime: `${version.runtimeName} ${version.runtimeVersion}`,
       };
