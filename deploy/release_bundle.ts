@@ -43,16 +43,27 @@ export function moduleStarts(bundle: string): [number, string][] {
  * U+FFFF). V8 holds a script's source for as long as the script lives, one byte a character when
  * every character fits in one byte and two bytes a character otherwise: esbuild keeps doc
  * comments and regular expressions as written, and one `→` in either made the Worker's 3.7 MB
- * bundle a 7.4 MB string. The escape means the same character wherever JavaScript reads it
- * (string, template and regular expression literals, identifiers); in a comment it is only text.
- * Line breaks are kept, so the module table's lines stay right.
+ * bundle a 7.4 MB string. In string, template and regular expression literals (with or without
+ * the `u` flag) the escape means the same character; in a comment it is only text. Raw text sees
+ * the escape instead (`String.raw`, a regular expression's `source`, a function's `toString()`),
+ * as does an identifier above U+FFFF (escaped as surrogates, it no longer parses); the kubelet's
+ * code has none of these. Throws where the escape would change what the code says: a character
+ * right after a backslash (`"\\é"` would become a backslash and the text `u00e9`), and U+2028
+ * and U+2029, which JavaScript reads as line breaks.
  */
 export function asciiSource(text: string): string {
   // Code units, so a character above U+FFFF becomes its two surrogates' escapes.
-  return text.replace(
-    /[\u0080-\uffff]/g,
-    (unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`,
-  );
+  return text.replace(/[\u0080-\uffff]/g, (unit, at: number) => {
+    if (unit === "\u2028" || unit === "\u2029" || text[at - 1] === "\\") {
+      const line = text.slice(0, at).split("\n").length;
+      throw new ReleaseGraphError(
+        `line ${line} of the bundle has ${text[at - 1] === "\\" ? "a backslash before " : ""}U+${
+          unit.charCodeAt(0).toString(16).padStart(4, "0")
+        }: it cannot be escaped`,
+      );
+    }
+    return `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`;
+  });
 }
 
 /** What {@link bundleModule} needs. */

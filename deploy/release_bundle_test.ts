@@ -34,10 +34,11 @@ Deno.test("asciiSource escapes what is not ASCII, and the code means the same", 
     'export const text = "a → b × 😀";',
     "export const template = `µ${1 + 1}→`;",
     "export const ß = 2;",
+    'export const astral = /^\\p{Emoji}$/u.test("😀") && /^[😀]$/u.test("😀");',
   ].join("\n");
   const ascii = asciiSource(code);
   assert.ok(isAscii(ascii));
-  assert.equal(ascii.split("\n").length, 5, "no line added or removed");
+  assert.equal(ascii.split("\n").length, 6, "no line added or removed");
   assert.ok(ascii.includes("\\u2192") && ascii.includes("\\ud83d\\ude00"));
   const load = (src: string) =>
     import(
@@ -49,6 +50,13 @@ Deno.test("asciiSource escapes what is not ASCII, and the code means the same", 
   assert.equal(now.text, "a → b × 😀");
   assert.equal(now.template, "µ2→");
   assert.equal(now["ß"], 2);
+  assert.equal(now.astral, true);
+  // Where an escape would change the code, the release fails instead.
+  assert.throws(
+    () => asciiSource('const a = "x";\nconst b = "\\é";'),
+    /line 2 .*backslash before U\+00e9/,
+  );
+  assert.throws(() => asciiSource("// a\u2028b"), /U\+2028/);
 });
 
 Deno.test("a bundled module's log lines name their own module, and -vmodule matches it", async () => {

@@ -9,12 +9,8 @@
 
 import { join } from "node:path";
 import * as api from "../proto/runtime/v1/api.ts";
-import {
-  Cadvisor,
-  type CadvisorOptions,
-  type Sample,
-  type SampleTarget,
-} from "./stats/cadvisor.ts";
+import { Cadvisor, type Sample, type SampleTarget } from "./stats/cadvisor.ts";
+import type { Activity } from "./util/in_flight.ts";
 import {
   cgroupfsName,
   type CgroupLayout,
@@ -109,7 +105,7 @@ export interface KubeletStatsOptions {
   /** Config cgroupRoot: where the kubepods hierarchy lives. @default "/" */
   readonly cgroupRoot?: string;
   /** What container samples wait for while it is busy (Cadvisor's yieldTo). @default none */
-  readonly yieldTo?: CadvisorOptions["yieldTo"];
+  readonly yieldTo?: Activity;
 }
 
 /** The built statistics graph. */

@@ -2,12 +2,15 @@
  * @module
  * The kernel's state between the benchmark suite's phases (tests/bench_suite.ts). Every pod a
  * phase starts and removes leaves its memory cgroup dying until the page cache charged to it is
- * reclaimed; on this VM a day of runs left 9,185 memory cgroups for 318 of every other
- * controller, and with them the CRI floor's burst of 250 took 55 s instead of 36 s, containerd
- * spending 37.5 s of CPU instead of 25.9 s (bench/results/2026-12-07-vm-containerd2-density-250-dying-cgroups.md).
- * Each phase therefore starts from a dropped page cache, and the report gives the count before
- * and after.
+ * reclaimed. A day of runs left 9,185 memory cgroups for 318 of every other controller, and in
+ * the run that started then everything was slower, the CRI floor included
+ * (bench/results/2026-12-07-vm-containerd2-density-250-dying-cgroups.md; probably the dying
+ * cgroups, not shown by a run of its own). Each phase therefore starts from a dropped page
+ * cache, and the report gives the count before and after. The phases' first pods find the
+ * cache cold: start-up and first-pod timings are not comparable with runs before this.
  */
+
+import { must } from "./child_process.ts";
 
 /** The memory controller's cgroups in `/proc/cgroups` text (dying ones included). */
 export function memoryCgroups(procCgroups: string): number | undefined {
@@ -35,10 +38,7 @@ async function readMemoryCgroups(): Promise<number | undefined> {
  */
 export async function dropPageCache(settleMs = 3_000): Promise<PageCacheDrop> {
   const before = await readMemoryCgroups();
-  const sync = await new Deno.Command("sync", { stdout: "null", stderr: "piped" }).output();
-  if (!sync.success) {
-    throw new Error(`sync failed (exit ${sync.code}): ${new TextDecoder().decode(sync.stderr)}`);
-  }
+  await must(["sync"]);
   await Deno.writeTextFile("/proc/sys/vm/drop_caches", "3\n");
   await new Promise((r) => setTimeout(r, settleMs));
   return { before, after: await readMemoryCgroups() };

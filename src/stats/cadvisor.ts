@@ -8,18 +8,20 @@
  * once two samples in a row are equal, each interval stretched by a random 0-100 % (cAdvisor's
  * jitter), so an idle node's containers are read about every 22 s instead of every 10 s. The
  * loop wakes when the next sample is due, at most once a second, and samples everything due
- * then; containers it has not seen yet are sampled at the next wake (10 s at most). A
+ * then; containers it has not seen yet are sampled at the next wake (10 s at most, more while
+ * pods start: see below). A
  * container's cgroup is found once, from its process (`/proc/<pid>/cgroup`, the pid from the
  * runtime's verbose status), and then costs a few small file reads per pass, each file read
  * once per sample; its creation time is read once and its spec (shares, quota, limits) again
  * after a minute or at once when its memory limit moves (cAdvisor reads the spec when asked, at
  * most every 5 s: a CPU-only resize shows in `container_spec_*` up to a minute later here).
  * This agent's own addition: given {@link CadvisorOptions.yieldTo} (the CRI calls that start
- * pods), a container's sample that falls due while such calls are in flight waits until none
- * is, at most {@link MAX_SAMPLE_YIELD_MS} past its due time; the node's sample never waits. A
- * node starting many pods has every CPU busy, and the file reads of hundreds of samples would
- * otherwise come out of the pods' start time; the longest gap between two samples of a
- * container stays within the 30 s cAdvisor's jitter allows (15 s interval, +100 %).
+ * pods), the sample of a pod's cgroup, sandbox or container that falls due while such calls are
+ * in flight waits until none is, at most {@link MAX_SAMPLE_YIELD_MS} past its due time and never
+ * longer after its previous sample than the longest wait cAdvisor's jitter allows (twice the
+ * longest interval, 30 s); the node's and the system containers' samples (kubepods and its QoS
+ * classes, which eviction reads) never wait. A node starting many pods has every CPU busy, and
+ * the file reads of hundreds of samples would otherwise come out of the pods' start time.
  * Other processes' `/proc/<pid>/fd` and `limits` are not asked for where they cannot be read
  * (the sandbox's host view has none; a refusal of the permission sandbox is kept). Samples of
  * containers that are gone are dropped, so memory is bounded by what runs. Odd kernel data never
@@ -64,8 +66,8 @@ export const MAX_HOUSEKEEPING_INTERVAL_MS = 15_000;
 export const HOUSEKEEPING_TICK_MS = 1_000;
 
 /**
- * The longest a due container sample waits for {@link CadvisorOptions.yieldTo}: with a 10 s
- * interval and its jitter (up to 20 s), at most 30 s between two samples.
+ * The longest a due container sample waits for {@link CadvisorOptions.yieldTo}, and never past
+ * twice the longest interval after the container's previous sample.
  */
 export const MAX_SAMPLE_YIELD_MS = 10_000;
 
@@ -145,8 +147,8 @@ interface Tracked {
   last?: Sample;
   /** The current housekeeping interval (dynamic: base, or grown while idle). */
   interval?: number;
-  /** When the next sample is due; undefined: at the next look. */
-  due?: number;
+  /** When the next sample is due (when first seen: at once). */
+  due: number;
   /** Reasons already logged for this target. */
   readonly logged: Set<string>;
   /** The spec and creation time of the cgroup at `paths`, and when the spec was read. */
@@ -175,9 +177,9 @@ export class Cadvisor {
   }
 
   /**
-   * Samples until `signal` aborts: the node and every container at once, then whatever is due,
-   * waking when the next sample is due but no more often than once a tick (see the module
-   * documentation).
+   * Samples until `signal` aborts: the node and every container at once (while pods start, the
+   * pods' containers as they fall due), then whatever is due, waking when the next sample is due
+   * but no more often than once a tick (see the module documentation).
    */
   async run(signal: AbortSignal): Promise<void> {
     const tick = this.#o.tickMs ?? HOUSEKEEPING_TICK_MS;
@@ -208,7 +210,7 @@ export class Cadvisor {
   /** The earliest time a sample is due: the node's or a container's. */
   #nextDue(): number {
     let next = this.#nodeDue;
-    for (const t of this.#tracked.values()) next = Math.min(next, t.due ?? -Infinity);
+    for (const t of this.#tracked.values()) next = Math.min(next, t.due);
     return next;
   }
 
@@ -238,17 +240,20 @@ export class Cadvisor {
     const everything = this.#o.targets();
     const live = new Set(everything.map((t) => t.id));
     for (const id of this.#tracked.keys()) if (!live.has(id)) this.#tracked.delete(id);
-    // While pods start, a due sample waits, up to maxYieldMs past its due time.
+    for (const t of everything) {
+      if (!this.#tracked.has(t.id)) this.#tracked.set(t.id, { logged: new Set(), due: now });
+    }
+    // While pods start, the samples of pods' cgroups, sandboxes and containers wait, up to
+    // maxYieldMs past their due time and no longer after the previous sample than the longest
+    // wait with jitter. The system containers' (kubepods and its QoS classes among them, which
+    // eviction reads) never wait.
     const late = this.#o.yieldTo?.busy ? this.#o.maxYieldMs ?? MAX_SAMPLE_YIELD_MS : 0;
+    const longest = 2 * (this.#o.maxIntervalMs ?? MAX_HOUSEKEEPING_INTERVAL_MS);
     const targets = all ? everything : everything.filter((t) => {
-      let tracked = this.#tracked.get(t.id);
-      if (tracked === undefined) {
-        // First seen now: due now (its first sample may wait as any other).
-        tracked = { logged: new Set(), due: now };
-        this.#tracked.set(t.id, tracked);
-      }
-      const due = tracked.due ?? now;
-      return due + late <= now;
+      const { due, last } = this.#tracked.get(t.id)!;
+      if (late === 0 || t.podUid === "") return due <= now;
+      const latest = last === undefined ? due + late : Math.min(due + late, last.time + longest);
+      return Math.max(due, latest) <= now;
     });
 
     if (all || this.#nodeDue <= now) {
@@ -284,11 +289,7 @@ export class Cadvisor {
   }
 
   async #sampleTarget(target: SampleTarget, signal?: AbortSignal): Promise<void> {
-    let tracked = this.#tracked.get(target.id);
-    if (!tracked) {
-      tracked = { logged: new Set() };
-      this.#tracked.set(target.id, tracked);
-    }
+    const tracked = this.#tracked.get(target.id)!;
     if (!tracked.paths) {
       const found = await this.#findCgroup(target, signal);
       if (!found) {
