@@ -4,9 +4,10 @@
  * phase starts and removes leaves its memory cgroup dying until the page cache charged to it is
  * reclaimed. A day of runs left 9,185 memory cgroups for 318 of every other controller, and in
  * the run that started then everything was slower, the CRI floor included
- * (bench/results/2026-12-07-vm-containerd2-density-250-dying-cgroups.md; probably the dying
- * cgroups, not shown by a run of its own). Each phase therefore starts from a dropped page
- * cache, and the report gives the count before and after. The phases' first pods find the
+ * (bench/results/2026-12-07-vm-containerd2-density-250-dying-cgroups.md; the runs after it,
+ * with the cache dropped, were faster but still slower than the morning's, so the dying cgroups
+ * were at most part of it). Each phase therefore starts from a dropped page cache, and the
+ * report gives the count before and after. The phases' first pods find the
  * cache cold: start-up and first-pod timings are not comparable with runs before this.
  */
 

@@ -17,11 +17,13 @@
  * most every 5 s: a CPU-only resize shows in `container_spec_*` up to a minute later here).
  * This agent's own addition: given {@link CadvisorOptions.yieldTo} (the CRI calls that start
  * pods), the sample of a pod's cgroup, sandbox or container that falls due while such calls are
- * in flight waits until none is, at most {@link MAX_SAMPLE_YIELD_MS} past its due time and never
- * longer after its previous sample than the longest wait cAdvisor's jitter allows (twice the
- * longest interval, 30 s); the node's and the system containers' samples (kubepods and its QoS
- * classes, which eviction reads) never wait. A node starting many pods has every CPU busy, and
- * the file reads of hundreds of samples would otherwise come out of the pods' start time.
+ * in flight waits until none is, or is taken at the first wake after {@link MAX_SAMPLE_YIELD_MS}
+ * past its due time or twice the longest interval after its previous sample (the longest wait
+ * cAdvisor's jitter allows: 30 s with the default intervals), whichever comes first; the node's
+ * and the system containers' samples (kubepods and its QoS classes, which eviction reads) never
+ * wait, and neither does {@link Cadvisor.housekeep}. A node starting many pods has every CPU
+ * busy, and the file reads of hundreds of samples would otherwise come out of the pods' start
+ * time.
  * Other processes' `/proc/<pid>/fd` and `limits` are not asked for where they cannot be read
  * (the sandbox's host view has none; a refusal of the permission sandbox is kept). Samples of
  * containers that are gone are dropped, so memory is bounded by what runs. Odd kernel data never
@@ -66,8 +68,8 @@ export const MAX_HOUSEKEEPING_INTERVAL_MS = 15_000;
 export const HOUSEKEEPING_TICK_MS = 1_000;
 
 /**
- * The longest a due container sample waits for {@link CadvisorOptions.yieldTo}, and never past
- * twice the longest interval after the container's previous sample.
+ * The longest a pod's due sample waits for {@link CadvisorOptions.yieldTo}, and never past
+ * twice the longest interval after the previous sample.
  */
 export const MAX_SAMPLE_YIELD_MS = 10_000;
 
@@ -132,8 +134,9 @@ export interface CadvisorOptions {
   /** Targets sampled at once. @default 16 */
   readonly concurrency?: number;
   /**
-   * Operations container samples wait for (the CRI calls that start pods), each at most
-   * `maxYieldMs` past its due time; see the module documentation. @default none: no waiting
+   * Operations pods' samples wait for (the CRI calls that start pods), each at most `maxYieldMs`
+   * past its due time and twice the longest interval after its previous sample; see the module
+   * documentation. @default none: no waiting
    */
   readonly yieldTo?: Activity;
   /** @default {@link MAX_SAMPLE_YIELD_MS} */
@@ -178,8 +181,8 @@ export class Cadvisor {
 
   /**
    * Samples until `signal` aborts: the node and every container at once (while pods start, the
-   * pods' containers as they fall due), then whatever is due, waking when the next sample is due
-   * but no more often than once a tick (see the module documentation).
+   * pods' samples up to 10 s later), then whatever is due, waking when the next sample is due but
+   * no more often than once a tick (see the module documentation).
    */
   async run(signal: AbortSignal): Promise<void> {
     const tick = this.#o.tickMs ?? HOUSEKEEPING_TICK_MS;
@@ -253,6 +256,7 @@ export class Cadvisor {
       const { due, last } = this.#tracked.get(t.id)!;
       if (late === 0 || t.podUid === "") return due <= now;
       const latest = last === undefined ? due + late : Math.min(due + late, last.time + longest);
+      // Never before its due time (after a failed cgroup lookup it can lie past the cap).
       return Math.max(due, latest) <= now;
     });
 

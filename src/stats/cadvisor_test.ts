@@ -329,6 +329,8 @@ Deno.test("Cadvisor.run holds pods' samples while pods start, up to 10 s past du
     { id: "a", kind: "container", podUid: "p1" },
     { id: "b", kind: "sandbox", podUid: "p1" },
     { id: "pods", kind: "container", podUid: "", cgroupPath: A },
+    // A pod's own cgroup: it waits as the pod's containers do.
+    { id: "pod-p1", kind: "container", podUid: "p1", cgroupPath: B },
   ]);
   const ctrl = new AbortController();
   const done = w.cadvisor.run(ctrl.signal);
@@ -338,11 +340,13 @@ Deno.test("Cadvisor.run holds pods' samples while pods start, up to 10 s past du
     assert.equal(sampledAt("a"), undefined, "a new container waits while pods start");
     assert.equal(w.nodeAt(), 0, "the node does not");
     assert.equal(sampledAt("pods"), 0, "nor does a system container");
+    assert.equal(sampledAt("pod-p1"), undefined, "a pod's cgroup does");
     await at(9);
     assert.equal(sampledAt("a"), undefined);
     await at(10);
     assert.equal(sampledAt("a"), 10, "at most 10 s past its due time");
     assert.equal(sampledAt("b"), 10);
+    assert.equal(sampledAt("pod-p1"), 10);
     assert.equal(sampledAt("pods"), 10);
     // Due again at 20; still busy: held until 30 at the latest.
     await at(24);
