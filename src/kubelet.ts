@@ -71,6 +71,7 @@ import {
   instrumentRuntimeService,
 } from "./kuberuntime/instrumented_services.ts";
 import type { InFlight } from "./util/in_flight.ts";
+import { awaitStopped, type Running, running, within } from "./util/stopping.ts";
 import type { PodStartupLatencyTracker } from "./pod_startup_latency_tracker.ts";
 import {
   LOCAL_STORAGE_STATE_FILE,
@@ -306,7 +307,7 @@ export class Kubelet {
     const { server, deps } = this.#opts;
     const { config } = server;
     const log = deps.logger;
-    const stopped: Promise<unknown>[] = [];
+    const stopped: Running[] = [];
     if (config.healthzPort > 0) {
       const healthz = await serveHealthz({
         hostname: config.healthzBindAddress,
@@ -318,7 +319,7 @@ export class Kubelet {
       log.info("Started healthz server", {
         address: `${config.healthzBindAddress}:${config.healthzPort}`,
       });
-      stopped.push(healthz.finished);
+      stopped.push(running("healthz server", healthz.finished));
     }
     const runtime = deps.runtimeService;
     if (!runtime) throw new Error("the kubelet needs a runtime service (preInitRuntimeService)");
@@ -332,7 +333,9 @@ export class Kubelet {
       "Starting",
       "Starting kubelet.",
     );
-    if (deps.kubeClient && deps.heartbeatClient) stopped.push(...this.#startNodeHeartbeats(signal));
+    if (deps.kubeClient && deps.heartbeatClient) {
+      stopped.push(...within("node", this.#startNodeHeartbeats(signal)));
+    }
     let version;
     try {
       version = await waitForRuntime({
@@ -344,7 +347,7 @@ export class Kubelet {
       });
     } catch (e) {
       if (signal.aborted) {
-        await Promise.allSettled(stopped);
+        await awaitStopped(stopped, deps);
         return;
       }
       throw e;
@@ -358,14 +361,17 @@ export class Kubelet {
     await this.setupLogDirs();
     // Upstream Run makes the iptables util chains before the pod lifecycle starts.
     if (config.makeIPTablesUtilChains) {
-      stopped.push((await initNetworkUtil({ logger: log, clock: deps.clock, signal })).done);
+      const util = await initNetworkUtil({ logger: log, clock: deps.clock, signal });
+      stopped.push(running("iptables util chains", util.done));
     }
-    stopped.push(...(await this.#startPodLifecycle(signal)));
+    stopped.push(...within("pod lifecycle", await this.#startPodLifecycle(signal)));
     // One relist before the first runtime status, so the PLEG's health check does not hold
     // the node NotReady until the next status period.
     await this.pleg!.relist(signal);
-    stopped.push(this.#updateRuntimeUpLoop(signal));
-    if (config.enableServer) stopped.push((await this.#startServer(signal)).finished);
+    stopped.push(running("runtime status", this.#updateRuntimeUpLoop(signal)));
+    if (config.enableServer) {
+      stopped.push(running("kubelet server", (await this.#startServer(signal)).finished));
+    }
     log.info("Started kubelet", {
       nodeName: this.#opts.nodeName,
       mode: deps.kubeClient ? "apiserver" : "standalone",
@@ -375,7 +381,7 @@ export class Kubelet {
       else signal.addEventListener("abort", () => resolve(), { once: true });
     });
     log.info("Shutting down kubelet");
-    await Promise.allSettled(stopped);
+    await awaitStopped(stopped, deps);
   }
 
   /**
@@ -385,7 +391,7 @@ export class Kubelet {
   async #startPodLifecycle(
     signal: AbortSignal,
     mode: "loop" | "once" = "loop",
-  ): Promise<Promise<void>[]> {
+  ): Promise<Running[]> {
     const { server, deps, nodeName, hostname, nodeIPs } = this.#opts;
     const { config, flags } = server;
     const { clock, logger, recorder } = deps;
@@ -601,7 +607,7 @@ export class Kubelet {
     this.#podCache = podCache;
     this.#startupTracker = pods.startupTracker;
 
-    const running: Promise<void>[] = [];
+    const parts: Running[] = [];
     if (config.staticPodPath) {
       sources.push(FILE_SOURCE);
       logger.info("Adding static pod path", { path: config.staticPodPath });
@@ -613,7 +619,7 @@ export class Kubelet {
         logger,
         onUpdate: merge(FILE_SOURCE),
       });
-      running.push(file.run(signal));
+      parts.push(running("file source", file.run(signal)));
     }
     if (config.staticPodURL) {
       sources.push(HTTP_SOURCE);
@@ -630,7 +636,7 @@ export class Kubelet {
         logger,
         onUpdate: merge(HTTP_SOURCE),
       });
-      running.push(url.run(signal));
+      parts.push(running("HTTP source", url.run(signal)));
     }
     if (deps.kubeClient) {
       sources.push(API_SOURCE);
@@ -647,17 +653,21 @@ export class Kubelet {
           for (const update of podConfig.apply(API_SOURCE, type, pod)) loop.push(update);
         },
       });
-      running.push(api.run(signal));
+      parts.push(running("apiserver source", api.run(signal)));
     }
     // The CPU and memory managers give containers their cpusets in both modes; device plugins
     // register only with a running kubelet.
     const initial = await runtimeContainers(runtime, signal);
-    running.push((await managers.start(signal, initial.containers)).reconciling);
+    const { reconciling } = await managers.start(signal, initial.containers);
+    parts.push(running("resource managers", reconciling));
     if (mode === "loop") {
       await devices.start(initial.running);
-      running.push(this.#servePodResources(signal, managers, pods.dra, podManager, activePods));
-      running.push(...pods.run(signal));
-      if (containerManager) running.push(containerManager.run(signal));
+      parts.push(running(
+        "pod resources server",
+        this.#servePodResources(signal, managers, pods.dra, podManager, activePods),
+      ));
+      parts.push(...pods.run(signal));
+      if (containerManager) parts.push(running("container manager", containerManager.run(signal)));
       this.containerLogManager = new ContainerLogManager({
         runtime,
         maxSize: config.containerLogMaxSize,
@@ -668,21 +678,24 @@ export class Kubelet {
         logger,
         workqueue: this.metrics.workqueue,
       });
-      running.push(this.containerLogManager.run(signal));
+      parts.push(running("container log manager", this.containerLogManager.run(signal)));
       // Upstream's CSI volume plugin: with an apiserver the node is NotReady until its CSINode
       // is initialized, and registered drivers are published on the Node and the CSINode.
       const csiNodeInfo = deps.kubeClient
         ? new NodeInfoManager({ client: deps.kubeClient, nodeName, clock, logger })
         : undefined;
       if (csiNodeInfo) {
-        running.push(initializeCSINode({
-          nodeInfo: csiNodeInfo,
-          setStorageState: (e) => this.runtimeState.setStorageState(e),
-          nodeRegistered: () => this.nodeStatus?.registered ?? false,
-          clock,
-          logger,
-          signal,
-        }));
+        parts.push(running(
+          "CSINode initialization",
+          initializeCSINode({
+            nodeInfo: csiNodeInfo,
+            setStorageState: (e) => this.runtimeState.setStorageState(e),
+            nodeRegistered: () => this.nodeStatus?.registered ?? false,
+            clock,
+            logger,
+            signal,
+          }),
+        ));
       } else {
         logger.warning("Skipping CSINode initialization, kubelet running in standalone mode");
       }
@@ -700,11 +713,14 @@ export class Kubelet {
       // reconcile loop; its plugins are the DRAPlugin handler.
       // A DRA checkpoint that cannot be read stops the kubelet here, as upstream's.
       await pods.dra.start();
-      running.push(pods.dra.run(signal));
+      parts.push(running("DRA manager", pods.dra.run(signal)));
       this.pluginManager.addHandler(DRA_PLUGIN, pods.dra.plugins);
       logger.v(4).info("Starting plugin manager");
-      running.push(this.pluginManager.run(signal));
-      running.push(this.#startNodeShutdownManager(signal, syncer, activePods));
+      parts.push(running("plugin manager", this.pluginManager.run(signal)));
+      parts.push(running(
+        "node shutdown manager",
+        this.#startNodeShutdownManager(signal, syncer, activePods),
+      ));
       try {
         if (layout instanceof Error) throw layout;
         const stats = await newKubeletStats({
@@ -736,7 +752,7 @@ export class Kubelet {
         });
         this.#stats = stats;
         this.metrics?.volumeStats.setSource((s) => stats.provider.claimVolumeStats(s));
-        running.push(stats.run(signal));
+        parts.push(running("statistics", stats.run(signal)));
       } catch (e) {
         // Pods still run; the statistics endpoints answer with this reason, and garbage
         // collection and eviction, which need statistics, do not run.
@@ -745,7 +761,7 @@ export class Kubelet {
       }
       const stats = this.#stats;
       if (stats && !(stats instanceof Error)) {
-        running.push(
+        parts.push(
           ...this.#startGarbageCollection(
             signal,
             stats,
@@ -756,7 +772,7 @@ export class Kubelet {
         );
       }
     }
-    return running;
+    return parts;
   }
 
   /**
@@ -947,7 +963,7 @@ export class Kubelet {
     pods: PodLifecycle,
     sourcesReady: () => boolean,
     activePods: () => V1Pod[],
-  ): Promise<void>[] {
+  ): Running[] {
     const { server, deps, nodeName } = this.#opts;
     const { config, flags } = server;
     const { clock, logger, recorder } = deps;
@@ -1053,7 +1069,11 @@ export class Kubelet {
       ["serializeImagePulls", "maxParallelImagePulls"],
       (c) => pods.imageManager.setPullParallelism(c.serializeImagePulls, c.maxParallelImagePulls),
     );
-    return [imageGC.run(signal), containerGC.run(signal), eviction.run(signal)];
+    return [
+      running("image garbage collection", imageGC.run(signal)),
+      running("container garbage collection", containerGC.run(signal)),
+      running("eviction manager", eviction.run(signal)),
+    ];
   }
 
   /**
@@ -1082,7 +1102,7 @@ export class Kubelet {
     const stop = new AbortController();
     const inner = AbortSignal.any([signal, stop.signal]);
     this.#firstUpdate = Promise.withResolvers<V1Pod[]>();
-    const running = await this.#startPodLifecycle(inner, "once");
+    const parts = await this.#startPodLifecycle(inner, "once");
     try {
       const timeout = deps.clock.sleep(RUN_ONCE_MANIFEST_DELAY_MS, inner).then(() => {
         throw new Error(
@@ -1096,7 +1116,7 @@ export class Kubelet {
       log.info("Finished processing pods", { numPods: pods.length });
     } finally {
       stop.abort();
-      await Promise.allSettled(running);
+      await awaitStopped(parts, deps);
     }
   }
 
@@ -1348,7 +1368,7 @@ export class Kubelet {
   }
 
   /** Starts node registration, status updates and the node lease (API server mode). */
-  #startNodeHeartbeats(signal: AbortSignal): Promise<void>[] {
+  #startNodeHeartbeats(signal: AbortSignal): Running[] {
     const { server, deps, nodeName, hostname, nodeIPs } = this.#opts;
     const { config, flags } = server;
     const kubeClient = deps.kubeClient!;
@@ -1432,9 +1452,13 @@ export class Kubelet {
       logger: deps.logger,
       getNode: () => status.node,
     });
-    const running = [status.run(signal), lease.run(signal), this.nodeInformer.run(signal)];
-    if (images) running.push(images.run(signal));
-    return running;
+    const parts = [
+      running("status", status.run(signal)),
+      running("lease", lease.run(signal)),
+      running("informer", this.nodeInformer.run(signal)),
+    ];
+    if (images) parts.push(running("image list", images.run(signal)));
+    return parts;
   }
 
   /**

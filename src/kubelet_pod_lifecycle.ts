@@ -61,6 +61,7 @@ import { AllocationManager } from "./allocation/allocation_manager.ts";
 import { ResourceState } from "./allocation/state_checkpoint.ts";
 import { PodResizeConditions } from "./status/resize_conditions.ts";
 import type { UsernsManager } from "./userns/userns_manager.ts";
+import { type Running, running } from "./util/stopping.ts";
 
 /** The configuration fields the pod lifecycle reads. */
 export type PodLifecycleConfig =
@@ -198,10 +199,10 @@ export interface PodLifecycle {
   readonly dra: DraManager;
   /**
    * Starts the PLEG, the status manager, the prober, the sync loop, the Service lister, the
-   * RuntimeClass manager and the token clean-up; one promise each. The configMap and secret
+   * RuntimeClass manager and the token clean-up; one named part each. The configMap and secret
    * managers stop with `signal`.
    */
-  run(signal: AbortSignal): Promise<void>[];
+  run(signal: AbortSignal): Running[];
 }
 
 /** Builds the pod lifecycle; see the module documentation. */
@@ -571,20 +572,23 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
         configMaps?.close();
         secrets?.close();
       }, { once: true });
-      const running = [
-        pleg.run(signal),
-        statusManager.run(signal),
-        prober.run(signal),
-        loop.run(signal),
-        runTokenCleanup(tokenManager, clock, signal),
-        allocation.run(signal),
-        volumeManager.reconstruct(signal).catch((e) => {
-          if (!signal.aborted) logger.error(e, "Failed to reconstruct the volumes on disk");
-        }),
+      const parts = [
+        running("PLEG", pleg.run(signal)),
+        running("status manager", statusManager.run(signal)),
+        running("prober", prober.run(signal)),
+        running("sync loop", loop.run(signal)),
+        running("token clean-up", runTokenCleanup(tokenManager, clock, signal)),
+        running("allocation", allocation.run(signal)),
+        running(
+          "volume reconstruction",
+          volumeManager.reconstruct(signal).catch((e) => {
+            if (!signal.aborted) logger.error(e, "Failed to reconstruct the volumes on disk");
+          }),
+        ),
       ];
-      if (serviceLister) running.push(serviceLister.run(signal));
-      if (runtimeClasses) running.push(runtimeClasses.run(signal));
-      return running;
+      if (serviceLister) parts.push(running("Service lister", serviceLister.run(signal)));
+      if (runtimeClasses) parts.push(running("RuntimeClass manager", runtimeClasses.run(signal)));
+      return parts;
     },
   };
 }

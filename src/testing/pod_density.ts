@@ -328,7 +328,7 @@ export async function startPodDensity(opts: PodDensityOptions): Promise<PodDensi
   const dir = await Deno.makeTempDir({ prefix: "pod-density-" });
   const fake = await startFakeRuntimeChild(join(dir, "cri.sock"));
   const root = new AbortController();
-  const running: Promise<void>[] = [];
+  const running: Promise<unknown>[] = [];
   const errors: string[] = [];
   let logLines = 0;
   const logger = createLogger({
@@ -453,7 +453,7 @@ export async function startPodDensity(opts: PodDensityOptions): Promise<PodDensi
       const h = pleg.healthy();
       return h.ok ? undefined : h.message;
     });
-    running.push(...lifecycle.run(signal));
+    running.push(...lifecycle.run(signal).map((p) => p.done));
 
     // As after the agent's start: the runtime is up and the PLEG has relisted once.
     const readyBy = Date.now() + 10_000;
