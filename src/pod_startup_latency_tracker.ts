@@ -37,6 +37,7 @@ export type StartupPhase =
   | "containerCreated"
   | "containerStarted"
   | "running"
+  | "statusWritten"
   | "ready";
 
 /** Phases recorded once per container rather than once per pod. */
@@ -267,8 +268,14 @@ export class PodStartupLatencyTracker {
   /** The apiserver accepted a changed status: the pod as it answered (upstream RecordStatusUpdated). */
   recordStatusUpdated(pod: V1Pod): void {
     const state = this.#sli.get(uidOf(pod));
+    const started = hasPodStarted(pod);
+    // The timeline's step: the first write the apiserver accepted with every container running
+    // (some, unlike the SLI's test, which a status without containers passes).
+    if (started && (pod.status?.containerStatuses?.length ?? 0) > 0) {
+      this.recordPhase(pod, "statusWritten");
+    }
     if (!state || state.recorded || state.observedRunning !== undefined) return;
-    if (hasPodStarted(pod)) {
+    if (started) {
       this.#o.logger.v(3).info("Mark when the pod was running for the first time", {
         pod: kobj(pod),
         rv: pod.metadata?.resourceVersion,

@@ -164,6 +164,29 @@ Deno.test("PodStartupLatencyTracker timeline keeps each phase once, in order, an
   assert.equal(tracker.timeline("ns", "other"), undefined);
 });
 
+Deno.test("PodStartupLatencyTracker's timeline has the first accepted write of a started pod", () => {
+  const { clock, tracker } = world();
+  const pod = apiPod("w");
+  tracker.recordPhase(pod, "seen");
+  tracker.observedPodOnWatch(pod, clock.now());
+  clock.step(100);
+  tracker.recordPhase(pod, "running");
+  clock.step(50);
+  tracker.recordStatusUpdated(apiPod("w", { phase: "Pending" }));
+  assert.deepEqual(
+    tracker.timeline("ns", "w")?.entries.map((e) => e.phase),
+    ["seen", "running"],
+    "a write without every container running is not the step",
+  );
+  clock.step(250);
+  tracker.recordStatusUpdated(apiPod("w", RUNNING));
+  clock.step(1_000);
+  tracker.recordStatusUpdated(apiPod("w", RUNNING)); // a later write (Ready): not the step
+  const entries = tracker.timeline("ns", "w")?.entries ?? [];
+  assert.deepEqual(entries.map((e) => e.phase), ["seen", "running", "statusWritten"]);
+  assert.equal((entries[2]?.at ?? 0) - (entries[1]?.at ?? 0), 300);
+});
+
 Deno.test("PodStartupLatencyTracker keeps only the pods it is told to retain", () => {
   const { clock, tracker } = world();
   for (const uid of ["a", "b", "c"]) {

@@ -28,7 +28,8 @@ export const STEPS = [
   ["imagePulled", "image present → container created"],
   ["containerCreated", "container created → started"],
   ["containerStarted", "container started → status Running"],
-  ["running", "status Running → watch shows it"],
+  ["running", "status Running → apiserver accepted it"],
+  ["statusWritten", "apiserver accepted it → watch shows it"],
 ] as const;
 
 /**

@@ -17,6 +17,7 @@ const PHASES: TimelinePhase[] = [
   { phase: "containerCreated", container: "b", time: at(450) },
   { phase: "containerStarted", container: "b", time: at(500) },
   { phase: "running", time: at(520) },
+  { phase: "statusWritten", time: at(565) },
 ];
 
 Deno.test("stepDurations splits a timeline bracketed by the bench's times, last container deciding", () => {
@@ -30,7 +31,8 @@ Deno.test("stepDurations splits a timeline bracketed by the bench's times, last 
     imagePulled: 40,
     containerCreated: 50,
     containerStarted: 20,
-    running: 80,
+    running: 45,
+    statusWritten: 35,
   });
   // The steps add up to the client latency.
   assert.equal([...d.values()].reduce((a, b) => a + b, 0), 600);
