@@ -10,7 +10,6 @@
 import { join } from "node:path";
 import * as api from "../proto/runtime/v1/api.ts";
 import { Cadvisor, type Sample, type SampleTarget } from "./stats/cadvisor.ts";
-import type { Activity } from "./util/in_flight.ts";
 import {
   cgroupfsName,
   type CgroupLayout,
@@ -104,8 +103,6 @@ export interface KubeletStatsOptions {
   readonly cgroupDriver?: string;
   /** Config cgroupRoot: where the kubepods hierarchy lives. @default "/" */
   readonly cgroupRoot?: string;
-  /** What container samples wait for while it is busy (Cadvisor's yieldTo). @default none */
-  readonly yieldTo?: Activity;
 }
 
 /** The built statistics graph. */
@@ -184,7 +181,6 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
     clock: o.clock,
     logger: o.logger,
     intervalMs: o.housekeepingIntervalMs,
-    yieldTo: o.yieldTo,
     targets: () => {
       targets.clear();
       const out: SampleTarget[] = [...system];

@@ -8,22 +8,12 @@
  * once two samples in a row are equal, each interval stretched by a random 0-100 % (cAdvisor's
  * jitter), so an idle node's containers are read about every 22 s instead of every 10 s. The
  * loop wakes when the next sample is due, at most once a second, and samples everything due
- * then; containers it has not seen yet are sampled at the next wake (10 s at most, more while
- * pods start: see below). A
+ * then; containers it has not seen yet are sampled at the next wake (10 s at most). A
  * container's cgroup is found once, from its process (`/proc/<pid>/cgroup`, the pid from the
  * runtime's verbose status), and then costs a few small file reads per pass, each file read
  * once per sample; its creation time is read once and its spec (shares, quota, limits) again
  * after a minute or at once when its memory limit moves (cAdvisor reads the spec when asked, at
  * most every 5 s: a CPU-only resize shows in `container_spec_*` up to a minute later here).
- * This agent's own addition: given {@link CadvisorOptions.yieldTo} (the CRI calls that start
- * pods), the sample of a pod's cgroup, sandbox or container that falls due while such calls are
- * in flight waits until none is, or is taken at the first wake after {@link MAX_SAMPLE_YIELD_MS}
- * past its due time or twice the longest interval after its previous sample (the longest wait
- * cAdvisor's jitter allows: 30 s with the default intervals), whichever comes first; the node's
- * and the system containers' samples (kubepods and its QoS classes, which eviction reads) never
- * wait, and neither does {@link Cadvisor.housekeep}. A node starting many pods has every CPU
- * busy, and the file reads of hundreds of samples would otherwise come out of the pods' start
- * time.
  * Other processes' `/proc/<pid>/fd` and `limits` are not asked for where they cannot be read
  * (the sandbox's host view has none; a refusal of the permission sandbox is kept). Samples of
  * containers that are gone are dropped, so memory is bounded by what runs. Odd kernel data never
@@ -56,7 +46,6 @@ import { type InterfaceStats, readNetworkStats, readNodeNetworkStats } from "./n
 import { hostRoot } from "../privilege/host_root.ts";
 import { readProcFile } from "../privilege/launcher_calls.ts";
 import { errorText } from "../util/errors.ts";
-import type { Activity } from "../util/in_flight.ts";
 
 /** cAdvisor's housekeeping interval as the kubelet sets it (`--housekeeping-interval`). */
 export const HOUSEKEEPING_INTERVAL_MS = 10_000;
@@ -66,12 +55,6 @@ export const MAX_HOUSEKEEPING_INTERVAL_MS = 15_000;
 
 /** The loop wakes at most this often; samples due within it are taken together. */
 export const HOUSEKEEPING_TICK_MS = 1_000;
-
-/**
- * The longest a pod's due sample waits for {@link CadvisorOptions.yieldTo}, and never past
- * twice the longest interval after the previous sample.
- */
-export const MAX_SAMPLE_YIELD_MS = 10_000;
 
 /**
  * A container's spec (CPU shares, period and quota; memory limit, reservation and swap limit)
@@ -133,14 +116,6 @@ export interface CadvisorOptions {
   readonly random?: () => number;
   /** Targets sampled at once. @default 16 */
   readonly concurrency?: number;
-  /**
-   * Operations pods' samples wait for (the CRI calls that start pods), each at most `maxYieldMs`
-   * past its due time and twice the longest interval after its previous sample; see the module
-   * documentation. @default none: no waiting
-   */
-  readonly yieldTo?: Activity;
-  /** @default {@link MAX_SAMPLE_YIELD_MS} */
-  readonly maxYieldMs?: number;
 }
 
 interface Tracked {
@@ -150,8 +125,8 @@ interface Tracked {
   last?: Sample;
   /** The current housekeeping interval (dynamic: base, or grown while idle). */
   interval?: number;
-  /** When the next sample is due (when first seen: at once). */
-  due: number;
+  /** When the next sample is due; undefined: at the next look. */
+  due?: number;
   /** Reasons already logged for this target. */
   readonly logged: Set<string>;
   /** The spec and creation time of the cgroup at `paths`, and when the spec was read. */
@@ -180,9 +155,9 @@ export class Cadvisor {
   }
 
   /**
-   * Samples until `signal` aborts: the node and every container at once (while pods start, the
-   * pods' samples up to 10 s later), then whatever is due, waking when the next sample is due but
-   * no more often than once a tick (see the module documentation).
+   * Samples until `signal` aborts: the node and every container at once, then whatever is due,
+   * waking when the next sample is due but no more often than once a tick (see the module
+   * documentation).
    */
   async run(signal: AbortSignal): Promise<void> {
     const tick = this.#o.tickMs ?? HOUSEKEEPING_TICK_MS;
@@ -213,7 +188,7 @@ export class Cadvisor {
   /** The earliest time a sample is due: the node's or a container's. */
   #nextDue(): number {
     let next = this.#nodeDue;
-    for (const t of this.#tracked.values()) next = Math.min(next, t.due);
+    for (const t of this.#tracked.values()) next = Math.min(next, t.due ?? -Infinity);
     return next;
   }
 
@@ -243,21 +218,9 @@ export class Cadvisor {
     const everything = this.#o.targets();
     const live = new Set(everything.map((t) => t.id));
     for (const id of this.#tracked.keys()) if (!live.has(id)) this.#tracked.delete(id);
-    for (const t of everything) {
-      if (!this.#tracked.has(t.id)) this.#tracked.set(t.id, { logged: new Set(), due: now });
-    }
-    // While pods start, the samples of pods' cgroups, sandboxes and containers wait, up to
-    // maxYieldMs past their due time and no longer after the previous sample than the longest
-    // wait with jitter. The system containers' (kubepods and its QoS classes among them, which
-    // eviction reads) never wait.
-    const late = this.#o.yieldTo?.busy ? this.#o.maxYieldMs ?? MAX_SAMPLE_YIELD_MS : 0;
-    const longest = 2 * (this.#o.maxIntervalMs ?? MAX_HOUSEKEEPING_INTERVAL_MS);
     const targets = all ? everything : everything.filter((t) => {
-      const { due, last } = this.#tracked.get(t.id)!;
-      if (late === 0 || t.podUid === "") return due <= now;
-      const latest = last === undefined ? due + late : Math.min(due + late, last.time + longest);
-      // Never before its due time (after a failed cgroup lookup it can lie past the cap).
-      return Math.max(due, latest) <= now;
+      const due = this.#tracked.get(t.id)?.due;
+      return due === undefined || due <= now;
     });
 
     if (all || this.#nodeDue <= now) {
@@ -293,7 +256,11 @@ export class Cadvisor {
   }
 
   async #sampleTarget(target: SampleTarget, signal?: AbortSignal): Promise<void> {
-    const tracked = this.#tracked.get(target.id)!;
+    let tracked = this.#tracked.get(target.id);
+    if (!tracked) {
+      tracked = { logged: new Set() };
+      this.#tracked.set(target.id, tracked);
+    }
     if (!tracked.paths) {
       const found = await this.#findCgroup(target, signal);
       if (!found) {

@@ -47,27 +47,12 @@ async function world(
     },
     ...extra,
   });
-  const t0 = clock.now();
   return {
     root,
     clock,
     lines,
     cadvisor,
     pidCalls,
-    /** Moves the clock a second at a time (the loop's tick) to `s` seconds after the start. */
-    async at(s: number) {
-      while (clock.now() < t0 + s * 1000) {
-        clock.step(1000);
-        await settle();
-      }
-    },
-    /** Seconds from the start to the newest sample of `id`; undefined before the first. */
-    sampledAt(id: string) {
-      const t = cadvisor.latest(id)?.time;
-      return t === undefined ? undefined : (t - t0) / 1000;
-    },
-    /** Seconds from the start to the newest node sample. */
-    nodeAt: () => (cadvisor.node()!.time - t0) / 1000,
     setTargets: (t: SampleTarget[]) => targets = t,
     rebuild: (cgroups: FixtureCgroup[]) => buildCgroupFixture(root, mode, cgroups),
     [Symbol.asyncDispose]: () => Deno.remove(root, { recursive: true }),
@@ -260,7 +245,15 @@ Deno.test("Cadvisor.run samples an idle container every 15 s and a changing one 
   await using w = await world("hybrid", { random: () => random.value });
   const ctrl = new AbortController();
   const done = w.cadvisor.run(ctrl.signal);
-  const { at, sampledAt } = w;
+  const t0 = w.clock.now();
+  /** Moves the clock a second at a time (the loop's tick) to t0 + `s` seconds. */
+  const at = async (s: number) => {
+    while (w.clock.now() < t0 + s * 1000) {
+      w.clock.step(1000);
+      await settle();
+    }
+  };
+  const sampledAt = (id: string) => (w.cadvisor.latest(id)!.time - t0) / 1000;
   try {
     await settle();
     assert.equal(sampledAt("a"), 0, "new containers at once");
@@ -291,7 +284,7 @@ Deno.test("Cadvisor.run samples an idle container every 15 s and a changing one 
     await at(63);
     assert.equal(sampledAt("b"), 63);
     // The node keeps its 10 s.
-    assert.equal(w.nodeAt(), 60);
+    assert.equal((w.cadvisor.node()!.time - t0) / 1000, 60);
   } finally {
     ctrl.abort();
     await done;
@@ -314,61 +307,6 @@ Deno.test("Cadvisor.run asks again for a container's pid after the base interval
     w.clock.step(1000);
     await settle();
     assert.deepEqual(w.pidCalls, ["gone", "gone"]);
-  } finally {
-    ctrl.abort();
-    await done;
-  }
-});
-
-Deno.test("Cadvisor.run holds pods' samples while pods start, up to 10 s past due and 30 s after the last; the node's and system containers' never", async () => {
-  const starting = { busy: true, idle: () => Promise.resolve() };
-  const random = { value: 0 };
-  await using w = await world("hybrid", { random: () => random.value, yieldTo: starting });
-  // kubepods, say: a system container with a known cgroup path.
-  w.setTargets([
-    { id: "a", kind: "container", podUid: "p1" },
-    { id: "b", kind: "sandbox", podUid: "p1" },
-    { id: "pods", kind: "container", podUid: "", cgroupPath: A },
-    // A pod's own cgroup: it waits as the pod's containers do.
-    { id: "pod-p1", kind: "container", podUid: "p1", cgroupPath: B },
-  ]);
-  const ctrl = new AbortController();
-  const done = w.cadvisor.run(ctrl.signal);
-  const { at, sampledAt } = w;
-  try {
-    await settle();
-    assert.equal(sampledAt("a"), undefined, "a new container waits while pods start");
-    assert.equal(w.nodeAt(), 0, "the node does not");
-    assert.equal(sampledAt("pods"), 0, "nor does a system container");
-    assert.equal(sampledAt("pod-p1"), undefined, "a pod's cgroup does");
-    await at(9);
-    assert.equal(sampledAt("a"), undefined);
-    await at(10);
-    assert.equal(sampledAt("a"), 10, "at most 10 s past its due time");
-    assert.equal(sampledAt("b"), 10);
-    assert.equal(sampledAt("pod-p1"), 10);
-    assert.equal(sampledAt("pods"), 10);
-    // Due again at 20; still busy: held until 30 at the latest.
-    await at(24);
-    assert.equal(sampledAt("a"), 10);
-    assert.equal(w.nodeAt(), 20);
-    // The system container's two samples were equal: due at 25, and taken then.
-    await at(25);
-    assert.equal(sampledAt("pods"), 25);
-    assert.equal(sampledAt("a"), 10);
-    // The starts end: what waited is sampled at the next wake.
-    starting.busy = false;
-    random.value = 0.9;
-    await at(26);
-    assert.equal(sampledAt("a"), 26);
-    assert.equal(sampledAt("b"), 26);
-    // Idle now: due after 15 s + 90 % (54.5 s). Pods start again: held, but no more than 30 s
-    // after the last sample (56 s), not until 64.5 s.
-    starting.busy = true;
-    await at(55);
-    assert.equal(sampledAt("a"), 26);
-    await at(56);
-    assert.equal(sampledAt("a"), 56);
   } finally {
     ctrl.abort();
     await done;

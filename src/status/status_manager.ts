@@ -8,7 +8,8 @@
  * the client's QPS limit (a burst of pod starts), statuses that leave Pending go before those
  * still Pending, so that a pod that started is reported first and a Pending status that waited
  * is often never sent (the pod is Running by its turn). Every `syncPeriodMs` it also reconciles
- * all pods. The patch carries the pod's
+ * all pods, after those writes and without holding back the ones that come meanwhile. The patch
+ * carries the pod's
  * UID, so a pod recreated under the same name is never written; a static pod's status goes to
  * its mirror pod. Once a deleted pod is terminal on the apiserver and its containers are gone,
  * the manager deletes it with grace period 0 and a UID precondition. Without a client
@@ -146,6 +147,11 @@ export class StatusManager {
   readonly #written = new Map<string, V1PodStatus>();
   /** Pods to sync at the next wake-up even if their version was written (podTerminated). */
   readonly #forced = new Set<string>();
+  /**
+   * Pods whose apiserver status differs from the cached one (the periodic reconcile): read from
+   * the apiserver before their next write, which goes after every other.
+   */
+  readonly #reconcile = new Set<string>();
   #pending = false;
   #wake: (() => void) | undefined;
   #running = false;
@@ -318,6 +324,7 @@ export class StatusManager {
       this.#logger.v(5).info("Removing pod from status map.", { podUID: uid });
       this.#statuses.delete(uid);
       this.#forced.delete(uid);
+      this.#reconcile.delete(uid);
       this.#opts.startupLatency?.deletePodStartupState(uid);
     }
   }
@@ -458,21 +465,28 @@ export class StatusManager {
   async syncBatch(all: boolean, signal?: AbortSignal): Promise<number> {
     const client = this.#opts.client;
     if (client === undefined) return 0;
-    if (!all) return await this.#writeUnwritten(client, signal);
-    const updates: (StatusWrite & {
-      /** Read the pod from the apiserver first (reconciling what it has). */
-      fresh?: boolean;
-    })[] = [];
+    if (all) this.#markPeriodic();
+    return await this.#writeUnwritten(client, signal);
+  }
+
+  /**
+   * The periodic sync's picks, left to {@link #writeUnwritten} with the rest: a pod that can be
+   * deleted is forced; one whose apiserver status differs from the cached one is reconciled.
+   * Upstream's periodic batch writes them in its own pass; here pods that start meanwhile are
+   * not held behind it.
+   */
+  #markPeriodic(): void {
     const statusUIDs = new Set<string>();
     for (const [uid, status] of this.#statuses) {
       const statusUID = this.#writableStatusUID(uid, status);
       if (statusUID === undefined) continue;
       statusUIDs.add(statusUID);
-      if (this.#needsUpdate(statusUID, status) || this.#forced.has(uid)) {
-        updates.push({ uid, statusUID, status });
-      } else if (this.#needsReconcile(uid, status.status)) {
+      if (this.#needsUpdate(statusUID, status)) {
+        // Unwritten versions are picked anyway; a written one is here to be deleted.
+        if ((this.#apiVersions.get(statusUID) ?? 0) >= status.version) this.#forced.add(uid);
+      } else if (!this.#forced.has(uid) && this.#needsReconcile(uid, status.status)) {
         this.#apiVersions.delete(statusUID);
-        updates.push({ uid, statusUID, status, fresh: true });
+        this.#reconcile.add(uid);
       }
     }
     for (const key of [...this.#apiVersions.keys()]) {
@@ -481,33 +495,13 @@ export class StatusManager {
     for (const key of [...this.#written.keys()]) {
       if (!statusUIDs.has(key)) this.#written.delete(key);
     }
-    // A few pods at a time (upstream writes one after the other): each pod appears once in a
-    // batch, so one pod's writes stay in order, and the client's QPS limit still paces them.
-    let next = 0;
-    const worker = async () => {
-      while (next < updates.length && !signal?.aborted) {
-        const u = updates[next++]!;
-        // A status set since the batch began supersedes the one it took.
-        const latest = this.#statuses.get(u.uid);
-        if (
-          latest && latest.version > u.status.version &&
-          this.#statusUID(u.uid, latest.pod) === u.statusUID
-        ) {
-          u.status = latest;
-        }
-        await this.#write(client, u.uid, u.statusUID, u.status, u.fresh ?? false, signal);
-      }
-    };
-    await Promise.all(
-      Array.from({ length: Math.min(STATUS_SYNC_CONCURRENCY, updates.length) }, worker),
-    );
-    return updates.length;
   }
 
   /**
    * Writes every status the apiserver has not seen, a few pods at a time, until none is left;
    * returns how many writes it made. Each pick is the pod's newest status, and statuses that
-   * leave Pending (or end the pod) go before those still Pending, oldest change first.
+   * leave Pending (or end the pod) go before those still Pending, and those before the
+   * reconciles of the periodic sync; oldest change first.
    */
   async #writeUnwritten(client: KubeClient, signal?: AbortSignal): Promise<number> {
     const inFlight = new Set<string>();
@@ -523,7 +517,7 @@ export class StatusManager {
         tried.set(u.uid, u.status.version);
         writes++;
         try {
-          await this.#write(client, u.uid, u.statusUID, u.status, false, signal);
+          await this.#write(client, u.uid, u.statusUID, u.status, signal);
         } finally {
           inFlight.delete(u.uid);
         }
@@ -549,7 +543,11 @@ export class StatusManager {
       if (statusUID === undefined) continue;
       const written = this.#apiVersions.get(statusUID) ?? 0;
       if (written >= status.version && !this.#forced.has(uid)) continue;
-      const rank = status.status.phase === "Pending" && !status.podIsFinished ? 1 : 0;
+      const rank = this.#reconcile.has(uid)
+        ? 2
+        : status.status.phase === "Pending" && !status.podIsFinished
+        ? 1
+        : 0;
       if (
         best === undefined || rank < bestRank || (rank === bestRank && status.at < best.status.at)
       ) {
@@ -566,10 +564,11 @@ export class StatusManager {
     uid: string,
     statusUID: string,
     status: VersionedPodStatus,
-    fresh: boolean,
     signal?: AbortSignal,
   ): Promise<void> {
     this.#forced.delete(uid);
+    // A reconcile reads the pod first (upstream reads it before every write).
+    const fresh = this.#reconcile.delete(uid);
     this.#logger.v(5).info("Sync pod status", { podUID: uid, statusUID, version: status.version });
     try {
       await this.#syncPod(client, uid, statusUID, status, fresh, signal);
@@ -605,6 +604,7 @@ export class StatusManager {
     this.#apiVersions.delete(statusUID);
     this.#written.delete(statusUID);
     this.#forced.delete(uid);
+    this.#reconcile.delete(uid);
   }
 
   /**
@@ -739,6 +739,7 @@ export class StatusManager {
     this.#logger.v(3).info("Pod fully terminated and removed from etcd", { pod: kobj(pod) });
     this.#statuses.delete(uid);
     this.#forced.delete(uid);
+    this.#reconcile.delete(uid);
     this.#opts.startupLatency?.deletePodStartupState(uid);
   }
 

@@ -576,13 +576,14 @@ async function pendingBatchHeld(
   t: ReturnType<typeof setup>,
   hold: ReturnType<typeof holdFetches>,
   count: number,
+  all = false,
 ) {
   const pods = Array.from({ length: count }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
   for (const p of pods) {
     t.s.put(p);
     t.m.setPodStatus(p, podStatus("Pending", false));
   }
-  const batch = t.m.syncBatch(false);
+  const batch = t.m.syncBatch(all);
   while (hold.held < 4) await new Promise((r) => setTimeout(r, 1));
   return { pods, batch };
 }
@@ -615,6 +616,45 @@ Deno.test("StatusManager writes statuses that left Pending before those still Pe
   assert.equal(await batch, 6);
   const patched = t.s.requests.filter((r) => r.method === "PATCH").map((r) => r.path.split("/")[6]);
   assert.deepEqual(patched.slice(4), ["p5", "p4"], "the started pod first");
+});
+
+Deno.test("StatusManager's periodic sync does not hold a pod that started behind the others", async () => {
+  await using t = setup();
+  using hold = holdFetches();
+  const { pods, batch } = await pendingBatchHeld(t, hold, 6, true);
+  t.m.setPodStatus(pods[5]!, podStatus("Running", true));
+  hold.release();
+  assert.equal(await batch, 6);
+  const patched = t.s.requests.filter((r) => r.method === "PATCH").map((r) => r.path.split("/")[6]);
+  assert.deepEqual(patched.slice(4), ["p5", "p4"], "the started pod first");
+});
+
+Deno.test("StatusManager's periodic sync reconciles after the pending writes, reading the pod first", async () => {
+  const watched = new Map<string, V1Pod>();
+  await using t = setup({ getAPIPod: (uid) => watched.get(uid) });
+  const a = apiPod("a", "uid-a");
+  t.s.put(a);
+  t.m.setPodStatus(a, podStatus("Running", true));
+  assert.equal(await t.m.syncBatch(false), 1);
+  // Someone else changed a's status on the apiserver; the watch shows it.
+  t.s.get("a")!.status = { phase: "Pending" };
+  watched.set("uid-a", structuredClone(t.s.get("a")!));
+  t.s.calls();
+  using hold = holdFetches();
+  const { batch } = await pendingBatchHeld(t, hold, 5, true);
+  hold.release();
+  assert.equal(await batch, 6);
+  // Each write starts with a read here (the test gives no watched copy of the p pods).
+  const calls = t.s.calls();
+  assert.deepEqual(
+    calls.filter((c) => c.startsWith("GET")).map((c) => c.split("/")[6]),
+    ["p0", "p1", "p2", "p3", "p4", "a"],
+    "the pending writes first, then the reconcile, which reads the pod",
+  );
+  assert.ok(calls.includes("PATCH /api/v1/namespaces/ns/pods/a/status"));
+  assert.equal(t.s.get("a")?.status?.phase, "Running", "reconciled");
+  watched.set("uid-a", structuredClone(t.s.get("a")!));
+  assert.equal(await t.m.syncBatch(true), 0, "nothing left to reconcile");
 });
 
 Deno.test("StatusManager tries a version once per pass when its write fails", async () => {

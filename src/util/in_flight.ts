@@ -4,8 +4,7 @@
  * CRI calls that start pods with one (RunPodSandbox, CreateContainer, StartContainer; see
  * `kuberuntime/instrumented_services.ts`), and its event writer waits on it before each event, a bounded
  * time, so that events do not take CPU from pods being started on a busy node
- * (`client/event_recorder.ts`); so do the container statistics samples (`stats/cadvisor.ts`).
- * This agent's own; upstream has no such count.
+ * (`client/event_recorder.ts`). This agent's own; upstream has no such count.
  */
 
 /** Whether operations are in flight, and a wait until none is. */
