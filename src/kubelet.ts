@@ -153,10 +153,7 @@ export interface KubeletOptions {
   readonly nodeName: string;
   readonly hostname: string;
   readonly nodeIPs: readonly string[];
-  /**
-   * Counts the CRI calls that start pods while in flight (for the event writer and the
-   * statistics to yield to).
-   */
+  /** Counts the CRI calls that start pods while in flight (for the event writer to yield to). */
   readonly startCalls?: InFlight;
 }
 
@@ -742,8 +739,6 @@ export class Kubelet {
           recorder,
           kubeletCgroups: config.kubeletCgroups,
           housekeepingIntervalMs: flags.housekeepingInterval,
-          // Samples wait while pods start, as events do.
-          yieldTo: this.#opts.startCalls,
           cgroupDriver: config.cgroupDriver,
           cgroupRoot: config.cgroupRoot,
           systemCgroups: config.systemCgroups,

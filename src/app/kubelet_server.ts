@@ -272,9 +272,9 @@ export async function runKubelet(
   }
   let events: Promise<void> | undefined;
   const stopEvents = new AbortController();
-  // Events and container statistics wait for the CRI calls that start pods (a bounded time): see
-  // client/event_recorder.ts and stats/cadvisor.ts.
-  const startCalls = new InFlight();
+  // Events wait for the CRI calls that start pods (a bounded time): see client/event_recorder.ts. With
+  // no apiserver there is no event writer, and nothing to count them for.
+  const startCalls = deps.kubeClient ? new InFlight() : undefined;
   if (deps.kubeClient) {
     // Upstream makeEventRecorder: events go to the apiserver, and to the log at v3.
     const apiRecorder = new ApiserverEventRecorder({
