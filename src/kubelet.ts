@@ -998,7 +998,7 @@ export class Kubelet {
     const { syncer, volumeManager } = pods;
     const eviction = new EvictionManager({
       ...evictionConfigFrom(config, flags),
-      summary: (s) => stats.provider.summary(s),
+      summary: (s, opts) => stats.provider.summary(s, opts),
       activePods,
       killPod: (pod, status, grace) =>
         syncer.killPodNow(pod, { evict: true, gracePeriodOverride: grace, status, signal }),

@@ -53,16 +53,26 @@ function harness(thresholds: ThresholdConfig, opts: Partial<EvictionManagerOptio
   const events: Event[] = [];
   const gc: string[] = [];
   const lines: string[] = [];
+  /** Each summary taken: whether it had the containers' writable layers. */
+  const summaries: boolean[] = [];
   const manager = new EvictionManager({
     thresholds: parseThresholdConfig(thresholds),
-    summary: () =>
-      Promise.resolve(
+    summary: (_signal, o) => {
+      const layers = o?.writableLayers ?? true;
+      summaries.push(layers);
+      const usage = (u: PodUsage): PodUsage =>
+        layers ? u : {
+          ...u,
+          containers: u.containers.map(({ rootfs: _r, rootfsInodes: _i, ...c }) => c),
+        };
+      return Promise.resolve(
         summaryAt(
           clock.now(),
           state.node,
-          state.pods.flatMap(([p, u]) => u ? [podStatsOf(p, u, clock.now())] : []),
+          state.pods.flatMap(([p, u]) => u ? [podStatsOf(p, usage(u), clock.now())] : []),
         ),
-      ),
+      );
+    },
     activePods: () => state.pods.map(([p]) => p),
     killPod: (pod, status, grace) => {
       kills.push({ pod: pod.metadata?.name ?? "", status, grace });
@@ -101,7 +111,7 @@ function harness(thresholds: ThresholdConfig, opts: Partial<EvictionManagerOptio
     clock.step(ms);
     return (await manager.synchronize()).map((p) => p.metadata?.name);
   };
-  return { clock, state, kills, events, gc, lines, manager, sync };
+  return { clock, state, kills, events, gc, lines, summaries, manager, sync };
 }
 
 const memory = (bytes: number): PodUsage => ({ containers: [{ name: "main", memory: bytes }] });
@@ -334,6 +344,29 @@ Deno.test("EvictionManager evicts the largest disk user when garbage collection 
       "Container main was using 4Gi, request is 0, has larger consumption of ephemeral-storage. ",
   );
   assert.equal(h.kills[0]?.grace, 1);
+});
+
+Deno.test("EvictionManager takes the writable layers only for a pod's storage limit or a disk ranking", async () => {
+  const h = harness({ evictionHard: { "memory.available": "100Mi", "nodefs.available": "10%" } });
+  h.state.node = { ...plentyMemory, nodeFs: { available: 50 * Gi, capacity: 100 * Gi } };
+  h.state.pods = [[testPod("plain"), memory(Gi)]];
+  assert.deepEqual(await h.sync(), []);
+  assert.deepEqual(h.summaries, [false], "no pod has an ephemeral-storage limit");
+  const limited = testPod("limited", {
+    containers: [container({}, { "ephemeral-storage": "1Gi" })],
+  });
+  h.state.pods.push([limited, { containers: [{ name: "main", rootfs: 100 * Mi, logs: 0 }] }]);
+  await h.sync();
+  assert.deepEqual(h.summaries, [false, true], "a pod's limit reads its writable layer");
+  // Under disk pressure without such a pod: the ranking takes them before it ranks.
+  h.summaries.length = 0;
+  h.state.node = { ...plentyMemory, ...diskPressure };
+  h.state.pods = [
+    [testPod("small"), { containers: [{ name: "main", rootfs: 100 * Mi, logs: 0 }] }],
+    [testPod("writer"), { containers: [{ name: "main", rootfs: 3 * Gi, logs: 0 }] }],
+  ];
+  assert.deepEqual(await h.sync(), ["writer"], "ranked by its writable layer");
+  assert.deepEqual(h.summaries, [false, false, true], "the pass, after GC, before the ranking");
 });
 
 Deno.test("EvictionManager reports PIDPressure and evicts the pod with most processes", async () => {

@@ -157,6 +157,16 @@ function sumSwap(swaps: readonly SwapStats[]): SwapStats | undefined {
   return { time: last.time, swapAvailableBytes: available, swapUsageBytes: usage };
 }
 
+/** How {@link StatsProvider.summary} is taken. */
+export interface SummaryOptions {
+  /**
+   * The containers' writable layers (`rootfs`, from the runtime's ListContainerStats); false
+   * leaves them out, and the pods' ephemeral storage counts logs and volumes only.
+   * @default true
+   */
+  readonly writableLayers?: boolean;
+}
+
 /** Builds `/stats/summary`; see the module documentation. */
 export class StatsProvider {
   readonly #o: StatsProviderOptions;
@@ -171,11 +181,11 @@ export class StatsProvider {
   }
 
   /** The whole summary (upstream Get with updateStats=true). */
-  async summary(signal?: AbortSignal): Promise<Summary> {
+  async summary(signal?: AbortSignal, opts: SummaryOptions = {}): Promise<Summary> {
     const pods = this.#o.pods();
     const [node, layers] = await Promise.all([
       this.#nodeStats(signal),
-      this.#writableLayers(signal),
+      opts.writableLayers === false ? new Map() : this.#writableLayers(signal),
     ]);
     await this.#refreshDirs(pods, signal);
     await this.#refreshVolumeMetrics(pods, signal);

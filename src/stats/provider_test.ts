@@ -197,6 +197,30 @@ Deno.test("StatsProvider.summary has upstream's shape and the sampled values", a
   );
 });
 
+Deno.test("StatsProvider.summary without writable layers does not ask the runtime for them", async () => {
+  await using w = await world();
+  let asked = 0;
+  const provider = new StatsProvider({
+    ...w.options,
+    runtime: {
+      listContainerStats: (...args) => {
+        asked++;
+        return w.options.runtime.listContainerStats(...args);
+      },
+    },
+  });
+  const s = decodeSummary(
+    JSON.parse(JSON.stringify(await provider.summary(undefined, { writableLayers: false }))),
+  );
+  assert.equal(asked, 0);
+  const main = s.pods[0]!.containers[0]!;
+  assert.equal(main.rootfs, undefined);
+  assert.ok((main.logs?.usedBytes ?? 0) >= 8192, "logs still measured");
+  assert.equal(s.node.runtime?.imageFs?.usedBytes, 1_000_000, "the node's figures as always");
+  await provider.summary();
+  assert.equal(asked, 1, "the default asks");
+});
+
 Deno.test("StatsProvider.cpuAndMemory has CPU and memory only", async () => {
   await using w = await world();
   const s = decodeSummary(JSON.parse(JSON.stringify(w.provider.cpuAndMemory())));
