@@ -13,7 +13,8 @@
  *
  * The timeline records when the kubelet first saw the pod, admitted it, had its volumes ready,
  * created its sandbox, had each container's image, created and started each container, saw
- * it running and first ready. A new sandbox starts a new timeline from the sandbox on. Only
+ * it running, had the apiserver accept the first status with every container running, and
+ * saw it first ready. A new sandbox starts a new timeline from the sandbox on. Only
  * pods the kubelet knows are kept: housekeeping drops the rest ({@link retain}).
  *
  * Corresponds to upstream `pkg/kubelet/util/pod_startup_latency_tracker.go`; the timeline has

@@ -30,6 +30,7 @@ import { KUBELET_VERSION } from "../util/version.ts";
 import { newKubeletMetrics } from "../metrics/metrics.ts";
 import { nodeHostname, parseNodeIPs, StartError, validateKubeletFlags } from "./kubelet_flags.ts";
 import { hostPath } from "../privilege/host_root.ts";
+import { awaitStopped, running } from "../util/stopping.ts";
 
 /** The User-Agent of the kubelet's API requests, in client-go's form. */
 export const USER_AGENT = `kubelet/${KUBELET_VERSION} (linux/${GOARCH}) kubernetes/kubelet-ts`;
@@ -310,6 +311,7 @@ export async function runKubelet(
     } else await kubelet.run(signal);
   } finally {
     stopEvents.abort();
-    await events?.catch((e) => deps.logger.error(e, "Event recorder stopped"));
+    const stopped = events?.catch((e) => deps.logger.error(e, "Event recorder stopped"));
+    if (stopped) await awaitStopped([running("event writer", stopped)], deps);
   }
 }

@@ -2,10 +2,11 @@
  * @module
  * `/debug/pods/{namespace}/{name}` on the authenticated kubelet API: the pod's last start as
  * the kubelet recorded it (seen, admitted, volumes ready, sandbox created, each container's
- * image, creation and start, running, first ready), each step with its time (RFC 3339, ms)
- * and the time since the first step, as JSON; 404 for a pod the kubelet does not know. Like
- * every `/debug/` path it is authorized as the `proxy` subresource of the node, and with
- * enableDebuggingHandlers off it answers 405 as upstream's disabled debugging handlers do.
+ * image, creation and start, running, the first status write accepted with every container
+ * running, first ready), each step with its time (RFC 3339, ms) and the time since the first
+ * step, as JSON; 404 for a pod the kubelet does not know. Like every `/debug/` path it is
+ * authorized as the `proxy` subresource of the node, and with enableDebuggingHandlers off it
+ * answers 405 as upstream's disabled debugging handlers do.
  * Loaded only when the server starts. No upstream counterpart: upstream exposes only the
  * resulting histograms.
  */

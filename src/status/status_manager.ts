@@ -8,10 +8,9 @@
  * the client's QPS limit (a burst of pod starts), statuses that leave Pending go before those
  * still Pending, so that a pod that started is reported first and a Pending status that waited
  * is often never sent (the pod is Running by its turn). Every `syncPeriodMs` it also reconciles
- * all pods, after those writes and without holding back the ones that come meanwhile. The patch
- * carries the pod's
- * UID, so a pod recreated under the same name is never written; a static pod's status goes to
- * its mirror pod. Once a deleted pod is terminal on the apiserver and its containers are gone,
+ * all pods, ranked with the Pending writes and without holding back the ones that come
+ * meanwhile. The patch carries the pod's UID, so a pod recreated under the same name is never
+ * written; a static pod's status goes to its mirror pod. Once a deleted pod is terminal on the apiserver and its containers are gone,
  * the manager deletes it with grace period 0 and a UID precondition. Without a client
  * (standalone mode) statuses are only kept.
  *
@@ -145,13 +144,17 @@ export class StatusManager {
    * of the next patch, so that it needs no GET first.
    */
   readonly #written = new Map<string, V1PodStatus>();
-  /** Pods to sync at the next wake-up even if their version was written (podTerminated). */
+  /**
+   * Pods to sync at the next write pass even if their version was written: to be deleted
+   * (podTerminated, the periodic sync).
+   */
   readonly #forced = new Set<string>();
   /**
-   * Pods whose apiserver status differs from the cached one (the periodic reconcile): read from
-   * the apiserver before their next write, which goes after every other.
+   * Pods whose apiserver status differs from the cached one (the periodic sync), with the
+   * version found so: read from the apiserver before their next write, which ranks with the
+   * Pending ones while the version is the same (a newer one ranks as any change).
    */
-  readonly #reconcile = new Set<string>();
+  readonly #reconcile = new Map<string, number>();
   #pending = false;
   #wake: (() => void) | undefined;
   #running = false;
@@ -458,9 +461,10 @@ export class StatusManager {
   }
 
   /**
-   * One pass of the sync loop (upstream syncBatch): with `all`, every pod whose status is new,
-   * differs from the apiserver's, or that can be deleted; otherwise the pods with unwritten
-   * versions. Returns how many pods it synced. Resolves when done; never rejects.
+   * One pass of the sync loop (upstream syncBatch): the pods with unwritten versions, and those
+   * forced or left to reconcile; with `all`, first marks the pods that differ from the
+   * apiserver's or can be deleted ({@link #markPeriodic}). Returns how many writes it made.
+   * Resolves when done; never rejects.
    */
   async syncBatch(all: boolean, signal?: AbortSignal): Promise<number> {
     const client = this.#opts.client;
@@ -486,7 +490,7 @@ export class StatusManager {
         if ((this.#apiVersions.get(statusUID) ?? 0) >= status.version) this.#forced.add(uid);
       } else if (!this.#forced.has(uid) && this.#needsReconcile(uid, status.status)) {
         this.#apiVersions.delete(statusUID);
-        this.#reconcile.add(uid);
+        this.#reconcile.set(uid, status.version);
       }
     }
     for (const key of [...this.#apiVersions.keys()]) {
@@ -500,8 +504,8 @@ export class StatusManager {
   /**
    * Writes every status the apiserver has not seen, a few pods at a time, until none is left;
    * returns how many writes it made. Each pick is the pod's newest status, and statuses that
-   * leave Pending (or end the pod) go before those still Pending, and those before the
-   * reconciles of the periodic sync; oldest change first.
+   * leave Pending (or end the pod) go before those still Pending and the periodic sync's
+   * reconciles, oldest change first.
    */
   async #writeUnwritten(client: KubeClient, signal?: AbortSignal): Promise<number> {
     const inFlight = new Set<string>();
@@ -543,11 +547,8 @@ export class StatusManager {
       if (statusUID === undefined) continue;
       const written = this.#apiVersions.get(statusUID) ?? 0;
       if (written >= status.version && !this.#forced.has(uid)) continue;
-      const rank = this.#reconcile.has(uid)
-        ? 2
-        : status.status.phase === "Pending" && !status.podIsFinished
-        ? 1
-        : 0;
+      const pending = status.status.phase === "Pending" && !status.podIsFinished;
+      const rank = pending || this.#reconcile.get(uid) === status.version ? 1 : 0;
       if (
         best === undefined || rank < bestRank || (rank === bestRank && status.at < best.status.at)
       ) {
@@ -567,8 +568,9 @@ export class StatusManager {
     signal?: AbortSignal,
   ): Promise<void> {
     this.#forced.delete(uid);
-    // A reconcile reads the pod first (upstream reads it before every write).
-    const fresh = this.#reconcile.delete(uid);
+    // A reconcile reads the pod first (upstream reads it before every write); the mark goes
+    // once the read succeeded.
+    const fresh = this.#reconcile.has(uid);
     this.#logger.v(5).info("Sync pod status", { podUID: uid, statusUID, version: status.version });
     try {
       await this.#syncPod(client, uid, statusUID, status, fresh, signal);
@@ -644,6 +646,7 @@ export class StatusManager {
     let pod: V1Pod;
     try {
       pod = known ?? await client.get<V1Pod>(path, signal);
+      if (!known) this.#reconcile.delete(uid);
     } catch (e) {
       if (isStatus(e, 404)) {
         this.#logger.v(3).info("Pod does not exist on the server", { podUID: uid, pod: ref });
