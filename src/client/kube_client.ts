@@ -13,7 +13,7 @@
  */
 
 import type { RestClientMetrics } from "../metrics/rest_client_metrics.ts";
-import type { Clock } from "../util/clock.ts";
+import { abortable, type Clock } from "../util/clock.ts";
 import type { RestConfig } from "./kubeconfig.ts";
 import { TokenBucket } from "./rate_limiter.ts";
 import { InsecureTransport, type TransportRequest } from "./_insecure_transport.ts";
@@ -429,7 +429,8 @@ export class KubeClient {
     let buffer = "";
     try {
       for (;;) {
-        const { value, done } = await reader.read();
+        // The abort ends the wait even where it does not end the body.
+        const { value, done } = await abortable(reader.read(), opts.signal);
         if (done) return;
         buffer += value;
         let nl: number;
@@ -450,7 +451,9 @@ export class KubeClient {
         { cause: e },
       );
     } finally {
-      await reader.cancel().catch(() => {});
+      const cancelled = reader.cancel().catch(() => {});
+      // Stopped: a body that does not end on the abort must not hold the stop.
+      if (!opts.signal?.aborted) await cancelled;
     }
   }
 

@@ -253,3 +253,56 @@ Deno.test("KubeClient records client-go's rest_client metrics per verb, code and
     down.close();
   }
 });
+
+Deno.test("KubeClient's watch ends when its signal aborts, though the answer's body does not", async () => {
+  // A body that ignores the abort and whose cancel never settles: the watch must not wait on it.
+  const fetch = globalThis.fetch;
+  let cancelled = false;
+  globalThis.fetch = () => {
+    const event = new TextEncoder().encode(
+      JSON.stringify({ type: "ADDED", object: { metadata: { name: "a" } } }) + "\n",
+    );
+    const body = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(event);
+      },
+      cancel() {
+        cancelled = true;
+        return new Promise(() => {});
+      },
+    });
+    return Promise.resolve(new Response(body, { status: 200 }));
+  };
+  const client = new KubeClient({
+    config: { server: "http://127.0.0.1:1", insecureSkipTLSVerify: false, source: "t" },
+    clock: new FakeClock(),
+    qps: -1,
+    userAgent: "test",
+  });
+  try {
+    const stop = new AbortController();
+    const names: string[] = [];
+    const watching = (async () => {
+      for await (
+        const ev of client.watch<{ metadata: { name: string } }>("/api/v1/pods", {
+          signal: stop.signal,
+        })
+      ) {
+        names.push(ev.object.metadata.name);
+        stop.abort();
+      }
+    })();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<string>((r) => {
+      timer = setTimeout(() => r("still watching after 2 s"), 2_000);
+    });
+    const outcome = await Promise.race([watching.then(() => "ended"), timeout]);
+    clearTimeout(timer);
+    assert.equal(outcome, "ended");
+    assert.deepEqual(names, ["a"]);
+    assert.ok(cancelled, "the body is cancelled all the same");
+  } finally {
+    globalThis.fetch = fetch;
+    client.close();
+  }
+});
