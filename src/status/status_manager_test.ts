@@ -4,7 +4,12 @@ import { FakeClock } from "../util/clock.ts";
 import { createLogger } from "../klog/klog.ts";
 import { KubeClient } from "../client/kube_client.ts";
 import { KubeletMetrics } from "../metrics/metrics.ts";
-import { StatusManager, StatusManagerError, type StatusManagerOptions } from "./status_manager.ts";
+import {
+  STATUS_SYNC_CONCURRENCY as SLOTS,
+  StatusManager,
+  StatusManagerError,
+  type StatusManagerOptions,
+} from "./status_manager.ts";
 
 type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -527,14 +532,15 @@ Deno.test("StatusManager writes a batch a few pods at a time", async () => {
     }
   };
   try {
-    const pods = Array.from({ length: 12 }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
+    const count = 3 * SLOTS;
+    const pods = Array.from({ length: count }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
     for (const p of pods) {
       t.s.put(p);
       t.m.setPodStatus(p, podStatus("Running", true));
     }
-    assert.equal(await t.m.syncBatch(false), 12);
+    assert.equal(await t.m.syncBatch(false), count);
     for (const p of pods) assert.equal(t.s.get(p.metadata!.name!)?.status?.phase, "Running");
-    assert.equal(most, 4);
+    assert.equal(most, SLOTS);
   } finally {
     globalThis.fetch = fetch;
   }
@@ -569,8 +575,8 @@ function holdFetches() {
 }
 
 /**
- * `count` pods with Pending statuses and a batch writing them, returned once the batch's four
- * write slots are all held by `hold`.
+ * `count` pods with Pending statuses and a batch writing them, returned once the batch's
+ * {@link SLOTS} write slots are all held by `hold`.
  */
 async function pendingBatchHeld(
   t: ReturnType<typeof setup>,
@@ -584,19 +590,20 @@ async function pendingBatchHeld(
     t.m.setPodStatus(p, podStatus("Pending", false));
   }
   const batch = t.m.syncBatch(all);
-  while (hold.held < 4) await new Promise((r) => setTimeout(r, 1));
+  while (hold.held < SLOTS) await new Promise((r) => setTimeout(r, 1));
   return { pods, batch };
 }
 
 Deno.test("StatusManager writes a pod's newest status when it changed while the batch waited", async () => {
   await using t = setup();
   using hold = holdFetches();
-  // More pods than the batch writes at once: the fifth waits for a slot.
-  const { pods, batch } = await pendingBatchHeld(t, hold, 5);
-  t.m.setPodStatus(pods[4]!, podStatus("Running", true));
+  // More pods than the batch writes at once: the last waits for a slot.
+  const { pods, batch } = await pendingBatchHeld(t, hold, SLOTS + 1);
+  t.m.setPodStatus(pods[SLOTS]!, podStatus("Running", true));
   hold.release();
-  assert.equal(await batch, 5);
-  const patches = t.s.requests.filter((r) => r.method === "PATCH" && r.path.endsWith("/p4/status"));
+  assert.equal(await batch, SLOTS + 1);
+  const last = `/p${SLOTS}/status`;
+  const patches = t.s.requests.filter((r) => r.method === "PATCH" && r.path.endsWith(last));
   assert.deepEqual(
     patches.map((r) => (r.body as { status: Obj }).status.phase),
     ["Running"],
@@ -609,24 +616,33 @@ Deno.test("StatusManager writes a pod's newest status when it changed while the 
 Deno.test("StatusManager writes statuses that left Pending before those still Pending", async () => {
   await using t = setup();
   using hold = holdFetches();
-  const { pods, batch } = await pendingBatchHeld(t, hold, 6);
-  // p4 waits Pending; p5, Pending when the batch began, started meanwhile.
-  t.m.setPodStatus(pods[5]!, podStatus("Running", true));
+  const { pods, batch } = await pendingBatchHeld(t, hold, SLOTS + 2);
+  // The first pod after the slots waits Pending; the last, Pending when the batch began,
+  // started meanwhile.
+  t.m.setPodStatus(pods[SLOTS + 1]!, podStatus("Running", true));
   hold.release();
-  assert.equal(await batch, 6);
+  assert.equal(await batch, SLOTS + 2);
   const patched = t.s.requests.filter((r) => r.method === "PATCH").map((r) => r.path.split("/")[6]);
-  assert.deepEqual(patched.slice(4), ["p5", "p4"], "the started pod first");
+  assert.deepEqual(
+    patched.slice(SLOTS),
+    [`p${SLOTS + 1}`, `p${SLOTS}`],
+    "the started pod first",
+  );
 });
 
 Deno.test("StatusManager's periodic sync does not hold a pod that started behind the others", async () => {
   await using t = setup();
   using hold = holdFetches();
-  const { pods, batch } = await pendingBatchHeld(t, hold, 6, true);
-  t.m.setPodStatus(pods[5]!, podStatus("Running", true));
+  const { pods, batch } = await pendingBatchHeld(t, hold, SLOTS + 2, true);
+  t.m.setPodStatus(pods[SLOTS + 1]!, podStatus("Running", true));
   hold.release();
-  assert.equal(await batch, 6);
+  assert.equal(await batch, SLOTS + 2);
   const patched = t.s.requests.filter((r) => r.method === "PATCH").map((r) => r.path.split("/")[6]);
-  assert.deepEqual(patched.slice(4), ["p5", "p4"], "the started pod first");
+  assert.deepEqual(
+    patched.slice(SLOTS),
+    [`p${SLOTS + 1}`, `p${SLOTS}`],
+    "the started pod first",
+  );
 });
 
 Deno.test("StatusManager's periodic sync reconciles after the started pods' writes, reading the pod first", async () => {
@@ -641,20 +657,20 @@ Deno.test("StatusManager's periodic sync reconciles after the started pods' writ
   watched.set("uid-a", structuredClone(t.s.get("a")!));
   t.s.calls();
   using hold = holdFetches();
-  const started = Array.from({ length: 4 }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
+  const started = Array.from({ length: SLOTS }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
   for (const p of started) {
     t.s.put(p);
     t.m.setPodStatus(p, podStatus("Running", true));
   }
   const batch = t.m.syncBatch(true);
-  while (hold.held < 4) await new Promise((r) => setTimeout(r, 1));
+  while (hold.held < SLOTS) await new Promise((r) => setTimeout(r, 1));
   hold.release();
-  assert.equal(await batch, 5);
+  assert.equal(await batch, SLOTS + 1);
   // Each write starts with a read here (the test gives no watched copy of the p pods).
   const calls = t.s.calls();
   assert.deepEqual(
     calls.filter((c) => c.startsWith("GET")).map((c) => c.split("/")[6]),
-    ["p0", "p1", "p2", "p3", "a"],
+    [...started.map((p) => p.metadata!.name!), "a"],
     "the started pods first, though a's status is older; then the reconcile, which reads the pod",
   );
   assert.ok(calls.includes("PATCH /api/v1/namespaces/ns/pods/a/status"));
