@@ -452,7 +452,8 @@ export class KubeClient {
       );
     } finally {
       const cancelled = reader.cancel().catch(() => {});
-      // Stopped: a body that does not end on the abort must not hold the stop.
+      // Stopped: a body that does not end on the abort must not hold the stop (a safeguard: the
+      // decoder's side settles its cancel without waiting for the body's).
       if (!opts.signal?.aborted) await cancelled;
     }
   }

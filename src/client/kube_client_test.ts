@@ -255,7 +255,7 @@ Deno.test("KubeClient records client-go's rest_client metrics per verb, code and
 });
 
 Deno.test("KubeClient's watch ends when its signal aborts, though the answer's body does not", async () => {
-  // A body that ignores the abort and whose cancel never settles: the watch must not wait on it.
+  // A body that ignores the abort (and whose cancel never settles): the watch must not wait on it.
   const fetch = globalThis.fetch;
   let cancelled = false;
   globalThis.fetch = () => {
@@ -289,9 +289,12 @@ Deno.test("KubeClient's watch ends when its signal aborts, though the answer's b
         })
       ) {
         names.push(ev.object.metadata.name);
-        stop.abort();
       }
     })();
+    // Stopped while the watch waits for the next event, as at a shutdown.
+    while (names.length === 0) await new Promise((r) => setTimeout(r, 1));
+    await new Promise((r) => setTimeout(r, 10));
+    stop.abort();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timeout = new Promise<string>((r) => {
       timer = setTimeout(() => r("still watching after 2 s"), 2_000);
@@ -300,6 +303,7 @@ Deno.test("KubeClient's watch ends when its signal aborts, though the answer's b
     clearTimeout(timer);
     assert.equal(outcome, "ended");
     assert.deepEqual(names, ["a"]);
+    for (let i = 0; i < 100 && !cancelled; i++) await new Promise((r) => setTimeout(r, 1));
     assert.ok(cancelled, "the body is cancelled all the same");
   } finally {
     globalThis.fetch = fetch;

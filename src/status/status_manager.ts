@@ -10,9 +10,9 @@
  * is often never sent (the pod is Running by its turn). Every `syncPeriodMs` it also reconciles
  * all pods, ranked with the Pending writes and without holding back the ones that come
  * meanwhile. The patch carries the pod's UID, so a pod recreated under the same name is never
- * written; a static pod's status goes to its mirror pod. Once a deleted pod is terminal on the apiserver and its containers are gone,
- * the manager deletes it with grace period 0 and a UID precondition. Without a client
- * (standalone mode) statuses are only kept.
+ * written; a static pod's status goes to its mirror pod. Once a deleted pod is terminal on the
+ * apiserver and its containers are gone, the manager deletes it with grace period 0 and a UID
+ * precondition. Without a client (standalone mode) statuses are only kept.
  *
  * Talks to the apiserver through a {@link KubeClient}, to the pod manager through
  * `translatePodUID` (and optionally `getAPIPod`), and to the pod workers through
@@ -60,10 +60,10 @@ import { linkSignals } from "../util/linked_signal.ts";
 /** Upstream syncPeriod: how often every status is reconciled. */
 const DEFAULT_SYNC_PERIOD_MS = 10_000;
 /**
- * Pods whose statuses are written at the same time. During a burst of 250 pod starts on 2 CPUs
- * each write took about 0.1 s at the apiserver but three times that end to end, and 4 at a time
- * left started pods' statuses waiting up to 12 s (p90 4.4 s) with no wait in the client's rate
- * limiter, which still paces them.
+ * Pods whose statuses are written at the same time. During a burst of 250 pod starts on 2 CPUs,
+ * 4 at a time left started pods' statuses waiting up to 12.1 s (p90 4.4 s) with the PATCHes at
+ * 32-133 ms on average and no wait in the client's rate limiter, which still paces them; with 8
+ * the next run had a max of 10.5 s (p90 6.9 s), so the wait is not only here.
  */
 export const STATUS_SYNC_CONCURRENCY = 8;
 /** kubecontainer.MaxPodTerminationMessageLogLength: termination message bytes per pod. */
@@ -468,7 +468,7 @@ export class StatusManager {
   /**
    * One pass of the sync loop (upstream syncBatch): the pods with unwritten versions, and those
    * forced or left to reconcile; with `all`, first marks the pods that differ from the
-   * apiserver's or can be deleted ({@link #markPeriodic}). Returns how many writes it made.
+   * apiserver's or can be deleted ({@link #markPeriodic}). Returns how many pod syncs it started.
    * Resolves when done; never rejects.
    */
   async syncBatch(all: boolean, signal?: AbortSignal): Promise<number> {
@@ -508,7 +508,7 @@ export class StatusManager {
 
   /**
    * Writes every status the apiserver has not seen, a few pods at a time, until none is left;
-   * returns how many writes it made. Each pick is the pod's newest status, and statuses that
+   * returns how many pod syncs it started. Each pick is the pod's newest status, and statuses that
    * leave Pending (or end the pod) go before those still Pending and the periodic sync's
    * reconciles, oldest change first.
    */

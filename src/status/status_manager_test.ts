@@ -671,12 +671,32 @@ Deno.test("StatusManager's periodic sync reconciles after the started pods' writ
   assert.deepEqual(
     calls.filter((c) => c.startsWith("GET")).map((c) => c.split("/")[6]),
     [...started.map((p) => p.metadata!.name!), "a"],
-    "the started pods first, though a's status is older; then the reconcile, which reads the pod",
+    "the started pods first, then the reconcile, which reads the pod",
   );
   assert.ok(calls.includes("PATCH /api/v1/namespaces/ns/pods/a/status"));
   assert.equal(t.s.get("a")?.status?.phase, "Running", "reconciled");
   watched.set("uid-a", structuredClone(t.s.get("a")!));
   assert.equal(await t.m.syncBatch(true), 0, "nothing left to reconcile");
+});
+
+Deno.test("StatusManager's reconcile waits with the Pending writes, oldest first", async () => {
+  const watched = new Map<string, V1Pod>();
+  await using t = setup({ getAPIPod: (uid) => watched.get(uid) });
+  const a = apiPod("a", "uid-a");
+  t.s.put(a);
+  t.m.setPodStatus(a, podStatus("Running", true));
+  assert.equal(await t.m.syncBatch(false), 1);
+  t.s.get("a")!.status = { phase: "Pending" };
+  watched.set("uid-a", structuredClone(t.s.get("a")!));
+  t.s.calls();
+  // Pending pods first seen after a: the reconcile (a's status is older) goes among the first.
+  t.clock.step(1_000);
+  using hold = holdFetches();
+  const { batch } = await pendingBatchHeld(t, hold, SLOTS + 1, true);
+  hold.release();
+  assert.equal(await batch, SLOTS + 2);
+  const gets = t.s.calls().filter((c) => c.startsWith("GET")).map((c) => c.split("/")[6]);
+  assert.ok(gets.indexOf("a") < SLOTS, `a among the first ${SLOTS}: ${gets.join(" ")}`);
 });
 
 Deno.test("StatusManager keeps a reconcile's read when it fails, for the next pass", async () => {
