@@ -613,49 +613,47 @@ Deno.test("StatusManager writes a pod's newest status when it changed while the 
   assert.equal(await t.m.syncBatch(false), 0, "the newer version counts as written");
 });
 
-Deno.test("StatusManager writes statuses that left Pending before those still Pending", async () => {
-  await using t = setup();
-  using hold = holdFetches();
-  const { pods, batch } = await pendingBatchHeld(t, hold, SLOTS + 2);
-  // The first pod after the slots waits Pending; the last, Pending when the batch began,
-  // started meanwhile.
-  t.m.setPodStatus(pods[SLOTS + 1]!, podStatus("Running", true));
-  hold.release();
-  assert.equal(await batch, SLOTS + 2);
-  const patched = t.s.requests.filter((r) => r.method === "PATCH").map((r) => r.path.split("/")[6]);
-  assert.deepEqual(
-    patched.slice(SLOTS),
-    [`p${SLOTS + 1}`, `p${SLOTS}`],
-    "the started pod first",
-  );
-});
+for (const all of [false, true]) {
+  const what = all
+    ? "StatusManager's periodic sync does not hold a pod that started behind the others"
+    : "StatusManager writes statuses that left Pending before those still Pending";
+  Deno.test(what, async () => {
+    await using t = setup();
+    using hold = holdFetches();
+    const { pods, batch } = await pendingBatchHeld(t, hold, SLOTS + 2, all);
+    // The first pod after the slots waits Pending; the last, Pending when the batch began,
+    // started meanwhile.
+    t.m.setPodStatus(pods[SLOTS + 1]!, podStatus("Running", true));
+    hold.release();
+    assert.equal(await batch, SLOTS + 2);
+    const patched = t.s.requests.filter((r) => r.method === "PATCH")
+      .map((r) => r.path.split("/")[6]);
+    assert.deepEqual(
+      patched.slice(SLOTS),
+      [`p${SLOTS + 1}`, `p${SLOTS}`],
+      "the started pod first",
+    );
+  });
+}
 
-Deno.test("StatusManager's periodic sync does not hold a pod that started behind the others", async () => {
-  await using t = setup();
-  using hold = holdFetches();
-  const { pods, batch } = await pendingBatchHeld(t, hold, SLOTS + 2, true);
-  t.m.setPodStatus(pods[SLOTS + 1]!, podStatus("Running", true));
-  hold.release();
-  assert.equal(await batch, SLOTS + 2);
-  const patched = t.s.requests.filter((r) => r.method === "PATCH").map((r) => r.path.split("/")[6]);
-  assert.deepEqual(
-    patched.slice(SLOTS),
-    [`p${SLOTS + 1}`, `p${SLOTS}`],
-    "the started pod first",
-  );
-});
-
-Deno.test("StatusManager's periodic sync reconciles after the started pods' writes, reading the pod first", async () => {
-  const watched = new Map<string, V1Pod>();
-  await using t = setup({ getAPIPod: (uid) => watched.get(uid) });
+/**
+ * Pod `a` with its Running status written, then changed on the apiserver by someone else, as
+ * the watched copy (`watched`) shows: the periodic sync finds it to reconcile.
+ */
+async function writtenThenDrifted(t: ReturnType<typeof setup>, watched: Map<string, V1Pod>) {
   const a = apiPod("a", "uid-a");
   t.s.put(a);
   t.m.setPodStatus(a, podStatus("Running", true));
   assert.equal(await t.m.syncBatch(false), 1);
-  // Someone else changed a's status on the apiserver; the watch shows it.
   t.s.get("a")!.status = { phase: "Pending" };
   watched.set("uid-a", structuredClone(t.s.get("a")!));
   t.s.calls();
+}
+
+Deno.test("StatusManager's periodic sync reconciles after the started pods' writes, reading the pod first", async () => {
+  const watched = new Map<string, V1Pod>();
+  await using t = setup({ getAPIPod: (uid) => watched.get(uid) });
+  await writtenThenDrifted(t, watched);
   using hold = holdFetches();
   const started = Array.from({ length: SLOTS }, (_, i) => apiPod(`p${i}`, `uid-${i}`));
   for (const p of started) {
@@ -682,13 +680,7 @@ Deno.test("StatusManager's periodic sync reconciles after the started pods' writ
 Deno.test("StatusManager's reconcile waits with the Pending writes, oldest first", async () => {
   const watched = new Map<string, V1Pod>();
   await using t = setup({ getAPIPod: (uid) => watched.get(uid) });
-  const a = apiPod("a", "uid-a");
-  t.s.put(a);
-  t.m.setPodStatus(a, podStatus("Running", true));
-  assert.equal(await t.m.syncBatch(false), 1);
-  t.s.get("a")!.status = { phase: "Pending" };
-  watched.set("uid-a", structuredClone(t.s.get("a")!));
-  t.s.calls();
+  await writtenThenDrifted(t, watched);
   // Pending pods first seen after a: the reconcile (a's status is older) goes among the first.
   t.clock.step(1_000);
   using hold = holdFetches();
@@ -702,12 +694,7 @@ Deno.test("StatusManager's reconcile waits with the Pending writes, oldest first
 Deno.test("StatusManager keeps a reconcile's read when it fails, for the next pass", async () => {
   const watched = new Map<string, V1Pod>();
   await using t = setup({ getAPIPod: (uid) => watched.get(uid) });
-  const a = apiPod("a", "uid-a");
-  t.s.put(a);
-  t.m.setPodStatus(a, podStatus("Running", true));
-  assert.equal(await t.m.syncBatch(false), 1);
-  t.s.get("a")!.status = { phase: "Pending" };
-  watched.set("uid-a", structuredClone(t.s.get("a")!));
+  await writtenThenDrifted(t, watched);
   const fetch = globalThis.fetch;
   globalThis.fetch = () => Promise.reject(new TypeError("connection refused"));
   try {
