@@ -74,8 +74,12 @@ Deno.test({
     );
     assert.doesNotMatch(stdout, /\/metrics not read/);
     assert.match(stdout, /^### Where our agent's time goes, burst of 10/m);
-    for (const step of STEPS) {
-      assert.match(stdout, new RegExp(`^\\| ${step[1]}\\s+\\| 10 \\|\\s+\\d+ ms \\|`, "m"));
+    for (const [from, what] of STEPS) {
+      // The steps around the accepted write: a pod's timeline can lack it, and the watch can
+      // show the write before the kubelet reads the answer (a negative step).
+      const around = from === "running" || from === "statusWritten";
+      const n = around ? "\\d+" : "10";
+      assert.match(stdout, new RegExp(`^\\| ${what}\\s+\\| ${n} \\|\\s+-?\\d+ ms \\|`, "m"));
     }
     // CPU while the burst started: containerd under the floor (all at once, then paced), then
     // kubelet and containerd under each agent, each with the machine's busy share; and the
