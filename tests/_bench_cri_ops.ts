@@ -1,7 +1,7 @@
 /**
  * @module
  * The CRI calls each kubelet made while the benchmark suite (tests/bench_suite.ts) started its
- * sequential pods, as the kubelet itself timed them: the difference of its
+ * sequential pods and each burst, as the kubelet itself timed them: the difference of its
  * `kubelet_runtime_operations_duration_seconds` histogram (sum and count per `operation_type`,
  * the same metric in both kubelets) between two scrapes of `/metrics` through the apiserver's
  * node proxy. It separates time spent inside the runtime from the kubelet's own.
@@ -52,6 +52,16 @@ export function opDelta(
   return out;
 }
 
+/** {@link opDelta} of two scrapes, or the first scrape's error. */
+export function opsBetween(
+  before: ReadonlyMap<string, OpTotals> | Error,
+  after: ReadonlyMap<string, OpTotals> | Error,
+): Map<string, OpTotals> | Error {
+  if (before instanceof Error) return before;
+  if (after instanceof Error) return after;
+  return opDelta(before, after);
+}
+
 /** Scrapes the kubelet's /metrics through the node proxy. */
 export async function scrapeRuntimeOps(
   client: KubeClient,
@@ -82,4 +92,28 @@ export function opsTable(
     "operation_type",
     ...byKubelet.flatMap((k) => [`${k.label}: calls per pod`, `${k.label}: mean`]),
   ], rows);
+}
+
+/**
+ * The report's section for the calls made while `pods` pods started (`what` names when): a
+ * heading, {@link opsTable} of the kubelets whose /metrics were read, a line for each not read.
+ */
+export function opsSection(
+  what: string,
+  pods: number,
+  byKubelet: readonly { label: string; ops: ReadonlyMap<string, OpTotals> | Error }[],
+): string[] {
+  const out = [
+    `### CRI calls while each kubelet started its ${what} (its own kubelet_runtime_operations_duration_seconds, difference of two scrapes)`,
+    "",
+  ];
+  const read = byKubelet.flatMap((k) =>
+    k.ops instanceof Error ? [] : [{ label: k.label, ops: k.ops }]
+  );
+  if (read.length > 0) out.push(opsTable(pods, read), "");
+  for (const k of byKubelet) {
+    if (k.ops instanceof Error) out.push(`- ${k.label}: /metrics not read: ${k.ops.message}`);
+  }
+  out.push("");
+  return out;
 }

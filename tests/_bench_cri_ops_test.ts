@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { opDelta, opsTable, runtimeOpTotals } from "./_bench_cri_ops.ts";
+import { opDelta, opsBetween, opsSection, opsTable, runtimeOpTotals } from "./_bench_cri_ops.ts";
 
 const scrape = (run: number, create: number) =>
   [
@@ -46,4 +46,25 @@ Deno.test("opsTable shows calls per pod and the mean of each kubelet, most time 
     /^\| run_podsandbox\s+\|\s+1\.0 \|\s+150\.0 ms \|\s+1\.0 \|\s+150\.0 ms \|$/,
   );
   assert.match(lines[3]!, /^\| create_container\s+\|\s+1\.0 \|\s+20\.0 ms \|\s+0 \|\s+n\/a \|$/);
+});
+
+Deno.test("opsBetween gives the delta, or the scrape's error", () => {
+  const fail = new Error("502 from the node proxy");
+  assert.equal(opsBetween(fail, runtimeOpTotals(scrape(1, 1))), fail);
+  assert.equal(opsBetween(runtimeOpTotals(scrape(1, 1)), fail), fail);
+  const d = opsBetween(runtimeOpTotals(scrape(1, 1)), runtimeOpTotals(scrape(4, 1)));
+  assert.ok(!(d instanceof Error));
+  assert.equal(d.get("run_podsandbox")?.count, 3);
+});
+
+Deno.test("opsSection names when, tables the kubelets read and says which were not", () => {
+  const lines = opsSection("burst of 10", 10, [
+    { label: "agent", ops: runtimeOpTotals(scrape(10, 10)) },
+    { label: "upstream", ops: new Error("timed out") },
+  ]);
+  assert.match(lines[0]!, /^### CRI calls while each kubelet started its burst of 10 \(/);
+  const text = lines.join("\n");
+  assert.match(text, /\| run_podsandbox\s+\|\s+1\.0 \|\s+150\.0 ms \|/);
+  assert.doesNotMatch(text, /upstream: calls per pod/);
+  assert.match(text, /- upstream: \/metrics not read: timed out/);
 });

@@ -130,7 +130,7 @@ import {
 } from "./_bench_pleg.ts";
 import { AGENT_V8_FLAGS } from "../deploy/compile.ts";
 import { breakdownTable, fetchTimelines, stepDurations } from "./_bench_timeline.ts";
-import { opDelta, opsTable, type OpTotals, scrapeRuntimeOps } from "./_bench_cri_ops.ts";
+import { opsBetween, opsSection, type OpTotals, scrapeRuntimeOps } from "./_bench_cri_ops.ts";
 import { REPO_ROOT } from "./agent_process.ts";
 import {
   type ContainerdHandle,
@@ -274,6 +274,8 @@ interface BurstResult {
   readonly steps?: Map<string, number>[];
   /** CPU spent from the first create to the last pod running. */
   readonly cpu: StartCpu;
+  /** The CRI calls the kubelet timed from the first create to the last pod running. */
+  readonly ops: Map<string, OpTotals> | Error;
 }
 
 /** What one kubelet did. */
@@ -556,12 +558,10 @@ async function benchAgent(
       }
       await deletePods(client, watch, [name]);
     }
-    const opsAfter = await scrapeRuntimeOps(client, agent.nodeName).catch((e) => e as Error);
-    const sequentialOps = opsBefore instanceof Error
-      ? opsBefore
-      : opsAfter instanceof Error
-      ? opsAfter
-      : opDelta(opsBefore, opsAfter);
+    const sequentialOps = opsBetween(
+      opsBefore,
+      await scrapeRuntimeOps(client, agent.nodeName).catch((e) => e as Error),
+    );
     log(`bench: ${agent.label}: ${mode.sequential} sequential pods done`);
 
     const bursts: BurstResult[] = [];
@@ -571,9 +571,15 @@ async function benchAgent(
         (_, i) => `${PREFIX}-${agent.label}-b${size}-${i}`,
       );
       all.push(...names);
+      const burstOpsBefore = await scrapeRuntimeOps(client, agent.nodeName)
+        .catch((e) => e as Error);
       const { result: r, cpu } = await cpuDuring(
         { kubelet: agent.pid, containerd: containerdPid },
         () => startPods(client, watch!, agent.nodeName, names, mode.probePeriodS),
+      );
+      const burstOps = opsBetween(
+        burstOpsBefore,
+        await scrapeRuntimeOps(client, agent.nodeName).catch((e) => e as Error),
       );
       log(`bench: ${agent.label}: burst of ${size} running after ${ms(r.lastRunningMs)}`);
       const steps = isOurs(agent.label)
@@ -605,6 +611,7 @@ async function benchAgent(
         steady: steadyFigures(before, after, probes, events),
         steps,
         cpu,
+        ops: burstOps,
       });
     }
     return {
@@ -965,20 +972,21 @@ export function report(r: SuiteResult): string {
   }
 
   if (r.mode.sequential > 0) {
-    out.push(
-      `### CRI calls while each kubelet started its ${r.mode.sequential} sequential pods (its own kubelet_runtime_operations_duration_seconds, difference of two scrapes)`,
-      "",
-    );
-    const read = r.agents.flatMap((a) =>
-      a.sequentialOps instanceof Error ? [] : [{ label: a.label, ops: a.sequentialOps }]
-    );
-    if (read.length > 0) out.push(opsTable(r.mode.sequential, read), "");
-    for (const a of r.agents) {
-      if (a.sequentialOps instanceof Error) {
-        out.push(`- ${a.label}: /metrics not read: ${a.sequentialOps.message}`);
-      }
-    }
-    out.push("");
+    out.push(...opsSection(
+      `${r.mode.sequential} sequential pods`,
+      r.mode.sequential,
+      r.agents.map((a) => ({ label: a.label, ops: a.sequentialOps })),
+    ));
+  }
+  for (const size of r.mode.bursts) {
+    out.push(...opsSection(
+      `burst of ${size} (first create sent → last pod running)`,
+      size,
+      r.agents.flatMap((a) => {
+        const b = a.bursts.find((b) => b.size === size);
+        return b ? [{ label: a.label, ops: b.ops }] : [];
+      }),
+    ));
   }
   for (const a of r.agents.filter((a) => isOurs(a.label))) {
     // "our agent" for the agent as it ships, as in earlier records; its variants by label.
