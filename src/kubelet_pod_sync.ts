@@ -96,7 +96,7 @@ export interface PodProber extends PodProbeResults {
 /** What the syncer asks of the volume manager (upstream VolumeManager, trimmed). */
 export type PodVolumes = Pick<
   VolumeManager,
-  "mountPodVolumes" | "unmountPodVolumes" | "cleanupOrphanedPodDirs"
+  "mountPodVolumes" | "unmountPodVolumes" | "cleanupOrphanedPodDirs" | "podVolumesExist"
 >;
 
 /** What {@link PodSyncer} needs. */
@@ -613,7 +613,10 @@ export class PodSyncer implements SyncHandler {
     // Cgroups of pods neither desired nor working (upstream cleanupOrphanedPodCgroups).
     if (this.#o.podCgroups) {
       try {
-        await this.#o.podCgroups.cleanupOrphans(keep, signal);
+        await this.#o.podCgroups.cleanupOrphans(keep, {
+          signal,
+          ...(volumes ? { volumesExist: (uid: string) => volumes.podVolumesExist(uid) } : {}),
+        });
       } catch (e) {
         if (signal.aborted) throw e;
         logger.error(e, "Failed cleaning up orphaned pod cgroups");

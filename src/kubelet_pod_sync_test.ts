@@ -90,7 +90,7 @@ interface HarnessOptions {
 /** Pod cgroup calls of in-place resize, which these tests never make. */
 const NO_RESIZE_CGROUPS: Pick<
   PodCgroups,
-  "getConfig" | "setConfig" | "specConfig" | "memoryUsage"
+  "getConfig" | "setConfig" | "specConfig" | "memoryUsage" | "orphansRemoved"
 > = {
   getConfig: () => Promise.reject(new Error("getConfig: not used by these tests")),
   setConfig: () => Promise.reject(new Error("setConfig: not used by these tests")),
@@ -98,6 +98,7 @@ const NO_RESIZE_CGROUPS: Pick<
     throw new Error("specConfig: not used by these tests");
   },
   memoryUsage: () => Promise.reject(new Error("memoryUsage: not used by these tests")),
+  orphansRemoved: () => Promise.resolve(),
 };
 
 async function harness(opts: HarnessOptions = {}): Promise<Harness> {
@@ -896,11 +897,13 @@ Deno.test("PodSyncer creates the pod cgroup before the sandbox, whose parent it 
       ensured.push(p.metadata?.name ?? "");
       return fail ? Promise.reject(fail) : Promise.resolve();
     },
-    cleanupOrphans: (keep) => {
+    cleanupOrphans: (keep, opts) => {
       kept.push([...keep].sort());
+      volumesExist = opts?.volumesExist;
       return Promise.resolve();
     },
   };
+  let volumesExist: ((uid: string) => boolean) | undefined;
   await using h = await harness({ podCgroups });
   const p = pod("web");
   h.add(p);
@@ -919,6 +922,12 @@ Deno.test("PodSyncer creates the pod cgroup before the sandbox, whose parent it 
   assert.equal(sandbox?.config.linux?.cgroupParent, `/kubepods/besteffort/pod${p.metadata!.uid}`);
   assert.ok(ensured.length >= 2);
   await h.until("a housekeeping", () => kept.some((k) => k.includes(p.metadata!.uid!)));
+  // The removal asks the volume manager whether an orphan's volumes are still there.
+  assert.equal(volumesExist?.("uid-orphan"), false);
+  await Deno.mkdir(join(h.podsDirectory, "uid-orphan", "volumes", "kubernetes.io~empty-dir", "d"), {
+    recursive: true,
+  });
+  assert.equal(volumesExist?.("uid-orphan"), true);
 });
 
 Deno.test("PodSyncer keeps the cgroup of a pod added while a housekeeping removes orphans", async () => {

@@ -30,6 +30,7 @@ import { PodContainerManager } from "./pod_container_manager.ts";
 import type { ExclusiveCpus } from "./exclusive_cpus.ts";
 import { QOSContainerManager } from "./qos_container_manager.ts";
 import type { KubeletMetrics } from "../metrics/metrics.ts";
+import { errorText } from "../util/errors.ts";
 
 /** How often the QoS cgroups follow the pods (upstream periodicQOSCgroupUpdateInterval). */
 export const QOS_UPDATE_INTERVAL_MS = 60_000;
@@ -43,8 +44,16 @@ export interface PodCgroups {
   cgroupParent(pod: V1Pod): string;
   /** Creates the pod's cgroup (and refreshes the QoS cgroups) when it does not exist. */
   ensureExists(pod: V1Pod): Promise<void>;
-  /** Removes the cgroups of pods not in `keep` (upstream cleanupOrphanedPodCgroups). */
-  cleanupOrphans(keep: ReadonlySet<string>, signal?: AbortSignal): Promise<void>;
+  /**
+   * Upstream cleanupOrphanedPodCgroups: the cgroup of a pod not in `keep` is removed (its
+   * processes killed first) in the background, as upstream's goroutine per pod, so housekeeping
+   * does not wait for hundreds of removals; while the pod's volumes still exist its CPU is only
+   * lowered to the minimum, so memory-backed volumes stay charged to it. Returns once the scan
+   * is done; {@link PodCgroups.orphansRemoved} waits for the removals.
+   */
+  cleanupOrphans(keep: ReadonlySet<string>, opts?: CleanupOrphansOptions): Promise<void>;
+  /** Resolves when every removal {@link PodCgroups.cleanupOrphans} started so far has ended. */
+  orphansRemoved(): Promise<void>;
   /** The pod cgroup's current cpu or memory settings (upstream GetPodCgroupConfig). */
   getConfig(pod: V1Pod, resource: "cpu" | "memory"): Promise<ResourceConfig>;
   /** Writes these settings, and only these, to the pod's cgroup (SetPodCgroupConfig). */
@@ -53,6 +62,14 @@ export interface PodCgroups {
   specConfig(pod: V1Pod): ResourceConfig;
   /** The memory the pod's cgroup uses now, in bytes. */
   memoryUsage(pod: V1Pod): Promise<bigint>;
+}
+
+/** Options of {@link PodCgroups.cleanupOrphans}. */
+export interface CleanupOrphansOptions {
+  /** Whether the pod may still have volumes (upstream podVolumesExist). @default none have */
+  volumesExist?: (uid: string) => boolean;
+  /** Stops the scan and the removals it started. */
+  signal?: AbortSignal;
 }
 
 /** What {@link newContainerManager} needs. */
@@ -163,7 +180,9 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
     exclusiveCpus: o.exclusiveCpus,
     logger,
   });
-  /** The kept set and time of the last orphan scan that left no orphan. */
+  /** The pods whose cgroup removal is under way. */
+  const removing = new Map<string, Promise<void>>();
+  /** The kept set and time of the last orphan scan that found no orphan. */
   let clean: { readonly keep: ReadonlySet<string>; readonly at: number } | undefined;
   const podCgroups: PodCgroups = {
     cgroupParent: (pod) => pods.cgroupParent(pod),
@@ -178,25 +197,48 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
       await qos.updateCgroups(o.activePods);
       await pods.create(pod);
     },
-    async cleanupOrphans(keep, signal) {
-      // Only the kubelet makes pod cgroups, for pods it keeps: after a scan that left none
-      // behind, the tree changes when the kept set does. The scan (three QoS directories in
+    async cleanupOrphans(keep, cleanup = {}) {
+      const { signal, volumesExist } = cleanup;
+      // Only the kubelet makes pod cgroups, for pods it keeps: after a scan that found none
+      // left, the tree changes when the kept set does. The scan (three QoS directories in
       // every mounted hierarchy, every housekeeping) is skipped until then, or for at most
       // ORPHAN_RESCAN_MS, which bounds how long a cgroup made by someone else stays.
       const now = o.clock.now();
       if (clean && now - clean.at < ORPHAN_RESCAN_MS && sameMembers(clean.keep, keep)) return;
-      let left = false;
+      let found = false;
       for (const uid of pods.podsFromCgroups().keys()) {
         if (keep.has(uid)) continue;
-        try {
-          await pods.destroy(uid, signal);
-        } catch (e) {
-          if (signal?.aborted) throw e;
-          left = true;
-          logger.error(e, "Failed to delete orphaned pod cgroup", { podUID: uid });
+        found = true;
+        if (removing.has(uid)) continue;
+        if (volumesExist?.(uid)) {
+          logger.v(3).info(
+            "Orphaned pod found, but volumes not yet removed.  Reducing cpu to minimum",
+            { podUID: uid },
+          );
+          await pods.reduceCPULimits(uid).catch((e) =>
+            logger.info("Failed to reduce cpu time for pod pending volume cleanup", {
+              podUID: uid,
+              err: errorText(e),
+            })
+          );
+          continue;
         }
+        logger.v(3).info("Orphaned pod found, removing pod cgroups", { podUID: uid });
+        // Failures are logged and tolerated: the next housekeeping finds the cgroup again.
+        const removal = pods.destroy(uid, signal).catch((e) => {
+          if (!signal?.aborted) {
+            logger.info("Failed to destroy orphaned pod cgroup", {
+              podUID: uid,
+              err: errorText(e),
+            });
+          }
+        }).finally(() => removing.delete(uid));
+        removing.set(uid, removal);
       }
-      clean = left ? undefined : { keep: new Set(keep), at: now };
+      clean = found ? undefined : { keep: new Set(keep), at: now };
+    },
+    async orphansRemoved() {
+      while (removing.size > 0) await Promise.all(removing.values());
     },
   };
   return {

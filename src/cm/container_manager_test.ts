@@ -5,6 +5,7 @@ import { FakeClock } from "../util/clock.ts";
 import { CriError } from "../cri/connection.ts";
 import { newContainerManager, ORPHAN_RESCAN_MS } from "./container_manager.ts";
 import { captureLogger, makeCmHost } from "../testing/cm_fixtures.ts";
+import type { CgroupFs } from "./cgroupfs.ts";
 
 // containerd 1.6 does not serve RuntimeConfig: the configured driver stays.
 const UNIMPLEMENTED = new CriError("RuntimeService/RuntimeConfig", 12, "unknown method");
@@ -69,6 +70,7 @@ Deno.test("newContainerManager builds kubepods, QoS and pod cgroups and removes 
 
     // The best-effort pod is gone: its cgroup goes at housekeeping, the other stays.
     await pods.cleanupOrphans(new Set(["g-1"]));
+    await pods.orphansRemoved();
     await assert.rejects(Deno.stat(host.dir("cpu", "/kubepods/besteffort/podb-1")));
     assert.ok((await Deno.stat(host.dir("cpu", "/kubepods/podg-1"))).isDirectory);
 
@@ -82,9 +84,11 @@ Deno.test("newContainerManager builds kubepods, QoS and pod cgroups and removes 
     assert.ok((await Deno.stat(stray)).isDirectory, "scan skipped");
     clock.step(1);
     await pods.cleanupOrphans(new Set(["g-1"]));
+    await pods.orphansRemoved();
     await assert.rejects(Deno.stat(stray), Deno.errors.NotFound);
     await Deno.mkdir(stray);
     await pods.cleanupOrphans(new Set(["g-1", "n-1"]));
+    await pods.orphansRemoved();
     await assert.rejects(Deno.stat(stray), Deno.errors.NotFound);
   } finally {
     await host.cleanup();
@@ -105,4 +109,78 @@ Deno.test("newContainerManager without cgroupsPerQOS leaves pods to the runtime'
     logger,
   });
   assert.equal(cm.podCgroups, undefined);
+});
+
+Deno.test("cleanupOrphans removes orphans in the background, once each, and only lowers the CPU of one whose volumes remain", async () => {
+  const host = await makeCmHost("hybrid");
+  try {
+    const { logger } = captureLogger();
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    const rmdirs: string[] = [];
+    // Removals wait at the gate, as rmdir of a v1 cgroup can take long on a busy kernel.
+    const fs: CgroupFs = {
+      mkdir: (p) => host.fs.mkdir(p),
+      rmdir: async (p) => {
+        rmdirs.push(p);
+        await gate;
+        return host.fs.rmdir(p);
+      },
+      readFile: (p) => host.fs.readFile(p),
+      writeFile: (p, v) => host.fs.writeFile(p, v),
+      readDirs: (p) => host.fs.readDirs(p),
+      exists: (p) => host.fs.exists(p),
+    };
+    const guaranteed = pod("g-1", {
+      containers: [{
+        name: "c",
+        resources: {
+          requests: { cpu: "250m", memory: "64Mi" },
+          limits: { cpu: "250m", memory: "64Mi" },
+        },
+      }],
+    });
+    const bestEffort = pod("b-1");
+    const cm = await newContainerManager({
+      config: { cgroupsPerQOS: true, cgroupDriver: "cgroupfs", cgroupRoot: "/" },
+      layout: host.layout,
+      runtime: {
+        runtimeConfig: () => Promise.reject(UNIMPLEMENTED) as Promise<api.RuntimeConfigResponse>,
+      },
+      capacity: { cpu: "2", memory: String(4 * 2 ** 30), pid: "4096" },
+      activePods: () => [],
+      nodeName: "node-1",
+      recorder: { event: () => {} },
+      clock: new FakeClock(),
+      logger,
+      cgroupFs: fs,
+      hugePagesDir: host.hugePagesDir,
+    });
+    const pods = cm.podCgroups!;
+    await pods.ensureExists(guaranteed);
+    await pods.ensureExists(bestEffort);
+    assert.equal(await host.read("cpu", "/kubepods/podg-1", "cpu.shares"), "256");
+
+    const volumesExist = (uid: string) => uid === "g-1";
+    await pods.cleanupOrphans(new Set(), { volumesExist });
+    // The scan returned while the removal waits; the pod with volumes keeps its cgroup, its
+    // CPU at the minimum (upstream ReduceCPULimits).
+    assert.ok(rmdirs.length > 0 && rmdirs.every((p) => p.includes("podb-1")), rmdirs.join());
+    assert.ok((await Deno.stat(host.dir("cpu", "/kubepods/besteffort/podb-1"))).isDirectory);
+    assert.equal(await host.read("cpu", "/kubepods/podg-1", "cpu.shares"), "2");
+    const started = rmdirs.length;
+    await pods.cleanupOrphans(new Set(), { volumesExist });
+    assert.equal(rmdirs.length, started, "no second removal of a cgroup under removal");
+
+    open();
+    await pods.orphansRemoved();
+    await assert.rejects(Deno.stat(host.dir("cpu", "/kubepods/besteffort/podb-1")));
+    assert.ok((await Deno.stat(host.dir("cpu", "/kubepods/podg-1"))).isDirectory);
+    // The volumes are gone: the next housekeeping removes it.
+    await pods.cleanupOrphans(new Set(), { volumesExist: () => false });
+    await pods.orphansRemoved();
+    await assert.rejects(Deno.stat(host.dir("cpu", "/kubepods/podg-1")));
+  } finally {
+    await host.cleanup();
+  }
 });
