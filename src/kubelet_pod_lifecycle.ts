@@ -107,6 +107,11 @@ export interface PodLifecycleOptions {
   readonly nodeName: string;
   readonly hostname: string;
   readonly nodeIPs: readonly string[];
+  /**
+   * Dead instances of a container kept when one dies (`--maximum-dead-containers-per-container`,
+   * at least 1). @default 1
+   */
+  readonly containersToKeep?: number;
   /** `--root-dir`; pods live under `<rootDirectory>/pods`. */
   readonly rootDirectory: string;
   readonly memoryCapacityBytes: number;
@@ -520,6 +525,7 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
       pleg.inspectPod(uid, { after: syncEnd, signal, sync }),
     resyncIntervalMs: config.syncFrequency,
     signal: o.signal,
+    containersToKeep: o.containersToKeep,
     prober,
     volumes: volumeManager,
     dra,

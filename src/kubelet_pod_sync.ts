@@ -59,6 +59,8 @@ import { type PodResizeConditions, REASON_ERROR } from "./status/resize_conditio
 import { ALL_CONTAINERS_RESTARTING } from "./status/generate.ts";
 import { resizeMessage } from "./allocation/allocation_manager.ts";
 import type { UsernsManager } from "./userns/userns_manager.ts";
+import { MIN_DEAD_CONTAINER_IN_POD, PodContainerDeletor } from "./pod_container_deletor.ts";
+import { podIsEvicted } from "./eviction/eviction_manager.ts";
 
 /** The runtime operations the syncer needs (upstream kubecontainer.Runtime, trimmed). */
 export interface PodRuntime {
@@ -82,6 +84,11 @@ export interface PodRuntime {
   forgetActuated?(keep: ReadonlySet<string>): Promise<void>;
   /** A container's actuated resources, for the status. */
   actuatedResources?(uid: string, name: string): V1ResourceRequirements | undefined;
+  /**
+   * Removes a dead container, its logs first (upstream DeleteContainer). Without it, dead
+   * containers wait for the garbage collector.
+   */
+  deleteContainer?(containerId: string, signal: AbortSignal): Promise<void>;
 }
 
 /** What the syncer asks of the prober manager (upstream prober.Manager), all optional. */
@@ -182,6 +189,11 @@ export interface PodSyncerOptions {
   readonly dra?: Pick<DraManager, "unprepareResources">;
   /** Stops the pod workers. */
   readonly signal?: AbortSignal;
+  /**
+   * Dead instances of each container kept when one dies (the garbage collector's
+   * maxPerPodContainer; at least 1). @default 1
+   */
+  readonly containersToKeep?: number;
   /** The pods' start-up timelines: seen, admitted, volumes, running, ready. @default none */
   readonly startupTracker?: Pick<PodStartupLatencyTracker, "recordPhase" | "retain">;
   /** kubelet_pod_start_duration_seconds and the pod workers' durations. @default none */
@@ -276,9 +288,18 @@ export class PodSyncer implements SyncHandler {
   readonly #started = new Set<string>();
   /** Pods whose sync in flight resized containers: their next read sends a PodSync. */
   readonly #reinspect = new Set<string>();
+  /** Removes containers as they die; undefined when the runtime cannot remove one. */
+  readonly containerDeletor: PodContainerDeletor | undefined;
 
   constructor(opts: PodSyncerOptions) {
     this.#o = opts;
+    const remove = opts.runtime.deleteContainer?.bind(opts.runtime);
+    this.containerDeletor = remove && new PodContainerDeletor({
+      remove,
+      containersToKeep: opts.containersToKeep ?? MIN_DEAD_CONTAINER_IN_POD,
+      logger: opts.logger,
+      signal: opts.signal ?? new AbortController().signal,
+    });
     this.workers = new PodWorkers<PodStatus>({
       syncPod: (signal, type, pod, mirror, status) =>
         this.syncPod(signal, type, pod, mirror, status),
@@ -472,6 +493,14 @@ export class PodSyncer implements SyncHandler {
         continue;
       }
       this.#dispatch(pod, "sync", mirrorPod, start);
+      // After an evicted pod is synced, all its dead containers can go (upstream).
+      if (podIsEvicted(pod.status)) {
+        this.containerDeletor?.deleteContainersInPod(
+          "",
+          this.#o.podCache.get(uidOf(pod)).status,
+          true,
+        );
+      }
     }
   }
 
@@ -489,6 +518,23 @@ export class PodSyncer implements SyncHandler {
       }
     }
     if (pods.size > 0) this.handlePodSyncs([...pods.values()]);
+    for (const e of events) {
+      if (e.type === "ContainerDied") this.#cleanUpContainersInPod(e.id, e.data);
+    }
+  }
+
+  /**
+   * Upstream cleanUpContainersInPod: the dead instances of that container beyond the kept ones
+   * go, or every dead container once the pod's content may be removed; pods the kubelet no
+   * longer knows included.
+   */
+  #cleanUpContainersInPod(uid: string, exitedContainerId: string): void {
+    const removeAll = this.workers.shouldPodContentBeRemoved(uid);
+    this.containerDeletor?.deleteContainersInPod(
+      exitedContainerId,
+      this.#o.podCache.get(uid).status,
+      removeAll,
+    );
   }
 
   handleProbeUpdate(podUID: string): void {
@@ -961,6 +1007,12 @@ export class PodSyncer implements SyncHandler {
   async syncTerminatedPod(signal: AbortSignal, pod: V1Pod): Promise<void> {
     const { statusManager, podCache, logger } = this.#o;
     const uid = uidOf(pod);
+    // A deleted or evicted pod's dead containers go now. Upstream waits for the pod's next PLEG
+    // event, its sandbox's death, which a relist right after the kill often shows before the
+    // worker marks the pod terminated: then nothing removes them until the garbage collector.
+    if (this.workers.shouldPodContentBeRemoved(uid)) {
+      this.containerDeletor?.deleteContainersInPod("", podCache.get(uid).status, true);
+    }
     if (this.#orphans.delete(uid)) {
       await this.#unmountVolumes(signal, pod);
       return;

@@ -366,11 +366,15 @@ Deno.test("PodSyncer restarts a crashing container after 10 s, 20 s, 40 s of bac
   await using h = await harness();
   h.behaviours.set("crash", { exitAfterStart: true, exitCode: 1 });
   h.add(pod("crash"));
-  const starts = () =>
-    [...h.fake.service.containers.values()].filter((c) => c.startedAt > 0n)
-      .map((c) => Number(c.startedAt / 1_000_000n)).sort(
-        (a, b) => a - b,
-      );
+  // Each instance's start, noted while it exists: the container deletor removes dead instances
+  // past the newest one as the next one dies.
+  const seen = new Map<string, number>();
+  const starts = () => {
+    for (const c of h.fake.service.containers.values()) {
+      if (c.startedAt > 0n) seen.set(c.id, Number(c.startedAt / 1_000_000n));
+    }
+    return [...seen.values()].sort((a, b) => a - b);
+  };
   await h.until("five starts", () => starts().length >= 5, 120_000, 250);
   const s = starts();
   const gaps = s.slice(1).map((t, i) => t - s[i]!);
@@ -535,6 +539,47 @@ Deno.test("PodSyncer stops a removed pod with its grace period and forgets it", 
   );
   assert.ok(h.events.some((e) => e.reason === "Killing"));
   await h.until("worker finished", () => h.syncer.workers.isPodKnownTerminated(p.metadata!.uid!));
+});
+
+Deno.test("PodSyncer removes dead containers as they die: older instances at once, every one once the pod is gone", async () => {
+  await using h = await harness();
+  const p = pod("deaths");
+  h.add(p);
+  await h.until("Running", () => h.status("deaths")?.phase === "Running");
+  const all = () => [...h.fake.service.containers.values()];
+  const running = () => all().find((c) => c.state === api.ContainerState.CONTAINER_RUNNING);
+  const first = running()!.id;
+  h.fake.service.exitContainer(first, 1, "Error");
+  await h.until("a second instance", () => (running()?.id ?? first) !== first, 60_000);
+  const second = running()!.id;
+  h.fake.service.exitContainer(second, 1, "Error");
+  // The second death removes the first dead instance; the newest dead one stays (the kept one).
+  await h.until("the first instance removed", () => !h.fake.service.containers.has(first));
+  assert.ok(h.fake.service.containers.has(second));
+
+  // Deleted through the API (graceful deletion): once the pod is terminated, its sandbox's death
+  // removes every dead container.
+  const deleted = structuredClone(p);
+  deleted.metadata!.deletionTimestamp = new Date(h.clock.now());
+  deleted.metadata!.deletionGracePeriodSeconds = 30;
+  h.loop.push({ op: "DELETE", pods: [deleted], source: "api" });
+  await h.until("every container removed", () => all().length === 0, 60_000);
+  assert.ok(h.syncer.workers.shouldPodContentBeRemoved(p.metadata!.uid!));
+});
+
+Deno.test("PodSyncer removes an evicted pod's dead containers at its next sync", async () => {
+  await using h = await harness();
+  const p = pod("evicted");
+  h.add(p);
+  await h.until("Running", () => h.status("evicted")?.phase === "Running");
+  // The API's copy says the kubelet evicted it (upstream PodIsEvicted): the pod stops.
+  const evicted = structuredClone(p);
+  evicted.status = { phase: "Failed", reason: "Evicted" };
+  h.loop.push({ op: "UPDATE", pods: [evicted], source: "api" });
+  await h.until("terminated", () => h.syncer.workers.isPodKnownTerminated(p.metadata!.uid!));
+  // Not deleted, so the worker keeps the newest dead instance; the syncs its PLEG events bring
+  // see the eviction and remove it.
+  await h.until("the dead container removed", () => h.fake.service.containers.size === 0);
 });
 
 Deno.test("PodSyncer kills runtime pods it has no pod for (orphans) at housekeeping", async () => {

@@ -13,7 +13,7 @@
  */
 
 import type { KubeletMetrics } from "../metrics/metrics.ts";
-import type { V1Pod, V1PodCondition } from "@kubernetes/client-node";
+import type { V1Pod, V1PodCondition, V1PodStatus } from "@kubernetes/client-node";
 import type { Clock } from "../util/clock.ts";
 import { type EventRecorder, type ObjectRef, podRef } from "../client/record.ts";
 import {
@@ -49,6 +49,11 @@ import {
   thresholdsMet,
 } from "./_signals.ts";
 import { PressureTracker } from "./_tracker.ts";
+
+/** Whether the kubelet evicted the pod (upstream PodIsEvicted): Failed with reason Evicted. */
+export function podIsEvicted(status: V1PodStatus | undefined): boolean {
+  return status?.phase === "Failed" && status.reason === REASON;
+}
 
 export { EvictionConfigError, type EvictionKubeletConfig } from "./_config.ts";
 export { evictionConfigFrom, parseThresholdConfig };

@@ -19,6 +19,8 @@ import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import { formatDuration } from "../util/duration.ts";
 import type { Logger } from "../klog/klog.ts";
 import { getContainerInfoFromLabels } from "./labels.ts";
+import { removeContainer } from "./kuberuntime_container.ts";
+import type { InternalContainerLifecycle } from "../cm/internal_container_lifecycle.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
 
 /** How often containers are collected (upstream ContainerGCPeriod). */
@@ -69,6 +71,8 @@ export interface ContainerGCOptions {
   readonly podLogsDirectory?: string;
   /** Where `<pod>_<ns>_<container>-<id>.log` symlinks live. @default "/var/log/containers" */
   readonly legacyContainerLogsDirectory?: string;
+  /** Its post-stop hook runs before a container is removed. @default none */
+  readonly internalLifecycle?: Pick<InternalContainerLifecycle, "postStopContainer">;
   /**
    * Kills a container in unknown state, reason "Unknown". @default none: such a container is
    * skipped with an error saying this is not supported yet
@@ -111,7 +115,6 @@ interface GCInfo {
   readonly flag: boolean;
 }
 
-const EXT4_MAX_FILE_NAME_LEN = 255;
 const newestFirst = (a: GCInfo, b: GCInfo) =>
   a.createdAt > b.createdAt ? -1 : a.createdAt < b.createdAt ? 1 : 0;
 
@@ -330,41 +333,18 @@ export class ContainerGC {
     return kill(c.id, c.name, signal);
   }
 
-  /** upstream removeContainer: the log files, the legacy symlink, then the container. */
+  /** upstream removeContainer, as pod sync removes one (kuberuntime_container.ts). */
   async #removeContainer(id: string, signal?: AbortSignal): Promise<void> {
     this.#o.logger.v(4).info("Removing container", { containerID: id });
-    let res: api.ContainerStatusResponse;
-    try {
-      res = await this.#o.runtime.containerStatus(id, false, signal);
-    } catch (e) {
-      signal?.throwIfAborted();
-      throw new Error(`failed to get container status ${JSON.stringify(id)}: ${messageOf(e)}`);
-    }
-    const s = res.status;
-    if (!s) throw new Error(`container status is nil for ${JSON.stringify(id)}`);
-    if (s.logPath !== "") {
-      for (const path of await globPrefix(s.logPath)) {
-        await removeIfExists(path).catch((e) => {
-          throw new Error(
-            `failed to remove container ${JSON.stringify(id)} log ${JSON.stringify(path)}: ${
-              messageOf(e)
-            }`,
-          );
-        });
-      }
-    }
-    const l = getContainerInfoFromLabels(s.labels);
-    let name = `${l.podName}_${l.podNamespace}_${l.containerName}-${id}`;
-    name = name.slice(0, EXT4_MAX_FILE_NAME_LEN - ".log".length);
-    const symlink = `${this.#legacyLogs}/${name}.log`;
-    await removeIfExists(symlink).catch((e) => {
-      throw new Error(
-        `failed to remove container ${JSON.stringify(id)} log legacy symbolic link ${
-          JSON.stringify(symlink)
-        }: ${messageOf(e)}`,
-      );
-    });
-    await this.#o.runtime.removeContainer(id, signal);
+    await removeContainer(
+      {
+        runtime: this.#o.runtime,
+        legacyContainerLogsDirectory: this.#legacyLogs,
+        internalLifecycle: this.#o.internalLifecycle,
+      },
+      id,
+      signal,
+    );
   }
 
   async #evictSandboxes(evictNonDeletedPods: boolean, signal?: AbortSignal): Promise<void> {
@@ -503,32 +483,10 @@ export function containerIDFromLegacySymlink(path: string): string | Error {
   return id;
 }
 
-/** The files `<path>*` names: a log and its rotated siblings. */
-async function globPrefix(path: string): Promise<string[]> {
-  const slash = path.lastIndexOf("/");
-  const dir = slash < 0 ? "." : path.slice(0, slash) || "/";
-  const base = path.slice(slash + 1);
-  const names = await readNames(dir).catch((e) => {
-    if (e instanceof Deno.errors.NotFound) return [] as string[];
-    throw new Error(
-      `failed to list all log files with pattern ${JSON.stringify(`${path}*`)}: ${e}`,
-    );
-  });
-  return names.filter((n) => n.startsWith(base)).map((n) => `${dir}/${n}`);
-}
-
 async function readNames(dir: string): Promise<string[]> {
   const names: string[] = [];
   for await (const e of Deno.readDir(dir)) names.push(e.name);
   return names.sort();
-}
-
-async function removeIfExists(path: string): Promise<void> {
-  try {
-    await Deno.remove(path);
-  } catch (e) {
-    if (!(e instanceof Deno.errors.NotFound)) throw e;
-  }
 }
 
 function trimSlash(path: string): string {

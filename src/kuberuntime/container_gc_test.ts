@@ -194,8 +194,11 @@ Deno.test("ContainerGC keeps the newest dead containers per container and remove
   await Deno.symlink(`${a.logDir}/app/0.log`, link0);
   await Deno.symlink(`${a.logDir}/app/2.log`, link2);
 
-  await h.gc().garbageCollect(true, false);
+  const postStopped: string[] = [];
+  await h.gc({ internalLifecycle: { postStopContainer: (id) => postStopped.push(id) } })
+    .garbageCollect(true, false);
   assert.deepEqual(h.calls, [`rm ${app0}`, `rm ${app1}`], "oldest first");
+  assert.deepEqual(postStopped, [app0, app1], "the internal post-stop hook before each removal");
   assert.ok(h.has(app2) && h.has(app3) && h.has(side0));
   const left = [...Deno.readDirSync(`${a.logDir}/app`)].map((e) => e.name);
   assert.deepEqual(left, ["2.log"], "a removed container's log and rotated logs go with it");

@@ -1110,37 +1110,94 @@ export async function killContainersWithSyncResult(
   }));
 }
 
+/** What {@link removeContainer} needs: the manager's deps, or the garbage collector's few. */
+export interface ContainerRemovalDeps {
+  readonly runtime: Pick<RuntimeService, "containerStatus" | "removeContainer">;
+  readonly internalLifecycle?: Pick<InternalContainerLifecycle, "postStopContainer">;
+  /** @default "/var/log/containers" */
+  readonly legacyContainerLogsDirectory?: string;
+}
+
 /**
- * upstream removeContainer: removes the container's log file and legacy symlink (unless
- * `keepLogs`, as RestartAllContainers does: the logs stay until the pod goes, and the next
- * instance's restart count is read from them), then the container; a log that cannot be removed
- * keeps the container for a later attempt.
+ * upstream removeContainer, the one removal of a container (pod sync, the container deletor, the
+ * garbage collector): the internal post-stop hook, then the container's log files (rotated ones
+ * too) and legacy symlink unless `keepLogs` (as RestartAllContainers: the logs stay until the
+ * pod goes, and the next instance's restart count is read from them), then the container; a log
+ * that cannot be removed keeps the container for a later attempt.
  */
 export async function removeContainer(
-  deps: ContainerDeps,
+  deps: ContainerRemovalDeps,
   containerId: string,
   signal?: AbortSignal,
   keepLogs = false,
 ): Promise<void> {
-  // Upstream's PostStopContainer hook, before the logs go.
   deps.internalLifecycle?.postStopContainer(containerId);
-  const res = keepLogs ? undefined : await deps.runtime.containerStatus(containerId, false, signal);
-  const s = res?.status;
-  if (s) {
-    const l = getContainerInfoFromLabels(s.labels);
-    let name = `${l.podName}_${l.podNamespace}_${l.containerName}-${containerId}`;
-    if (name.length > EXT4_MAX_FILE_NAME_LEN - 4) name = name.slice(0, EXT4_MAX_FILE_NAME_LEN - 4);
-    const legacy = `${deps.legacyContainerLogsDirectory ?? "/var/log/containers"}/${name}.log`;
-    for (const path of [s.logPath, legacy]) {
-      if (path === "") continue;
-      try {
-        await Deno.remove(path);
-      } catch (e) {
-        if (!(e instanceof Deno.errors.NotFound)) throw e;
-      }
+  if (!keepLogs) await removeContainerLog(deps, containerId, signal);
+  await deps.runtime.removeContainer(containerId, signal);
+}
+
+/** upstream removeContainerLog: `<logPath>*` (the log manager's Clean), then the symlink. */
+async function removeContainerLog(
+  deps: ContainerRemovalDeps,
+  id: string,
+  signal?: AbortSignal,
+): Promise<void> {
+  const q = JSON.stringify(id);
+  let res: api.ContainerStatusResponse;
+  try {
+    res = await deps.runtime.containerStatus(id, false, signal);
+  } catch (e) {
+    signal?.throwIfAborted();
+    throw new Error(`failed to get container status ${q}: ${errorText(e)}`);
+  }
+  const s = res.status;
+  if (!s) throw new Error(`container status is nil for ${q}`);
+  if (s.logPath !== "") {
+    for (const path of await logFiles(s.logPath)) {
+      await removeIfExists(path).catch((e) => {
+        throw new Error(
+          `failed to remove container ${q} log ${JSON.stringify(path)}: ${errorText(e)}`,
+        );
+      });
     }
   }
-  await deps.runtime.removeContainer(containerId, signal);
+  const l = getContainerInfoFromLabels(s.labels);
+  const name = `${l.podName}_${l.podNamespace}_${l.containerName}-${id}`
+    .slice(0, EXT4_MAX_FILE_NAME_LEN - ".log".length);
+  const dir = (deps.legacyContainerLogsDirectory ?? "/var/log/containers").replace(/(.)\/+$/, "$1");
+  const symlink = `${dir}/${name}.log`;
+  await removeIfExists(symlink).catch((e) => {
+    throw new Error(
+      `failed to remove container ${q} log legacy symbolic link ${JSON.stringify(symlink)}: ${
+        errorText(e)
+      }`,
+    );
+  });
+}
+
+/** The files `<path>*` names: a log and its rotated siblings. */
+async function logFiles(path: string): Promise<string[]> {
+  const slash = path.lastIndexOf("/");
+  const dir = slash < 0 ? "." : path.slice(0, slash) || "/";
+  const base = path.slice(slash + 1);
+  const names: string[] = [];
+  try {
+    for await (const e of Deno.readDir(dir)) if (e.name.startsWith(base)) names.push(e.name);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return [];
+    throw new Error(
+      `failed to list all log files with pattern ${JSON.stringify(`${path}*`)}: ${e}`,
+    );
+  }
+  return names.sort().map((n) => `${dir}/${n}`);
+}
+
+async function removeIfExists(path: string): Promise<void> {
+  try {
+    await Deno.remove(path);
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
+  }
 }
 
 /**

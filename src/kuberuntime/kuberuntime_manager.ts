@@ -674,6 +674,11 @@ export class KubeRuntimeManager {
     return result;
   }
 
+  /** Removes a dead container, its log files first (upstream DeleteContainer). */
+  deleteContainer(containerId: string, signal: AbortSignal): Promise<void> {
+    return removeContainer(this.#deps, containerId, signal);
+  }
+
   /**
    * Stops every running container (gracePeriodOverride seconds, else each container's grace
    * period as upstream killContainer computes it, never under 2 s), sidecars last, then stops
