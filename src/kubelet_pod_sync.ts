@@ -1008,8 +1008,8 @@ export class PodSyncer implements SyncHandler {
     const { statusManager, podCache, logger } = this.#o;
     const uid = uidOf(pod);
     // A deleted or evicted pod's dead containers go now. Upstream waits for the pod's next PLEG
-    // event, its sandbox's death, which a relist right after the kill often shows before the
-    // worker marks the pod terminated: then nothing removes them until the garbage collector.
+    // event, its sandbox's death, which a relist right after the kill can show before the worker
+    // marks the pod terminated: then nothing removes them until the garbage collector.
     if (this.workers.shouldPodContentBeRemoved(uid)) {
       this.containerDeletor?.deleteContainersInPod("", podCache.get(uid).status, true);
     }
