@@ -494,13 +494,7 @@ export class PodSyncer implements SyncHandler {
       }
       this.#dispatch(pod, "sync", mirrorPod, start);
       // After an evicted pod is synced, all its dead containers can go (upstream).
-      if (podIsEvicted(pod.status)) {
-        this.containerDeletor?.deleteContainersInPod(
-          "",
-          this.#o.podCache.get(uidOf(pod)).status,
-          true,
-        );
-      }
+      if (podIsEvicted(pod.status)) this.#deleteDeadContainers(uidOf(pod), "", true);
     }
   }
 
@@ -529,12 +523,19 @@ export class PodSyncer implements SyncHandler {
    * longer knows included.
    */
   #cleanUpContainersInPod(uid: string, exitedContainerId: string): void {
-    const removeAll = this.workers.shouldPodContentBeRemoved(uid);
-    this.containerDeletor?.deleteContainersInPod(
+    this.#deleteDeadContainers(
+      uid,
       exitedContainerId,
-      this.#o.podCache.get(uid).status,
-      removeAll,
+      this.workers.shouldPodContentBeRemoved(uid),
     );
+  }
+
+  /** The deletor's request for the pod's cached status; none while reading it failed. */
+  #deleteDeadContainers(uid: string, containerId: string, removeAll: boolean): void {
+    const { status, error } = this.#o.podCache.get(uid);
+    if (error === undefined) {
+      this.containerDeletor?.deleteContainersInPod(containerId, status, removeAll);
+    }
   }
 
   handleProbeUpdate(podUID: string): void {
@@ -1010,9 +1011,7 @@ export class PodSyncer implements SyncHandler {
     // A deleted or evicted pod's dead containers go now. Upstream waits for the pod's next PLEG
     // event, its sandbox's death, which a relist right after the kill can show before the worker
     // marks the pod terminated: then nothing removes them until the garbage collector.
-    if (this.workers.shouldPodContentBeRemoved(uid)) {
-      this.containerDeletor?.deleteContainersInPod("", podCache.get(uid).status, true);
-    }
+    if (this.workers.shouldPodContentBeRemoved(uid)) this.#deleteDeadContainers(uid, "", true);
     if (this.#orphans.delete(uid)) {
       await this.#unmountVolumes(signal, pod);
       return;

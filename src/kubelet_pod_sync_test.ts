@@ -557,8 +557,9 @@ Deno.test("PodSyncer removes dead containers as they die: older instances at onc
   await h.until("the first instance removed", () => !h.fake.service.containers.has(first));
   assert.ok(h.fake.service.containers.has(second));
 
-  // Deleted through the API (graceful deletion): once the pod is terminated, its sandbox's death
-  // removes every dead container.
+  // Deleted through the API (graceful deletion): once the pod is terminated every dead container
+  // goes (here from syncTerminatedPod: the relist after the kill saw the sandbox die before the
+  // worker marked the pod terminated).
   const deleted = structuredClone(p);
   deleted.metadata!.deletionTimestamp = new Date(h.clock.now());
   deleted.metadata!.deletionGracePeriodSeconds = 30;

@@ -5,8 +5,10 @@
  * the newest `containersToKeep` go; once the pod's content may be removed (deleted and
  * terminated, or evicted) every exited container goes. Requests wait in a queue of at most
  * {@link CONTAINER_DELETOR_BUFFER_LIMIT}, one removal at a time; a request that finds it full is
- * dropped with a log line (the garbage collector removes that container later). Corresponds to
- * upstream `pkg/kubelet/pod_container_deletor.go` and Kubelet.cleanUpContainersInPod.
+ * dropped with a log line (the garbage collector removes that container later). Unlike upstream's
+ * channel, the limit counts the removal under way (upstream holds 50 more besides it), and a
+ * container already queued is not queued again. Corresponds to upstream
+ * `pkg/kubelet/pod_container_deletor.go` and Kubelet.cleanUpContainersInPod.
  */
 
 import * as api from "../proto/runtime/v1/api.ts";
@@ -78,6 +80,7 @@ export class PodContainerDeletor {
    * beyond the kept ones, or, with `removeAll`, every one (upstream deleteContainersInPod).
    */
   deleteContainersInPod(filterContainerId: string, podStatus: PodStatus, removeAll: boolean): void {
+    if (this.#o.signal.aborted) return;
     const filter = removeAll ? "" : filterContainerId;
     const doomed = containersToDeleteInPod(filter, podStatus, removeAll ? 0 : this.#keep);
     if (doomed === undefined) {
@@ -96,7 +99,12 @@ export class PodContainerDeletor {
       }
       this.#queue.push(c.id);
     }
-    if (this.#queue.length > 0) this.#draining ??= this.#drain();
+    if (this.#queue.length > 0 && this.#draining === undefined) {
+      const draining = this.#drain().finally(() => {
+        if (this.#draining === draining) this.#draining = undefined;
+      });
+      this.#draining = draining;
+    }
   }
 
   /** Resolves when the queue is empty and no removal is under way. */
@@ -106,20 +114,16 @@ export class PodContainerDeletor {
 
   async #drain(): Promise<void> {
     const { signal, logger } = this.#o;
-    try {
-      while (this.#queue.length > 0 && !signal.aborted) {
-        const id = this.#queue[0]!;
-        try {
-          await this.#o.remove(id, signal);
-        } catch (e) {
-          if (signal.aborted) return;
-          logger.info("DeleteContainer returned error", { containerID: id, err: errorText(e) });
-        } finally {
-          this.#queue.shift();
-        }
+    while (this.#queue.length > 0 && !signal.aborted) {
+      const id = this.#queue[0]!;
+      try {
+        await this.#o.remove(id, signal);
+      } catch (e) {
+        if (signal.aborted) return;
+        logger.info("DeleteContainer returned error", { containerID: id, err: errorText(e) });
+      } finally {
+        this.#queue.shift();
       }
-    } finally {
-      this.#draining = undefined;
     }
   }
 }

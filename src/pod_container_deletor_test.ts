@@ -116,4 +116,8 @@ Deno.test("PodContainerDeletor stops when its signal aborts", async () => {
   deletor.deleteContainersInPod("", pod, true);
   await deletor.idle();
   assert.deepEqual(removed, ["a2"]);
+  // Asked again once stopped: nothing queued, and idle settles.
+  deletor.deleteContainersInPod("", pod, true);
+  await deletor.idle();
+  assert.deepEqual(removed, ["a2"]);
 });

@@ -274,7 +274,10 @@ interface BurstResult {
   readonly steps?: Map<string, number>[];
   /** CPU spent from the first create to the last pod running. */
   readonly cpu: StartCpu;
-  /** The CRI calls the kubelet timed from the first create to the last pod running. */
+  /**
+   * The CRI calls the kubelet timed between a scrape just before the first create and one just
+   * after the last pod ran (the previous burst's teardown can still be running then).
+   */
   readonly ops: Map<string, OpTotals> | Error;
 }
 
@@ -980,7 +983,7 @@ export function report(r: SuiteResult): string {
   }
   for (const size of r.mode.bursts) {
     out.push(...opsSection(
-      `burst of ${size} (first create sent → last pod running)`,
+      `burst of ${size} (scraped just before the first create and just after the last pod ran; the previous burst's teardown, such as its container removals, can still run then)`,
       size,
       r.agents.flatMap((a) => {
         const b = a.bursts.find((b) => b.size === size);

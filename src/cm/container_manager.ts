@@ -210,7 +210,7 @@ export async function newContainerManager(o: ContainerManagerOptions): Promise<C
         if (keep.has(uid)) continue;
         found = true;
         if (removing.has(uid)) continue;
-        if (volumesExist?.(uid)) {
+        if (volumesMayExist(volumesExist, uid, logger)) {
           logger.v(3).info(
             "Orphaned pod found, but volumes not yet removed.  Reducing cpu to minimum",
             { podUID: uid },
@@ -264,4 +264,20 @@ function sameMembers(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
   if (a.size !== b.size) return false;
   for (const x of a) if (!b.has(x)) return false;
   return true;
+}
+
+/** Whether the pod's volumes may exist; a check that fails says they may, as upstream. */
+function volumesMayExist(
+  check: ((uid: string) => boolean) | undefined,
+  uid: string,
+  logger: Logger,
+): boolean {
+  try {
+    return check?.(uid) ?? false;
+  } catch (e) {
+    logger.error(e, "Pod found, but error occurred during checking mounted volumes from disk", {
+      podUID: uid,
+    });
+    return true;
+  }
 }

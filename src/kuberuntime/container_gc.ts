@@ -19,7 +19,7 @@ import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import { formatDuration } from "../util/duration.ts";
 import type { Logger } from "../klog/klog.ts";
 import { getContainerInfoFromLabels } from "./labels.ts";
-import { removeContainer } from "./kuberuntime_container.ts";
+import { containerGone, removeContainer } from "./kuberuntime_container.ts";
 import type { InternalContainerLifecycle } from "../cm/internal_container_lifecycle.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
 
@@ -314,6 +314,8 @@ export class ContainerGC {
         await this.#removeContainer(c.id, signal);
       } catch (e) {
         signal?.throwIfAborted();
+        // Removed meanwhile (the container deletor works beside this pass): not a failure.
+        if (containerGone(e)) continue;
         logger.error(e, "Failed to remove container", { containerID: c.id });
       }
     }
@@ -335,9 +337,9 @@ export class ContainerGC {
 
   /** upstream removeContainer, as pod sync removes one (kuberuntime_container.ts). */
   async #removeContainer(id: string, signal?: AbortSignal): Promise<void> {
-    this.#o.logger.v(4).info("Removing container", { containerID: id });
     await removeContainer(
       {
+        logger: this.#o.logger,
         runtime: this.#o.runtime,
         legacyContainerLogsDirectory: this.#legacyLogs,
         internalLifecycle: this.#o.internalLifecycle,

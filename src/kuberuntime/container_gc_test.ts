@@ -11,6 +11,7 @@ import {
 import type { EventRecorder, ObjectRef } from "../client/record.ts";
 import { FakeRuntimeService } from "../testing/fake_runtime_service.ts";
 import { createLogger } from "../klog/klog.ts";
+import { CriError, GrpcCode } from "../cri/connection.ts";
 
 const NODE: ObjectRef = { kind: "Node", name: "node-a", uid: "node-a" };
 
@@ -36,6 +37,8 @@ async function harness() {
   const cri = new FakeRuntimeService({ clock, preloadImages: ["busybox:1.36"] });
   const calls: string[] = [];
   const failRemove = new Set<string>();
+  /** Containers someone else removes just before the collector's ContainerStatus. */
+  const vanish = new Set<string>();
   const gone = new Set<string>();
   const terminated = new Set<string>();
   const events: { reason: string; message: string; object: ObjectRef }[] = [];
@@ -45,7 +48,18 @@ async function harness() {
   const runtime: ContainerGCOptions["runtime"] = {
     listContainers: (filter) => call(() => cri.listContainers({ filter }).containers),
     containerStatus: (containerId, verbose = false) =>
-      call(() => cri.containerStatus({ containerId, verbose })),
+      call(() => {
+        if (vanish.delete(containerId)) {
+          cri.removeContainer({ containerId });
+          // What the CRI client throws for containerd's answer.
+          throw new CriError(
+            "RuntimeService/ContainerStatus",
+            GrpcCode.NOT_FOUND,
+            `an error occurred when try to find container "${containerId}": not found`,
+          );
+        }
+        return cri.containerStatus({ containerId, verbose });
+      }),
     removeContainer: (containerId) =>
       call(() => {
         calls.push(`rm ${containerId}`);
@@ -77,6 +91,7 @@ async function harness() {
     cri,
     calls,
     failRemove,
+    vanish,
     gone,
     terminated,
     events,
@@ -371,6 +386,17 @@ Deno.test("ContainerGC logs a failed removal and goes on", async () => {
       l.includes('"Failed to remove container"') && l.includes(`container ${ids[0]} is busy`)
     ),
   );
+});
+
+Deno.test("ContainerGC takes a container removed meanwhile (by the container deletor) as removed", async () => {
+  await using h = await harness();
+  const a = h.pod("uid-a");
+  const ids = [0, 1, 2].map((i) => h.container(a, "app", i));
+  h.vanish.add(ids[0]!);
+  await h.gc().garbageCollect(true, false);
+  assert.deepEqual(h.calls, [`rm ${ids[1]}`], "the vanished one never reaches RemoveContainer");
+  assert.ok(!h.has(ids[0]!) && !h.has(ids[1]!) && h.has(ids[2]!));
+  assert.ok(!h.lines.some((l) => l.includes('"Failed to remove container"')), h.lines.join("\n"));
 });
 
 Deno.test("ContainerGC run collects at once and every minute, ContainerGCFailed on failure", async () => {

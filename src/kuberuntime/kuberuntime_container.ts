@@ -822,6 +822,22 @@ async function startWithImageVolumes(
 const EXT4_MAX_FILE_NAME_LEN = 255;
 
 /**
+ * upstream legacyLogSymlink: `<dir>/<pod>_<namespace>_<container>-<id>.log`, the name cut to what
+ * ext4 allows.
+ */
+export function legacyLogSymlink(
+  dir: string | undefined,
+  containerId: string,
+  containerName: string,
+  podName: string,
+  podNamespace: string,
+): string {
+  const name = `${podName}_${podNamespace}_${containerName}-${containerId}`
+    .slice(0, EXT4_MAX_FILE_NAME_LEN - ".log".length);
+  return `${(dir ?? "/var/log/containers").replace(/(.)\/+$/, "$1")}/${name}.log`;
+}
+
+/**
  * The `/var/log/containers/<pod>_<ns>_<container>-<id>.log` symlink logging agents read
  * (upstream legacyLogSymlink); made only when the log file exists, failures logged.
  */
@@ -835,11 +851,13 @@ async function linkLegacyLog(
   if (logDirectory === "" || config.logPath === "") return;
   const target = `${logDirectory.replace(/\/+$/, "")}/${config.logPath}`;
   const sandbox = req.sandboxConfig.metadata;
-  let name = `${sandbox?.name ?? ""}_${sandbox?.namespace ?? ""}_${
-    config.metadata?.name ?? ""
-  }-${containerId}`;
-  if (name.length > EXT4_MAX_FILE_NAME_LEN - 4) name = name.slice(0, EXT4_MAX_FILE_NAME_LEN - 4);
-  const link = `${deps.legacyContainerLogsDirectory ?? "/var/log/containers"}/${name}.log`;
+  const link = legacyLogSymlink(
+    deps.legacyContainerLogsDirectory,
+    containerId,
+    config.metadata?.name ?? "",
+    sandbox?.name ?? "",
+    sandbox?.namespace ?? "",
+  );
   try {
     Deno.lstatSync(target);
   } catch (e) {
@@ -1113,6 +1131,7 @@ export async function killContainersWithSyncResult(
 /** What {@link removeContainer} needs: the manager's deps, or the garbage collector's few. */
 export interface ContainerRemovalDeps {
   readonly runtime: Pick<RuntimeService, "containerStatus" | "removeContainer">;
+  readonly logger: Logger;
   readonly internalLifecycle?: Pick<InternalContainerLifecycle, "postStopContainer">;
   /** @default "/var/log/containers" */
   readonly legacyContainerLogsDirectory?: string;
@@ -1131,9 +1150,19 @@ export async function removeContainer(
   signal?: AbortSignal,
   keepLogs = false,
 ): Promise<void> {
+  deps.logger.v(4).info("Removing container", { containerID: containerId });
   deps.internalLifecycle?.postStopContainer(containerId);
   if (!keepLogs) await removeContainerLog(deps, containerId, signal);
   await deps.runtime.removeContainer(containerId, signal);
+}
+
+/**
+ * Whether {@link removeContainer} failed because the container is gone already: NOT_FOUND from
+ * its RemoveContainer, or from the ContainerStatus before its logs go.
+ */
+export function containerGone(e: unknown): boolean {
+  return isCriCode(e, GrpcCode.NOT_FOUND) ||
+    (e instanceof Error && isCriCode(e.cause, GrpcCode.NOT_FOUND));
 }
 
 /** upstream removeContainerLog: `<logPath>*` (the log manager's Clean), then the symlink. */
@@ -1148,7 +1177,7 @@ async function removeContainerLog(
     res = await deps.runtime.containerStatus(id, false, signal);
   } catch (e) {
     signal?.throwIfAborted();
-    throw new Error(`failed to get container status ${q}: ${errorText(e)}`);
+    throw new Error(`failed to get container status ${q}: ${errorText(e)}`, { cause: e });
   }
   const s = res.status;
   if (!s) throw new Error(`container status is nil for ${q}`);
@@ -1162,10 +1191,13 @@ async function removeContainerLog(
     }
   }
   const l = getContainerInfoFromLabels(s.labels);
-  const name = `${l.podName}_${l.podNamespace}_${l.containerName}-${id}`
-    .slice(0, EXT4_MAX_FILE_NAME_LEN - ".log".length);
-  const dir = (deps.legacyContainerLogsDirectory ?? "/var/log/containers").replace(/(.)\/+$/, "$1");
-  const symlink = `${dir}/${name}.log`;
+  const symlink = legacyLogSymlink(
+    deps.legacyContainerLogsDirectory,
+    id,
+    l.containerName,
+    l.podName,
+    l.podNamespace,
+  );
   await removeIfExists(symlink).catch((e) => {
     throw new Error(
       `failed to remove container ${q} log legacy symbolic link ${JSON.stringify(symlink)}: ${

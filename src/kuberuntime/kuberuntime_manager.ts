@@ -27,6 +27,7 @@ import type { EnvSource } from "../kubelet_env.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import {
   type ContainerDeps,
+  containerGone,
   errorText,
   findContainerStatus,
   formatPod,
@@ -715,7 +716,7 @@ export class KubeRuntimeManager {
         await removeContainer(this.#deps, s.id, signal);
       } catch (e) {
         signal.throwIfAborted();
-        if (!isCriCode(e, GrpcCode.NOT_FOUND)) errors.push(errorText(e));
+        if (!containerGone(e)) errors.push(errorText(e));
       }
     }
     for (const s of podStatus.sandboxStatuses) {

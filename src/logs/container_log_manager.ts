@@ -15,7 +15,9 @@
  * listed; upstream asks every round, one call per running container every 10 s. Talks to the CRI
  * runtime service and the filesystem. Corresponds to
  * upstream `pkg/kubelet/logs/container_log_manager.go`; removing a container's logs (upstream
- * Clean) is the container GC's part here (src/kuberuntime/container_gc.ts removes `<logPath>*`).
+ * Clean) is the container removal's part here (src/kuberuntime/kuberuntime_container.ts
+ * removeContainer removes `<logPath>*`, without this manager's lock: a dead container's log is
+ * not rotated any more).
  * The queue reports as upstream's workqueue `kubelet_log_rotate_manager` (workqueue_*).
  */
 
