@@ -180,10 +180,27 @@ e2e("a pod deleted with a grace period gets SIGTERM, then leaves the API", async
   const start = Date.now();
   const del = await w.cp.kubectl(["delete", "pod", "graceful", "-n", NS, "--wait=false"]);
   assert.equal(del.code, 0, del.stderr);
+  // Read while it exists: once the pod is terminated its dead container goes, log included.
+  const logPath = `${w.podLogsDir}/${NS}_graceful_${uid}/main/0.log`;
+  const log = await poll(
+    "the TERM line",
+    async () => {
+      const t = await Deno.readTextFile(logPath).catch(() => "");
+      return t.includes("got SIGTERM") ? t : undefined;
+    },
+    30_000,
+    20,
+  );
+  assert.match(log, /got SIGTERM/);
   await waitPodGone(api, NS, "graceful", 30_000);
   assert.ok(Date.now() - start < 20_000, "the container stopped on SIGTERM, not at the deadline");
-  const log = await Deno.readTextFile(`${w.podLogsDir}/${NS}_graceful_${uid}/main/0.log`);
-  assert.match(log, /got SIGTERM/);
+  // The container deletor removes it with its log, well before the container GC's minute.
+  await poll(
+    "the dead container's log removed",
+    async () => (await Deno.stat(logPath).then(() => false, () => true)) || undefined,
+    10_000,
+    POD_POLL_MS,
+  );
 });
 
 e2e("exit codes under each restart policy reach upstream's phase and reasons", async (w, api) => {
