@@ -4,7 +4,8 @@ import type * as api from "../../proto/runtime/v1/api.ts";
 import { FakeClock } from "../util/clock.ts";
 import { CriError } from "../cri/connection.ts";
 import { newContainerManager, ORPHAN_RESCAN_MS } from "./container_manager.ts";
-import { captureLogger, makeCmHost } from "../testing/cm_fixtures.ts";
+import { captureLogger, type CmHost, makeCmHost } from "../testing/cm_fixtures.ts";
+import type { Logger } from "../klog/klog.ts";
 import type { CgroupFs } from "./cgroupfs.ts";
 
 // containerd 1.6 does not serve RuntimeConfig: the configured driver stays.
@@ -17,37 +18,50 @@ function pod(uid: string, resources?: V1Pod["spec"]): V1Pod {
   };
 }
 
+/** A Guaranteed pod of 250m and 64Mi. */
+function guaranteedPod(uid: string): V1Pod {
+  return pod(uid, {
+    containers: [{
+      name: "c",
+      resources: {
+        requests: { cpu: "250m", memory: "64Mi" },
+        limits: { cpu: "250m", memory: "64Mi" },
+      },
+    }],
+  });
+}
+
+/** The container manager on the fixture host: pod cgroups, the cgroupfs driver, 2 CPUs, 4 GiB. */
+function cgroupfsManager(
+  host: CmHost,
+  o: { logger: Logger; activePods?: () => V1Pod[]; clock?: FakeClock; fs?: CgroupFs },
+) {
+  return newContainerManager({
+    config: { cgroupsPerQOS: true, cgroupDriver: "cgroupfs", cgroupRoot: "/" },
+    layout: host.layout,
+    runtime: {
+      runtimeConfig: () => Promise.reject(UNIMPLEMENTED) as Promise<api.RuntimeConfigResponse>,
+    },
+    capacity: { cpu: "2", memory: String(4 * 2 ** 30), pid: "4096" },
+    activePods: o.activePods ?? (() => []),
+    nodeName: "node-1",
+    recorder: { event: () => {} },
+    clock: o.clock ?? new FakeClock(),
+    logger: o.logger,
+    cgroupFs: o.fs ?? host.fs,
+    hugePagesDir: host.hugePagesDir,
+  });
+}
+
 Deno.test("newContainerManager builds kubepods, QoS and pod cgroups and removes orphans", async () => {
   const host = await makeCmHost("hybrid");
   try {
     const { logger } = captureLogger();
-    const guaranteed = pod("g-1", {
-      containers: [{
-        name: "c",
-        resources: {
-          requests: { cpu: "250m", memory: "64Mi" },
-          limits: { cpu: "250m", memory: "64Mi" },
-        },
-      }],
-    });
+    const guaranteed = guaranteedPod("g-1");
     const bestEffort = pod("b-1");
     const active = [guaranteed, bestEffort];
     const clock = new FakeClock();
-    const cm = await newContainerManager({
-      config: { cgroupsPerQOS: true, cgroupDriver: "cgroupfs", cgroupRoot: "/" },
-      layout: host.layout,
-      runtime: {
-        runtimeConfig: () => Promise.reject(UNIMPLEMENTED) as Promise<api.RuntimeConfigResponse>,
-      },
-      capacity: { cpu: "2", memory: String(4 * 2 ** 30), pid: "4096" },
-      activePods: () => active,
-      nodeName: "node-1",
-      recorder: { event: () => {} },
-      clock,
-      logger,
-      cgroupFs: host.fs,
-      hugePagesDir: host.hugePagesDir,
-    });
+    const cm = await cgroupfsManager(host, { activePods: () => active, clock, logger });
     const pods = cm.podCgroups!;
     assert.equal(pods.cgroupParent(guaranteed), "/kubepods/podg-1");
     assert.equal(pods.cgroupParent(bestEffort), "/kubepods/besteffort/podb-1");
@@ -133,31 +147,9 @@ Deno.test("cleanupOrphans removes orphans in the background, once each, and only
       readDirs: (p) => host.fs.readDirs(p),
       exists: (p) => host.fs.exists(p),
     };
-    const guaranteed = pod("g-1", {
-      containers: [{
-        name: "c",
-        resources: {
-          requests: { cpu: "250m", memory: "64Mi" },
-          limits: { cpu: "250m", memory: "64Mi" },
-        },
-      }],
-    });
+    const guaranteed = guaranteedPod("g-1");
     const bestEffort = pod("b-1");
-    const cm = await newContainerManager({
-      config: { cgroupsPerQOS: true, cgroupDriver: "cgroupfs", cgroupRoot: "/" },
-      layout: host.layout,
-      runtime: {
-        runtimeConfig: () => Promise.reject(UNIMPLEMENTED) as Promise<api.RuntimeConfigResponse>,
-      },
-      capacity: { cpu: "2", memory: String(4 * 2 ** 30), pid: "4096" },
-      activePods: () => [],
-      nodeName: "node-1",
-      recorder: { event: () => {} },
-      clock: new FakeClock(),
-      logger,
-      cgroupFs: fs,
-      hugePagesDir: host.hugePagesDir,
-    });
+    const cm = await cgroupfsManager(host, { fs, logger });
     const pods = cm.podCgroups!;
     await pods.ensureExists(guaranteed);
     await pods.ensureExists(bestEffort);
