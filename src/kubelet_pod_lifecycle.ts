@@ -231,10 +231,11 @@ export function newPodLifecycle(o: PodLifecycleOptions): PodLifecycle {
     clock,
     logger,
     metrics,
-    // The status of a static pod goes to its mirror pod.
+    // The status of a static pod goes to its mirror pod; other pods have none (the status
+    // manager asks for every pod at each pick, so no full name is built for those).
     translatePodUID: (uid) => {
       const pod = podManager.getPodByUID(uid);
-      return pod ? podManager.getMirrorPodByPod(pod)?.metadata?.uid : undefined;
+      return pod && isStaticPod(pod) ? podManager.getMirrorPodByPod(pod)?.metadata?.uid : undefined;
     },
     getAPIPod: (uid) => {
       const pod = podManager.getPodByUID(uid);

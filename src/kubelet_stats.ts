@@ -221,11 +221,10 @@ export async function newKubeletStats(o: KubeletStatsOptions): Promise<KubeletSt
       const res = t.kind === "sandbox"
         ? await o.runtime.podSandboxStatus(t.id, true, signal)
         : await o.runtime.containerStatus(t.id, true, signal);
-      if (t.kind === "sandbox") {
-        const image = imageFromVerboseInfo(res.info);
-        if (image !== undefined) sandboxImages.set(t.id, image);
-      }
-      return pidFromVerboseInfo(res.info);
+      // containerd's info JSON holds the OCI spec too: parsed once for both fields.
+      const { pid, image } = parseVerboseInfo(res.info);
+      if (t.kind === "sandbox" && image !== undefined) sandboxImages.set(t.id, image);
+      return pid;
     },
   });
   const provider = new StatsProvider({
@@ -339,28 +338,26 @@ function psiAvailable(unified: string | undefined): boolean {
   }
 }
 
-/** The image of a sandbox in a CRI verbose status: containerd's `info` JSON has `"image"`. */
-export function imageFromVerboseInfo(info: Readonly<Record<string, string>>): string | undefined {
+/**
+ * The pid and image in a CRI verbose status: containerd's `info` JSON has `"pid"` and, for a
+ * sandbox, `"image"`; each undefined when absent or malformed.
+ */
+export function parseVerboseInfo(
+  info: Readonly<Record<string, string>>,
+): { pid?: number; image?: string } {
   const raw = info["info"];
-  if (raw === undefined) return undefined;
+  if (raw === undefined) return {};
+  let parsed: { pid?: unknown; image?: unknown };
   try {
-    const image = (JSON.parse(raw) as { image?: unknown }).image;
-    return typeof image === "string" && image !== "" ? image : undefined;
+    parsed = JSON.parse(raw) ?? {};
   } catch {
-    return undefined;
+    return {};
   }
-}
-
-/** The pid in a CRI verbose status: containerd's `info` JSON has `"pid"`. */
-export function pidFromVerboseInfo(info: Readonly<Record<string, string>>): number | undefined {
-  const raw = info["info"];
-  if (raw === undefined) return undefined;
-  try {
-    const pid = (JSON.parse(raw) as { pid?: unknown }).pid;
-    return typeof pid === "number" && Number.isInteger(pid) && pid > 0 ? pid : undefined;
-  } catch {
-    return undefined;
-  }
+  const { pid, image } = parsed;
+  return {
+    ...(typeof pid === "number" && Number.isInteger(pid) && pid > 0 ? { pid } : {}),
+    ...(typeof image === "string" && image !== "" ? { image } : {}),
+  };
 }
 
 function toEntry(

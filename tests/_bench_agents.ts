@@ -121,12 +121,24 @@ export function podLogsDir(dir: string): string {
 }
 
 /**
+ * The cluster DNS both kubelets and the CRI floor give their pods, as kubeadm configures a node
+ * (its default service subnet's tenth address). Without it every kubelet sync of a ClusterFirst
+ * pod records a MissingClusterDNS event (5.5-6 per pod in a burst), load no real node has. No DNS
+ * server answers there; the bench pods resolve nothing.
+ */
+export const BENCH_CLUSTER_DNS = "10.96.0.10";
+/** The cluster domain of {@link BENCH_CLUSTER_DNS}, kubeadm's default. */
+export const BENCH_CLUSTER_DOMAIN = "cluster.local";
+
+/**
  * The KubeletConfiguration lines both agents get besides the harness's own; `maxPods` only when
  * it is not upstream's default of 110.
  */
 export function sharedConfigLines(dir: string, maxPods = 110): string[] {
   return [
     "cgroupDriver: cgroupfs",
+    `clusterDNS: [${BENCH_CLUSTER_DNS}]`,
+    `clusterDomain: ${BENCH_CLUSTER_DOMAIN}`,
     "failSwapOn: false",
     "localStorageCapacityIsolation: false",
     "readOnlyPort: 0",

@@ -24,4 +24,7 @@ Deno.test("sharedConfigLines sets maxPods only above upstream's default of 110",
   assert.ok(!sharedConfigLines("/d", 110).some((l) => l.startsWith("maxPods")));
   assert.ok(sharedConfigLines("/d", 250).includes("maxPods: 250"));
   assert.ok(sharedConfigLines("/d").includes("podLogsDir: /d/pod-logs"));
+  // Both kubelets get a cluster DNS, as on any kubeadm node (no MissingClusterDNS event storm).
+  assert.ok(sharedConfigLines("/d").includes("clusterDNS: [10.96.0.10]"));
+  assert.ok(sharedConfigLines("/d").includes("clusterDomain: cluster.local"));
 });

@@ -39,6 +39,7 @@ import {
 import type { RemoteImageService } from "../src/cri/remote_image.ts";
 import type { RemoteRuntimeService } from "../src/cri/remote_runtime.ts";
 import type { Semaphore } from "../src/util/semaphore.ts";
+import { BENCH_CLUSTER_DNS, BENCH_CLUSTER_DOMAIN } from "./_bench_agents.ts";
 import { cpuDuring, type StartCpu } from "./_bench_measure.ts";
 import { removeCgroupTree, TEST_CGROUP_PARENT } from "./node_harness.ts";
 
@@ -96,13 +97,17 @@ export class CriFloor {
     this.#cgroupRoot = [TEST_CGROUP_PARENT, basename(o.dir), "kubepods", "besteffort"];
     const cgroupV2 = cgroups.version === 2;
     const podLogsDirectory = join(o.dir, "pod-logs");
-    // A kubelet's defaults: clusterDNS none, so ClusterFirst falls back to the host's resolver.
+    // The bench kubelets' cluster DNS, so the sandboxes get the same DNS config.
     this.#sandboxOpts = {
-      dns: new DnsConfigurer({ clusterDNS: [], clusterDomain: "", resolvConf: "/etc/resolv.conf" }),
+      dns: new DnsConfigurer({
+        clusterDNS: [BENCH_CLUSTER_DNS],
+        clusterDomain: BENCH_CLUSTER_DOMAIN,
+        resolvConf: "/etc/resolv.conf",
+      }),
       podLogsDirectory,
       cgroupParent: (pod) => cgroups.runtimeName(this.#podCgroup(pod)),
       nodeHostname: NODE_HOSTNAME,
-      clusterDomain: "",
+      clusterDomain: BENCH_CLUSTER_DOMAIN,
       cgroupV2,
       logger,
     };

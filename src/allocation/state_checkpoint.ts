@@ -46,6 +46,8 @@ export class ResourceState {
   #lastChecksum = -1;
   /** Writes happen one at a time, in the order of the changes. */
   #writing: Promise<void> = Promise.resolve();
+  /** The write queued behind the one under way, not started yet: later changes join it. */
+  #queued: Promise<void> | undefined;
 
   private constructor(path: string | undefined) {
     this.#path = path;
@@ -156,47 +158,57 @@ export class ResourceState {
   }
 
   /**
-   * Checkpoints the state as it is now. The memory changes before the write: a caller that
-   * does not wait sees its change at once; the writes are serialized.
+   * Checkpoints the state: the memory changes before the write, so a caller that does not wait
+   * sees its change at once. Writes are serialized, and the state is encoded when its write
+   * starts: changes made while a write is under way share the one write after it (a burst of
+   * pod admissions writes the file a few times, not once per pod with every pod in it).
    */
   #store(): Promise<void> {
     const path = this.#path;
     if (path === undefined) return Promise.resolve();
+    if (this.#queued === undefined) {
+      const next = this.#writing.then(() => {
+        this.#queued = undefined;
+        return this.#write(path);
+      });
+      this.#queued = next;
+      this.#writing = next.catch(() => {});
+    }
+    return this.#queued;
+  }
+
+  /** Writes the state as it is now, unless the file already holds it. */
+  async #write(path: string): Promise<void> {
     const { text, checksum } = encodeCheckpoint(this.#pods);
-    const write = async () => {
-      if (checksum === this.#lastChecksum) return;
-      // Written aside and renamed, so a crash leaves the old file or the new one, never half.
-      // Synced before the rename (upstream's filestore), so a power loss never leaves a file
-      // that stops the next start as corrupt.
-      // A failed write (a full disk) leaves neither a half file nor the temporary one.
-      const tmp = join(dirname(path), `.${path.split("/").pop()}.tmp`);
+    if (checksum === this.#lastChecksum) return;
+    // Written aside and renamed, so a crash leaves the old file or the new one, never half.
+    // Synced before the rename (upstream's filestore), so a power loss never leaves a file
+    // that stops the next start as corrupt.
+    // A failed write (a full disk) leaves neither a half file nor the temporary one.
+    const tmp = join(dirname(path), `.${path.split("/").pop()}.tmp`);
+    try {
+      const file = await Deno.open(tmp, {
+        write: true,
+        create: true,
+        truncate: true,
+        mode: 0o600,
+      });
       try {
-        const file = await Deno.open(tmp, {
-          write: true,
-          create: true,
-          truncate: true,
-          mode: 0o600,
-        });
-        try {
-          const bytes = new TextEncoder().encode(text);
-          let written = 0;
-          while (written < bytes.length) written += await file.write(bytes.subarray(written));
-          await file.syncData();
-        } finally {
-          file.close();
-        }
-        await Deno.rename(tmp, path);
-      } catch (e) {
-        await Deno.remove(tmp).catch(() => {});
-        throw new CheckpointError(`could not write checkpoint ${path}: ${(e as Error).message}`, {
-          cause: e,
-        });
+        const bytes = new TextEncoder().encode(text);
+        let written = 0;
+        while (written < bytes.length) written += await file.write(bytes.subarray(written));
+        await file.syncData();
+      } finally {
+        file.close();
       }
-      this.#lastChecksum = checksum;
-    };
-    const next = this.#writing.then(write);
-    this.#writing = next.catch(() => {});
-    return next;
+      await Deno.rename(tmp, path);
+    } catch (e) {
+      await Deno.remove(tmp).catch(() => {});
+      throw new CheckpointError(`could not write checkpoint ${path}: ${(e as Error).message}`, {
+        cause: e,
+      });
+    }
+    this.#lastChecksum = checksum;
   }
 }
 

@@ -78,6 +78,33 @@ Deno.test("ResourceState persists every change and a new one restores it", async
   }
 });
 
+Deno.test("ResourceState writes changes made before its write starts once, all of them", async () => {
+  const dir = await Deno.makeTempDir();
+  const rename = Deno.rename;
+  let renames = 0;
+  (Deno as { rename: typeof Deno.rename }).rename = (from, to) => {
+    renames++;
+    return rename(from, to);
+  };
+  try {
+    const a = await ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE });
+    // A burst of admissions: every change before the write starts goes in its one write.
+    const uids = Array.from({ length: 50 }, (_, i) => `u${i}`);
+    await Promise.all(uids.map((uid) => a.setContainer(uid, "c", { requests: { cpu: "1" } })));
+    assert.equal(renames, 1);
+    const b = await ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE });
+    assert.deepEqual(b.uids().sort(), [...uids].sort());
+    // A change after that write is written on its own.
+    await a.remove("u0");
+    assert.equal(renames, 2);
+    const c = await ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE });
+    assert.equal(c.uids().length, 49);
+  } finally {
+    (Deno as { rename: typeof Deno.rename }).rename = rename;
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("ResourceState.open refuses a corrupt checkpoint, naming the file and what to do", async () => {
   const dir = await Deno.makeTempDir();
   try {

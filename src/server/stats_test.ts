@@ -4,7 +4,7 @@ import { createLogger } from "../klog/klog.ts";
 import { parseExposition } from "../metrics/prometheus.ts";
 import { compilePattern, type KubeletRequest, type Route } from "./server.ts";
 import { statsRoutes } from "./stats.ts";
-import { pidFromVerboseInfo, statsUnavailableRoutes } from "../kubelet_stats.ts";
+import { parseVerboseInfo, statsUnavailableRoutes } from "../kubelet_stats.ts";
 import type { Summary } from "../apis/stats_types.ts";
 
 class FakeResponse {
@@ -145,10 +145,17 @@ Deno.test("statsUnavailableRoutes answers 500 with the reason statistics could n
   );
 });
 
-Deno.test("pidFromVerboseInfo reads containerd's info JSON", () => {
-  assert.equal(pidFromVerboseInfo({ info: JSON.stringify({ pid: 4242, sandboxID: "x" }) }), 4242);
-  assert.equal(pidFromVerboseInfo({}), undefined);
-  assert.equal(pidFromVerboseInfo({ info: "{not json" }), undefined);
-  assert.equal(pidFromVerboseInfo({ info: JSON.stringify({ pid: 0 }) }), undefined);
-  assert.equal(pidFromVerboseInfo({ info: JSON.stringify({ pid: "12" }) }), undefined);
+Deno.test("parseVerboseInfo reads the pid and image of containerd's info JSON", () => {
+  assert.deepEqual(
+    parseVerboseInfo({ info: JSON.stringify({ pid: 4242, image: "registry.k8s.io/pause:3.10" }) }),
+    { pid: 4242, image: "registry.k8s.io/pause:3.10" },
+  );
+  assert.deepEqual(parseVerboseInfo({ info: JSON.stringify({ pid: 4242, sandboxID: "x" }) }), {
+    pid: 4242,
+  });
+  assert.deepEqual(parseVerboseInfo({}), {});
+  assert.deepEqual(parseVerboseInfo({ info: "{not json" }), {});
+  assert.deepEqual(parseVerboseInfo({ info: "null" }), {});
+  assert.deepEqual(parseVerboseInfo({ info: JSON.stringify({ pid: 0, image: "" }) }), {});
+  assert.deepEqual(parseVerboseInfo({ info: JSON.stringify({ pid: "12", image: 3 }) }), {});
 });
