@@ -52,6 +52,15 @@ export class CriError extends Error {
   }
 }
 
+/**
+ * What upstream shows of an error from a CRI call: a {@link CriError} as Go's gRPC client prints
+ * it (`rpc error: code = ... desc = ...`, without our RPC name), anything else by its message.
+ */
+export function criErrorText(e: unknown): string {
+  if (e instanceof CriError) return e.grpcText;
+  return e instanceof Error ? e.message : String(e);
+}
+
 /** True when `e` is a CRI error with gRPC code `code`. */
 export function isCriCode(e: unknown, code: number): e is CriError {
   return e instanceof CriError && e.code === code;

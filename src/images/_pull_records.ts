@@ -33,6 +33,7 @@ import { goJsonString } from "../util/go_json.ts";
 import { parseImageName } from "./_docker_keyring.ts";
 import type { ImageMetrics, MustPullCheckResult } from "../metrics/image_metrics.ts";
 import { errorText } from "../util/errors.ts";
+import { removeIfExists } from "../util/remove.ts";
 
 /** The API version of the records on disk. */
 export const RECORDS_API_VERSION = "kubelet.config.k8s.io/v1alpha1";
@@ -551,14 +552,6 @@ async function readIfExists(path: string): Promise<string | undefined> {
   } catch (e) {
     if (e instanceof Deno.errors.NotFound) return undefined;
     throw e;
-  }
-}
-
-async function removeIfExists(path: string): Promise<void> {
-  try {
-    await Deno.remove(path);
-  } catch (e) {
-    if (!(e instanceof Deno.errors.NotFound)) throw e;
   }
 }
 

@@ -33,7 +33,7 @@ import {
 } from "./_docker_keyring.ts";
 import type { ImageCredentialProvider } from "../credentialprovider/plugins.ts";
 import { formatDuration } from "../util/duration.ts";
-import { CriError } from "../cri/connection.ts";
+import { criErrorText } from "../cri/connection.ts";
 import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts";
 import { createLogger, kobj, type Logger } from "../klog/klog.ts";
 import {
@@ -258,7 +258,7 @@ export class ImageManager {
       } catch (e) {
         throw new ImageManagerOptionsError(
           `Cannot verify image pull credentials with policy '${policy}' and allowlist ` +
-            `${JSON.stringify(opts.allowlist ?? [])}: ${errorText(e)}`,
+            `${JSON.stringify(opts.allowlist ?? [])}: ${criErrorText(e)}`,
           { cause: e },
         );
       }
@@ -372,7 +372,7 @@ export class ImageManager {
     try {
       image = applyDefaultImageTag(imgRef);
     } catch (e) {
-      const msg = `Failed to apply default image tag ${q(imgRef)}: ${errorText(e)}`;
+      const msg = `Failed to apply default image tag ${q(imgRef)}: ${criErrorText(e)}`;
       this.#recorder.event(ref, "Warning", "InspectFailed", msg);
       return fail("InvalidImageName", msg);
     }
@@ -391,7 +391,7 @@ export class ImageManager {
       present = found?.id ?? "";
     } catch (e) {
       signal.throwIfAborted();
-      const msg = `Failed to inspect image ${q(imgRef)}: ${errorText(e)}`;
+      const msg = `Failed to inspect image ${q(imgRef)}: ${criErrorText(e)}`;
       this.#recorder.event(ref, "Warning", "InspectFailed", msg);
       return fail("ImageInspectError", msg);
     }
@@ -414,7 +414,7 @@ export class ImageManager {
       } catch (e) {
         signal.throwIfAborted();
         // Fail safe: without records no present image can be shown to be the pod's to use.
-        const msg = `Failed to open image pull records: ${errorText(e)}`;
+        const msg = `Failed to open image pull records: ${criErrorText(e)}`;
         this.#log.error(e, "Failed to open image pull records", { pod: kobj(pod) });
         return fail("ErrImagePull", msg);
       }
@@ -482,7 +482,7 @@ export class ImageManager {
       } catch (e) {
         return fail(
           "ErrImagePull",
-          `Failed to record image pull intent for container image ${q(imgRef)}: ${errorText(e)}`,
+          `Failed to record image pull intent for container image ${q(imgRef)}: ${criErrorText(e)}`,
         );
       }
     }
@@ -499,7 +499,7 @@ export class ImageManager {
         );
       } catch (e) {
         signal.throwIfAborted();
-        const text = errorText(e);
+        const text = criErrorText(e);
         this.#recorder.event(
           ref,
           "Warning",
@@ -620,7 +620,7 @@ export class ImageManager {
         return { imageRef, pullMs, size: status.image?.size ?? 0n, used: cred };
       } catch (e) {
         signal.throwIfAborted();
-        errors.push(errorText(e));
+        errors.push(criErrorText(e));
       }
     }
     // utilerrors.NewAggregate: one error prints alone, several as "[a, b]".
@@ -708,10 +708,4 @@ function imageTarget(req: EnsureImageRequest): { ref: ObjectRef; imgRef: string;
     imgRef,
     policy: container.imagePullPolicy || defaultPullPolicy(imgRef),
   };
-}
-
-/** What upstream shows of a pull error: a CRI error as Go's gRPC client prints it. */
-function errorText(e: unknown): string {
-  if (e instanceof CriError) return e.grpcText;
-  return e instanceof Error ? e.message : String(e);
 }

@@ -19,7 +19,7 @@ import type { PodStartupLatencyTracker } from "../pod_startup_latency_tracker.ts
 import type { V1Container, V1LifecycleHandler, V1Pod, V1Secret } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import type { Clock } from "../util/clock.ts";
-import { CriError, GrpcCode, isCriCode } from "../cri/connection.ts";
+import { CriError, criErrorText, GrpcCode, isCriCode } from "../cri/connection.ts";
 import type { EventRecorder } from "../client/record.ts";
 import { containerRef } from "../container/ref.ts";
 import type { ImageManager } from "../images/image_manager.ts";
@@ -63,6 +63,7 @@ import {
   toKubeContainerImageVolumes,
 } from "./image_volumes.ts";
 import { makeSymlink } from "../privilege/launcher_calls.ts";
+import { removeIfExists } from "../util/remove.ts";
 
 export { CreateContainerConfigError } from "./expansion.ts";
 export type { LinuxConfigOptions } from "./_container_linux.ts";
@@ -255,12 +256,6 @@ export function statusMessage(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-/** A CRI error as Go prints it (`rpc error: code = ... desc = ...`), without our RPC prefix. */
-export function errorText(e: unknown): string {
-  if (e instanceof CriError) return e.message.slice(e.rpc.length + 2);
-  return e instanceof Error ? e.message : String(e);
-}
-
 /** What {@link generateContainerConfig} builds a config from. */
 export interface ContainerConfigRequest {
   readonly pod: V1Pod;
@@ -330,7 +325,7 @@ export async function generateContainerConfig(
       ...new Set([...(devices?.cdiDevices ?? []), ...(deps.draCdiDevices?.(pod, container) ?? [])]),
     ];
   } catch (e) {
-    throw new CreateContainerConfigError(errorText(e), { cause: e });
+    throw new CreateContainerConfigError(criErrorText(e), { cause: e });
   }
   const containerEnvs = await makeEnvironmentVariables({
     pod,
@@ -376,7 +371,7 @@ export async function generateContainerConfig(
     Deno.mkdirSync(logDir, { recursive: true, mode: 0o755 });
   } catch (e) {
     throw new CreateContainerConfigError(
-      `create container log directory for container ${container.name} failed: ${errorText(e)}`,
+      `create container log directory for container ${container.name} failed: ${criErrorText(e)}`,
       { cause: e },
     );
   }
@@ -525,7 +520,7 @@ async function makeKubeletMounts(
       deps.logger,
     ));
   } catch (e) {
-    throw new CreateContainerConfigError(errorText(e), { cause: e });
+    throw new CreateContainerConfigError(criErrorText(e), { cause: e });
   }
   try {
     return await deps.kubeletMounts.makeMounts({
@@ -604,7 +599,7 @@ function restartCountFromLogs(deps: ContainerDeps, logDir: string): number {
     return calcRestartCountByLogDir(logDir);
   } catch (e) {
     deps.logger.info("Cannot calculate restartCount from the log directory", {
-      err: errorText(e),
+      err: criErrorText(e),
     });
     return 0;
   }
@@ -1121,7 +1116,7 @@ export async function killContainersWithSyncResult(
       });
     } catch (e) {
       signal.throwIfAborted();
-      fail(result, "KillContainerError", errorText(e));
+      fail(result, "KillContainerError", criErrorText(e));
       deps.logger.error(e, "Kill container failed", { containerName: c.name, containerID: c.id });
     }
     return result;
@@ -1177,7 +1172,7 @@ async function removeContainerLog(
     res = await deps.runtime.containerStatus(id, false, signal);
   } catch (e) {
     signal?.throwIfAborted();
-    throw new Error(`failed to get container status ${q}: ${errorText(e)}`, { cause: e });
+    throw new Error(`failed to get container status ${q}: ${criErrorText(e)}`, { cause: e });
   }
   const s = res.status;
   if (!s) throw new Error(`container status is nil for ${q}`);
@@ -1185,7 +1180,7 @@ async function removeContainerLog(
     for (const path of await logFiles(s.logPath)) {
       await removeIfExists(path).catch((e) => {
         throw new Error(
-          `failed to remove container ${q} log ${JSON.stringify(path)}: ${errorText(e)}`,
+          `failed to remove container ${q} log ${JSON.stringify(path)}: ${criErrorText(e)}`,
         );
       });
     }
@@ -1201,7 +1196,7 @@ async function removeContainerLog(
   await removeIfExists(symlink).catch((e) => {
     throw new Error(
       `failed to remove container ${q} log legacy symbolic link ${JSON.stringify(symlink)}: ${
-        errorText(e)
+        criErrorText(e)
       }`,
     );
   });
@@ -1222,14 +1217,6 @@ async function logFiles(path: string): Promise<string[]> {
     );
   }
   return names.sort().map((n) => `${dir}/${n}`);
-}
-
-async function removeIfExists(path: string): Promise<void> {
-  try {
-    await Deno.remove(path);
-  } catch (e) {
-    if (!(e instanceof Deno.errors.NotFound)) throw e;
-  }
 }
 
 /**
@@ -1277,7 +1264,7 @@ async function removeAll(
       signal.throwIfAborted();
       deps.logger.error(
         new Error(
-          `failed to remove pod init container ${JSON.stringify(s.name)}: ${errorText(e)}; ` +
+          `failed to remove pod init container ${JSON.stringify(s.name)}: ${criErrorText(e)}; ` +
             `Skipping pod ${JSON.stringify(formatPod(pod))}`,
         ),
         "Unhandled Error",

@@ -18,7 +18,7 @@ import type { KubeletMetrics } from "../metrics/metrics.ts";
 import type { V1Container, V1Pod, V1Secret } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
 import type { Clock } from "../util/clock.ts";
-import { GrpcCode, isCriCode } from "../cri/connection.ts";
+import { criErrorText, GrpcCode, isCriCode } from "../cri/connection.ts";
 import type { EventRecorder } from "../client/record.ts";
 import { formatDuration } from "../util/duration.ts";
 import type { ImageManager } from "../images/image_manager.ts";
@@ -28,7 +28,6 @@ import { kobj, type Logger } from "../klog/klog.ts";
 import {
   type ContainerDeps,
   containerGone,
-  errorText,
   findContainerStatus,
   formatPod,
   killContainer,
@@ -457,7 +456,7 @@ export class KubeRuntimeManager {
           });
         } catch (e) {
           signal.throwIfAborted();
-          fail(r, "KillContainerError", errorText(e));
+          fail(r, "KillContainerError", criErrorText(e));
           log.error(e, "killContainer for pod failed", { containerName: info.name });
           return result;
         }
@@ -483,7 +482,7 @@ export class KubeRuntimeManager {
           podRef(pod),
           "Warning",
           "FailedPrepareDynamicResources",
-          `Failed to prepare dynamic resources: ${errorText(e)}`,
+          `Failed to prepare dynamic resources: ${criErrorText(e)}`,
         );
         log.error(e, "Failed to prepare dynamic resources");
         return result;
@@ -497,7 +496,7 @@ export class KubeRuntimeManager {
           podRef(pod),
           "Warning",
           "FailedCreatePodSandBox",
-          `Failed to create pod sandbox: ${errorText(created.error)}`,
+          `Failed to create pod sandbox: ${criErrorText(created.error)}`,
         );
         return result;
       }
@@ -514,7 +513,7 @@ export class KubeRuntimeManager {
           podRef(pod),
           "Warning",
           "FailedPodSandBoxStatus",
-          `Unable to get pod sandbox status: ${errorText(e)}`,
+          `Unable to get pod sandbox status: ${criErrorText(e)}`,
         );
         log.error(e, "Failed to get pod sandbox status; Skipping pod");
         result.syncError = e instanceof Error ? e : new Error(String(e));
@@ -530,7 +529,7 @@ export class KubeRuntimeManager {
         signal.throwIfAborted();
         const message = `GeneratePodSandboxConfig for pod ${
           JSON.stringify(formatPod(pod))
-        } failed: ${errorText(e)}`;
+        } failed: ${criErrorText(e)}`;
         fail(configResult, "ConfigPodSandboxError", message);
         log.error(e, "GeneratePodSandboxConfig for pod failed");
         return result;
@@ -716,7 +715,7 @@ export class KubeRuntimeManager {
         await removeContainer(this.#deps, s.id, signal);
       } catch (e) {
         signal.throwIfAborted();
-        if (!containerGone(e)) errors.push(errorText(e));
+        if (!containerGone(e)) errors.push(criErrorText(e));
       }
     }
     for (const s of podStatus.sandboxStatuses) {
@@ -724,7 +723,7 @@ export class KubeRuntimeManager {
         await this.#runtime.removePodSandbox(s.id, signal);
       } catch (e) {
         signal.throwIfAborted();
-        errors.push(errorText(e));
+        errors.push(criErrorText(e));
       }
     }
     if (errors.length > 0) {
@@ -781,7 +780,7 @@ export class KubeRuntimeManager {
           });
         } catch (e) {
           signal.throwIfAborted();
-          fail(r, "KillContainerError", errorText(e));
+          fail(r, "KillContainerError", criErrorText(e));
           log.error(e, "killContainer for pod failed");
           return false;
         }
@@ -790,7 +789,7 @@ export class KubeRuntimeManager {
         await removeContainer(this.#deps, containerId, signal, true);
       } catch (e) {
         signal.throwIfAborted();
-        fail(r, "RemoveContainerError", errorText(e));
+        fail(r, "RemoveContainerError", criErrorText(e));
         log.error(e, "removeContainer for pod failed");
         return false;
       }
@@ -823,7 +822,7 @@ export class KubeRuntimeManager {
       } catch (e) {
         if (isCriCode(e, GrpcCode.NOT_FOUND)) continue;
         signal.throwIfAborted();
-        fail(r, "KillPodSandboxError", errorText(e));
+        fail(r, "KillPodSandboxError", criErrorText(e));
         this.#log.error(undefined, "Failed to stop sandbox", { podSandboxID: s.id });
       }
     }
@@ -848,7 +847,7 @@ export class KubeRuntimeManager {
       signal.throwIfAborted();
       return {
         error: e,
-        message: `Failed to generate sandbox config for pod ${name}: ${errorText(e)}`,
+        message: `Failed to generate sandbox config for pod ${name}: ${criErrorText(e)}`,
       };
     }
     if (config.logDirectory !== "") {
@@ -857,7 +856,7 @@ export class KubeRuntimeManager {
       } catch (e) {
         return {
           error: e,
-          message: `Failed to create log directory for pod ${name}: ${errorText(e)}`,
+          message: `Failed to create log directory for pod ${name}: ${criErrorText(e)}`,
         };
       }
     }
@@ -867,7 +866,10 @@ export class KubeRuntimeManager {
         runtimeHandler = this.#runtimeClasses.lookupRuntimeHandler(pod.spec?.runtimeClassName);
       } catch (e) {
         // A class not (yet) in the cache: the next sync of the pod tries again.
-        return { error: e, message: `Failed to create sandbox for pod ${name}: ${errorText(e)}` };
+        return {
+          error: e,
+          message: `Failed to create sandbox for pod ${name}: ${criErrorText(e)}`,
+        };
       }
       if (runtimeHandler !== "") {
         this.#log.v(2).info("Running pod with runtime handler", { pod: kobj(pod), runtimeHandler });
@@ -879,7 +881,7 @@ export class KubeRuntimeManager {
       return { id, config };
     } catch (e) {
       signal.throwIfAborted();
-      return { error: e, message: `Failed to create sandbox for pod ${name}: ${errorText(e)}` };
+      return { error: e, message: `Failed to create sandbox for pod ${name}: ${criErrorText(e)}` };
     }
   }
 

@@ -28,6 +28,7 @@ import type { Logger } from "../klog/klog.ts";
 import { parseQuantity } from "../util/quantity.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
 import type { QueueMetrics, WorkqueueMetrics } from "../metrics/workqueue_metrics.ts";
+import { removeIfExists } from "../util/remove.ts";
 
 /** Suffix of a compressed rotated log (upstream compressSuffix). */
 export const COMPRESS_SUFFIX = ".gz";
@@ -364,14 +365,6 @@ export function timestampSuffix(d: Date): string {
   const p = (n: number) => String(n).padStart(2, "0");
   return `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}-` +
     `${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`;
-}
-
-async function removeIfExists(path: string): Promise<void> {
-  try {
-    await Deno.remove(path);
-  } catch (e) {
-    if (!(e instanceof Deno.errors.NotFound)) throw e;
-  }
 }
 
 function q(s: string): string {

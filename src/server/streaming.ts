@@ -17,7 +17,7 @@ import type { Duplex } from "node:stream";
 import type { V1Container, V1Pod } from "@kubernetes/client-node";
 import type * as api from "../../proto/runtime/v1/api.ts";
 import { type Clock, realClock } from "../util/clock.ts";
-import { CriError, GrpcCode } from "../cri/connection.ts";
+import { CriError, criErrorText, GrpcCode } from "../cri/connection.ts";
 import type { Logger } from "../klog/klog.ts";
 import type { RuntimeService } from "../cri/remote_runtime.ts";
 import { httpError, type KubeletRequest, type Route } from "./server.ts";
@@ -165,15 +165,9 @@ function replyToSocket(socket: Duplex): Reply {
   };
 }
 
-/** The error text upstream prints: gRPC errors as Go's client words them. */
-function errorText(e: unknown): string {
-  if (e instanceof CriError) return e.grpcText;
-  return e instanceof Error ? e.message : String(e);
-}
-
 /** Upstream streaming.WriteError: NotFound 404, ResourceExhausted 429 (+Retry-After), else 500. */
 function writeStreamingError(reply: Reply, e: unknown): void {
-  const message = errorText(e);
+  const message = criErrorText(e);
   if (e instanceof CriError && e.code === GrpcCode.NOT_FOUND) return reply.text(404, message);
   if (e instanceof CriError && e.code === GrpcCode.RESOURCE_EXHAUSTED) {
     const after = /\[Retry-After:([0-9]+)\]/.exec(message)?.[1];
@@ -317,7 +311,7 @@ export function streamingRoutes(opts: StreamingRoutesOptions): Route[] {
       return parseStreamingUrl(raw);
     } catch (e) {
       logger.error(e, "Error while proxying request");
-      reply.httpError(500, errorText(e));
+      reply.httpError(500, criErrorText(e));
       return undefined;
     }
   };
@@ -366,7 +360,7 @@ export function streamingRoutes(opts: StreamingRoutesOptions): Route[] {
       // Upstream passes no timeout (a TODO there).
       out = await runtime.execSync(containerId, cmd, 0, r.signal);
     } catch (e) {
-      return reply.text(500, errorText(e));
+      return reply.text(500, criErrorText(e));
     }
     if (out.exitCode !== 0) {
       const stderr = new TextDecoder().decode(out.stderr);

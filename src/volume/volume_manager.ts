@@ -49,6 +49,7 @@ import { expandInUseVolume } from "./node_expander.ts";
 import { quantityOrUndefined } from "../util/quantity.ts";
 import { errorText } from "../util/errors.ts";
 import { KeyedQueue } from "../util/keyed_queue.ts";
+import { Semaphore } from "../util/semaphore.ts";
 
 /** A manager that must know a pod before its volumes are set up (configMap, secret managers). */
 export interface PodReferences {
@@ -274,7 +275,9 @@ export class VolumeManager {
    * Upstream cleanupOrphanedPodDirs: for each pod dir whose UID is not in `keepUids`, tears
    * down its volumes and, once none is left, removes the pod dir without crossing into other
    * filesystems. Symlinks are removed, never followed; errors of one pod are logged and the
-   * others go on.
+   * others go on. Up to {@link ORPHAN_CLEANUP_CONCURRENCY} pods are cleaned up at once
+   * (upstream: one after another), so that the housekeeping after a mass deletion does not wait
+   * for each pod's directory removals in turn.
    */
   async cleanupOrphanedPodDirs(
     signal: AbortSignal,
@@ -293,22 +296,16 @@ export class VolumeManager {
     // Pods known only in memory (their dir removed under us) still have volumes to tear down.
     for (const uid of this.#pods.keys()) candidates.add(uid);
 
-    const errors: Error[] = [];
-    let orphans = 0;
-    let failed = 0;
-    for (const uid of candidates) {
-      if (keepUids.has(uid)) continue;
-      signal.throwIfAborted();
-      orphans++;
-      try {
-        await this.#queue.run(uid, () => this.#cleanupOrphan(signal, uid));
-      } catch (e) {
-        if (signal.aborted) throw e;
-        failed++;
-        errors.push(asError(e));
-      }
-    }
-    this.#o.metrics?.setOrphanSweep(orphans, failed);
+    const orphans = [...candidates].filter((uid) => !keepUids.has(uid));
+    const limit = new Semaphore(ORPHAN_CLEANUP_CONCURRENCY);
+    const results = await Promise.allSettled(
+      orphans.map((uid) =>
+        limit.run(() => this.#queue.run(uid, () => this.#cleanupOrphan(signal, uid)), signal)
+      ),
+    );
+    signal.throwIfAborted();
+    const errors = results.flatMap((r) => r.status === "rejected" ? [asError(r.reason)] : []);
+    this.#o.metrics?.setOrphanSweep(orphans.length, errors.length);
     // Upstream's logSpew: one line for the lot, each at a high verbosity.
     const first = errors[0];
     if (first) {
@@ -950,6 +947,9 @@ function isSpecVolume(pod: V1Pod, name: string): boolean {
 }
 
 /** PersistentVolumeSpec fields that are not its volume source. */
+/** Orphaned pods whose directories {@link VolumeManager.cleanupOrphanedPodDirs} cleans at once. */
+export const ORPHAN_CLEANUP_CONCURRENCY = 8;
+
 const PV_SPEC_FIELDS = [
   "accessModes",
   "capacity",

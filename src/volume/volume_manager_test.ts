@@ -32,6 +32,8 @@ class FakePlugin implements VolumePlugin {
   readonly failTearDown = new Map<string, string>();
   /** When set, setUp of this volume waits for it. */
   gate?: { volume: string; promise: Promise<void> };
+  /** When set, the next tearDown waits for it (taken by that one). */
+  tearDownGate?: Promise<void>;
   /** Run inside each setUp and tearDown (a test moves its clock there). */
   during?: () => void;
   #setUps = 0;
@@ -62,6 +64,9 @@ class FakePlugin implements VolumePlugin {
 
   async tearDown(ctx: VolumeTearDownContext): Promise<void> {
     this.calls.push(`tearDown ${ctx.podUid}/${ctx.volumeName} ${ctx.dir}`);
+    const gate = this.tearDownGate;
+    this.tearDownGate = undefined;
+    if (gate) await gate;
     this.during?.();
     const fail = this.failTearDown.get(ctx.volumeName);
     if (fail !== undefined) throw new Error(fail);
@@ -488,6 +493,29 @@ Deno.test("VolumeManager.cleanupOrphanedPodDirs removes orphans, keeps kept pods
   assert.ok(!f.calls.some((c) => c.includes("kept")), f.calls.join("\n"));
   assert.ok(f.calls.includes("unregister gone"));
   assert.ok(f.calls.some((c) => c.startsWith("tearDown old/scratch ")));
+});
+
+Deno.test("VolumeManager.cleanupOrphanedPodDirs cleans orphans side by side, not one after another", async () => {
+  await using f = await fixture();
+  await f.vm.mountPodVolumes(signal, pod("first", [cache()]));
+  await f.vm.mountPodVolumes(signal, pod("second", [cache()]));
+  // Whichever orphan's TearDown comes first is held until the other's has run.
+  const held = Promise.withResolvers<void>();
+  const other = Promise.withResolvers<void>();
+  f.emptyDir.tearDownGate = held.promise;
+  f.emptyDir.during = () => other.resolve();
+  const sweep = f.vm.cleanupOrphanedPodDirs(signal, new Set());
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const overlapped = await Promise.race([
+    other.promise.then(() => true),
+    new Promise<boolean>((resolve) => timer = setTimeout(() => resolve(false), 5_000)),
+  ]);
+  clearTimeout(timer);
+  held.resolve();
+  await sweep;
+  assert.ok(overlapped, `the second orphan waited for the first: ${f.calls.join("\n")}`);
+  assert.equal(await exists(join(f.pods, "first")), false);
+  assert.equal(await exists(join(f.pods, "second")), false);
 });
 
 Deno.test("VolumeManager.cleanupOrphanedPodDirs never deletes into a mount point", async () => {
