@@ -13,7 +13,7 @@
 import { isExtendedResourceName } from "./lifecycle/predicate.ts";
 import type { V1Node, V1NodeAddress, V1NodeStatus } from "@kubernetes/client-node";
 import type * as api from "../proto/runtime/v1/api.ts";
-import type { Clock } from "./util/clock.ts";
+import { type Clock, WAIT_ENDED } from "./util/clock.ts";
 import type { Logger } from "./klog/klog.ts";
 import { isStatus, type KubeClient } from "./client/kube_client.ts";
 import { type EventRecorder, nodeRef } from "./client/record.ts";
@@ -120,7 +120,7 @@ export class NodeStatusManager {
     // A poke while an update is under way is kept for the moment it ends: that update may
     // have computed its status before the change.
     this.#poked = true;
-    this.#wake?.abort();
+    this.#wake?.abort(WAIT_ENDED);
   }
 
   /** The Node as last read or written. */

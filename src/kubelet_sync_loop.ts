@@ -17,7 +17,7 @@
  */
 
 import type { V1Pod } from "@kubernetes/client-node";
-import type { Clock } from "./util/clock.ts";
+import { type Clock, WAIT_ENDED } from "./util/clock.ts";
 import { formatDuration } from "./util/duration.ts";
 import type { Logger } from "./klog/klog.ts";
 import type { PodLifecycleEvent, PodLifecycleEventGenerator } from "./pleg/generic.ts";
@@ -228,7 +228,7 @@ export class SyncLoop {
       }
     }
     this.#loopTime = 0;
-    this.#tick?.stop.abort();
+    this.#tick?.stop.abort(WAIT_ENDED);
     this.#tick = undefined;
     await this.#housekeepingRun?.done;
   }
@@ -403,7 +403,7 @@ export class SyncLoop {
   /** The tick at `due`: the pending one when it is for that time, else a new timer. */
   #tickAt(due: number, signal: AbortSignal): Promise<Wake> {
     if (this.#tick?.due === due) return this.#tick.wake;
-    this.#tick?.stop.abort();
+    this.#tick?.stop.abort(WAIT_ENDED);
     const stop = new AbortController();
     // Linked, not AbortSignal.any: one of those per tick stays reachable from the loop's signal.
     const link = linkSignals(signal, stop.signal);

@@ -21,7 +21,7 @@
  */
 
 import type { V1Container, V1Pod, V1ResourceRequirements } from "@kubernetes/client-node";
-import type { Clock } from "../util/clock.ts";
+import { type Clock, WAIT_ENDED } from "../util/clock.ts";
 import type { KubeletMetrics } from "../metrics/metrics.ts";
 import { type EventRecorder, podRef } from "../client/record.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
@@ -248,7 +248,7 @@ export class AllocationManager {
     while (!signal.aborted) {
       // A retry from elsewhere resets the timer, as upstream's ticker.Reset.
       const reset = new AbortController();
-      this.#wake = () => reset.abort();
+      this.#wake = () => reset.abort(WAIT_ENDED);
       try {
         using link = linkSignals(signal, reset.signal);
         await this.#o.clock.sleep(this.#nextRetryMs, link.signal);

@@ -28,7 +28,7 @@
  * them up.
  */
 
-import type { Clock } from "../util/clock.ts";
+import { type Clock, WAIT_ENDED } from "../util/clock.ts";
 import type { EventRecorder, ObjectRef } from "./record.ts";
 import type { Activity } from "../util/in_flight.ts";
 import { KObj, type Logger } from "../klog/klog.ts";
@@ -302,7 +302,7 @@ export class ApiserverEventRecorder implements EventRecorder {
     using link = linkSignals(signal, done.signal);
     const stop = link.signal;
     await Promise.race([yieldTo.idle(stop), clock.sleep(left, stop).catch(() => {})]);
-    done.abort();
+    done.abort(WAIT_ENDED);
   }
 
   #idle(signal: AbortSignal): Promise<void> {

@@ -11,7 +11,7 @@
 
 import type { KubeletMetrics } from "../metrics/metrics.ts";
 import * as api from "../../proto/runtime/v1/api.ts";
-import { type Clock, realClock } from "../util/clock.ts";
+import { type Clock, realClock, WAIT_ENDED } from "../util/clock.ts";
 import { GrpcCode, isCriCode } from "../cri/connection.ts";
 import { formatDuration } from "../util/duration.ts";
 import { createLogger, type Logger } from "../klog/klog.ts";
@@ -370,7 +370,7 @@ export class GenericPLEG implements PodLifecycleEventGenerator {
    * a relist is kept for the moment it ends, so a change is never left for the full period.
    */
   poke(): void {
-    if (this.#wake) this.#wake.abort();
+    if (this.#wake) this.#wake.abort(WAIT_ENDED);
     else this.#poked = true;
   }
 

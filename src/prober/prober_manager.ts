@@ -12,7 +12,7 @@
 
 import type { V1Container, V1Pod, V1Probe } from "@kubernetes/client-node";
 import * as api from "../../proto/runtime/v1/api.ts";
-import type { Clock } from "../util/clock.ts";
+import { type Clock, WAIT_ENDED } from "../util/clock.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import type { PodStatus } from "../container/pod_cache.ts";
 import { MAX_PROBE_RETRIES, type ProbeKind, type Prober } from "./prober.ts";
@@ -206,7 +206,7 @@ export class ProberManager {
         }
         await Promise.race(waits);
         signal.removeEventListener("abort", onAbort);
-        sleep.abort();
+        sleep.abort(WAIT_ENDED);
         this.#wake = undefined;
       }
     } finally {

@@ -26,7 +26,7 @@ import type {
   V1PodCondition,
   V1PodStatus,
 } from "@kubernetes/client-node";
-import type { Clock } from "../util/clock.ts";
+import { type Clock, WAIT_ENDED } from "../util/clock.ts";
 import { kobj, type Logger } from "../klog/klog.ts";
 import { isStatus, type KubeClient } from "../client/kube_client.ts";
 import { podIsTerminalPhase } from "../kubelet_pods.ts";
@@ -215,7 +215,7 @@ export class StatusManager {
   /** Sleeps until `ms` pass, a status changes or `signal` aborts. */
   async #waitForWork(ms: number, signal: AbortSignal): Promise<void> {
     const woken = new AbortController();
-    this.#wake = () => woken.abort();
+    this.#wake = () => woken.abort(WAIT_ENDED);
     try {
       using link = linkSignals(signal, woken.signal);
       await this.#clock.sleep(ms, link.signal);

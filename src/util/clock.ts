@@ -15,6 +15,17 @@ export interface Clock {
 }
 
 /**
+ * The reason a loop aborts a wait of its own with (a wake-up, a sleep it no longer needs): the
+ * AbortError that `abort()` gives, made once. `abort()` makes a new DOMException, with its stack,
+ * at each call: loops that wake tens of times a second with 250 pods paid 2 % of the agent's CPU
+ * for them.
+ */
+export const WAIT_ENDED: DOMException = new DOMException(
+  "signal is aborted without reason",
+  "AbortError",
+);
+
+/**
  * `p`, or the abort reason as soon as `signal` aborts, whichever comes first (`p` is left to
  * settle on its own). Without a signal, `p`.
  */
