@@ -4,7 +4,7 @@ import * as api from "../proto/runtime/v1/api.ts";
 import { buildCgroupFixture, type FixtureCgroup } from "./testing/cgroup_fixtures.ts";
 import { FakeClock } from "./util/clock.ts";
 import { createLogger } from "./klog/klog.ts";
-import { newKubeletStats } from "./kubelet_stats.ts";
+import { newKubeletStats, parseVerboseInfo } from "./kubelet_stats.ts";
 import type { PodStatus } from "./container/pod_cache.ts";
 
 const UID = "0a1b2c3d-0000-4000-8000-000000000001";
@@ -164,4 +164,19 @@ Deno.test("newKubeletStats gives /metrics/cadvisor series for the pod, QoS and k
     /^machine_cpu_cores\{[^}]*\} \d+ \d+$/m,
     "machine samples are unstamped",
   );
+});
+
+Deno.test("parseVerboseInfo reads the pid and image of containerd's info JSON", () => {
+  assert.deepEqual(
+    parseVerboseInfo({ info: JSON.stringify({ pid: 4242, image: "registry.k8s.io/pause:3.10" }) }),
+    { pid: 4242, image: "registry.k8s.io/pause:3.10" },
+  );
+  assert.deepEqual(parseVerboseInfo({ info: JSON.stringify({ pid: 4242, sandboxID: "x" }) }), {
+    pid: 4242,
+  });
+  assert.deepEqual(parseVerboseInfo({}), {});
+  assert.deepEqual(parseVerboseInfo({ info: "{not json" }), {});
+  assert.deepEqual(parseVerboseInfo({ info: "null" }), {});
+  assert.deepEqual(parseVerboseInfo({ info: JSON.stringify({ pid: 0, image: "" }) }), {});
+  assert.deepEqual(parseVerboseInfo({ info: JSON.stringify({ pid: "12", image: 3 }) }), {});
 });

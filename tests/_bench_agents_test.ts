@@ -19,7 +19,7 @@ Deno.test("settledWithin waits for a promise, but not past its limit, and says w
   }
 });
 
-Deno.test("sharedConfigLines sets maxPods only above upstream's default of 110", () => {
+Deno.test("sharedConfigLines sets maxPods only above upstream's default of 110, and a cluster DNS", () => {
   assert.ok(!sharedConfigLines("/d").some((l) => l.startsWith("maxPods")));
   assert.ok(!sharedConfigLines("/d", 110).some((l) => l.startsWith("maxPods")));
   assert.ok(sharedConfigLines("/d", 250).includes("maxPods: 250"));

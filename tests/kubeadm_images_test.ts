@@ -102,12 +102,13 @@ Deno.test({
     e2eGate.check();
     const dir = await Deno.makeTempDir({ prefix: "kubeadm-images-test-" });
     try {
-      await using containerd = await startContainerd({ dir, signal: AbortSignal.timeout(120_000) });
+      // One deadline for containerd's life and the images' build: on a machine without the build
+      // cache the Go builds take minutes, and a containerd that stopped after 2 of them failed
+      // the import ("failed to dial ... containerd.sock", a fresh clone's CI on a new machine).
+      const deadline = AbortSignal.timeout(1_800_000);
+      await using containerd = await startContainerd({ dir, signal: deadline });
       const socket = containerd.socket;
-      const { images } = await ensureKubeadmImages({
-        containerdSocket: socket,
-        signal: AbortSignal.timeout(1_800_000),
-      });
+      const { images } = await ensureKubeadmImages({ containerdSocket: socket, signal: deadline });
       assert.deepEqual(images.map((i) => i.name), KUBEADM_IMAGE_NAMES);
       const [apiserver, controllerManager, scheduler, proxy, coredns, , etcd] = KUBEADM_IMAGE_NAMES;
 

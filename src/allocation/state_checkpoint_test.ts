@@ -105,6 +105,45 @@ Deno.test("ResourceState writes changes made before its write starts once, all o
   }
 });
 
+Deno.test("ResourceState writes a change made during a write after it, and resolves only then", async () => {
+  const dir = await Deno.makeTempDir();
+  const rename = Deno.rename;
+  let during: Promise<void> | undefined;
+  const a = await ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE });
+  (Deno as { rename: typeof Deno.rename }).rename = (from, to) => {
+    // The first write is under way: a change now must not ride on it.
+    during ??= a.setContainer("late", "c", { requests: { cpu: "2" } });
+    return rename(from, to);
+  };
+  try {
+    await a.setContainer("early", "c", { requests: { cpu: "1" } });
+    await during;
+    const b = await ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE });
+    assert.deepEqual(b.uids().sort(), ["early", "late"]);
+  } finally {
+    (Deno as { rename: typeof Deno.rename }).rename = rename;
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("ResourceState rejects every change that shared a failed write", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const s = await ResourceState.open({ directory: dir, name: ALLOCATED_PODS_STATE_FILE });
+    await Deno.mkdir(join(dir, ALLOCATED_PODS_STATE_FILE, "x"), { recursive: true });
+    const results = await Promise.allSettled([
+      s.setContainer("u1", "c", { requests: { cpu: "1" } }),
+      s.setContainer("u2", "c", { requests: { cpu: "1" } }),
+    ]);
+    assert.deepEqual(results.map((r) => r.status), ["rejected", "rejected"]);
+    for (const r of results) {
+      assert.ok(r.status === "rejected" && r.reason instanceof CheckpointError);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("ResourceState.open refuses a corrupt checkpoint, naming the file and what to do", async () => {
   const dir = await Deno.makeTempDir();
   try {

@@ -13,7 +13,7 @@
  * connect on the socket here, retried the same way, before the first call.
  */
 
-import { CriConnection, CriError, criMethods } from "../cri/connection.ts";
+import { CriConnection, criErrorText, criMethods } from "../cri/connection.ts";
 import {
   type PluginInfo as PluginInfoMessage,
   RegistrationDefinition,
@@ -21,7 +21,6 @@ import {
 } from "../../proto/pluginregistration/v1/api.ts";
 import type { Logger } from "../klog/klog.ts";
 import { type Clock, realClock } from "../util/clock.ts";
-import { errorText } from "../util/errors.ts";
 import type { ActualStateOfWorld, PluginInfo } from "./cache.ts";
 import type { PluginHandler } from "./plugin_handler.ts";
 
@@ -55,11 +54,6 @@ export type DialFunc = (
   opts: RegistrationCallOptions,
 ) => Promise<RegistrationClient>;
 
-/** Go's error text of a failed call or dial: gRPC's wording for gRPC errors. */
-export function grpcErrorText(e: unknown): string {
-  return e instanceof CriError ? e.grpcText : errorText(e);
-}
-
 const REGISTRATION = criMethods(RegistrationDefinition);
 
 /** grpc-go's first reconnect backoff, and its growth, for the blocking dial. */
@@ -85,7 +79,7 @@ export function dialRegistration(clock: Clock = realClock): DialFunc {
       } catch (e) {
         // A missing grant is no transient failure: say so at once.
         if (e instanceof Deno.errors.NotCapable) {
-          throw new Error(`failed to dial socket ${socketPath}, err: ${grpcErrorText(e)}`);
+          throw new Error(`failed to dial socket ${socketPath}, err: ${criErrorText(e)}`);
         }
       }
       const left = deadline - clock.now();
@@ -140,7 +134,7 @@ export class OperationGenerator {
         client = await this.#dial(socketPath, { timeoutMs: DIAL_TIMEOUT_MS, signal });
       } catch (e) {
         throw new Error(
-          `RegisterPlugin error -- dial failed at socket ${socketPath}, err: ${grpcErrorText(e)}`,
+          `RegisterPlugin error -- dial failed at socket ${socketPath}, err: ${criErrorText(e)}`,
         );
       }
       try {
@@ -150,7 +144,7 @@ export class OperationGenerator {
         } catch (e) {
           throw new Error(
             `RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket ${socketPath}, err: ${
-              grpcErrorText(e)
+              criErrorText(e)
             }`,
           );
         }
@@ -162,7 +156,7 @@ export class OperationGenerator {
           } catch (e) {
             throw new Error(
               `RegisterPlugin error -- failed to send error at socket ${socketPath}, err: ${
-                grpcErrorText(e)
+                criErrorText(e)
               }`,
             );
           }
@@ -179,7 +173,7 @@ export class OperationGenerator {
           await handler.validatePlugin(info.name, endpoint, info.supportedVersions);
         } catch (e) {
           await notifyFailure(
-            `RegisterPlugin error -- plugin validation failed with err: ${grpcErrorText(e)}`,
+            `RegisterPlugin error -- plugin validation failed with err: ${criErrorText(e)}`,
           );
           throw new Error("RegisterPlugin error -- pluginHandler.ValidatePluginFunc failed");
         }
@@ -206,7 +200,7 @@ export class OperationGenerator {
           await this.#notify(
             client,
             false,
-            `RegisterPlugin error -- plugin registration failed with err: ${grpcErrorText(e)}`,
+            `RegisterPlugin error -- plugin registration failed with err: ${criErrorText(e)}`,
             signal,
           );
           return;
@@ -224,7 +218,7 @@ export class OperationGenerator {
           }
           throw new Error(
             `RegisterPlugin error -- failed to send registration status at socket ${socketPath}, err: ${
-              grpcErrorText(e)
+              criErrorText(e)
             }`,
           );
         }
@@ -269,7 +263,7 @@ export class OperationGenerator {
         { timeoutMs: NOTIFY_TIMEOUT_MS, signal },
       );
     } catch (e) {
-      throw new Error(`${errText}: ${grpcErrorText(e)}`);
+      throw new Error(`${errText}: ${criErrorText(e)}`);
     }
     if (errText !== "") throw new Error(errText);
   }

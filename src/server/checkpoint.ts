@@ -13,7 +13,7 @@
 import type { V1Pod } from "@kubernetes/client-node";
 import { join } from "node:path";
 import type * as api from "../../proto/runtime/v1/api.ts";
-import { CriError } from "../cri/connection.ts";
+import { criErrorText } from "../cri/connection.ts";
 import type { Logger } from "../klog/klog.ts";
 import { httpError, type Route } from "./server.ts";
 
@@ -84,7 +84,7 @@ export function checkpointRoutes(opts: CheckpointRoutesOptions): Route[] {
         opts.logger.error(e, "CheckpointContainer from runtime service failed", {
           containerID: id,
         });
-        return fail(e instanceof CriError ? e.grpcText : (e as Error).message);
+        return fail(criErrorText(e));
       }
       res.writeHead(200, { "content-type": "application/json" });
       res.end(JSON.stringify({ items: [location] }));

@@ -4,7 +4,7 @@ import { createLogger } from "../klog/klog.ts";
 import { parseExposition } from "../metrics/prometheus.ts";
 import { compilePattern, type KubeletRequest, type Route } from "./server.ts";
 import { statsRoutes } from "./stats.ts";
-import { parseVerboseInfo, statsUnavailableRoutes } from "../kubelet_stats.ts";
+import { statsUnavailableRoutes } from "../kubelet_stats.ts";
 import type { Summary } from "../apis/stats_types.ts";
 
 class FakeResponse {
@@ -143,19 +143,4 @@ Deno.test("statsUnavailableRoutes answers 500 with the reason statistics could n
     res.body,
     "Internal Error: statistics are unavailable: no cgroup mounts in /proc/self/mountinfo\n",
   );
-});
-
-Deno.test("parseVerboseInfo reads the pid and image of containerd's info JSON", () => {
-  assert.deepEqual(
-    parseVerboseInfo({ info: JSON.stringify({ pid: 4242, image: "registry.k8s.io/pause:3.10" }) }),
-    { pid: 4242, image: "registry.k8s.io/pause:3.10" },
-  );
-  assert.deepEqual(parseVerboseInfo({ info: JSON.stringify({ pid: 4242, sandboxID: "x" }) }), {
-    pid: 4242,
-  });
-  assert.deepEqual(parseVerboseInfo({}), {});
-  assert.deepEqual(parseVerboseInfo({ info: "{not json" }), {});
-  assert.deepEqual(parseVerboseInfo({ info: "null" }), {});
-  assert.deepEqual(parseVerboseInfo({ info: JSON.stringify({ pid: 0, image: "" }) }), {});
-  assert.deepEqual(parseVerboseInfo({ info: JSON.stringify({ pid: "12", image: 3 }) }), {});
 });

@@ -21,7 +21,7 @@ export interface Clock {
  * for them.
  */
 export const WAIT_ENDED: DOMException = new DOMException(
-  "signal is aborted without reason",
+  "The signal has been aborted",
   "AbortError",
 );
 

@@ -296,16 +296,25 @@ export class VolumeManager {
     // Pods known only in memory (their dir removed under us) still have volumes to tear down.
     for (const uid of this.#pods.keys()) candidates.add(uid);
 
-    const orphans = [...candidates].filter((uid) => !keepUids.has(uid));
     const limit = new Semaphore(ORPHAN_CLEANUP_CONCURRENCY);
+    let orphans = 0;
+    // `keepUids` is looked at again when a pod's turn comes: a pod dispatched meanwhile (a
+    // static pod put back under its UID) joins it and is left alone.
+    const cleanup = (uid: string) =>
+      this.#queue.run(uid, async () => {
+        if (keepUids.has(uid)) return;
+        orphans++;
+        await this.#cleanupOrphan(signal, uid);
+      });
     const results = await Promise.allSettled(
-      orphans.map((uid) =>
-        limit.run(() => this.#queue.run(uid, () => this.#cleanupOrphan(signal, uid)), signal)
+      [...candidates].filter((uid) => !keepUids.has(uid)).map((uid) =>
+        limit.run(() => cleanup(uid), signal)
       ),
     );
+    // Aborted: the cleanups under way have settled; the sweep counts for nothing.
     signal.throwIfAborted();
     const errors = results.flatMap((r) => r.status === "rejected" ? [asError(r.reason)] : []);
-    this.#o.metrics?.setOrphanSweep(orphans.length, errors.length);
+    this.#o.metrics?.setOrphanSweep(orphans, errors.length);
     // Upstream's logSpew: one line for the lot, each at a high verbosity.
     const first = errors[0];
     if (first) {
@@ -946,10 +955,10 @@ function isSpecVolume(pod: V1Pod, name: string): boolean {
   return (pod.spec?.volumes ?? []).some((v) => v.name === name);
 }
 
-/** PersistentVolumeSpec fields that are not its volume source. */
 /** Orphaned pods whose directories {@link VolumeManager.cleanupOrphanedPodDirs} cleans at once. */
 export const ORPHAN_CLEANUP_CONCURRENCY = 8;
 
+/** PersistentVolumeSpec fields that are not its volume source. */
 const PV_SPEC_FIELDS = [
   "accessModes",
   "capacity",

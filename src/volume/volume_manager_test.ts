@@ -5,7 +5,12 @@ import { FakeKubeGetter } from "../testing/fake_kube_getter.ts";
 import type { EventRecorder } from "../client/record.ts";
 import { createLogger } from "../klog/klog.ts";
 import { Mounter } from "../util/mount.ts";
-import { VolumeManager, type VolumeManagerOptions, VolumeMountError } from "./volume_manager.ts";
+import {
+  ORPHAN_CLEANUP_CONCURRENCY,
+  VolumeManager,
+  type VolumeManagerOptions,
+  VolumeMountError,
+} from "./volume_manager.ts";
 import { FakeClock } from "../util/clock.ts";
 import { MetricsRegistry } from "../metrics/metrics.ts";
 import { VolumeMetrics } from "../metrics/volume_metrics.ts";
@@ -34,6 +39,8 @@ class FakePlugin implements VolumePlugin {
   gate?: { volume: string; promise: Promise<void> };
   /** When set, the next tearDown waits for it (taken by that one). */
   tearDownGate?: Promise<void>;
+  /** When set, every tearDown waits for it. */
+  tearDownHold?: Promise<void>;
   /** Run inside each setUp and tearDown (a test moves its clock there). */
   during?: () => void;
   #setUps = 0;
@@ -67,6 +74,7 @@ class FakePlugin implements VolumePlugin {
     const gate = this.tearDownGate;
     this.tearDownGate = undefined;
     if (gate) await gate;
+    if (this.tearDownHold) await this.tearDownHold;
     this.during?.();
     const fail = this.failTearDown.get(ctx.volumeName);
     if (fail !== undefined) throw new Error(fail);
@@ -516,6 +524,33 @@ Deno.test("VolumeManager.cleanupOrphanedPodDirs cleans orphans side by side, not
   assert.ok(overlapped, `the second orphan waited for the first: ${f.calls.join("\n")}`);
   assert.equal(await exists(join(f.pods, "first")), false);
   assert.equal(await exists(join(f.pods, "second")), false);
+});
+
+Deno.test("VolumeManager.cleanupOrphanedPodDirs leaves a pod kept while it waited for its turn", async () => {
+  await using f = await fixture();
+  const uids = Array.from({ length: ORPHAN_CLEANUP_CONCURRENCY + 1 }, (_, i) => `p${i}`);
+  for (const uid of uids) await f.vm.mountPodVolumes(signal, pod(uid, [cache()]));
+  const hold = Promise.withResolvers<void>();
+  f.emptyDir.tearDownHold = hold.promise;
+  const keep = new Set<string>();
+  f.calls.length = 0;
+  const sweep = f.vm.cleanupOrphanedPodDirs(signal, keep);
+  const tearingDown = (uid: string) => f.calls.some((c) => c.startsWith(`tearDown ${uid}/`));
+  for (let i = 0; i < 1000 && uids.filter(tearingDown).length < ORPHAN_CLEANUP_CONCURRENCY; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+  assert.equal(uids.filter(tearingDown).length, ORPHAN_CLEANUP_CONCURRENCY);
+  // The one waiting for a slot is dispatched again meanwhile (a static pod put back).
+  const waiting = uids.find((uid) => !tearingDown(uid))!;
+  keep.add(waiting);
+  hold.resolve();
+  await sweep;
+  assert.equal(tearingDown(waiting), false);
+  assert.equal(f.vm.podVolumes(waiting).size, 1);
+  assert.equal(await exists(join(f.pods, waiting)), true);
+  for (const uid of uids.filter((u) => u !== waiting)) {
+    assert.equal(await exists(join(f.pods, uid)), false, uid);
+  }
 });
 
 Deno.test("VolumeManager.cleanupOrphanedPodDirs never deletes into a mount point", async () => {
