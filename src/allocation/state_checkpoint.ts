@@ -12,8 +12,9 @@
  */
 
 import type { V1ResourceRequirements } from "@kubernetes/client-node";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { fnv1a32 } from "../util/fnv.ts";
+import { writeFileAtomic } from "../checkpointmanager/checkpoint_manager.ts";
 
 /** The checkpoint the allocation manager keeps (upstream allocatedPodsStateFile). */
 export const ALLOCATED_PODS_STATE_FILE = "allocated_pods_state";
@@ -181,32 +182,12 @@ export class ResourceState {
   async #write(path: string): Promise<void> {
     const { text, checksum } = encodeCheckpoint(this.#pods);
     if (checksum === this.#lastChecksum) return;
-    // Written aside and renamed, so a crash leaves the old file or the new one, never half.
-    // Synced before the rename (upstream's filestore), so a power loss never leaves a file
-    // that stops the next start as corrupt.
-    // A failed write (a full disk) leaves neither a half file nor the temporary one.
-    const tmp = join(dirname(path), `.${path.split("/").pop()}.tmp`);
+    // Written aside, synced and renamed (upstream's filestore), so a crash or a power loss leaves
+    // the old file or the new one, never half; a failed write leaves no temporary file.
     try {
-      const file = await Deno.open(tmp, {
-        write: true,
-        create: true,
-        truncate: true,
-        mode: 0o600,
-      });
-      try {
-        const bytes = new TextEncoder().encode(text);
-        let written = 0;
-        while (written < bytes.length) written += await file.write(bytes.subarray(written));
-        await file.syncData();
-      } finally {
-        file.close();
-      }
-      await Deno.rename(tmp, path);
+      await writeFileAtomic(path, text);
     } catch (e) {
-      await Deno.remove(tmp).catch(() => {});
-      throw new CheckpointError(`could not write checkpoint ${path}: ${(e as Error).message}`, {
-        cause: e,
-      });
+      throw new CheckpointError((e as Error).message, { cause: e });
     }
     this.#lastChecksum = checksum;
   }
